@@ -1,0 +1,1 @@
+//! Millrace native partitioned segment store. See `API.md` for the contract.
