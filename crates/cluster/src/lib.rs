@@ -1,1 +1,26 @@
-//! millrace-cluster
+//! Cluster metadata for Millrace: the metadata image (brokers, topics, partitions, topic ids,
+//! topic configs, cluster id) and the broker/topic configuration registry under Kafka's names.
+//!
+//! Where it sits: the front end asks this crate what exists and where it leads; the broker binary
+//! builds a [`BrokerConfig`] from flags, files and the environment through [`config`].
+//! On a single node the image is persisted as one JSON checkpoint in the data directory; a Raft
+//! metadata log will replace that file when replication arrives, behind the same methods.
+//!
+//! **Invariant:** this crate never sees Kafka wire types (`kafka-protocol`).
+//!
+//! Types to read first: [`ClusterMetadata`], [`BrokerConfig`], [`TopicConfigs`].
+
+pub mod config;
+pub mod metadata;
+pub mod topic_name;
+
+pub use config::{BrokerConfig, ConfigError, ConfigSource, TopicConfigs};
+pub use metadata::{ClusterMetadata, MetadataError, TopicMetadata};
+pub use topic_name::validate_topic_name;
+
+/// The leader epoch Millrace uses for every partition until leader elections exist. Kept as one
+/// constant so Metadata, batch `partitionLeaderEpoch` and Fetch epoch checks agree.
+pub const LEADER_EPOCH: i32 = 0;
+
+pub mod node;
+pub use node::{AdminError, BrokerEndpoint, Cluster, NewTopic};

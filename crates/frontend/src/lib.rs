@@ -1,1 +1,33 @@
-//! millrace-frontend
+//! Millrace's Kafka front end: the connection loop, request decoding with `kafka-protocol`, the one
+//! table of advertised API versions, one module per API, and the one mapping from internal errors
+//! to Kafka error codes.
+//!
+//! Data flow: [`server::run`] accepts connections; [`connection`] cuts length-prefixed frames and
+//! keeps responses in request order; [`dispatch`] decodes the header, checks the version against
+//! [`versions`], decodes the body and calls the API module, which translates the request into calls
+//! on [`millrace_cluster::Cluster`] and [`millrace_store`] and builds the response.
+//!
+//! **Invariant:** this crate holds no state beyond a connection; topics, logs and offsets live in
+//! `cluster` and `store`, which never see a Kafka wire type.
+//!
+//! Types to read first: [`BrokerContext`], [`dispatch::dispatch`], [`versions::ADVERTISED`].
+
+pub mod api;
+pub mod connection;
+pub mod dispatch;
+pub mod error_codes;
+pub mod limits;
+pub mod server;
+pub mod versions;
+
+use std::sync::Arc;
+
+use millrace_cluster::Cluster;
+use tokio_util::sync::CancellationToken;
+
+/// Everything a request handler may touch. Shared by all connections.
+pub struct BrokerContext {
+    pub cluster: Arc<Cluster>,
+    /// Cancelled when the broker begins to shut down; long polls return early on it.
+    pub shutdown: CancellationToken,
+}

@@ -1,0 +1,687 @@
+//! Broker and topic configuration under Kafka's own names.
+//!
+//! One registry ([`BROKER_CONFIGS`], [`TOPIC_CONFIGS`]) says which keys exist, their defaults,
+//! their types and their bounds. Everything that reads a config goes through it, so an unknown
+//! key or a bad value is rejected in one place with a message that names the key, and
+//! DescribeConfigs (later) can list every key with its value and source.
+//!
+//! Topic configs fall back to their broker synonym (`retention.ms` → `log.retention.ms` →
+//! `log.retention.minutes` → `log.retention.hours`), as in Kafka.
+//!
+//! Millrace adds a few keys of its own, all prefixed as Kafka would name them:
+//! `log.flush.policy`, `log.flush.batch.interval.ms`, `log.max.open.files`.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use millrace_store::{CleanupPolicy, FlushPolicy, LogConfig, TimestampType};
+
+/// Why a configuration was rejected. The message always names the key.
+#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
+pub enum ConfigError {
+    #[error("unknown config key '{0}'")]
+    UnknownKey(String),
+    #[error("invalid value '{value}' for config '{key}': {reason}")]
+    InvalidValue {
+        key: String,
+        value: String,
+        reason: String,
+    },
+}
+
+/// Where a config value came from, with Kafka's DescribeConfigs source codes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConfigSource {
+    DynamicTopicConfig = 1,
+    StaticBrokerConfig = 4,
+    DefaultConfig = 5,
+}
+
+/// The kind of value a key holds, and its bounds.
+#[derive(Debug, Clone, Copy)]
+pub enum ConfigType {
+    Int {
+        min: i64,
+        max: i64,
+    },
+    Long {
+        min: i64,
+    },
+    Bool,
+    Double {
+        min: f64,
+        max: f64,
+    },
+    /// One of the listed words, compared case-sensitively as Kafka does.
+    OneOf(&'static [&'static str]),
+    CleanupPolicy,
+    Str,
+}
+
+/// One known configuration key.
+#[derive(Debug)]
+pub struct ConfigDef {
+    pub name: &'static str,
+    /// `None` when Kafka's default is null (the key is derived from another).
+    pub default: Option<&'static str>,
+    pub ty: ConfigType,
+}
+
+const fn def(name: &'static str, default: &'static str, ty: ConfigType) -> ConfigDef {
+    ConfigDef {
+        name,
+        default: Some(default),
+        ty,
+    }
+}
+
+const fn nodef(name: &'static str, ty: ConfigType) -> ConfigDef {
+    ConfigDef {
+        name,
+        default: None,
+        ty,
+    }
+}
+
+const INT_POS: ConfigType = ConfigType::Int {
+    min: 1,
+    max: i32::MAX as i64,
+};
+const INT_NONNEG: ConfigType = ConfigType::Int {
+    min: 0,
+    max: i32::MAX as i64,
+};
+const LONG_ANY: ConfigType = ConfigType::Long { min: -1 };
+const LONG_NONNEG: ConfigType = ConfigType::Long { min: 0 };
+const LONG_POS: ConfigType = ConfigType::Long { min: 1 };
+const TIMESTAMP_TYPES: ConfigType = ConfigType::OneOf(&["CreateTime", "LogAppendTime"]);
+const COMPRESSION_TYPES: ConfigType =
+    ConfigType::OneOf(&["producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"]);
+
+/// Every broker key Millrace accepts (`--set`, `--config`, `MILLRACE_*`).
+pub static BROKER_CONFIGS: &[ConfigDef] = &[
+    def("node.id", "1", INT_NONNEG),
+    nodef("log.dirs", ConfigType::Str),
+    nodef("listeners", ConfigType::Str),
+    nodef("advertised.listeners", ConfigType::Str),
+    nodef("log.dir", ConfigType::Str),
+    def("num.partitions", "1", INT_POS),
+    def(
+        "default.replication.factor",
+        "1",
+        ConfigType::Int {
+            min: 1,
+            max: i16::MAX as i64,
+        },
+    ),
+    def("auto.create.topics.enable", "true", ConfigType::Bool),
+    def("delete.topic.enable", "true", ConfigType::Bool),
+    def("message.max.bytes", "1048588", INT_NONNEG),
+    def("socket.request.max.bytes", "104857600", INT_POS),
+    def("max.connections", "2147483647", INT_NONNEG),
+    def("connections.max.idle.ms", "600000", LONG_ANY),
+    nodef("log.retention.ms", LONG_ANY),
+    nodef("log.retention.minutes", INT_POS),
+    def("log.retention.hours", "168", INT_POS),
+    def("log.retention.bytes", "-1", LONG_ANY),
+    def("log.retention.check.interval.ms", "300000", LONG_POS),
+    def(
+        "log.segment.bytes",
+        "1073741824",
+        ConfigType::Int {
+            min: 14,
+            max: i32::MAX as i64,
+        },
+    ),
+    nodef("log.roll.ms", LONG_POS),
+    def("log.roll.hours", "168", INT_POS),
+    def("log.roll.jitter.ms", "0", LONG_NONNEG),
+    def(
+        "log.index.size.max.bytes",
+        "10485760",
+        ConfigType::Int {
+            min: 4,
+            max: i32::MAX as i64,
+        },
+    ),
+    def("log.index.interval.bytes", "4096", INT_NONNEG),
+    def("log.cleanup.policy", "delete", ConfigType::CleanupPolicy),
+    def("log.cleaner.enable", "true", ConfigType::Bool),
+    def("log.cleaner.delete.retention.ms", "86400000", LONG_NONNEG),
+    def(
+        "log.cleaner.min.cleanable.ratio",
+        "0.5",
+        ConfigType::Double { min: 0.0, max: 1.0 },
+    ),
+    def("log.cleaner.min.compaction.lag.ms", "0", LONG_NONNEG),
+    def(
+        "log.cleaner.max.compaction.lag.ms",
+        "9223372036854775807",
+        LONG_POS,
+    ),
+    def("log.message.timestamp.type", "CreateTime", TIMESTAMP_TYPES),
+    def(
+        "log.message.timestamp.before.max.ms",
+        "9223372036854775807",
+        LONG_NONNEG,
+    ),
+    def("log.message.timestamp.after.max.ms", "3600000", LONG_NONNEG),
+    def(
+        "log.flush.interval.messages",
+        "9223372036854775807",
+        LONG_POS,
+    ),
+    nodef("log.flush.interval.ms", LONG_NONNEG),
+    def("log.preallocate", "false", ConfigType::Bool),
+    def("log.segment.delete.delay.ms", "60000", LONG_NONNEG),
+    def(
+        "log.flush.policy",
+        "batch",
+        ConfigType::OneOf(&["batch", "always", "never"]),
+    ),
+    def(
+        "log.flush.batch.interval.ms",
+        "2",
+        ConfigType::Int {
+            min: 1,
+            max: 10_000,
+        },
+    ),
+    def(
+        "log.max.open.files",
+        "1024",
+        ConfigType::Int {
+            min: 16,
+            max: 1_000_000,
+        },
+    ),
+    def("min.insync.replicas", "1", INT_POS),
+    def("unclean.leader.election.enable", "false", ConfigType::Bool),
+    def("compression.type", "producer", COMPRESSION_TYPES),
+    def("offsets.topic.num.partitions", "50", INT_POS),
+    def(
+        "offsets.topic.replication.factor",
+        "3",
+        ConfigType::Int {
+            min: 1,
+            max: i16::MAX as i64,
+        },
+    ),
+    def("offsets.retention.minutes", "10080", INT_POS),
+    def("group.min.session.timeout.ms", "6000", INT_NONNEG),
+    def("group.max.session.timeout.ms", "1800000", INT_NONNEG),
+    def("group.initial.rebalance.delay.ms", "3000", INT_NONNEG),
+    def("group.max.size", "2147483647", INT_POS),
+];
+
+/// One topic-level key and the broker key it falls back to.
+#[derive(Debug)]
+pub struct TopicConfigDef {
+    pub name: &'static str,
+    pub ty: ConfigType,
+    pub broker_synonym: &'static str,
+}
+
+const fn topic(name: &'static str, ty: ConfigType, broker_synonym: &'static str) -> TopicConfigDef {
+    TopicConfigDef {
+        name,
+        ty,
+        broker_synonym,
+    }
+}
+
+/// Every topic key Millrace accepts at CreateTopics (and, later, AlterConfigs).
+pub static TOPIC_CONFIGS: &[TopicConfigDef] = &[
+    topic(
+        "cleanup.policy",
+        ConfigType::CleanupPolicy,
+        "log.cleanup.policy",
+    ),
+    topic("compression.type", COMPRESSION_TYPES, "compression.type"),
+    topic(
+        "delete.retention.ms",
+        LONG_NONNEG,
+        "log.cleaner.delete.retention.ms",
+    ),
+    topic(
+        "file.delete.delay.ms",
+        LONG_NONNEG,
+        "log.segment.delete.delay.ms",
+    ),
+    topic("flush.messages", LONG_POS, "log.flush.interval.messages"),
+    topic("flush.ms", LONG_NONNEG, "log.flush.interval.ms"),
+    topic(
+        "index.interval.bytes",
+        INT_NONNEG,
+        "log.index.interval.bytes",
+    ),
+    topic(
+        "max.compaction.lag.ms",
+        LONG_POS,
+        "log.cleaner.max.compaction.lag.ms",
+    ),
+    topic("max.message.bytes", INT_NONNEG, "message.max.bytes"),
+    topic(
+        "message.timestamp.after.max.ms",
+        LONG_NONNEG,
+        "log.message.timestamp.after.max.ms",
+    ),
+    topic(
+        "message.timestamp.before.max.ms",
+        LONG_NONNEG,
+        "log.message.timestamp.before.max.ms",
+    ),
+    topic(
+        "message.timestamp.type",
+        TIMESTAMP_TYPES,
+        "log.message.timestamp.type",
+    ),
+    topic(
+        "min.cleanable.dirty.ratio",
+        ConfigType::Double { min: 0.0, max: 1.0 },
+        "log.cleaner.min.cleanable.ratio",
+    ),
+    topic(
+        "min.compaction.lag.ms",
+        LONG_NONNEG,
+        "log.cleaner.min.compaction.lag.ms",
+    ),
+    topic("min.insync.replicas", INT_POS, "min.insync.replicas"),
+    topic("preallocate", ConfigType::Bool, "log.preallocate"),
+    topic("retention.bytes", LONG_ANY, "log.retention.bytes"),
+    topic("retention.ms", LONG_ANY, "log.retention.ms"),
+    topic(
+        "segment.bytes",
+        ConfigType::Int {
+            min: 14,
+            max: i32::MAX as i64,
+        },
+        "log.segment.bytes",
+    ),
+    topic(
+        "segment.index.bytes",
+        ConfigType::Int {
+            min: 4,
+            max: i32::MAX as i64,
+        },
+        "log.index.size.max.bytes",
+    ),
+    topic("segment.jitter.ms", LONG_NONNEG, "log.roll.jitter.ms"),
+    topic("segment.ms", LONG_POS, "log.roll.ms"),
+    topic(
+        "unclean.leader.election.enable",
+        ConfigType::Bool,
+        "unclean.leader.election.enable",
+    ),
+];
+
+fn invalid(key: &str, value: &str, reason: impl Into<String>) -> ConfigError {
+    ConfigError::InvalidValue {
+        key: key.to_string(),
+        value: value.to_string(),
+        reason: reason.into(),
+    }
+}
+
+/// Checks `value` against `ty`; the error names `key`.
+pub fn validate_value(key: &str, value: &str, ty: ConfigType) -> Result<(), ConfigError> {
+    let v = value.trim();
+    match ty {
+        ConfigType::Int { min, max } => {
+            let n: i64 = v
+                .parse()
+                .map_err(|_| invalid(key, value, "not an integer"))?;
+            if n < min || n > max {
+                return Err(invalid(key, value, format!("must be in [{min}, {max}]")));
+            }
+        }
+        ConfigType::Long { min } => {
+            let n: i64 = v.parse().map_err(|_| invalid(key, value, "not a long"))?;
+            if n < min {
+                return Err(invalid(key, value, format!("must be at least {min}")));
+            }
+        }
+        ConfigType::Bool => {
+            if !matches!(v.to_ascii_lowercase().as_str(), "true" | "false") {
+                return Err(invalid(key, value, "expected true or false"));
+            }
+        }
+        ConfigType::Double { min, max } => {
+            let n: f64 = v.parse().map_err(|_| invalid(key, value, "not a number"))?;
+            if !(min..=max).contains(&n) {
+                return Err(invalid(key, value, format!("must be in [{min}, {max}]")));
+            }
+        }
+        ConfigType::OneOf(options) => {
+            if !options.contains(&v) {
+                return Err(invalid(key, value, format!("must be one of {options:?}")));
+            }
+        }
+        ConfigType::CleanupPolicy => {
+            parse_cleanup_policy(v)
+                .ok_or_else(|| invalid(key, value, "must be a list of delete, compact"))?;
+        }
+        ConfigType::Str => {}
+    }
+    Ok(())
+}
+
+/// `delete`, `compact`, `compact,delete` (any order, spaces allowed). Kafka 4 also accepts an empty
+/// list, meaning neither.
+pub fn parse_cleanup_policy(v: &str) -> Option<CleanupPolicy> {
+    let mut policy = CleanupPolicy {
+        delete: false,
+        compact: false,
+    };
+    for word in v.split(',').map(str::trim).filter(|w| !w.is_empty()) {
+        match word {
+            "delete" => policy.delete = true,
+            "compact" => policy.compact = true,
+            _ => return None,
+        }
+    }
+    Some(policy)
+}
+
+fn broker_def(key: &str) -> Option<&'static ConfigDef> {
+    BROKER_CONFIGS.iter().find(|d| d.name == key)
+}
+
+fn topic_def(key: &str) -> Option<&'static TopicConfigDef> {
+    TOPIC_CONFIGS.iter().find(|d| d.name == key)
+}
+
+/// The broker's configuration: every key set by the operator, validated; the rest default.
+#[derive(Debug, Clone, Default)]
+pub struct BrokerConfig {
+    set: BTreeMap<String, String>,
+}
+
+impl BrokerConfig {
+    /// Validates and merges layers in order (later layers win). Unknown keys and bad values are
+    /// errors naming the key.
+    pub fn from_layers<'a>(
+        layers: impl IntoIterator<Item = &'a BTreeMap<String, String>>,
+    ) -> Result<Self, ConfigError> {
+        let mut set = BTreeMap::new();
+        for layer in layers {
+            for (key, value) in layer {
+                let def = broker_def(key).ok_or_else(|| ConfigError::UnknownKey(key.clone()))?;
+                validate_value(key, value, def.ty)?;
+                set.insert(key.clone(), value.trim().to_string());
+            }
+        }
+        Ok(Self { set })
+    }
+
+    /// The value of a key: set, or its default; `None` for an unknown or null key.
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.set
+            .get(key)
+            .map(String::as_str)
+            .or_else(|| broker_def(key).and_then(|d| d.default))
+    }
+
+    /// Whether the operator set this key.
+    pub fn source(&self, key: &str) -> ConfigSource {
+        if self.set.contains_key(key) {
+            ConfigSource::StaticBrokerConfig
+        } else {
+            ConfigSource::DefaultConfig
+        }
+    }
+
+    fn long(&self, key: &str) -> Option<i64> {
+        self.get(key).and_then(|v| v.parse().ok())
+    }
+
+    fn long_or(&self, key: &str, fallback: i64) -> i64 {
+        self.long(key).unwrap_or(fallback)
+    }
+
+    fn bool_or(&self, key: &str, fallback: bool) -> bool {
+        self.get(key)
+            .map(|v| v.eq_ignore_ascii_case("true"))
+            .unwrap_or(fallback)
+    }
+
+    pub fn node_id(&self) -> i32 {
+        self.long_or("node.id", 1) as i32
+    }
+    pub fn num_partitions(&self) -> i32 {
+        self.long_or("num.partitions", 1) as i32
+    }
+    pub fn default_replication_factor(&self) -> i16 {
+        self.long_or("default.replication.factor", 1) as i16
+    }
+    pub fn auto_create_topics(&self) -> bool {
+        self.bool_or("auto.create.topics.enable", true)
+    }
+    pub fn delete_topic_enable(&self) -> bool {
+        self.bool_or("delete.topic.enable", true)
+    }
+    pub fn socket_request_max_bytes(&self) -> usize {
+        self.long_or("socket.request.max.bytes", 104_857_600) as usize
+    }
+    pub fn max_connections(&self) -> usize {
+        self.long_or("max.connections", i32::MAX as i64) as usize
+    }
+    /// `None` = connections never expire for idleness (Kafka's -1).
+    pub fn connections_max_idle(&self) -> Option<Duration> {
+        let ms = self.long_or("connections.max.idle.ms", 600_000);
+        (ms >= 0).then(|| Duration::from_millis(ms as u64))
+    }
+    pub fn retention_check_interval(&self) -> Duration {
+        Duration::from_millis(self.long_or("log.retention.check.interval.ms", 300_000) as u64)
+    }
+    pub fn flush_policy(&self) -> FlushPolicy {
+        match self.get("log.flush.policy") {
+            Some("always") => FlushPolicy::Always,
+            Some("never") => FlushPolicy::Never,
+            _ => FlushPolicy::Batch,
+        }
+    }
+    pub fn flush_batch_interval(&self) -> Duration {
+        Duration::from_millis(self.long_or("log.flush.batch.interval.ms", 2) as u64)
+    }
+    pub fn max_open_files(&self) -> usize {
+        self.long_or("log.max.open.files", 1024) as usize
+    }
+    /// A key the operator set explicitly (no default).
+    pub fn explicit(&self, key: &str) -> Option<&str> {
+        self.set.get(key).map(String::as_str)
+    }
+
+    /// `log.dirs` (first entry) or `log.dir`, if the operator set either.
+    pub fn log_dir(&self) -> Option<String> {
+        self.set
+            .get("log.dirs")
+            .or_else(|| self.set.get("log.dir"))
+            .and_then(|v| v.split(',').next())
+            .map(|s| s.trim().to_string())
+    }
+
+    /// The broker-level default of a topic key, following Kafka's synonym chains.
+    pub fn topic_default(&self, topic_key: &str) -> Option<String> {
+        let def = topic_def(topic_key)?;
+        let value = match def.broker_synonym {
+            "log.retention.ms" => self
+                .long("log.retention.ms")
+                .or_else(|| self.long("log.retention.minutes").map(|m| m * 60_000))
+                .unwrap_or(self.long_or("log.retention.hours", 168) * 3_600_000)
+                .to_string(),
+            "log.roll.ms" => self
+                .long("log.roll.ms")
+                .unwrap_or(self.long_or("log.roll.hours", 168) * 3_600_000)
+                .to_string(),
+            "log.flush.interval.ms" => self
+                .long("log.flush.interval.ms")
+                .unwrap_or(i64::MAX)
+                .to_string(),
+            synonym => self.get(synonym)?.to_string(),
+        };
+        Some(value)
+    }
+
+    /// The store's view of a topic: its overrides on top of the broker defaults.
+    pub fn log_config(&self, overrides: &TopicConfigs) -> LogConfig {
+        let get = |key: &str| -> String {
+            overrides
+                .get(key)
+                .map(str::to_string)
+                .or_else(|| self.topic_default(key))
+                .unwrap_or_default()
+        };
+        let long = |key: &str, fallback: i64| get(key).trim().parse::<i64>().unwrap_or(fallback);
+        let defaults = LogConfig::default();
+        LogConfig {
+            segment_bytes: long("segment.bytes", defaults.segment_bytes as i64).max(14) as u64,
+            segment_ms: long("segment.ms", defaults.segment_ms),
+            segment_index_bytes: long("segment.index.bytes", defaults.segment_index_bytes as i64)
+                .max(4) as u64,
+            index_interval_bytes: long("index.interval.bytes", defaults.index_interval_bytes as i64)
+                .clamp(0, u32::MAX as i64) as u32,
+            max_message_bytes: long("max.message.bytes", defaults.max_message_bytes as i64)
+                .clamp(0, u32::MAX as i64) as u32,
+            retention_ms: long("retention.ms", defaults.retention_ms),
+            retention_bytes: long("retention.bytes", defaults.retention_bytes),
+            cleanup_policy: parse_cleanup_policy(&get("cleanup.policy"))
+                .unwrap_or(defaults.cleanup_policy),
+            delete_retention_ms: long("delete.retention.ms", defaults.delete_retention_ms),
+            min_cleanable_dirty_ratio: get("min.cleanable.dirty.ratio")
+                .trim()
+                .parse()
+                .unwrap_or(defaults.min_cleanable_dirty_ratio),
+            min_compaction_lag_ms: long("min.compaction.lag.ms", defaults.min_compaction_lag_ms),
+            message_timestamp_type: if get("message.timestamp.type") == "LogAppendTime" {
+                TimestampType::LogAppendTime
+            } else {
+                TimestampType::CreateTime
+            },
+            flush_messages: long("flush.messages", defaults.flush_messages),
+            flush_ms: long("flush.ms", defaults.flush_ms),
+        }
+    }
+}
+
+/// A topic's config overrides (only the keys set on that topic), validated.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct TopicConfigs(BTreeMap<String, String>);
+
+impl TopicConfigs {
+    /// Validates every key and value; unknown keys are errors, as in Kafka.
+    pub fn new(entries: BTreeMap<String, String>) -> Result<Self, ConfigError> {
+        let mut out = BTreeMap::new();
+        for (key, value) in entries {
+            let def = topic_def(&key).ok_or_else(|| ConfigError::UnknownKey(key.clone()))?;
+            validate_value(&key, &value, def.ty)?;
+            out.insert(key, value.trim().to_string());
+        }
+        Ok(Self(out))
+    }
+
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.0.get(key).map(String::as_str)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.0.iter().map(|(k, v)| (k.as_str(), v.as_str()))
+    }
+
+    /// Every known topic key with its effective value and source, in name order.
+    pub fn describe<'a>(
+        &'a self,
+        broker: &'a BrokerConfig,
+    ) -> impl Iterator<Item = (&'static str, Option<String>, ConfigSource)> + 'a {
+        TOPIC_CONFIGS.iter().map(move |d| match self.get(d.name) {
+            Some(v) => (
+                d.name,
+                Some(v.to_string()),
+                ConfigSource::DynamicTopicConfig,
+            ),
+            None => (
+                d.name,
+                broker.topic_default(d.name),
+                broker.source(d.broker_synonym),
+            ),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn layer(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn unknown_broker_key_is_named() {
+        let err = BrokerConfig::from_layers([&layer(&[("no.such.key", "1")])]).unwrap_err();
+        assert_eq!(err, ConfigError::UnknownKey("no.such.key".into()));
+    }
+
+    #[test]
+    fn bad_value_is_named() {
+        let err = BrokerConfig::from_layers([&layer(&[("num.partitions", "zero")])]).unwrap_err();
+        assert!(
+            matches!(err, ConfigError::InvalidValue { ref key, .. } if key == "num.partitions")
+        );
+        assert!(BrokerConfig::from_layers([&layer(&[("num.partitions", "0")])]).is_err());
+    }
+
+    #[test]
+    fn later_layers_win() {
+        let c = BrokerConfig::from_layers([
+            &layer(&[("num.partitions", "3")]),
+            &layer(&[("num.partitions", "5")]),
+        ])
+        .unwrap();
+        assert_eq!(c.num_partitions(), 5);
+    }
+
+    #[test]
+    fn retention_synonyms() {
+        let c = BrokerConfig::default();
+        assert_eq!(
+            c.topic_default("retention.ms").as_deref(),
+            Some("604800000")
+        );
+        let c = BrokerConfig::from_layers([&layer(&[("log.retention.minutes", "2")])]).unwrap();
+        assert_eq!(c.topic_default("retention.ms").as_deref(), Some("120000"));
+        let c = BrokerConfig::from_layers([&layer(&[
+            ("log.retention.minutes", "2"),
+            ("log.retention.ms", "5"),
+        ])])
+        .unwrap();
+        assert_eq!(c.log_config(&TopicConfigs::default()).retention_ms, 5);
+    }
+
+    #[test]
+    fn topic_overrides_reach_the_log_config() {
+        let t = TopicConfigs::new(layer(&[
+            ("cleanup.policy", "compact"),
+            ("message.timestamp.type", "LogAppendTime"),
+            ("segment.bytes", "1024"),
+        ]))
+        .unwrap();
+        let lc = BrokerConfig::default().log_config(&t);
+        assert!(lc.cleanup_policy.compact && !lc.cleanup_policy.delete);
+        assert!(matches!(
+            lc.message_timestamp_type,
+            TimestampType::LogAppendTime
+        ));
+        assert_eq!(lc.segment_bytes, 1024);
+    }
+
+    #[test]
+    fn bad_topic_configs() {
+        assert!(TopicConfigs::new(layer(&[("cleanup.policy", "shred")])).is_err());
+        assert!(TopicConfigs::new(layer(&[("not.a.topic.key", "1")])).is_err());
+        assert!(TopicConfigs::new(layer(&[("retention.ms", "abc")])).is_err());
+    }
+}

@@ -1,0 +1,290 @@
+//! The metadata image of a single-node cluster: cluster id, this broker, and every topic with its
+//! topic id, partition count and config overrides.
+//!
+//! Persistence: one JSON checkpoint (`cluster-metadata.json` in the data directory), written
+//! tmp → fsync → rename → fsync dir, so a crash leaves either the old or the new image. The image
+//! is the source of truth for which topics exist; the broker reconciles the store against it at
+//! start (creating missing partition logs, deleting logs of topics that are gone).
+//!
+//! Locking: one `RwLock` around the image; writers persist while holding it, so two admin
+//! requests cannot interleave their checkpoints. Readers get clones of small structs.
+//!
+//! Not here yet: several brokers, leader election, ISR (a Raft metadata log will feed this image).
+
+use std::collections::BTreeMap;
+use std::fs::{self, File};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use parking_lot::RwLock;
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use crate::config::TopicConfigs;
+
+/// File name of the metadata checkpoint inside the data directory.
+pub const METADATA_FILE: &str = "cluster-metadata.json";
+
+/// Most partitions one topic may have (Kafka has no hard limit; this bounds a CreateTopics or
+/// CreatePartitions request so that one request cannot create millions of logs).
+pub const PARTITIONS_PER_TOPIC_MAX: i32 = 10_000;
+
+#[derive(Debug, thiserror::Error)]
+pub enum MetadataError {
+    #[error("topic '{0}' already exists")]
+    TopicAlreadyExists(String),
+    #[error("topic '{0}' does not exist")]
+    UnknownTopic(String),
+    #[error("invalid partition count: {0}")]
+    InvalidPartitions(String),
+    #[error("metadata checkpoint {path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("metadata checkpoint {path} is corrupt: {reason}")]
+    Corrupt { path: PathBuf, reason: String },
+}
+
+/// One topic as the cluster knows it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct TopicMetadata {
+    pub name: String,
+    pub topic_id: Uuid,
+    pub partitions: i32,
+    pub replication_factor: i16,
+    #[serde(default)]
+    pub configs: TopicConfigs,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Image {
+    cluster_id: String,
+    topics: BTreeMap<String, TopicMetadata>,
+}
+
+/// The cluster metadata image plus its checkpoint file.
+#[derive(Debug)]
+pub struct ClusterMetadata {
+    path: PathBuf,
+    image: RwLock<Image>,
+}
+
+impl ClusterMetadata {
+    /// Loads the checkpoint from `data_dir`, or starts a new cluster (new cluster id) if there is
+    /// none yet.
+    pub fn open(data_dir: &Path) -> Result<Self, MetadataError> {
+        let path = data_dir.join(METADATA_FILE);
+        let image = match fs::read(&path) {
+            Ok(bytes) => {
+                serde_json::from_slice::<Image>(&bytes).map_err(|e| MetadataError::Corrupt {
+                    path: path.clone(),
+                    reason: e.to_string(),
+                })?
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let image = Image {
+                    cluster_id: new_cluster_id(),
+                    topics: BTreeMap::new(),
+                };
+                write_checkpoint(&path, &image)?;
+                image
+            }
+            Err(source) => return Err(MetadataError::Io { path, source }),
+        };
+        Ok(Self {
+            path,
+            image: RwLock::new(image),
+        })
+    }
+
+    pub fn cluster_id(&self) -> String {
+        self.image.read().cluster_id.clone()
+    }
+
+    pub fn topic(&self, name: &str) -> Option<TopicMetadata> {
+        self.image.read().topics.get(name).cloned()
+    }
+
+    pub fn topic_by_id(&self, id: Uuid) -> Option<TopicMetadata> {
+        self.image
+            .read()
+            .topics
+            .values()
+            .find(|t| t.topic_id == id)
+            .cloned()
+    }
+
+    /// Every topic, in name order.
+    pub fn topics(&self) -> Vec<TopicMetadata> {
+        self.image.read().topics.values().cloned().collect()
+    }
+
+    /// Records a new topic durably and returns it (with its fresh topic id).
+    pub fn create_topic(
+        &self,
+        name: &str,
+        partitions: i32,
+        replication_factor: i16,
+        configs: TopicConfigs,
+    ) -> Result<TopicMetadata, MetadataError> {
+        check_partition_count(partitions)?;
+        let mut image = self.image.write();
+        if image.topics.contains_key(name) {
+            return Err(MetadataError::TopicAlreadyExists(name.to_string()));
+        }
+        let topic = TopicMetadata {
+            name: name.to_string(),
+            topic_id: Uuid::new_v4(),
+            partitions,
+            replication_factor,
+            configs,
+        };
+        let mut next = image.clone();
+        next.topics.insert(name.to_string(), topic.clone());
+        write_checkpoint(&self.path, &next)?;
+        *image = next;
+        Ok(topic)
+    }
+
+    /// Removes a topic durably and returns what it was.
+    pub fn delete_topic(&self, name: &str) -> Result<TopicMetadata, MetadataError> {
+        let mut image = self.image.write();
+        let mut next = image.clone();
+        let topic = next
+            .topics
+            .remove(name)
+            .ok_or_else(|| MetadataError::UnknownTopic(name.to_string()))?;
+        write_checkpoint(&self.path, &next)?;
+        *image = next;
+        Ok(topic)
+    }
+
+    /// Grows a topic to `count` partitions durably; returns the previous count.
+    pub fn set_partition_count(&self, name: &str, count: i32) -> Result<i32, MetadataError> {
+        check_partition_count(count)?;
+        let mut image = self.image.write();
+        let mut next = image.clone();
+        let topic = next
+            .topics
+            .get_mut(name)
+            .ok_or_else(|| MetadataError::UnknownTopic(name.to_string()))?;
+        let previous = topic.partitions;
+        if count <= previous {
+            return Err(MetadataError::InvalidPartitions(format!(
+                "Topic currently has {previous} partitions, which is higher than or equal to the requested {count}."
+            )));
+        }
+        topic.partitions = count;
+        write_checkpoint(&self.path, &next)?;
+        *image = next;
+        Ok(previous)
+    }
+
+    /// Replaces a topic's config overrides durably.
+    pub fn set_topic_configs(
+        &self,
+        name: &str,
+        configs: TopicConfigs,
+    ) -> Result<(), MetadataError> {
+        let mut image = self.image.write();
+        let mut next = image.clone();
+        next.topics
+            .get_mut(name)
+            .ok_or_else(|| MetadataError::UnknownTopic(name.to_string()))?
+            .configs = configs;
+        write_checkpoint(&self.path, &next)?;
+        *image = next;
+        Ok(())
+    }
+}
+
+fn check_partition_count(count: i32) -> Result<(), MetadataError> {
+    if !(1..=PARTITIONS_PER_TOPIC_MAX).contains(&count) {
+        return Err(MetadataError::InvalidPartitions(format!(
+            "Number of partitions must be in [1, {PARTITIONS_PER_TOPIC_MAX}], got {count}."
+        )));
+    }
+    Ok(())
+}
+
+/// A Kafka-style cluster id: 16 random bytes in URL-safe base64 without padding (22 characters).
+fn new_cluster_id() -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let bytes = Uuid::new_v4().into_bytes();
+    let mut out = String::with_capacity(22);
+    let mut acc: u32 = 0;
+    let mut bits = 0;
+    for b in bytes {
+        acc = (acc << 8) | u32::from(b);
+        bits += 8;
+        while bits >= 6 {
+            bits -= 6;
+            out.push(ALPHABET[((acc >> bits) & 63) as usize] as char);
+        }
+    }
+    if bits > 0 {
+        out.push(ALPHABET[((acc << (6 - bits)) & 63) as usize] as char);
+    }
+    out
+}
+
+fn write_checkpoint(path: &Path, image: &Image) -> Result<(), MetadataError> {
+    let io = |source| MetadataError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let bytes = serde_json::to_vec_pretty(image).map_err(|e| io(std::io::Error::other(e)))?;
+    let tmp = path.with_extension("json.tmp");
+    let mut file = File::create(&tmp).map_err(io)?;
+    file.write_all(&bytes).map_err(io)?;
+    file.sync_all().map_err(io)?;
+    drop(file);
+    fs::rename(&tmp, path).map_err(io)?;
+    if let Some(dir) = path.parent() {
+        File::open(dir).and_then(|d| d.sync_all()).map_err(io)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cluster_id_and_topic_ids_survive_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let m = ClusterMetadata::open(dir.path()).unwrap();
+        let id = m.cluster_id();
+        assert_eq!(id.len(), 22);
+        let t = m.create_topic("a", 3, 1, TopicConfigs::default()).unwrap();
+        drop(m);
+        let m = ClusterMetadata::open(dir.path()).unwrap();
+        assert_eq!(m.cluster_id(), id);
+        assert_eq!(m.topic("a").unwrap().topic_id, t.topic_id);
+        assert_eq!(m.topic_by_id(t.topic_id).unwrap().name, "a");
+    }
+
+    #[test]
+    fn create_delete_grow() {
+        let dir = tempfile::tempdir().unwrap();
+        let m = ClusterMetadata::open(dir.path()).unwrap();
+        m.create_topic("a", 1, 1, TopicConfigs::default()).unwrap();
+        assert!(matches!(
+            m.create_topic("a", 1, 1, TopicConfigs::default()),
+            Err(MetadataError::TopicAlreadyExists(_))
+        ));
+        assert!(matches!(
+            m.set_partition_count("a", 1),
+            Err(MetadataError::InvalidPartitions(_))
+        ));
+        assert_eq!(m.set_partition_count("a", 4).unwrap(), 1);
+        assert_eq!(m.topic("a").unwrap().partitions, 4);
+        m.delete_topic("a").unwrap();
+        assert!(m.topic("a").is_none());
+        assert!(matches!(
+            m.delete_topic("a"),
+            Err(MetadataError::UnknownTopic(_))
+        ));
+    }
+}

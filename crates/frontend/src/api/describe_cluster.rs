@@ -1,0 +1,44 @@
+//! DescribeCluster (key 60): cluster id, controller and brokers, for Java Admin and Connect.
+
+use std::sync::Arc;
+
+use kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
+use kafka_protocol::messages::{BrokerId, DescribeClusterRequest, DescribeClusterResponse};
+
+use super::str_bytes;
+use crate::BrokerContext;
+
+/// Kafka's endpoint type for brokers (v1+); 2 = controllers, which Millrace does not expose.
+const ENDPOINT_TYPE_BROKERS: i8 = 1;
+/// UNSUPPORTED_ENDPOINT_TYPE.
+const UNSUPPORTED_ENDPOINT_TYPE: i16 = 119;
+
+pub fn handle(
+    ctx: &Arc<BrokerContext>,
+    request: DescribeClusterRequest,
+    version: i16,
+) -> DescribeClusterResponse {
+    let cluster = &ctx.cluster;
+    let mut response = DescribeClusterResponse::default()
+        .with_cluster_id(str_bytes(&cluster.cluster_id()))
+        .with_controller_id(BrokerId(cluster.controller_id()));
+    if version >= 1 {
+        response.endpoint_type = request.endpoint_type;
+        if request.endpoint_type != ENDPOINT_TYPE_BROKERS {
+            response.error_code = UNSUPPORTED_ENDPOINT_TYPE;
+            response.error_message = Some(str_bytes("Only broker endpoints are served."));
+            return response;
+        }
+    }
+    response.brokers = cluster
+        .brokers()
+        .into_iter()
+        .map(|b| {
+            DescribeClusterBroker::default()
+                .with_broker_id(BrokerId(b.node_id))
+                .with_host(str_bytes(&b.host))
+                .with_port(i32::from(b.port))
+        })
+        .collect();
+    response
+}

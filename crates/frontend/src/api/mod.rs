@@ -1,0 +1,24 @@
+//! One module per Kafka API. Each takes the decoded request and the version, talks to
+//! `cluster`/`store`, and returns the response with only the fields that exist in that version.
+
+pub mod api_versions;
+pub mod create_partitions;
+pub mod create_topics;
+pub mod delete_topics;
+pub mod describe_cluster;
+pub mod fetch;
+pub mod find_coordinator;
+pub mod list_offsets;
+pub mod metadata;
+pub mod produce;
+
+use kafka_protocol::messages::TopicName;
+use kafka_protocol::protocol::StrBytes;
+
+pub(crate) fn str_bytes(s: &str) -> StrBytes {
+    StrBytes::from_string(s.to_string())
+}
+
+pub(crate) fn topic_name(s: &str) -> TopicName {
+    TopicName(str_bytes(s))
+}

@@ -1,0 +1,195 @@
+//! Bytes → request → handler: decodes the request header, checks the API key and version against
+//! [`crate::versions`], decodes the body once, calls the API's module, and encodes its response
+//! with the right header version.
+//!
+//! Kafka's rules (protocol-checklist §1.2): an unknown or unserved key, a version outside the
+//! advertised range (except ApiVersions) or an undecodable request closes the connection;
+//! ApiVersions above our range gets the v0 error reply with our list; Produce with acks=0 gets no
+//! response at all.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::{
+    ApiKey, ApiVersionsRequest, CreatePartitionsRequest, CreateTopicsRequest, DeleteTopicsRequest,
+    DescribeClusterRequest, FetchRequest, FindCoordinatorRequest, ListOffsetsRequest,
+    MetadataRequest, ProduceRequest, RequestHeader, ResponseHeader,
+};
+use kafka_protocol::protocol::{Decodable, Encodable};
+use tokio::task::JoinHandle;
+
+use crate::api;
+use crate::versions::{advertised, PRODUCE_VERSION_SERVED_MIN};
+use crate::BrokerContext;
+
+/// A response being prepared: `Ok(None)` means "send nothing" (acks=0); `Err` means the response
+/// could not be built and the connection must close.
+pub type Pending = JoinHandle<Result<Option<Bytes>, String>>;
+
+/// Where a request is going, for encoding its response.
+#[derive(Debug, Clone, Copy)]
+struct Route {
+    key: ApiKey,
+    version: i16,
+    correlation_id: i32,
+}
+
+/// Decodes and starts one request. `Err` carries the reason to close the connection.
+pub fn dispatch(ctx: &Arc<BrokerContext>, frame: Bytes) -> Result<Pending, String> {
+    let (Some(key_bytes), Some(version_bytes)) = (frame.get(0..2), frame.get(2..4)) else {
+        return Err(format!(
+            "frame of {} bytes is shorter than a request header",
+            frame.len()
+        ));
+    };
+    let raw_key = i16::from_be_bytes([key_bytes[0], key_bytes[1]]);
+    let version = i16::from_be_bytes([version_bytes[0], version_bytes[1]]);
+    let key = ApiKey::try_from(raw_key).map_err(|_| format!("unknown API key {raw_key}"))?;
+    let range = advertised(key).ok_or_else(|| format!("API {key:?} ({raw_key}) is not served"))?;
+    let mut buf = frame;
+
+    if key == ApiKey::ApiVersions && version > range.max {
+        let header = RequestHeader::decode(&mut buf, key.request_header_version(version))
+            .map_err(|e| format!("ApiVersions v{version}: bad header: {e}"))?;
+        let reply = api::api_versions::unsupported_version_response();
+        let route = Route {
+            key,
+            version: 0,
+            correlation_id: header.correlation_id,
+        };
+        return Ok(ready(route, reply));
+    }
+    if version < range.min || version > range.max {
+        return Err(format!(
+            "{key:?} v{version} is outside the served range {}..={}",
+            range.min, range.max
+        ));
+    }
+    if key == ApiKey::Produce && version < PRODUCE_VERSION_SERVED_MIN {
+        return Err(format!(
+            "Produce v{version} (message format v0/v1) is no longer supported"
+        ));
+    }
+    let header = RequestHeader::decode(&mut buf, key.request_header_version(version))
+        .map_err(|e| format!("{key:?} v{version}: bad request header: {e}"))?;
+    let route = Route {
+        key,
+        version,
+        correlation_id: header.correlation_id,
+    };
+
+    match key {
+        ApiKey::Produce => {
+            let request: ProduceRequest = decode(&mut buf, route)?;
+            let acks = request.acks;
+            let response = api::produce::handle(ctx, request, version);
+            Ok(spawn(route, response, acks != 0))
+        }
+        ApiKey::Fetch => {
+            let request: FetchRequest = decode(&mut buf, route)?;
+            Ok(spawn(
+                route,
+                api::fetch::handle(ctx.clone(), request, version),
+                true,
+            ))
+        }
+        ApiKey::ListOffsets => {
+            let request: ListOffsetsRequest = decode(&mut buf, route)?;
+            Ok(ready(
+                route,
+                api::list_offsets::handle(ctx, request, version),
+            ))
+        }
+        ApiKey::Metadata => {
+            let request: MetadataRequest = decode(&mut buf, route)?;
+            Ok(ready(route, api::metadata::handle(ctx, request, version)))
+        }
+        ApiKey::FindCoordinator => {
+            let request: FindCoordinatorRequest = decode(&mut buf, route)?;
+            Ok(ready(
+                route,
+                api::find_coordinator::handle(ctx, request, version),
+            ))
+        }
+        ApiKey::ApiVersions => {
+            let request: ApiVersionsRequest = decode(&mut buf, route)?;
+            Ok(ready(route, api::api_versions::handle(request, version)))
+        }
+        ApiKey::CreateTopics => {
+            let request: CreateTopicsRequest = decode(&mut buf, route)?;
+            Ok(ready(
+                route,
+                api::create_topics::handle(ctx, request, version),
+            ))
+        }
+        ApiKey::DeleteTopics => {
+            let request: DeleteTopicsRequest = decode(&mut buf, route)?;
+            Ok(ready(
+                route,
+                api::delete_topics::handle(ctx, request, version),
+            ))
+        }
+        ApiKey::CreatePartitions => {
+            let request: CreatePartitionsRequest = decode(&mut buf, route)?;
+            Ok(ready(
+                route,
+                api::create_partitions::handle(ctx, request, version),
+            ))
+        }
+        ApiKey::DescribeCluster => {
+            let request: DescribeClusterRequest = decode(&mut buf, route)?;
+            Ok(ready(
+                route,
+                api::describe_cluster::handle(ctx, request, version),
+            ))
+        }
+        other => Err(format!("{other:?} is advertised but has no handler")),
+    }
+}
+
+fn decode<T: Decodable>(buf: &mut Bytes, route: Route) -> Result<T, String> {
+    T::decode(buf, route.version)
+        .map_err(|e| format!("{:?} v{}: malformed request: {e}", route.key, route.version))
+}
+
+/// A response that is already complete.
+fn ready<R: Encodable + Send + 'static>(route: Route, response: R) -> Pending {
+    let encoded = encode(route, &response).map(Some);
+    tokio::spawn(async move { encoded })
+}
+
+/// A response that completes later (durability wait, long poll); `respond = false` drops it.
+fn spawn<R, F>(route: Route, response: F, respond: bool) -> Pending
+where
+    R: Encodable + Send + 'static,
+    F: Future<Output = R> + Send + 'static,
+{
+    tokio::spawn(async move {
+        let response = response.await;
+        if respond {
+            encode(route, &response).map(Some)
+        } else {
+            Ok(None)
+        }
+    })
+}
+
+/// Size prefix + response header (at the API's response header version) + body.
+fn encode<R: Encodable>(route: Route, response: &R) -> Result<Bytes, String> {
+    let header = ResponseHeader::default().with_correlation_id(route.correlation_id);
+    let header_version = route.key.response_header_version(route.version);
+    let fail = |e: anyhow::Error| {
+        format!(
+            "{:?} v{}: cannot encode response: {e}",
+            route.key, route.version
+        )
+    };
+    let size = header.compute_size(header_version).map_err(fail)?
+        + response.compute_size(route.version).map_err(fail)?;
+    let mut buf = BytesMut::with_capacity(4 + size);
+    buf.put_i32(i32::try_from(size).map_err(|_| format!("response of {size} bytes is too large"))?);
+    header.encode(&mut buf, header_version).map_err(fail)?;
+    response.encode(&mut buf, route.version).map_err(fail)?;
+    Ok(buf.freeze())
+}

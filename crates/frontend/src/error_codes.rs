@@ -1,0 +1,121 @@
+//! Kafka error codes and the one place that maps Millrace's internal errors onto them.
+//!
+//! Anything without a specific mapping becomes UNKNOWN_SERVER_ERROR with a `warn!` naming the
+//! context, so that an unmapped case shows up in the logs instead of as a silent wrong answer.
+
+use millrace_cluster::AdminError;
+use millrace_store::{AppendError, ReadError, StoreError};
+use tracing::warn;
+
+pub const NONE: i16 = 0;
+pub const UNKNOWN_SERVER_ERROR: i16 = -1;
+pub const OFFSET_OUT_OF_RANGE: i16 = 1;
+pub const CORRUPT_MESSAGE: i16 = 2;
+pub const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
+pub const LEADER_NOT_AVAILABLE: i16 = 5;
+pub const REQUEST_TIMED_OUT: i16 = 7;
+pub const MESSAGE_TOO_LARGE: i16 = 10;
+pub const INVALID_TOPIC_EXCEPTION: i16 = 17;
+pub const INVALID_REQUIRED_ACKS: i16 = 21;
+pub const COORDINATOR_NOT_AVAILABLE: i16 = 15;
+pub const UNSUPPORTED_VERSION: i16 = 35;
+pub const TOPIC_ALREADY_EXISTS: i16 = 36;
+pub const INVALID_PARTITIONS: i16 = 37;
+pub const INVALID_REPLICATION_FACTOR: i16 = 38;
+pub const INVALID_REPLICA_ASSIGNMENT: i16 = 39;
+pub const INVALID_CONFIG: i16 = 40;
+pub const INVALID_REQUEST: i16 = 42;
+pub const OUT_OF_ORDER_SEQUENCE_NUMBER: i16 = 45;
+pub const INVALID_PRODUCER_EPOCH: i16 = 47;
+pub const KAFKA_STORAGE_ERROR: i16 = 56;
+pub const FENCED_LEADER_EPOCH: i16 = 74;
+pub const UNKNOWN_LEADER_EPOCH: i16 = 75;
+pub const UNSUPPORTED_COMPRESSION_TYPE: i16 = 76;
+pub const INVALID_RECORD: i16 = 87;
+pub const TOPIC_DELETION_DISABLED: i16 = 73;
+pub const UNKNOWN_TOPIC_ID: i16 = 100;
+
+/// A Kafka error code with an optional message for the response's `error_message`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KafkaError {
+    pub code: i16,
+    pub message: Option<String>,
+}
+
+impl KafkaError {
+    pub fn new(code: i16, message: impl Into<String>) -> Self {
+        Self {
+            code,
+            message: Some(message.into()),
+        }
+    }
+
+    pub fn code(code: i16) -> Self {
+        Self {
+            code,
+            message: None,
+        }
+    }
+}
+
+/// Maps an append failure on `context` (a topic-partition) to its Kafka code.
+pub fn from_append(err: &AppendError, context: &str) -> KafkaError {
+    match err {
+        AppendError::CorruptMessage(m) => KafkaError::new(CORRUPT_MESSAGE, m.clone()),
+        AppendError::InvalidRecord(m) => KafkaError::new(INVALID_RECORD, m.clone()),
+        AppendError::MessageTooLarge { .. } => KafkaError::new(MESSAGE_TOO_LARGE, err.to_string()),
+        AppendError::OutOfOrderSequence(m) => {
+            KafkaError::new(OUT_OF_ORDER_SEQUENCE_NUMBER, m.clone())
+        }
+        AppendError::InvalidProducerEpoch(m) => KafkaError::new(INVALID_PRODUCER_EPOCH, m.clone()),
+        AppendError::Store(e) => from_store(e, context),
+    }
+}
+
+/// Maps a read failure on `context` to its Kafka code.
+pub fn from_read(err: &ReadError, context: &str) -> KafkaError {
+    match err {
+        ReadError::OffsetOutOfRange { .. } => KafkaError::new(OFFSET_OUT_OF_RANGE, err.to_string()),
+        ReadError::Store(e) => from_store(e, context),
+    }
+}
+
+/// Maps a store failure on `context` to its Kafka code.
+pub fn from_store(err: &StoreError, context: &str) -> KafkaError {
+    match err {
+        StoreError::UnknownPartition(_) => KafkaError::code(UNKNOWN_TOPIC_OR_PARTITION),
+        StoreError::Io(_)
+        | StoreError::Offline(_)
+        | StoreError::Corrupt(_)
+        | StoreError::ShutDown => {
+            warn!(%context, error = %err, "storage error");
+            KafkaError::new(KAFKA_STORAGE_ERROR, err.to_string())
+        }
+        #[allow(unreachable_patterns)]
+        _ => unknown(err, context),
+    }
+}
+
+/// Maps a topic operation failure to its Kafka code.
+pub fn from_admin(err: &AdminError, context: &str) -> KafkaError {
+    let message = err.to_string();
+    let code = match err {
+        AdminError::InvalidTopic(_) => INVALID_TOPIC_EXCEPTION,
+        AdminError::TopicAlreadyExists(_) => TOPIC_ALREADY_EXISTS,
+        AdminError::UnknownTopic(_) => UNKNOWN_TOPIC_OR_PARTITION,
+        AdminError::InvalidPartitions(_) => INVALID_PARTITIONS,
+        AdminError::InvalidReplicationFactor(_) => INVALID_REPLICATION_FACTOR,
+        AdminError::InvalidReplicaAssignment(_) => INVALID_REPLICA_ASSIGNMENT,
+        AdminError::InvalidConfig(_) => INVALID_CONFIG,
+        AdminError::TopicDeletionDisabled => TOPIC_DELETION_DISABLED,
+        AdminError::Store(e) => return from_store(e, context),
+        AdminError::Metadata(_) => return unknown(err, context),
+    };
+    KafkaError::new(code, message)
+}
+
+/// The fallback: UNKNOWN_SERVER_ERROR plus a warning with context.
+pub fn unknown(err: &dyn std::fmt::Display, context: &str) -> KafkaError {
+    warn!(%context, error = %err, "unmapped internal error");
+    KafkaError::new(UNKNOWN_SERVER_ERROR, err.to_string())
+}

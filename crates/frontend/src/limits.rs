@@ -1,0 +1,30 @@
+//! Limits of the front end. Each is a named constant with its unit and what enforces it.
+//! Limits that operators tune (`socket.request.max.bytes`, `max.connections`,
+//! `connections.max.idle.ms`) are broker configs instead, read from `BrokerConfig`.
+
+/// Requests decoded but not yet answered on one connection (count). Enforced by the bounded
+/// channel between a connection's reader and writer: when full, the reader stops reading, which
+/// pushes back on the client through TCP. Clients keep at most 5 in flight, so this never bites a
+/// well-behaved one.
+pub const IN_FLIGHT_REQUESTS_PER_CONNECTION_MAX: usize = 32;
+
+/// Longest a Fetch may wait for data (ms), whatever `max_wait_ms` says. Kafka has no cap; this one
+/// keeps a hostile client from parking a request for days. Enforced in `api::fetch`.
+pub const FETCH_WAIT_MS_MAX: u64 = 60_000;
+
+/// Longest a Produce may wait for durability (ms), whatever `timeout_ms` says. Enforced in
+/// `api::produce`.
+pub const PRODUCE_TIMEOUT_MS_MAX: u64 = 300_000;
+
+/// Most bytes one Fetch response may carry in records, whatever `max_bytes` says (Kafka's
+/// `fetch.max.bytes` broker default, 55 MiB).
+pub const FETCH_RESPONSE_BYTES_MAX: usize = 57_671_680;
+
+/// Smallest legal request frame: api key (2) + api version (2) + correlation id (4) + client id
+/// length (2).
+pub const REQUEST_FRAME_BYTES_MIN: usize = 10;
+
+/// How long shutdown waits for in-flight requests before closing connections anyway (ms).
+pub const SHUTDOWN_DRAIN_MS_MAX: u64 = 10_000;
+
+const _: () = assert!(FETCH_WAIT_MS_MAX < PRODUCE_TIMEOUT_MS_MAX);

@@ -1,0 +1,73 @@
+//! The one table of API keys and version ranges Millrace advertises in ApiVersions, and accepts.
+//!
+//! Ranges follow Kafka 4.1's (protocol-checklist §2.1), trimmed to what is implemented, and keep
+//! the exact versions old librdkafka looks for (§2.3): Produce 0 (gzip/snappy), Produce 3 + Fetch 4
+//! (MsgVer2), Produce 7 + Fetch 10 (zstd), FindCoordinator 0 (lz4), ListOffsets 1 (offsets by time).
+//! Produce v0-2 are advertised like Kafka 4 does but refused when they arrive (the connection is
+//! closed), since magic 0/1 message sets are gone.
+
+use kafka_protocol::messages::ApiKey;
+
+/// An advertised (key, min, max).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ApiRange {
+    pub key: ApiKey,
+    pub min: i16,
+    pub max: i16,
+}
+
+const fn range(key: ApiKey, min: i16, max: i16) -> ApiRange {
+    ApiRange { key, min, max }
+}
+
+/// Everything Millrace answers. A key missing here closes the connection when it arrives.
+pub const ADVERTISED: &[ApiRange] = &[
+    range(ApiKey::Produce, 0, 12),
+    range(ApiKey::Fetch, 4, 17),
+    range(ApiKey::ListOffsets, 1, 7),
+    range(ApiKey::Metadata, 0, 12),
+    range(ApiKey::FindCoordinator, 0, 6),
+    range(ApiKey::ApiVersions, 0, 4),
+    range(ApiKey::CreateTopics, 2, 7),
+    range(ApiKey::DeleteTopics, 1, 6),
+    range(ApiKey::CreatePartitions, 0, 3),
+    range(ApiKey::DescribeCluster, 0, 1),
+];
+
+/// Lowest Produce version that is actually served (magic 2 record batches).
+pub const PRODUCE_VERSION_SERVED_MIN: i16 = 3;
+
+/// The advertised range of `key`, if it is served at all.
+pub fn advertised(key: ApiKey) -> Option<ApiRange> {
+    ADVERTISED.iter().copied().find(|r| r.key == key)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_range_is_within_the_crate_schema() {
+        for r in ADVERTISED {
+            let schema = r.key.valid_versions();
+            assert!(
+                r.max <= schema.max,
+                "{:?} max {} > schema {}",
+                r.key,
+                r.max,
+                schema.max
+            );
+            assert!(r.min <= r.max);
+        }
+    }
+
+    #[test]
+    fn librdkafka_exact_versions_are_present() {
+        let has = |k: ApiKey, v: i16| advertised(k).is_some_and(|r| r.min <= v && v <= r.max);
+        assert!(has(ApiKey::Produce, 0));
+        assert!(has(ApiKey::Produce, 3) && has(ApiKey::Fetch, 4));
+        assert!(has(ApiKey::Produce, 7) && has(ApiKey::Fetch, 10));
+        assert!(has(ApiKey::FindCoordinator, 0));
+        assert!(has(ApiKey::ListOffsets, 1));
+    }
+}
