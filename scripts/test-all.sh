@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Runs every Millrace test on a fresh machine: installs what the tests need, checks formatting and
+# lints, runs the Rust unit and integration tests (real broker processes, real clients), then the
+# client compatibility suites in compat-tests/. Exits non-zero if anything fails.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export CARGO_TERM_COLOR=never
+
+need_apt=()
+command -v cmake >/dev/null || need_apt+=(cmake)
+command -v g++ >/dev/null || need_apt+=(g++)
+command -v make >/dev/null || need_apt+=(make)
+command -v kcat >/dev/null || need_apt+=(kcat)
+python3 -c 'import venv, ensurepip' 2>/dev/null || need_apt+=(python3-venv)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  echo "== installing system packages: ${need_apt[*]}"
+  if [ "$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+command -v cargo >/dev/null || { echo "Rust (cargo) is required: https://rustup.rs"; exit 1; }
+rustup component add rustfmt clippy >/dev/null 2>&1 || true
+
+echo "== cargo fmt --check"
+cargo fmt --all -- --check
+echo "== cargo clippy"
+cargo clippy --workspace --all-targets -- -D warnings
+echo "== cargo test"
+cargo test --workspace -- --test-threads=2
+echo "== compat-tests"
+cargo build -p millrace-broker
+MILLRACE_BIN="$PWD/target/debug/millrace" bash compat-tests/run-all.sh
