@@ -315,6 +315,54 @@ pub static TOPIC_CONFIGS: &[TopicConfigDef] = &[
     ),
 ];
 
+impl ConfigType {
+    /// Kafka's DescribeConfigs `config_type` code (BOOLEAN 1, STRING 2, INT 3, LONG 5, DOUBLE 6,
+    /// LIST 7).
+    pub fn kafka_code(self) -> i8 {
+        match self {
+            ConfigType::Bool => 1,
+            ConfigType::Str | ConfigType::OneOf(_) => 2,
+            ConfigType::Int { .. } => 3,
+            ConfigType::Long { .. } => 5,
+            ConfigType::Double { .. } => 6,
+            ConfigType::CleanupPolicy => 7,
+        }
+    }
+}
+
+/// Another key that supplies (or could supply) a config's value, as DescribeConfigs lists them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigSynonym {
+    pub name: String,
+    pub value: Option<String>,
+    pub source: ConfigSource,
+}
+
+/// One described config: effective value, where it comes from, and its synonyms in precedence order.
+#[derive(Debug, Clone)]
+pub struct ConfigEntry {
+    pub name: &'static str,
+    pub value: Option<String>,
+    pub source: ConfigSource,
+    pub read_only: bool,
+    pub ty: ConfigType,
+    pub synonyms: Vec<ConfigSynonym>,
+}
+
+/// The broker keys each topic key falls back to, most specific first (Kafka's synonym chains).
+fn broker_chain(synonym: &'static str) -> &'static [&'static str] {
+    match synonym {
+        "log.retention.ms" => &[
+            "log.retention.ms",
+            "log.retention.minutes",
+            "log.retention.hours",
+        ],
+        "log.roll.ms" => &["log.roll.ms", "log.roll.hours"],
+        "log.cleanup.policy" => &["log.cleanup.policy"],
+        _ => &[],
+    }
+}
+
 fn invalid(key: &str, value: &str, reason: impl Into<String>) -> ConfigError {
     ConfigError::InvalidValue {
         key: key.to_string(),
@@ -523,6 +571,98 @@ impl BrokerConfig {
         Some(value)
     }
 
+    /// Every broker key with its value and source (DescribeConfigs for a BROKER resource).
+    pub fn describe_broker(&self) -> Vec<ConfigEntry> {
+        BROKER_CONFIGS
+            .iter()
+            .map(|d| {
+                let mut synonyms = Vec::new();
+                if let Some(v) = self.set.get(d.name) {
+                    synonyms.push(ConfigSynonym {
+                        name: d.name.to_string(),
+                        value: Some(v.clone()),
+                        source: ConfigSource::StaticBrokerConfig,
+                    });
+                }
+                if let Some(v) = d.default {
+                    synonyms.push(ConfigSynonym {
+                        name: d.name.to_string(),
+                        value: Some(v.to_string()),
+                        source: ConfigSource::DefaultConfig,
+                    });
+                }
+                ConfigEntry {
+                    name: d.name,
+                    value: self.get(d.name).map(str::to_string),
+                    source: self.source(d.name),
+                    read_only: true,
+                    ty: d.ty,
+                    synonyms,
+                }
+            })
+            .collect()
+    }
+
+    /// Every topic key with its effective value for a topic with `overrides` (DescribeConfigs for
+    /// a TOPIC resource). Kafka's rule: the topic's own value, else the broker's, else the default.
+    pub fn describe_topic(&self, overrides: &TopicConfigs) -> Vec<ConfigEntry> {
+        TOPIC_CONFIGS
+            .iter()
+            .map(|d| {
+                let mut synonyms = Vec::new();
+                if let Some(v) = overrides.get(d.name) {
+                    synonyms.push(ConfigSynonym {
+                        name: d.name.to_string(),
+                        value: Some(v.to_string()),
+                        source: ConfigSource::DynamicTopicConfig,
+                    });
+                }
+                let chain = match broker_chain(d.broker_synonym) {
+                    [] => std::slice::from_ref(&d.broker_synonym),
+                    chain => chain,
+                };
+                for key in chain {
+                    if let Some(v) = self.set.get(*key) {
+                        synonyms.push(ConfigSynonym {
+                            name: key.to_string(),
+                            value: Some(v.clone()),
+                            source: ConfigSource::StaticBrokerConfig,
+                        });
+                    }
+                }
+                if let Some(default) = chain
+                    .iter()
+                    .find_map(|k| broker_def(k).and_then(|b| b.default.map(|v| (*k, v))))
+                {
+                    synonyms.push(ConfigSynonym {
+                        name: default.0.to_string(),
+                        value: Some(default.1.to_string()),
+                        source: ConfigSource::DefaultConfig,
+                    });
+                }
+                let (value, source) = match overrides.get(d.name) {
+                    Some(v) => (Some(v.to_string()), ConfigSource::DynamicTopicConfig),
+                    None => {
+                        let source = if chain.iter().any(|k| self.set.contains_key(*k)) {
+                            ConfigSource::StaticBrokerConfig
+                        } else {
+                            ConfigSource::DefaultConfig
+                        };
+                        (self.topic_default(d.name), source)
+                    }
+                };
+                ConfigEntry {
+                    name: d.name,
+                    value,
+                    source,
+                    read_only: false,
+                    ty: d.ty,
+                    synonyms,
+                }
+            })
+            .collect()
+    }
+
     /// The store's view of a topic: its overrides on top of the broker defaults.
     pub fn log_config(&self, overrides: &TopicConfigs) -> LogConfig {
         let get = |key: &str| -> String {
@@ -564,6 +704,35 @@ impl BrokerConfig {
     }
 }
 
+/// IncrementalAlterConfigs operation (Kafka codes 0..=3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConfigOp {
+    Set,
+    Delete,
+    Append,
+    Subtract,
+}
+
+impl ConfigOp {
+    pub fn from_code(code: i8) -> Option<Self> {
+        match code {
+            0 => Some(Self::Set),
+            1 => Some(Self::Delete),
+            2 => Some(Self::Append),
+            3 => Some(Self::Subtract),
+            _ => None,
+        }
+    }
+}
+
+/// One IncrementalAlterConfigs change.
+#[derive(Debug, Clone)]
+pub struct ConfigChange {
+    pub name: String,
+    pub op: ConfigOp,
+    pub value: Option<String>,
+}
+
 /// A topic's config overrides (only the keys set on that topic), validated.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct TopicConfigs(BTreeMap<String, String>);
@@ -582,6 +751,69 @@ impl TopicConfigs {
 
     pub fn get(&self, key: &str) -> Option<&str> {
         self.0.get(key).map(String::as_str)
+    }
+
+    /// Applies IncrementalAlterConfigs operations and validates the result.
+    pub fn with_changes(&self, changes: &[ConfigChange]) -> Result<Self, ConfigError> {
+        let mut next = self.0.clone();
+        for change in changes {
+            let def = topic_def(&change.name)
+                .ok_or_else(|| ConfigError::UnknownKey(change.name.clone()))?;
+            let list_only = |op: &str| {
+                if matches!(def.ty, ConfigType::CleanupPolicy) {
+                    Ok(())
+                } else {
+                    Err(invalid(
+                        &change.name,
+                        change.value.as_deref().unwrap_or(""),
+                        format!("{op} applies only to list configs"),
+                    ))
+                }
+            };
+            match change.op {
+                ConfigOp::Set => {
+                    let value = change
+                        .value
+                        .clone()
+                        .ok_or_else(|| invalid(&change.name, "null", "SET needs a value"))?;
+                    next.insert(change.name.clone(), value);
+                }
+                ConfigOp::Delete => {
+                    next.remove(&change.name);
+                }
+                ConfigOp::Append | ConfigOp::Subtract => {
+                    list_only(if change.op == ConfigOp::Append {
+                        "APPEND"
+                    } else {
+                        "SUBTRACT"
+                    })?;
+                    let current = next.get(&change.name).cloned().unwrap_or_default();
+                    let mut items: Vec<String> = current
+                        .split(',')
+                        .map(|s| s.trim().to_string())
+                        .filter(|s| !s.is_empty())
+                        .collect();
+                    for item in change
+                        .value
+                        .as_deref()
+                        .unwrap_or("")
+                        .split(',')
+                        .map(str::trim)
+                        .filter(|s| !s.is_empty())
+                    {
+                        if change.op == ConfigOp::Append {
+                            if !items.iter().any(|i| i == item) {
+                                items.push(item.to_string());
+                            }
+                        } else {
+                            items.retain(|i| i != item);
+                        }
+                    }
+                    next.insert(change.name.clone(), items.join(","));
+                }
+            }
+        }
+        Self::new(next)
     }
 
     pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
@@ -676,6 +908,57 @@ mod tests {
             TimestampType::LogAppendTime
         ));
         assert_eq!(lc.segment_bytes, 1024);
+    }
+
+    #[test]
+    fn describe_topic_sources_and_synonyms() {
+        let broker = BrokerConfig::from_layers([&layer(&[("log.retention.hours", "1")])]).unwrap();
+        let topic = TopicConfigs::new(layer(&[("cleanup.policy", "compact")])).unwrap();
+        let entries = broker.describe_topic(&topic);
+        let find = |n: &str| entries.iter().find(|e| e.name == n).unwrap().clone();
+        let cp = find("cleanup.policy");
+        assert_eq!(cp.value.as_deref(), Some("compact"));
+        assert_eq!(cp.source, ConfigSource::DynamicTopicConfig);
+        assert_eq!(cp.synonyms.len(), 2);
+        let rm = find("retention.ms");
+        assert_eq!(rm.value.as_deref(), Some("3600000"));
+        assert_eq!(rm.source, ConfigSource::StaticBrokerConfig);
+        let sb = find("segment.bytes");
+        assert_eq!(sb.source, ConfigSource::DefaultConfig);
+    }
+
+    #[test]
+    fn incremental_changes() {
+        let t = TopicConfigs::new(layer(&[
+            ("cleanup.policy", "delete"),
+            ("retention.ms", "5"),
+        ]))
+        .unwrap();
+        let change = |name: &str, op, value: Option<&str>| ConfigChange {
+            name: name.into(),
+            op,
+            value: value.map(str::to_string),
+        };
+        let t2 = t
+            .with_changes(&[
+                change("cleanup.policy", ConfigOp::Append, Some("compact")),
+                change("retention.ms", ConfigOp::Delete, None),
+                change("segment.bytes", ConfigOp::Set, Some("1000")),
+            ])
+            .unwrap();
+        assert_eq!(t2.get("cleanup.policy"), Some("delete,compact"));
+        assert_eq!(t2.get("retention.ms"), None);
+        assert_eq!(t2.get("segment.bytes"), Some("1000"));
+        let t3 = t2
+            .with_changes(&[change("cleanup.policy", ConfigOp::Subtract, Some("delete"))])
+            .unwrap();
+        assert_eq!(t3.get("cleanup.policy"), Some("compact"));
+        assert!(t
+            .with_changes(&[change("retention.ms", ConfigOp::Append, Some("1"))])
+            .is_err());
+        assert!(t
+            .with_changes(&[change("segment.bytes", ConfigOp::Set, Some("x"))])
+            .is_err());
     }
 
     #[test]

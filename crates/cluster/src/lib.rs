@@ -14,7 +14,10 @@ pub mod config;
 pub mod metadata;
 pub mod topic_name;
 
-pub use config::{BrokerConfig, ConfigError, ConfigSource, TopicConfigs};
+pub use config::{
+    BrokerConfig, ConfigChange, ConfigEntry, ConfigError, ConfigOp, ConfigSource, ConfigSynonym,
+    TopicConfigs,
+};
 pub use metadata::{ClusterMetadata, MetadataError, TopicMetadata};
 pub use topic_name::validate_topic_name;
 

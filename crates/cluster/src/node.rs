@@ -74,6 +74,16 @@ pub struct NewTopic {
     pub configs: BTreeMap<String, String>,
 }
 
+/// Producer ids reserved per metadata write (Kafka's controller hands out blocks of 1000 too).
+pub const PRODUCER_ID_BLOCK_SIZE: i64 = 1000;
+
+/// The unused rest of the current producer-id block: `next..end`.
+#[derive(Debug, Default)]
+struct ProducerIdBlock {
+    next: i64,
+    end: i64,
+}
+
 /// One broker's view of the cluster plus the topic operations.
 pub struct Cluster {
     pub config: BrokerConfig,
@@ -81,6 +91,7 @@ pub struct Cluster {
     pub store: Arc<Store>,
     endpoint: BrokerEndpoint,
     admin: Mutex<()>,
+    producer_ids: Mutex<ProducerIdBlock>,
 }
 
 impl Cluster {
@@ -98,6 +109,7 @@ impl Cluster {
             store,
             endpoint,
             admin: Mutex::new(()),
+            producer_ids: Mutex::new(ProducerIdBlock::default()),
         };
         cluster.reconcile()?;
         Ok(cluster)
@@ -148,6 +160,49 @@ impl Cluster {
     /// The broker that answers admin requests (Kafka's `controller_id`).
     pub fn controller_id(&self) -> i32 {
         self.endpoint.node_id
+    }
+
+    /// A producer id never handed out before (InitProducerId without a transactional id).
+    pub fn next_producer_id(&self) -> Result<i64, AdminError> {
+        let mut block = self.producer_ids.lock();
+        if block.next >= block.end {
+            let first = self
+                .metadata
+                .allocate_producer_ids(PRODUCER_ID_BLOCK_SIZE)?;
+            *block = ProducerIdBlock {
+                next: first,
+                end: first + PRODUCER_ID_BLOCK_SIZE,
+            };
+        }
+        let id = block.next;
+        block.next += 1;
+        Ok(id)
+    }
+
+    /// Replaces a topic's config overrides (AlterConfigs semantics) and applies them to its logs.
+    pub fn set_topic_configs(
+        &self,
+        name: &str,
+        configs: TopicConfigs,
+        validate_only: bool,
+    ) -> Result<(), AdminError> {
+        let _admin = self.admin.lock();
+        let topic = self
+            .metadata
+            .topic(name)
+            .ok_or_else(|| AdminError::UnknownTopic(name.to_string()))?;
+        if validate_only {
+            return Ok(());
+        }
+        self.metadata.set_topic_configs(name, configs.clone())?;
+        let log_config = self.config.log_config(&configs);
+        for p in 0..topic.partitions {
+            if let Some(log) = self.partition_log(name, p) {
+                log.update_config(log_config.clone());
+            }
+        }
+        info!(topic = %name, "altered topic configs");
+        Ok(())
     }
 
     pub fn partition_log(&self, topic: &str, partition: i32) -> Option<Arc<PartitionLog>> {

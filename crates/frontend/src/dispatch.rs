@@ -12,9 +12,10 @@ use std::sync::Arc;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{
-    ApiKey, ApiVersionsRequest, CreatePartitionsRequest, CreateTopicsRequest, DeleteTopicsRequest,
-    DescribeClusterRequest, FetchRequest, FindCoordinatorRequest, ListOffsetsRequest,
-    MetadataRequest, ProduceRequest, RequestHeader, ResponseHeader,
+    AlterConfigsRequest, ApiKey, ApiVersionsRequest, CreatePartitionsRequest, CreateTopicsRequest,
+    DeleteTopicsRequest, DescribeClusterRequest, DescribeConfigsRequest, FetchRequest,
+    FindCoordinatorRequest, IncrementalAlterConfigsRequest, InitProducerIdRequest,
+    ListOffsetsRequest, MetadataRequest, ProduceRequest, RequestHeader, ResponseHeader,
 };
 use kafka_protocol::protocol::{Decodable, Encodable};
 use tokio::task::JoinHandle;
@@ -142,6 +143,34 @@ pub fn dispatch(ctx: &Arc<BrokerContext>, frame: Bytes) -> Result<Pending, Strin
             Ok(ready(
                 route,
                 api::describe_cluster::handle(ctx, request, version),
+            ))
+        }
+        ApiKey::InitProducerId => {
+            let request: InitProducerIdRequest = decode(&mut buf, route)?;
+            Ok(ready(
+                route,
+                api::init_producer_id::handle(ctx, request, version),
+            ))
+        }
+        ApiKey::DescribeConfigs => {
+            let request: DescribeConfigsRequest = decode(&mut buf, route)?;
+            Ok(ready(
+                route,
+                api::describe_configs::handle(ctx, request, version),
+            ))
+        }
+        ApiKey::AlterConfigs => {
+            let request: AlterConfigsRequest = decode(&mut buf, route)?;
+            Ok(ready(
+                route,
+                api::alter_configs::handle(ctx, request, version),
+            ))
+        }
+        ApiKey::IncrementalAlterConfigs => {
+            let request: IncrementalAlterConfigsRequest = decode(&mut buf, route)?;
+            Ok(ready(
+                route,
+                api::alter_configs::handle_incremental(ctx, request, version),
             ))
         }
         other => Err(format!("{other:?} is advertised but has no handler")),

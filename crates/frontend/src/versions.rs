@@ -31,6 +31,10 @@ pub const ADVERTISED: &[ApiRange] = &[
     range(ApiKey::CreateTopics, 2, 7),
     range(ApiKey::DeleteTopics, 1, 6),
     range(ApiKey::CreatePartitions, 0, 3),
+    range(ApiKey::InitProducerId, 0, 5),
+    range(ApiKey::DescribeConfigs, 1, 4),
+    range(ApiKey::AlterConfigs, 0, 2),
+    range(ApiKey::IncrementalAlterConfigs, 0, 1),
     range(ApiKey::DescribeCluster, 0, 1),
 ];
 

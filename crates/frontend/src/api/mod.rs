@@ -1,13 +1,16 @@
 //! One module per Kafka API. Each takes the decoded request and the version, talks to
 //! `cluster`/`store`, and returns the response with only the fields that exist in that version.
 
+pub mod alter_configs;
 pub mod api_versions;
 pub mod create_partitions;
 pub mod create_topics;
 pub mod delete_topics;
 pub mod describe_cluster;
+pub mod describe_configs;
 pub mod fetch;
 pub mod find_coordinator;
+pub mod init_producer_id;
 pub mod list_offsets;
 pub mod metadata;
 pub mod produce;

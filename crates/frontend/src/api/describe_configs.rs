@@ -1,0 +1,108 @@
+//! DescribeConfigs (key 32): every config of a topic or of this broker, with value, source,
+//! synonyms and type, under Kafka's names.
+//!
+//! A topic always reports `cleanup.policy` as stored at CreateTopics (Kafka Connect refuses to start
+//! when its compacted internal topics look otherwise; checklist §4).
+
+use std::sync::Arc;
+
+use kafka_protocol::messages::describe_configs_response::{
+    DescribeConfigsResourceResult, DescribeConfigsResult, DescribeConfigsSynonym,
+};
+use kafka_protocol::messages::{DescribeConfigsRequest, DescribeConfigsResponse};
+use millrace_cluster::ConfigEntry;
+
+use super::str_bytes;
+use crate::error_codes::{INVALID_REQUEST, UNKNOWN_TOPIC_OR_PARTITION};
+use crate::BrokerContext;
+
+pub const RESOURCE_TOPIC: i8 = 2;
+pub const RESOURCE_BROKER: i8 = 4;
+pub const RESOURCE_BROKER_LOGGER: i8 = 8;
+
+/// First version with `config_type` and `documentation`.
+const CONFIG_TYPE_VERSION_MIN: i16 = 3;
+
+pub fn handle(
+    ctx: &Arc<BrokerContext>,
+    request: DescribeConfigsRequest,
+    version: i16,
+) -> DescribeConfigsResponse {
+    let cluster = &ctx.cluster;
+    let results = request
+        .resources
+        .into_iter()
+        .map(|resource| {
+            let mut result = DescribeConfigsResult::default()
+                .with_resource_type(resource.resource_type)
+                .with_resource_name(resource.resource_name.clone());
+            let name = resource.resource_name.as_str();
+            let entries = match resource.resource_type {
+                RESOURCE_TOPIC => match cluster.metadata.topic(name) {
+                    Some(topic) => Ok(cluster.config.describe_topic(&topic.configs)),
+                    None => Err((
+                        UNKNOWN_TOPIC_OR_PARTITION,
+                        format!("Topic '{name}' does not exist."),
+                    )),
+                },
+                RESOURCE_BROKER if name.is_empty() || name == cluster.node_id().to_string() => {
+                    Ok(cluster.config.describe_broker())
+                }
+                RESOURCE_BROKER => {
+                    Err((INVALID_REQUEST, format!("Unexpected broker id '{name}'.")))
+                }
+                RESOURCE_BROKER_LOGGER => Ok(Vec::new()),
+                other => Err((
+                    INVALID_REQUEST,
+                    format!("Unsupported resource type {other}."),
+                )),
+            };
+            match entries {
+                Ok(entries) => {
+                    let wanted = resource.configuration_keys.as_ref();
+                    result.configs = entries
+                        .iter()
+                        .filter(|e| {
+                            wanted.is_none_or(|keys| keys.iter().any(|k| k.as_str() == e.name))
+                        })
+                        .map(|e| describe(e, request.include_synonyms, version))
+                        .collect();
+                }
+                Err((code, message)) => {
+                    result.error_code = code;
+                    result.error_message = Some(str_bytes(&message));
+                }
+            }
+            result
+        })
+        .collect();
+    DescribeConfigsResponse::default().with_results(results)
+}
+
+fn describe(
+    entry: &ConfigEntry,
+    include_synonyms: bool,
+    version: i16,
+) -> DescribeConfigsResourceResult {
+    let mut out = DescribeConfigsResourceResult::default()
+        .with_name(str_bytes(entry.name))
+        .with_value(entry.value.as_deref().map(str_bytes))
+        .with_read_only(entry.read_only)
+        .with_config_source(entry.source as i8);
+    if include_synonyms {
+        out.synonyms = entry
+            .synonyms
+            .iter()
+            .map(|s| {
+                DescribeConfigsSynonym::default()
+                    .with_name(str_bytes(&s.name))
+                    .with_value(s.value.as_deref().map(str_bytes))
+                    .with_source(s.source as i8)
+            })
+            .collect();
+    }
+    if version >= CONFIG_TYPE_VERSION_MIN {
+        out.config_type = entry.ty.kafka_code();
+    }
+    out
+}
