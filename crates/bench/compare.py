@@ -1,0 +1,327 @@
+#!/usr/bin/env python3
+"""Millrace vs Apache Kafka, same machine, same client (millrace-bench on librdkafka), same run.
+
+Fetches Kafka 4.x jars from the Maven registry (compat-tests/reference/pom.xml), starts Kafka in
+KRaft single-node mode and Millrace on loopback ports with temporary data dirs, runs workloads
+W1-W7 against each, prints a table with ratios, and rewrites the marked section of
+docs/benchmarks.md with the table, the settings and an SVG plot (docs/benchmarks.svg).
+
+Usage: crates/bench/compare.py [--quick] [--no-docs]
+"""
+import argparse
+import json
+import os
+import platform
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+LIBS = ROOT / "compat-tests" / ".work" / "kafka-ref" / "libs"
+POM = ROOT / "compat-tests" / "reference" / "pom.xml"
+BENCH = ROOT / "target" / "release" / "millrace-bench"
+MILLRACE = ROOT / "target" / "release" / "millrace"
+DOC = ROOT / "docs" / "benchmarks.md"
+SVG = ROOT / "docs" / "benchmarks.svg"
+BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
+READY_TIMEOUT_S = 120
+
+
+def log(msg):
+    print(f"[compare] {msg}", file=sys.stderr, flush=True)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_port(port, proc, timeout=READY_TIMEOUT_S):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"broker exited with {proc.returncode}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError("broker did not open its port in time")
+
+
+def ensure_kafka():
+    if (LIBS / ".complete").exists():
+        return
+    log("resolving Apache Kafka jars with mvn (first run only)")
+    LIBS.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["mvn", "-q", "-B", "-f", str(POM), "dependency:copy-dependencies",
+                    f"-DoutputDirectory={LIBS}", "-DincludeScope=runtime"], check=True, timeout=1200)
+    (LIBS / ".complete").touch()
+
+
+class Broker:
+    """One broker process on a fresh data dir."""
+
+    def __init__(self, name, kind, sets=()):
+        self.name, self.kind, self.sets = name, kind, list(sets)
+        self.dir = Path(tempfile.mkdtemp(prefix=f"bench-{kind}-"))
+        self.port = free_port()
+        self.proc = None
+
+    def command(self):
+        if self.kind == "millrace":
+            cmd = [str(MILLRACE), "--data-dir", str(self.dir / "data"), "--listen", f"127.0.0.1:{self.port}"]
+            for s in self.sets:
+                cmd += ["--set", s]
+            return cmd
+        cport = free_port()
+        props = self.dir / "server.properties"
+        props.write_text("\n".join([
+            "process.roles=broker,controller", "node.id=1",
+            f"controller.quorum.voters=1@127.0.0.1:{cport}", "controller.listener.names=CONTROLLER",
+            "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            f"listeners=PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{cport}",
+            f"advertised.listeners=PLAINTEXT://127.0.0.1:{self.port}",
+            f"log.dirs={self.dir / 'logs'}", "num.partitions=1",
+            "offsets.topic.replication.factor=1", "transaction.state.log.replication.factor=1",
+            "transaction.state.log.min.isr=1", "group.initial.rebalance.delay.ms=0", *self.sets, ""]))
+        (self.dir / "log4j.properties").write_text(
+            "log4j.rootLogger=WARN, F\nlog4j.appender.F=org.apache.log4j.FileAppender\n"
+            f"log4j.appender.F.File={self.dir / 'kafka.log'}\n"
+            "log4j.appender.F.layout=org.apache.log4j.PatternLayout\n")
+        subprocess.run(["java", "-cp", f"{LIBS}/*", "kafka.tools.StorageTool", "format", "-t",
+                        "bench-cluster-0000000001", "-c", str(props)], check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120)
+        # Kafka's own launcher defaults: 1 GiB heap, G1.
+        return ["java", "-Xms1g", "-Xmx1g", "-XX:+UseG1GC", f"-Dlog4j.configuration=file:{self.dir / 'log4j.properties'}",
+                "-cp", f"{LIBS}/*", "kafka.Kafka", str(props)]
+
+    def start(self):
+        cmd = self.command()
+        self.started = time.time()
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=open(self.dir / "stderr.log", "w"))
+        wait_port(self.port, self.proc)
+        return self
+
+    def stop(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def rss_mb(self):
+        try:
+            for line in open(f"/proc/{self.proc.pid}/status"):
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+        except OSError:
+            pass
+        return None
+
+
+def bench(broker, mode, label, *args, timeout=900):
+    cmd = [str(BENCH), mode, "--bootstrap", f"127.0.0.1:{broker.port}", "--broker-pid", str(broker.proc.pid),
+           "--label", label, "--json", *args]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    if out.returncode != 0:
+        raise RuntimeError(f"{label} failed: {out.stderr.strip()[-500:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def workloads(q):
+    """(id, description, mode, args). q scales the counts (1.0 = full run)."""
+    n = lambda x: str(max(1000, int(x * q)))
+    return [
+        ("W1", "produce 1 KiB, acks=all, 6 partitions, max rate", "produce",
+         ["--topic", "w1", "--partitions", "6", "--message-size", "1024", "--count", n(1_000_000), "--acks", "all"]),
+        ("W2", "produce 100 B, acks=1, 1 partition, max rate", "produce",
+         ["--topic", "w2", "--partitions", "1", "--message-size", "100", "--count", n(2_000_000), "--acks", "1"]),
+        ("W3", "end-to-end latency at a fixed 50 MB/s (1 KiB, acks=all, 6 partitions)", "e2e",
+         ["--topic", "w3", "--partitions", "6", "--message-size", "1024", "--rate-mb", "50",
+          "--count", n(1_000_000), "--acks", "all", "--linger-ms", "1"]),
+        ("W4", "consume from the beginning (1 KiB messages)", "consume",
+         ["--topic", "w4", "--partitions", "6"]),
+        ("W5", "produce 1 KiB, acks=all, across 1,000 partitions", "produce",
+         ["--topic", "w5", "--partitions", "1000", "--message-size", "1024", "--count", n(500_000), "--acks", "all"]),
+    ]
+
+
+def run_broker(name, kind, sets, q):
+    results = {}
+    broker = Broker(name, kind, sets).start()
+    try:
+        time.sleep(2)
+        results["W7 idle"] = {"rss_mb": broker.rss_mb()}
+        for wid, _, mode, args in workloads(q):
+            if wid == "W4":
+                fill = ["--topic", "w4", "--partitions", "6", "--message-size", "1024",
+                        "--count", str(max(1000, int(2_000_000 * q))), "--acks", "1", "--linger-ms", "20"]
+                log(f"{name}: W4 fill ({int(2_000_000 * q)} x 1 KiB)")
+                bench(broker, "produce", "W4 fill", *fill)
+            log(f"{name}: {wid}")
+            results[wid] = bench(broker, mode, f"{wid} {name}", *args)
+            if wid == "W1":
+                results["W7 under W1"] = {"rss_mb": results[wid].get("broker_peak_rss_mb")}
+    finally:
+        broker.stop()
+    # W6: time from process start to the first acknowledged produce, on a fresh broker.
+    b6 = Broker(name, kind, sets)
+    try:
+        cmd = b6.command()
+        out = subprocess.run([str(BENCH), "first-produce", "--bootstrap", f"127.0.0.1:{b6.port}", "--json", "--",
+                              *cmd], capture_output=True, text=True, timeout=300)
+        results["W6"] = json.loads(out.stdout.strip().splitlines()[-1]) if out.returncode == 0 else {"error": out.stderr[-300:]}
+    finally:
+        shutil.rmtree(b6.dir, ignore_errors=True)
+    return results
+
+
+def metric(results, wid):
+    r = results.get(wid, {})
+    if wid in ("W1", "W2", "W4", "W5"):
+        return r.get("mb_per_s"), "MB/s", True
+    if wid == "W3":
+        return (r.get("latency") or {}).get("p99_ms"), "p99 ms", False
+    if wid == "W6":
+        s = r.get("seconds")
+        return (s * 1000 if s is not None else None), "ms", False
+    return r.get("rss_mb"), "MB RSS", False
+
+
+def fmt(v, digits=1):
+    return "—" if v is None else f"{v:,.{digits}f}"
+
+
+def table(all_results, names):
+    kafka = all_results["kafka"]
+    rows = ["| workload | metric | " + " | ".join(names) + " | " + " | ".join(f"{n} ÷ kafka" for n in names if n != "kafka") + " |",
+            "|---|---|" + "---|" * (len(names) * 2 - 1)]
+    for wid in ["W1", "W2", "W3", "W4", "W5", "W6", "W7 idle", "W7 under W1"]:
+        values = [metric(all_results[n], wid)[0] for n in names]
+        unit = metric(kafka, wid)[1]
+        ratios = []
+        for n, v in zip(names, values):
+            if n == "kafka":
+                continue
+            k = metric(kafka, wid)[0]
+            ratios.append(fmt(v / k, 2) + "×" if v is not None and k else "—")
+        rows.append(f"| {wid} | {unit} | " + " | ".join(fmt(v) for v in values) + " | " + " | ".join(ratios) + " |")
+    w3 = ["| W3 latency (ms) | p50 | p99 | p99.9 | max |", "|---|---|---|---|---|"]
+    for n in names:
+        lat = (all_results[n].get("W3") or {}).get("latency") or {}
+        w3.append(f"| {n} | {fmt(lat.get('p50_ms'), 2)} | {fmt(lat.get('p99_ms'), 2)} | {fmt(lat.get('p999_ms'), 2)} | {fmt(lat.get('max_ms'), 2)} |")
+    return "\n".join(rows) + "\n\n" + "\n".join(w3)
+
+
+def svg(all_results, names):
+    colors = ["#888888", "#1f77b4", "#2ca02c", "#d62728"]
+    panels = [("Throughput (MB/s)", [("W1", "mb_per_s"), ("W2", "mb_per_s"), ("W4", "mb_per_s"), ("W5", "mb_per_s")]),
+              ("W3 latency (ms)", [("p50", "p50_ms"), ("p99", "p99_ms"), ("p99.9", "p999_ms")])]
+    width, height, pad = 900, 320, 50
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height + 60}" font-family="sans-serif" font-size="12">']
+    pw = (width - pad * 3) / 2
+    for pi, (title, groups) in enumerate(panels):
+        x0 = pad + pi * (pw + pad)
+        vals = []
+        for g, key in groups:
+            for n in names:
+                r = all_results[n]
+                v = (r.get(g) or {}).get(key) if title.startswith("Throughput") else ((r.get("W3") or {}).get("latency") or {}).get(key)
+                vals.append(v or 0)
+        vmax = max(vals + [1e-9]) * 1.1
+        parts.append(f'<text x="{x0}" y="20" font-weight="bold">{title}</text>')
+        parts.append(f'<line x1="{x0}" y1="{height}" x2="{x0 + pw}" y2="{height}" stroke="black"/>')
+        gw = pw / len(groups)
+        bw = gw / (len(names) + 1)
+        for gi, (g, key) in enumerate(groups):
+            for ni, n in enumerate(names):
+                v = vals[gi * len(names) + ni]
+                h = (height - 40) * v / vmax
+                x = x0 + gi * gw + ni * bw + bw / 2
+                parts.append(f'<rect x="{x:.1f}" y="{height - h:.1f}" width="{bw * 0.9:.1f}" height="{h:.1f}" fill="{colors[ni % 4]}"/>')
+                parts.append(f'<text x="{x + bw * 0.45:.1f}" y="{height - h - 3:.1f}" text-anchor="middle" font-size="9">{v:.0f}</text>' if v >= 10 else
+                             f'<text x="{x + bw * 0.45:.1f}" y="{height - h - 3:.1f}" text-anchor="middle" font-size="9">{v:.2f}</text>')
+            parts.append(f'<text x="{x0 + gi * gw + gw / 2:.1f}" y="{height + 15}" text-anchor="middle">{g}</text>')
+    for ni, n in enumerate(names):
+        parts.append(f'<rect x="{pad + ni * 200}" y="{height + 30}" width="12" height="12" fill="{colors[ni % 4]}"/>')
+        parts.append(f'<text x="{pad + ni * 200 + 18}" y="{height + 41}">{n}</text>')
+    parts.append("</svg>")
+    return "\n".join(parts)
+
+
+def machine():
+    cpu = "unknown"
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{os.cpu_count()} cores ({cpu}), {platform.system()} {platform.release()}"
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true", help="10x smaller workloads (a smoke run)")
+    ap.add_argument("--no-docs", action="store_true", help="print the table only")
+    ap.add_argument("--skip-build", action="store_true")
+    a = ap.parse_args()
+    q = 0.1 if a.quick else 1.0
+    t0 = time.time()
+    if not a.skip_build:
+        log("building release binaries")
+        subprocess.run(["cargo", "build", "--release", "-p", "millrace-broker", "-p", "millrace-bench"], cwd=ROOT, check=True)
+    ensure_kafka()
+    brokers = [("kafka", "kafka", []), ("millrace", "millrace", []),
+               ("millrace-never", "millrace", ["log.flush.policy=never"])]
+    results = {}
+    for name, kind, sets in brokers:
+        log(f"== {name}")
+        results[name] = run_broker(name, kind, sets, q)
+    names = [b[0] for b in brokers]
+    text = table(results, names)
+    print(text)
+    (ROOT / "target" / "bench-results.json").write_text(json.dumps(results, indent=2))
+    if a.no_docs:
+        return
+    SVG.write_text(svg(results, names))
+    section = f"""{BEGIN}
+## Millrace vs Apache Kafka (latest run)
+
+Run {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on {machine()}, {'quick' if a.quick else 'full'} run,
+{time.time() - t0:.0f} s in all. Produced by `crates/bench/compare.py`; raw numbers in `target/bench-results.json`.
+
+{text}
+
+![throughput and latency](benchmarks.svg)
+
+Settings: every workload uses `millrace-bench` (librdkafka) with the same client settings against
+each broker: `linger.ms=5` (W3: 1), `batch.size=1000000`, no compression, idempotence off; W4 reads
+what a fill phase wrote (acks=1, linger 20 ms) with `fetch.max.bytes=52428800`. Brokers: Apache Kafka
+4.1.1 (KRaft single node, `-Xms1g -Xmx1g -XX:+UseG1GC`, page-cache durability), Millrace with its
+default `log.flush.policy=batch` (fsync before acks), and Millrace with `log.flush.policy=never`
+(Kafka's durability, the like-for-like row). W6 is process start → first acknowledged produce
+(Kafka's storage format step excluded). W7 is resident memory 2 s after start and the peak during W1.
+{END}"""
+    doc = DOC.read_text() if DOC.exists() else "# Benchmarks\n\n"
+    if BEGIN in doc and END in doc:
+        doc = doc[:doc.index(BEGIN)] + section + doc[doc.index(END) + len(END):]
+    else:
+        doc = doc.rstrip() + "\n\n" + section + "\n"
+    DOC.write_text(doc)
+    log(f"wrote {DOC.relative_to(ROOT)} and {SVG.relative_to(ROOT)} in {time.time() - t0:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
