@@ -127,8 +127,9 @@ pub(crate) fn load_partition(
         let Some(seg) = segments.get_mut(base) else {
             continue;
         };
-        if prev_next.is_some_and(|p| *base < p) {
-            // Overlaps the previous segment: this and everything after it is invalid.
+        if prev_next.is_some_and(|p| *base != p) {
+            // Does not start where the previous segment ended: this and everything after it is
+            // invalid (segments, like batches, cover one contiguous offset range).
             cut_after = Some(*base);
             break;
         }

@@ -84,26 +84,27 @@ impl<'a> ChunkReader<'a> {
 pub(crate) struct ScanEnd {
     /// Byte position after the last valid batch.
     pub(crate) valid_end: u64,
-    /// Offset after the last valid batch (the `min_next_offset` given if there was none).
+    /// Offset after the last valid batch (the `first_offset` given if there was none).
     pub(crate) next_offset: i64,
     /// Why the scan stopped before `end`, if it did.
     pub(crate) error: Option<String>,
 }
 
-/// Validates batches in `file[start..end)` one by one (length bounds, magic, CRC, counts, offsets
-/// strictly increasing from `min_next_offset`, relative offsets within `base_offset + i32::MAX`),
+/// Validates batches in `file[start..end)` one by one (length bounds, magic, CRC, counts, each
+/// batch starting exactly where the previous one ended, the first at `first_offset` unless that is
+/// `i64::MIN`, relative offsets within `base_offset + i32::MAX`),
 /// calling `f(position, header, bytes)` for each valid one. Stops at the first invalid byte.
 pub(crate) fn scan_batches(
     file: &File,
     start: u64,
     end: u64,
     base_offset: i64,
-    min_next_offset: i64,
+    first_offset: i64,
     mut f: impl FnMut(u64, &BatchHeader, &[u8]),
 ) -> io::Result<ScanEnd> {
     let mut reader = ChunkReader::new(file, end);
     let mut pos = start;
-    let mut next = min_next_offset;
+    let mut next = first_offset;
     let stop = |pos, next, why: String| ScanEnd {
         valid_end: pos,
         next_offset: next,
@@ -129,12 +130,11 @@ pub(crate) fn scan_batches(
             Ok(h) => h,
             Err(e) => return Ok(stop(pos, next, e.to_string())),
         };
-        if h.base_offset < next || h.base_offset < base_offset {
-            return Ok(stop(
-                pos,
-                next,
-                format!("offset {} goes backwards", h.base_offset),
-            ));
+        // Offsets are contiguous inside a segment: appends assign them back to back and the
+        // cleaner keeps each batch's [base, last] span, so a flipped baseOffset is caught too.
+        if (next != i64::MIN && h.base_offset != next) || h.base_offset < base_offset {
+            let why = format!("batch offset {} where {next} was expected", h.base_offset);
+            return Ok(stop(pos, next, why));
         }
         if h.last_offset() - base_offset > SEGMENT_RELATIVE_OFFSET_MAX {
             return Ok(stop(pos, next, "offset overflows the segment".into()));
