@@ -152,4 +152,32 @@ mod tests {
         i.append(3, 3);
         assert_eq!(i.len(), 2);
     }
+
+    proptest::proptest! {
+        #[test]
+        fn lookup_equals_linear_scan(
+            steps in proptest::collection::vec((1i64..50, 1u32..5000), 0..200),
+            targets in proptest::collection::vec(0i64..20_000, 1..50),
+        ) {
+            let mut index = OffsetIndex::new(100, 1000);
+            let (mut offset, mut position) = (100i64, 0u32);
+            for (d_off, d_pos) in steps {
+                offset += d_off;
+                position += d_pos;
+                index.append(offset, position);
+            }
+            let decoded = OffsetIndex::decode(&index.encode(), 100, 1000, u64::from(position) + 1)
+                .expect("decode");
+            for t in targets {
+                let linear = index
+                    .entries
+                    .iter()
+                    .rev()
+                    .find(|e| e.offset <= t)
+                    .map_or((100, 0), |e| (e.offset, e.position));
+                let got = decoded.lookup(t);
+                proptest::prop_assert_eq!((got.offset, got.position), linear);
+            }
+        }
+    }
 }

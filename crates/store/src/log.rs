@@ -609,8 +609,9 @@ impl PartitionLog {
         min_one_batch: bool,
     ) -> Result<ReadResult, ReadError> {
         let mut offset = fetch_offset;
+        let mut reindexed = false;
         loop {
-            let (file, start, end, upper, hwm, lso, leo, seg_next) = {
+            let (file, start, expect_base, end, upper, hwm, lso, leo, seg_next) = {
                 let mut inner = self.inner.lock();
                 let leo = inner.log_end_offset;
                 let lso = self.log_start.load(Ordering::SeqCst);
@@ -638,11 +639,42 @@ impl PartitionLog {
                 let Some(located) = self.locate(&mut inner, offset)? else {
                     return Ok(empty);
                 };
-                let (file, start, end, seg_next) = located;
-                (file, start, end, upper, hwm, lso, leo, seg_next)
+                let (file, start, expect_base, end, seg_next) = located;
+                (
+                    file,
+                    start,
+                    expect_base,
+                    end,
+                    upper,
+                    hwm,
+                    lso,
+                    leo,
+                    seg_next,
+                )
             };
-            let records = read_batches(&file, start, end, offset, upper, max_bytes, min_one_batch)
-                .map_err(|e| StoreError::io(format!("read {}", self.tp), e))?;
+            let records = match read_batches(
+                &file,
+                start,
+                expect_base,
+                end,
+                offset,
+                upper,
+                max_bytes,
+                min_one_batch,
+            ) {
+                Ok(r) => r,
+                Err(e) if e.kind() == std::io::ErrorKind::InvalidData && !reindexed => {
+                    // The index disagrees with the log: rebuild it from the log and retry once.
+                    tracing::warn!(partition = %self.tp, error = %e, "offset index inconsistent; rebuilding");
+                    reindexed = true;
+                    self.reindex_segment_containing(offset)?;
+                    continue;
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
+                    return Err(StoreError::Corrupt(format!("{}: {e}", self.tp)).into())
+                }
+                Err(e) => return Err(StoreError::io(format!("read {}", self.tp), e).into()),
+            };
             match records {
                 Some(records) => {
                     return Ok(ReadResult {
@@ -666,14 +698,48 @@ impl PartitionLog {
         }
     }
 
+    /// Rebuilds the indexes of the segment holding `offset` from its log and rewrites the files.
+    fn reindex_segment_containing(&self, offset: i64) -> Result<(), StoreError> {
+        let config = self.config.read().clone();
+        let mut inner = self.inner.lock();
+        let active_base = inner.active_base();
+        let Some((&base, seg)) = inner.segments.range_mut(..=offset).next_back() else {
+            return Ok(());
+        };
+        let path = seg.log_path(&self.dir);
+        let file = self
+            .shared
+            .cache
+            .get(&path, false)
+            .map_err(|e| StoreError::io(format!("open {}", path.display()), e))?;
+        let size_before = seg.size;
+        seg.rebuild_indexes(&file, &config)
+            .map_err(|e| StoreError::io(format!("reindex {}", path.display()), e))?;
+        if seg.size != size_before {
+            // The log itself is damaged below what recovery checked: keep serving up to it.
+            tracing::error!(partition = %self.tp, segment = base, valid = seg.size, "segment has invalid bytes");
+        }
+        if base != active_base {
+            if let Some((index, time_index)) = seg.encoded_indexes() {
+                for (suffix, bytes) in [(INDEX_SUFFIX, index), (TIME_INDEX_SUFFIX, time_index)] {
+                    let p = segment::segment_path(&self.dir, base, suffix);
+                    self.shared.cache.invalidate(&p);
+                    segment::write_index_file(&*self.shared.storage, &p, &bytes)
+                        .map_err(|e| StoreError::io(format!("write {}", p.display()), e))?;
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Finds the segment holding `offset` (or the first after it) → (file, start position from
-    /// the index, segment size, offset after the segment).
+    /// the index, base offset of the batch there, segment size, offset after the segment).
     #[allow(clippy::type_complexity)]
     fn locate(
         &self,
         inner: &mut LogInner,
         offset: i64,
-    ) -> Result<Option<(Arc<std::fs::File>, u64, u64, i64)>, StoreError> {
+    ) -> Result<Option<(Arc<std::fs::File>, u64, i64, u64, i64)>, StoreError> {
         let config = self.config.read().clone();
         let floor = inner
             .segments
@@ -699,12 +765,21 @@ impl PartitionLog {
             if seg.next_offset <= offset {
                 continue;
             }
-            let start = seg
-                .indexes
-                .as_ref()
-                .map_or(0, |(index, _)| u64::from(index.lookup(offset).position));
+            let entry = seg.indexes.as_ref().map_or(
+                crate::index::IndexEntry {
+                    offset: seg.base_offset,
+                    position: 0,
+                },
+                |(index, _)| index.lookup(offset),
+            );
             let seg_next = next_base.unwrap_or(seg.next_offset);
-            return Ok(Some((file, start, seg.size, seg_next)));
+            return Ok(Some((
+                file,
+                u64::from(entry.position),
+                entry.offset,
+                seg.size,
+                seg_next,
+            )));
         }
         Ok(None)
     }
@@ -1208,10 +1283,13 @@ pub(crate) fn write_config(
 /// batches with base offset < `upper` while they fit `max_bytes` (the first one always, if
 /// `min_one_batch`). Each returned batch passed its CRC check here; the data is cut before the
 /// first one that does not (so a corrupt batch is never served). `None`: no batch at or after
-/// `offset` in the range.
+/// `offset` in the range. `InvalidData`: the batch at `start` does not have base offset
+/// `expect_base`, or offsets are not contiguous (a stale index, or damage).
+#[allow(clippy::too_many_arguments)]
 fn read_batches(
     file: &std::fs::File,
     start: u64,
+    expect_base: i64,
     end: u64,
     offset: i64,
     upper: i64,
@@ -1225,6 +1303,7 @@ fn read_batches(
     let mut first: Option<u64> = None;
     let mut stop = start;
     let mut taken = 0usize;
+    let mut expected = expect_base;
     while pos < end {
         let Some(h) = reader.bytes_at(pos, HEADER_PREFIX)? else {
             break;
@@ -1232,7 +1311,13 @@ fn read_batches(
         let base = i64::from_be_bytes(h[0..8].try_into().unwrap_or([0; 8]));
         let len = i32::from_be_bytes(h[8..12].try_into().unwrap_or([0; 4]));
         let delta = i32::from_be_bytes(h[23..27].try_into().unwrap_or([0; 4]));
-        if len < 0 {
+        if base != expected && first.is_none() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("batch at position {pos} has offset {base}, expected {expected}"),
+            ));
+        }
+        if base != expected || len < 0 || delta < 0 {
             break;
         }
         let total = LOG_OVERHEAD_BYTES + len as usize;
@@ -1240,6 +1325,7 @@ fn read_batches(
             break;
         }
         let last = base.saturating_add(i64::from(delta.max(0)));
+        expected = last.saturating_add(1);
         if first.is_none() {
             if last < offset {
                 pos += total as u64;
