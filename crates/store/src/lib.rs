@@ -1,324 +1,445 @@
-//! TEMPORARY in-memory stand-in for the store (the real one lands from branch `store`).
-//! Same public API as API.md so the front end can be built and tried meanwhile.
-#![allow(missing_docs, clippy::unwrap_used)]
+//! Millrace's native partitioned segment store (see `API.md` for the contract the front end codes
+//! against, and `docs/log-format.md` for every byte on disk and the crash analysis).
+//!
+//! Where it sits: the front end decodes Produce/Fetch/ListOffsets/DeleteRecords and calls
+//! `Store`/`PartitionLog`; nothing here knows the Kafka wire protocol beyond the v2 record batch,
+//! whose 61-byte header `batch.rs` parses itself (this crate does not import `kafka-protocol`).
+//!
+//! Read first: `Store` (this file), `log::PartitionLog`, `segment::Segment`, `recovery`.
+//!
+//! Invariants: one directory `<topic>-<partition>` per partition under `data_dir`; every file
+//! mutation goes through `storage::Storage`; the clean-shutdown marker exists only between a
+//! successful `shutdown` and the next `open`; a data dir that saw an I/O error of unknown outcome
+//! goes offline (appends fail with `StoreError::Offline`) instead of panicking.
+//!
+//! Locking: a `RwLock` around the partition map (held briefly); one mutex per partition
+//! (`log.rs`); the flusher queue's own mutex (`flusher.rs`); the file cache's mutex
+//! (`file_cache.rs`). Lock order: partition map → partition → file cache; the flusher queue is a
+//! leaf.
 
-use std::collections::BTreeMap;
+pub mod batch;
+mod checkpoint;
+mod cleaner;
+pub mod compression;
+mod config;
+mod error;
+mod file_cache;
+mod flusher;
+mod index;
+mod leader_epoch;
+pub mod limits;
+mod log;
+mod producer_state;
+pub mod records;
+mod recovery;
+mod retention;
+mod segment;
+pub mod storage;
+pub mod testing;
+mod time_index;
+
+use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
-use parking_lot::Mutex;
+use parking_lot::{Mutex, RwLock};
+use tokio::sync::Notify;
 
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct TopicPartition {
-    pub topic: String,
-    pub partition: i32,
+pub use config::{
+    CleanupPolicy, ConfigParseError, FlushPolicy, LogConfig, StoreConfig, TimestampType,
+    TopicPartition,
+};
+pub use error::{AppendError, ReadError, StoreError};
+pub use log::{AppendInfo, PartitionLog, ReadResult, ReadUpperBound};
+pub use producer_state::{BatchMetadata, ProducerStateEntry};
+
+use checkpoint::{CLEAN_SHUTDOWN_FILE, HIGH_WATERMARK_FILE, LOG_START_FILE, RECOVERY_POINT_FILE};
+use file_cache::FileCache;
+use flusher::FlushQueue;
+use recovery::PartitionCheckpoints;
+use storage::{OsStorage, Storage};
+
+/// What one `run_maintenance` tick did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MaintenanceReport {
+    /// Segments deleted by retention or DeleteRecords.
+    pub segments_deleted: usize,
+    /// Active segments rolled by `segment.ms`.
+    pub segments_rolled: usize,
+    /// Partitions compacted.
+    pub partitions_cleaned: usize,
+    /// Log bytes read by the cleaner.
+    pub bytes_cleaned: u64,
 }
-impl TopicPartition {
-    pub fn new(topic: impl Into<String>, partition: i32) -> Self {
-        Self {
-            topic: topic.into(),
-            partition,
+
+/// State shared by the store, its partitions and the flusher.
+pub(crate) struct StoreShared {
+    pub(crate) config: StoreConfig,
+    pub(crate) storage: Arc<dyn Storage>,
+    pub(crate) cache: FileCache,
+    pub(crate) data_available: Arc<Notify>,
+    pub(crate) flusher: Arc<FlushQueue>,
+    pub(crate) partitions: RwLock<HashMap<TopicPartition, Arc<PartitionLog>>>,
+    offline: Mutex<Option<String>>,
+    offline_flag: AtomicBool,
+    shut_down: AtomicBool,
+    checkpoints_dirty: AtomicBool,
+    checkpoint_lock: Mutex<()>,
+}
+
+impl StoreShared {
+    pub(crate) fn check_writable(&self) -> Result<(), StoreError> {
+        if self.offline_flag.load(Ordering::SeqCst) {
+            return Err(StoreError::Offline(self.offline_reason()));
+        }
+        if self.shut_down.load(Ordering::SeqCst) {
+            return Err(StoreError::ShutDown);
+        }
+        Ok(())
+    }
+
+    pub(crate) fn offline_reason(&self) -> String {
+        self.offline.lock().clone().unwrap_or_default()
+    }
+
+    /// Takes the data dir offline: later appends fail with `Offline`, waiters are woken.
+    pub(crate) fn mark_offline(&self, reason: String) {
+        {
+            let mut offline = self.offline.lock();
+            if offline.is_some() {
+                return;
+            }
+            tracing::error!(data_dir = %self.config.data_dir.display(), %reason, "log directory going offline");
+            *offline = Some(reason);
+            self.offline_flag.store(true, Ordering::SeqCst);
+        }
+        for log in self.partitions.read().values() {
+            log.fail_waiters(log::Failure::Offline);
+        }
+    }
+
+    pub(crate) fn mark_checkpoints_dirty(&self) {
+        self.checkpoints_dirty.store(true, Ordering::SeqCst);
+    }
+
+    /// Writes the three data-dir offset checkpoint files.
+    pub(crate) fn write_offset_checkpoints(&self) -> Result<(), StoreError> {
+        let _guard = self.checkpoint_lock.lock();
+        self.checkpoints_dirty.store(false, Ordering::SeqCst);
+        let mut rp = BTreeMap::new();
+        let mut ls = BTreeMap::new();
+        let mut hw = BTreeMap::new();
+        for (tp, log) in self.partitions.read().iter() {
+            rp.insert(tp.clone(), log.recovery_point.load(Ordering::SeqCst));
+            ls.insert(tp.clone(), log.log_start_offset());
+            hw.insert(tp.clone(), log.high_watermark());
+        }
+        for (name, map) in [
+            (RECOVERY_POINT_FILE, rp),
+            (LOG_START_FILE, ls),
+            (HIGH_WATERMARK_FILE, hw),
+        ] {
+            let path = self.config.data_dir.join(name);
+            checkpoint::write_atomic(&*self.storage, &path, &checkpoint::encode_offsets(&map))
+                .map_err(|e| StoreError::io(format!("write {}", path.display()), e))?;
+        }
+        Ok(())
+    }
+
+    fn read_offset_checkpoint(&self, name: &str) -> BTreeMap<TopicPartition, i64> {
+        let path = self.config.data_dir.join(name);
+        match checkpoint::read_bounded(&path) {
+            Ok(Some(bytes)) => checkpoint::decode_offsets(&bytes).unwrap_or_else(|| {
+                tracing::warn!(file = %path.display(), "malformed offset checkpoint ignored");
+                BTreeMap::new()
+            }),
+            Ok(None) => BTreeMap::new(),
+            Err(e) => {
+                tracing::warn!(file = %path.display(), error = %e, "unreadable offset checkpoint ignored");
+                BTreeMap::new()
+            }
         }
     }
 }
-impl std::fmt::Display for TopicPartition {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}-{}", self.topic, self.partition)
-    }
-}
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum FlushPolicy {
-    Batch,
-    Always,
-    Never,
-}
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum TimestampType {
-    CreateTime,
-    LogAppendTime,
-}
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct CleanupPolicy {
-    pub delete: bool,
-    pub compact: bool,
-}
-
-#[derive(Clone, Debug)]
-pub struct LogConfig {
-    pub segment_bytes: u64,
-    pub segment_ms: i64,
-    pub segment_index_bytes: u64,
-    pub index_interval_bytes: u32,
-    pub max_message_bytes: u32,
-    pub retention_ms: i64,
-    pub retention_bytes: i64,
-    pub cleanup_policy: CleanupPolicy,
-    pub delete_retention_ms: i64,
-    pub min_cleanable_dirty_ratio: f64,
-    pub min_compaction_lag_ms: i64,
-    pub message_timestamp_type: TimestampType,
-    pub flush_messages: i64,
-    pub flush_ms: i64,
-}
-impl Default for LogConfig {
-    fn default() -> Self {
-        Self {
-            segment_bytes: 1 << 30,
-            segment_ms: 604_800_000,
-            segment_index_bytes: 10 << 20,
-            index_interval_bytes: 4096,
-            max_message_bytes: 1_048_588,
-            retention_ms: 604_800_000,
-            retention_bytes: -1,
-            cleanup_policy: CleanupPolicy {
-                delete: true,
-                compact: false,
-            },
-            delete_retention_ms: 86_400_000,
-            min_cleanable_dirty_ratio: 0.5,
-            min_compaction_lag_ms: 0,
-            message_timestamp_type: TimestampType::CreateTime,
-            flush_messages: i64::MAX,
-            flush_ms: i64::MAX,
-        }
-    }
-}
-
-pub struct StoreConfig {
-    pub data_dir: PathBuf,
-    pub flush_policy: FlushPolicy,
-    pub flush_interval: Duration,
-    pub max_open_files: usize,
-    pub high_watermark_follows_durable: bool,
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum StoreError {
-    #[error("io: {0}")]
-    Io(#[from] std::io::Error),
-    #[error("partition {0} already exists")]
-    AlreadyExists(TopicPartition),
-    #[error("unknown partition {0}")]
-    UnknownPartition(TopicPartition),
-    #[error("log directory offline: {0}")]
-    Offline(String),
-    #[error("store is shut down")]
-    ShutDown,
-    #[error("corrupt: {0}")]
-    Corrupt(String),
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum AppendError {
-    #[error("corrupt message: {0}")]
-    CorruptMessage(String),
-    #[error("invalid record: {0}")]
-    InvalidRecord(String),
-    #[error("message too large: {size} > {max}")]
-    MessageTooLarge { size: usize, max: usize },
-    #[error("out of order sequence: {0}")]
-    OutOfOrderSequence(String),
-    #[error("invalid producer epoch: {0}")]
-    InvalidProducerEpoch(String),
-    #[error(transparent)]
-    Store(#[from] StoreError),
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum ReadError {
-    #[error("offset {fetch_offset} out of range [{log_start_offset}, {log_end_offset}]")]
-    OffsetOutOfRange {
-        fetch_offset: i64,
-        log_start_offset: i64,
-        log_end_offset: i64,
-    },
-    #[error(transparent)]
-    Store(#[from] StoreError),
-}
-
-#[derive(Debug, Clone)]
-pub struct AppendInfo {
-    pub base_offset: i64,
-    pub last_offset: i64,
-    pub log_append_time_ms: i64,
-    pub log_start_offset: i64,
-    pub duplicate: bool,
-}
-#[derive(Debug, Clone)]
-pub struct ReadResult {
-    pub records: Bytes,
-    pub high_watermark: i64,
-    pub log_start_offset: i64,
-    pub log_end_offset: i64,
-}
-#[derive(Debug, Clone, Copy)]
-pub enum ReadUpperBound {
-    HighWatermark,
-    LogEnd,
-}
-#[derive(Debug, Clone, Default)]
-pub struct MaintenanceReport;
-#[derive(Debug, Clone)]
-pub struct ProducerStateEntry;
-
+/// The store: all partition logs of one data dir. `Send + Sync`, used as `Arc<Store>`.
 pub struct Store {
-    parts: Mutex<BTreeMap<TopicPartition, Arc<PartitionLog>>>,
-    notify: Arc<tokio::sync::Notify>,
+    shared: Arc<StoreShared>,
+    flusher_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    create_lock: Mutex<()>,
+    maintenance: Mutex<cleaner::CleanerState>,
 }
+
 impl Store {
-    pub fn open(_config: StoreConfig) -> Result<Arc<Store>, StoreError> {
+    /// Opens (creating if needed) the data dir; see `API.md`.
+    pub fn open(config: StoreConfig) -> Result<Arc<Store>, StoreError> {
+        Store::open_with_storage(config, Arc::new(OsStorage))
+    }
+
+    /// Like `open`, with every file mutation going through `storage` (crash-injection tests).
+    pub fn open_with_storage(
+        config: StoreConfig,
+        storage: Arc<dyn Storage>,
+    ) -> Result<Arc<Store>, StoreError> {
+        let data_dir = config.data_dir.clone();
+        storage
+            .create_dir_all(&data_dir)
+            .map_err(|e| StoreError::io(format!("create {}", data_dir.display()), e))?;
+        let marker = data_dir.join(CLEAN_SHUTDOWN_FILE);
+        let clean = marker.exists();
+        let shared = Arc::new(StoreShared {
+            cache: FileCache::new(config.max_open_files, Arc::clone(&storage)),
+            storage,
+            data_available: Arc::new(Notify::new()),
+            flusher: Arc::new(FlushQueue::default()),
+            partitions: RwLock::new(HashMap::new()),
+            offline: Mutex::new(None),
+            offline_flag: AtomicBool::new(false),
+            shut_down: AtomicBool::new(false),
+            checkpoints_dirty: AtomicBool::new(false),
+            checkpoint_lock: Mutex::new(()),
+            config,
+        });
+        let recovery_points = shared.read_offset_checkpoint(RECOVERY_POINT_FILE);
+        let log_starts = shared.read_offset_checkpoint(LOG_START_FILE);
+        let high_watermarks = shared.read_offset_checkpoint(HIGH_WATERMARK_FILE);
+        let entries = std::fs::read_dir(&data_dir)
+            .map_err(|e| StoreError::io(format!("list {}", data_dir.display()), e))?;
+        let mut dirs: Vec<(TopicPartition, PathBuf)> = Vec::new();
+        for entry in entries {
+            let entry =
+                entry.map_err(|e| StoreError::io(format!("list {}", data_dir.display()), e))?;
+            let path = entry.path();
+            if !path.is_dir() {
+                continue;
+            }
+            let Ok(name) = entry.file_name().into_string() else {
+                continue;
+            };
+            if name.ends_with("-delete") {
+                shared
+                    .storage
+                    .remove_dir_all(&path)
+                    .map_err(|e| StoreError::io(format!("remove {}", path.display()), e))?;
+                continue;
+            }
+            if let Some(tp) = TopicPartition::from_dir_name(&name) {
+                dirs.push((tp, path));
+            }
+        }
+        dirs.sort();
+        for (tp, dir) in dirs {
+            let ckpt = PartitionCheckpoints {
+                recovery_point: recovery_points.get(&tp).copied(),
+                log_start_offset: log_starts.get(&tp).copied(),
+                high_watermark: high_watermarks.get(&tp).copied(),
+            };
+            let log = recovery::load_partition(&shared, tp.clone(), &dir, ckpt, clean)?;
+            shared.partitions.write().insert(tp, log);
+        }
+        if clean {
+            shared
+                .storage
+                .remove_file(&marker)
+                .map_err(|e| StoreError::io(format!("remove {}", marker.display()), e))?;
+            shared
+                .storage
+                .sync_dir(&data_dir)
+                .map_err(|e| StoreError::io(format!("fsync {}", data_dir.display()), e))?;
+        }
+        let queue = Arc::clone(&shared.flusher);
+        let interval = shared.config.flush_interval;
+        let handle = std::thread::Builder::new()
+            .name("millrace-flusher".into())
+            .spawn(move || flusher::run(queue, interval))
+            .map_err(|e| StoreError::io("spawn flusher thread", e))?;
         Ok(Arc::new(Store {
-            parts: Mutex::new(BTreeMap::new()),
-            notify: Arc::new(tokio::sync::Notify::new()),
+            shared,
+            flusher_thread: Mutex::new(Some(handle)),
+            create_lock: Mutex::new(()),
+            maintenance: Mutex::new(cleaner::CleanerState::default()),
         }))
     }
+
+    fn partition_dir(&self, tp: &TopicPartition) -> PathBuf {
+        self.shared.config.data_dir.join(tp.to_string())
+    }
+
+    /// Creates an empty partition; `AlreadyExists` if present.
     pub fn create_partition(
         &self,
         tp: &TopicPartition,
         config: LogConfig,
     ) -> Result<Arc<PartitionLog>, StoreError> {
-        let mut p = self.parts.lock();
-        if p.contains_key(tp) {
+        self.shared.check_writable()?;
+        let _guard = self.create_lock.lock();
+        if self.shared.partitions.read().contains_key(tp) {
             return Err(StoreError::AlreadyExists(tp.clone()));
         }
-        let log = Arc::new(PartitionLog {
-            config: Mutex::new(config),
-            batches: Mutex::new(Vec::new()),
-            next: Mutex::new(0),
-            notify: self.notify.clone(),
-        });
-        p.insert(tp.clone(), log.clone());
+        if TopicPartition::from_dir_name(&tp.to_string()).as_ref() != Some(tp) {
+            return Err(StoreError::Corrupt(format!("invalid partition name {tp}")));
+        }
+        let storage = &*self.shared.storage;
+        let dir = self.partition_dir(tp);
+        let io = |what: &str, e| StoreError::io(format!("{what} {}", dir.display()), e);
+        // A directory left by a crashed create or an unloadable partition: start afresh.
+        storage.remove_dir_all(&dir).map_err(|e| io("remove", e))?;
+        storage.create_dir_all(&dir).map_err(|e| io("create", e))?;
+        log::write_config(storage, &dir, &config)?;
+        let seg_path = segment::segment_path(&dir, 0, segment::LOG_SUFFIX);
+        self.shared
+            .cache
+            .get(&seg_path, true)
+            .map_err(|e| StoreError::io(format!("create {}", seg_path.display()), e))?;
+        storage.sync_dir(&dir).map_err(|e| io("fsync", e))?;
+        storage
+            .sync_dir(&self.shared.config.data_dir)
+            .map_err(|e| io("fsync parent of", e))?;
+        let mut segments = BTreeMap::new();
+        segments.insert(0, segment::Segment::new_empty(0, &config, log::now_ms()));
+        let parts = log::LogParts {
+            segments,
+            log_start_offset: 0,
+            log_end_offset: 0,
+            high_watermark: 0,
+            recovery_point: 0,
+            producers: Default::default(),
+            epochs: Default::default(),
+            pending: Default::default(),
+            cleaner_point: 0,
+        };
+        let log =
+            PartitionLog::from_parts(tp.clone(), dir, Arc::clone(&self.shared), config, parts);
+        self.shared
+            .partitions
+            .write()
+            .insert(tp.clone(), Arc::clone(&log));
+        self.shared.mark_checkpoints_dirty();
         Ok(log)
     }
+
+    /// Deletes a partition crash-safely: rename to `<dir>.<nanos>-delete`, fsync, remove.
     pub fn delete_partition(&self, tp: &TopicPartition) -> Result<(), StoreError> {
-        self.parts
-            .lock()
-            .remove(tp)
-            .map(|_| ())
-            .ok_or_else(|| StoreError::UnknownPartition(tp.clone()))
-    }
-    pub fn partition(&self, tp: &TopicPartition) -> Option<Arc<PartitionLog>> {
-        self.parts.lock().get(tp).cloned()
-    }
-    pub fn partitions(&self) -> Vec<TopicPartition> {
-        self.parts.lock().keys().cloned().collect()
-    }
-    pub fn data_available(&self) -> Arc<tokio::sync::Notify> {
-        self.notify.clone()
-    }
-    pub fn run_maintenance(&self, _now_ms: i64) -> Result<MaintenanceReport, StoreError> {
-        Ok(MaintenanceReport)
-    }
-    pub fn shutdown(&self) -> Result<(), StoreError> {
+        self.shared.check_writable()?;
+        let _guard = self.create_lock.lock();
+        let Some(log) = self.shared.partitions.write().remove(tp) else {
+            return Err(StoreError::UnknownPartition(tp.clone()));
+        };
+        log.deleted.store(true, Ordering::SeqCst);
+        let _inner = log.inner.lock();
+        log.fail_waiters(log::Failure::Deleted);
+        let dir = self.partition_dir(tp);
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0);
+        let doomed = self
+            .shared
+            .config
+            .data_dir
+            .join(format!("{tp}.{nanos}-delete"));
+        let storage = &*self.shared.storage;
+        storage
+            .rename(&dir, &doomed)
+            .map_err(|e| StoreError::io(format!("rename {}", dir.display()), e))?;
+        storage
+            .sync_dir(&self.shared.config.data_dir)
+            .map_err(|e| {
+                StoreError::io(
+                    format!("fsync {}", self.shared.config.data_dir.display()),
+                    e,
+                )
+            })?;
+        self.shared.cache.invalidate_dir(&dir);
+        storage
+            .remove_dir_all(&doomed)
+            .map_err(|e| StoreError::io(format!("remove {}", doomed.display()), e))?;
+        self.shared.mark_checkpoints_dirty();
         Ok(())
+    }
+
+    /// The partition's log, if hosted here.
+    pub fn partition(&self, tp: &TopicPartition) -> Option<Arc<PartitionLog>> {
+        self.shared.partitions.read().get(tp).cloned()
+    }
+
+    /// All hosted partitions, sorted.
+    pub fn partitions(&self) -> Vec<TopicPartition> {
+        let mut v: Vec<TopicPartition> = self.shared.partitions.read().keys().cloned().collect();
+        v.sort();
+        v
+    }
+
+    /// Notified (`notify_waiters`) every time any partition's high watermark advances.
+    pub fn data_available(&self) -> Arc<Notify> {
+        Arc::clone(&self.shared.data_available)
+    }
+
+    /// Whether the data dir is offline, and why.
+    pub fn offline_reason(&self) -> Option<String> {
+        self.shared.offline.lock().clone()
+    }
+
+    /// One bounded tick of background work: retention, compaction, segment.ms rolls, flush.ms,
+    /// offset checkpoints.
+    pub fn run_maintenance(&self, now_ms: i64) -> Result<MaintenanceReport, StoreError> {
+        self.shared.check_writable()?;
+        let mut cleaner = self.maintenance.lock();
+        let logs: Vec<Arc<PartitionLog>> =
+            self.shared.partitions.read().values().cloned().collect();
+        let mut report = MaintenanceReport::default();
+        for log in &logs {
+            if log.maybe_roll_for_time(now_ms)? {
+                report.segments_rolled += 1;
+            }
+            log.maybe_flush_for_time(now_ms);
+            report.segments_deleted += retention::apply_retention(log, now_ms)?;
+        }
+        let (cleaned, bytes) = cleaner.run(&logs, now_ms)?;
+        report.partitions_cleaned += cleaned;
+        report.bytes_cleaned += bytes;
+        self.shared.write_offset_checkpoints()?;
+        Ok(report)
+    }
+
+    /// Flushes everything, writes checkpoints and the clean-shutdown marker. After this, appends
+    /// fail with `ShutDown`. Idempotent.
+    pub fn shutdown(&self) -> Result<(), StoreError> {
+        if self.shared.shut_down.swap(true, Ordering::SeqCst) {
+            return Ok(());
+        }
+        self.stop_flusher();
+        if let Some(reason) = self.offline_reason() {
+            return Err(StoreError::Offline(reason));
+        }
+        let logs: Vec<Arc<PartitionLog>> =
+            self.shared.partitions.read().values().cloned().collect();
+        for log in &logs {
+            log.close()?;
+        }
+        self.shared.write_offset_checkpoints()?;
+        let marker = self.shared.config.data_dir.join(CLEAN_SHUTDOWN_FILE);
+        checkpoint::write_atomic(&*self.shared.storage, &marker, b"")
+            .map_err(|e| StoreError::io(format!("write {}", marker.display()), e))?;
+        for log in &logs {
+            log.fail_waiters(log::Failure::ShutDown);
+        }
+        Ok(())
+    }
+
+    fn stop_flusher(&self) {
+        self.shared.flusher.stop();
+        if let Some(handle) = self.flusher_thread.lock().take() {
+            let _ = handle.join();
+        }
     }
 }
 
-pub struct PartitionLog {
-    config: Mutex<LogConfig>,
-    batches: Mutex<Vec<(i64, i64, Bytes)>>,
-    next: Mutex<i64>,
-    notify: Arc<tokio::sync::Notify>,
-}
-impl PartitionLog {
-    pub fn append(
-        &self,
-        mut records: BytesMut,
-        leader_epoch: i32,
-    ) -> Result<AppendInfo, AppendError> {
-        if records.len() < 61 {
-            return Err(AppendError::CorruptMessage("short".into()));
-        }
-        let count = i32::from_be_bytes(records[57..61].try_into().unwrap()) as i64;
-        let mut next = self.next.lock();
-        let base = *next;
-        records[0..8].copy_from_slice(&base.to_be_bytes());
-        records[12..16].copy_from_slice(&leader_epoch.to_be_bytes());
-        let last = base + count.max(1) - 1;
-        self.batches.lock().push((base, last, records.freeze()));
-        *next = last + 1;
-        self.notify.notify_waiters();
-        Ok(AppendInfo {
-            base_offset: base,
-            last_offset: last,
-            log_append_time_ms: -1,
-            log_start_offset: 0,
-            duplicate: false,
-        })
-    }
-    pub fn read(
-        &self,
-        fetch_offset: i64,
-        max_bytes: usize,
-        _bound: ReadUpperBound,
-        min_one_batch: bool,
-    ) -> Result<ReadResult, ReadError> {
-        let end = *self.next.lock();
-        if fetch_offset < 0 || fetch_offset > end {
-            return Err(ReadError::OffsetOutOfRange {
-                fetch_offset,
-                log_start_offset: 0,
-                log_end_offset: end,
-            });
-        }
-        let mut out = BytesMut::new();
-        for (_b, last, bytes) in self.batches.lock().iter() {
-            if *last < fetch_offset {
-                continue;
-            }
-            if out.len() + bytes.len() > max_bytes && !(out.is_empty() && min_one_batch) {
-                break;
-            }
-            out.extend_from_slice(bytes);
-        }
-        Ok(ReadResult {
-            records: out.freeze(),
-            high_watermark: end,
-            log_start_offset: 0,
-            log_end_offset: end,
-        })
-    }
-    pub fn log_start_offset(&self) -> i64 {
-        0
-    }
-    pub fn log_end_offset(&self) -> i64 {
-        *self.next.lock()
-    }
-    pub fn high_watermark(&self) -> i64 {
-        *self.next.lock()
-    }
-    pub fn set_high_watermark(&self, _offset: i64) {}
-    pub fn durable_offset(&self) -> i64 {
-        *self.next.lock()
-    }
-    pub async fn wait_durable(&self, _offset: i64) -> Result<(), StoreError> {
-        Ok(())
-    }
-    pub fn offset_for_timestamp(&self, _ts: i64) -> Result<Option<(i64, i64)>, StoreError> {
-        Ok(None)
-    }
-    pub fn max_timestamp(&self) -> Result<Option<(i64, i64)>, StoreError> {
-        Ok(None)
-    }
-    pub fn truncate_to(&self, _offset: i64) -> Result<(), StoreError> {
-        Ok(())
-    }
-    pub fn delete_records_before(&self, _offset: i64) -> Result<i64, StoreError> {
-        Ok(0)
-    }
-    pub fn config(&self) -> LogConfig {
-        self.config.lock().clone()
-    }
-    pub fn update_config(&self, config: LogConfig) {
-        *self.config.lock() = config;
-    }
-    pub fn size_bytes(&self) -> u64 {
-        0
-    }
-    pub fn producer_states(&self) -> Vec<ProducerStateEntry> {
-        vec![]
+impl Drop for Store {
+    fn drop(&mut self) {
+        self.stop_flusher();
+        // Break the partition ↔ shared reference cycle.
+        self.shared.partitions.write().clear();
     }
 }

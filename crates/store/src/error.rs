@@ -1,0 +1,83 @@
+//! Error types of the store, one enum per operation family.
+//!
+//! `StoreError` is what any store operation can fail with; `AppendError` and `ReadError` add the
+//! per-operation outcomes the front end maps to Kafka error codes (see `API.md`).
+
+use crate::config::TopicPartition;
+
+/// A store-level failure: I/O, missing or duplicate partitions, an offline data dir.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// An operating system I/O error; the message carries the file and operation.
+    #[error("I/O error: {0}")]
+    Io(std::io::Error),
+    /// `create_partition` on a partition that exists.
+    #[error("partition {0} already exists")]
+    AlreadyExists(TopicPartition),
+    /// The partition is not hosted by this store.
+    #[error("unknown partition {0}")]
+    UnknownPartition(TopicPartition),
+    /// The data dir was taken offline after an I/O error whose outcome is unknown (failed fsync,
+    /// failed rollback of a torn append). Nothing is written to it until the broker restarts.
+    #[error("log directory offline: {0}")]
+    Offline(String),
+    /// The store was shut down.
+    #[error("store is shut down")]
+    ShutDown,
+    /// A file on disk failed validation and could not be repaired.
+    #[error("corrupt data: {0}")]
+    Corrupt(String),
+}
+
+impl StoreError {
+    /// Wraps an I/O error with what was being done to which file.
+    pub(crate) fn io(context: impl std::fmt::Display, err: std::io::Error) -> StoreError {
+        StoreError::Io(std::io::Error::new(err.kind(), format!("{context}: {err}")))
+    }
+}
+
+/// Why `PartitionLog::append` refused or failed a request. Nothing was appended in any case.
+#[derive(Debug, thiserror::Error)]
+pub enum AppendError {
+    /// CRC mismatch or impossible lengths → Kafka CORRUPT_MESSAGE (2).
+    #[error("corrupt message: {0}")]
+    CorruptMessage(String),
+    /// magic != 2, record count mismatch, … → Kafka INVALID_RECORD (87).
+    #[error("invalid record: {0}")]
+    InvalidRecord(String),
+    /// One batch is larger than `max.message.bytes` → Kafka MESSAGE_TOO_LARGE (10).
+    #[error("batch of {size} bytes exceeds max.message.bytes {max}")]
+    MessageTooLarge {
+        /// Bytes of the offending batch, including its 12-byte prefix.
+        size: usize,
+        /// The topic's `max.message.bytes`.
+        max: usize,
+    },
+    /// Sequence gap or new producer epoch not starting at 0 → OUT_OF_ORDER_SEQUENCE_NUMBER (45).
+    #[error("out of order sequence: {0}")]
+    OutOfOrderSequence(String),
+    /// Producer epoch older than the stored one → INVALID_PRODUCER_EPOCH (47).
+    #[error("invalid producer epoch: {0}")]
+    InvalidProducerEpoch(String),
+    /// I/O failure, offline dir, shut down → KAFKA_STORAGE_ERROR (56).
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Why `PartitionLog::read` failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    /// `fetch_offset` is below the log start offset or above the read's upper bound.
+    #[error("offset {fetch_offset} out of range [{log_start_offset}, {log_end_offset}]")]
+    OffsetOutOfRange {
+        /// The requested offset.
+        fetch_offset: i64,
+        /// The log start offset at the time of the read.
+        log_start_offset: i64,
+        /// The log end offset at the time of the read.
+        log_end_offset: i64,
+    },
+    /// I/O failure or offline dir.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}

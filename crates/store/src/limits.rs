@@ -1,0 +1,79 @@
+//! Every limit the store enforces, as a named constant.
+//!
+//! Each constant says its unit, why it exists and what enforces it. Lengths read from the wire or
+//! from disk are checked against these before anything is allocated.
+
+/// Bytes: the v2 record batch header (baseOffset .. recordCount). Fixed by the Kafka format.
+pub const BATCH_HEADER_BYTES: usize = 61;
+
+/// Bytes: baseOffset (8) + batchLength (4), the part of a batch not counted in `batchLength`.
+pub const LOG_OVERHEAD_BYTES: usize = 12;
+
+/// Bytes: smallest legal `batchLength` (the header after the 12-byte prefix, no records).
+pub const BATCH_LENGTH_MIN: usize = BATCH_HEADER_BYTES - LOG_OVERHEAD_BYTES;
+
+/// Bytes: largest batch the store ever reads back from disk during recovery or a scan. Larger
+/// `batchLength` values on disk are treated as corruption. Enforced by `batch::BatchHeader::parse`
+/// callers in `recovery` and `segment`.
+pub const BATCH_BYTES_MAX: usize = 64 * 1024 * 1024;
+
+/// Bytes: largest output of one decompression (compaction, exact timestamp lookup). A batch that
+/// inflates beyond this is refused as a decompression bomb. Enforced by `compression::decompress`.
+pub const DECOMPRESSED_BYTES_MAX: usize = 128 * 1024 * 1024;
+
+/// Records: most records decoded from one batch. Enforced by `records::decode_records`.
+pub const RECORDS_PER_BATCH_MAX: usize = 4 * 1024 * 1024;
+
+/// Headers: most headers on one record. Enforced by `records::decode_records`.
+pub const HEADERS_PER_RECORD_MAX: usize = 64 * 1024;
+
+/// Batches: per producer id, how many recent batches are kept for duplicate detection. Kafka's
+/// value; clients keep at most 5 requests in flight for the same reason.
+pub const PRODUCER_BATCH_CACHE: usize = 5;
+
+/// Bytes: largest producer-state snapshot, offset checkpoint or leader-epoch checkpoint file the
+/// store will read. Enforced by `checkpoint::read_bounded`.
+pub const CHECKPOINT_FILE_BYTES_MAX: usize = 256 * 1024 * 1024;
+
+/// Entries: most producer ids one snapshot may hold. Enforced by `producer_state` decoding.
+pub const PRODUCERS_PER_SNAPSHOT_MAX: usize = 4 * 1024 * 1024;
+
+/// Producer snapshots kept per partition (the newest ones); older ones are deleted.
+pub const PRODUCER_SNAPSHOTS_KEPT: usize = 2;
+
+/// Bytes: how much the reader fetches per `pread` while scanning batch headers.
+pub const SCAN_CHUNK_BYTES: usize = 64 * 1024;
+
+/// Offsets: largest `offset - segment base offset` a segment may hold. Index entries store the
+/// relative offset in 32 bits; Kafka rolls at `i32::MAX` for the same reason.
+pub const SEGMENT_RELATIVE_OFFSET_MAX: i64 = i32::MAX as i64;
+
+/// Bytes: largest `.log` segment; positions are stored as u32 in the offset index.
+pub const SEGMENT_BYTES_MAX: u64 = i32::MAX as u64;
+
+/// Bytes: `segment.bytes` is clamped to at least this, so that a roll always makes progress.
+pub const SEGMENT_BYTES_MIN: u64 = 14;
+
+/// Bytes: `segment.index.bytes` is clamped to at least this (room for a few entries).
+pub const SEGMENT_INDEX_BYTES_MIN: u64 = 64;
+
+/// Files: floor on the open file cache so that a partition's active segment always fits.
+pub const OPEN_FILES_MIN: usize = 8;
+
+/// Bytes: most log bytes the cleaner reads per partition per maintenance tick; bounds the time one
+/// tick holds the cleaner (never the partition lock).
+pub const CLEANER_BYTES_PER_TICK: u64 = 256 * 1024 * 1024;
+
+/// Segments: most segments deleted by retention per partition per maintenance tick.
+pub const RETENTION_SEGMENTS_PER_TICK: usize = 1024;
+
+/// Keys: most distinct keys the cleaner holds in its offset map for one cleaning pass.
+pub const CLEANER_KEYS_MAX: usize = 4 * 1024 * 1024;
+
+/// Batches: most batches one `append` call may carry.
+pub const BATCHES_PER_APPEND_MAX: usize = 1024;
+
+const _: () = assert!(BATCH_LENGTH_MIN == 49);
+const _: () = assert!(SCAN_CHUNK_BYTES >= BATCH_HEADER_BYTES);
+const _: () = assert!(BATCH_BYTES_MAX as u64 <= SEGMENT_BYTES_MAX);
+const _: () = assert!(PRODUCER_BATCH_CACHE >= 1);

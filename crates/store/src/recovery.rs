@@ -1,0 +1,416 @@
+//! Loading a partition directory at startup, and recovery after an unclean stop.
+//!
+//! Steps (Kafka's `LogLoader`): finish or undo interrupted file operations (`.swap` files are
+//! complete and replace their segments; `.cleaned`, `.deleted` and `.tmp` files are deleted);
+//! discover segments; after an unclean stop validate every batch from the segment holding the
+//! recovery point (length bounds, magic, CRC, increasing offsets), truncate the segment at the
+//! first invalid byte and delete every later segment; rebuild their indexes; rebuild the
+//! leader-epoch cache from batch headers; rebuild producer state from the newest usable snapshot
+//! plus the batch headers after it. After a clean shutdown only the active segment's tail after
+//! its last index entry is checked, and sealed segments are loaded lazily on first use.
+//!
+//! Runs before the partition is shared, so no locking concerns except the store's file cache.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use crate::checkpoint::{self, LEADER_EPOCH_FILE};
+use crate::config::{LogConfig, TopicPartition};
+use crate::error::StoreError;
+use crate::leader_epoch::LeaderEpochCache;
+use crate::log::{
+    list_snapshots, now_ms, snapshot_path, LogInner, LogParts, PartitionLog, Pending,
+};
+use crate::producer_state::ProducerStates;
+use crate::segment::{self, Segment, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX};
+use crate::StoreShared;
+
+/// What the data-dir checkpoints say about one partition.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct PartitionCheckpoints {
+    pub(crate) recovery_point: Option<i64>,
+    pub(crate) log_start_offset: Option<i64>,
+    pub(crate) high_watermark: Option<i64>,
+}
+
+fn io_err(what: impl std::fmt::Display, e: std::io::Error) -> StoreError {
+    StoreError::io(what, e)
+}
+
+/// Loads (and if needed recovers) the partition in `dir`.
+pub(crate) fn load_partition(
+    shared: &Arc<StoreShared>,
+    tp: TopicPartition,
+    dir: &Path,
+    ckpt: PartitionCheckpoints,
+    clean: bool,
+) -> Result<Arc<PartitionLog>, StoreError> {
+    let config = read_config(dir);
+    let storage = &*shared.storage;
+    crate::cleaner::finish_interrupted_swaps(storage, dir)?;
+
+    // Discover segments; delete leftovers of interrupted operations.
+    let mut sizes: BTreeMap<i64, u64> = BTreeMap::new();
+    let mut index_files = Vec::new();
+    let entries =
+        std::fs::read_dir(dir).map_err(|e| io_err(format!("list {}", dir.display()), e))?;
+    for entry in entries {
+        let entry = entry.map_err(|e| io_err(format!("list {}", dir.display()), e))?;
+        let Ok(name) = entry.file_name().into_string() else {
+            continue;
+        };
+        let path = entry.path();
+        if name.ends_with(".tmp") || name.ends_with(".cleaned") || name.ends_with(".deleted") {
+            storage
+                .remove_file(&path)
+                .map_err(|e| io_err(format!("remove {}", path.display()), e))?;
+            continue;
+        }
+        match segment::parse_segment_name(&name) {
+            Some((base, LOG_SUFFIX)) => {
+                let len = entry
+                    .metadata()
+                    .map_err(|e| io_err(format!("stat {}", path.display()), e))?
+                    .len();
+                sizes.insert(base, len);
+            }
+            Some((base, INDEX_SUFFIX | TIME_INDEX_SUFFIX)) => index_files.push((base, path)),
+            _ => {}
+        }
+    }
+    for (base, path) in index_files {
+        if !sizes.contains_key(&base) {
+            storage
+                .remove_file(&path)
+                .map_err(|e| io_err(format!("remove {}", path.display()), e))?;
+        }
+    }
+    let now = now_ms();
+    if sizes.is_empty() {
+        let base = ckpt.log_start_offset.unwrap_or(0).max(0);
+        let path = segment::segment_path(dir, base, LOG_SUFFIX);
+        shared
+            .cache
+            .get(&path, true)
+            .map_err(|e| io_err(format!("create {}", path.display()), e))?;
+        sizes.insert(base, 0);
+    }
+    let bases: Vec<i64> = sizes.keys().copied().collect();
+    let mut segments: BTreeMap<i64, Segment> = BTreeMap::new();
+    for (i, base) in bases.iter().enumerate() {
+        let next = bases.get(i + 1).copied().unwrap_or(*base);
+        let size = sizes.get(base).copied().unwrap_or(0);
+        segments.insert(*base, Segment::new_unloaded(*base, size, next, now));
+    }
+
+    // Which segments to validate batch by batch.
+    let last_base = *bases.last().unwrap_or(&0);
+    let recover_from = if clean {
+        last_base
+    } else {
+        let rp = ckpt.recovery_point.unwrap_or(i64::MIN);
+        segments
+            .range(..=rp)
+            .next_back()
+            .map_or(bases.first().copied().unwrap_or(0), |(b, _)| *b)
+    };
+    let mut epoch_headers: Vec<(i32, i64)> = Vec::new();
+    let mut cut_after: Option<i64> = None;
+    let mut prev_next: Option<i64> = segments
+        .range(..recover_from)
+        .next_back()
+        .map(|(_, s)| s.next_offset);
+    let mut first_recovered_offset: Option<i64> = None;
+    let mut recovered_bases = Vec::new();
+    for base in bases.iter().filter(|b| **b >= recover_from) {
+        let Some(seg) = segments.get_mut(base) else {
+            continue;
+        };
+        if prev_next.is_some_and(|p| *base != p) {
+            // Does not start where the previous segment ended: this and everything after it is
+            // invalid (segments, like batches, cover one contiguous offset range).
+            cut_after = Some(*base);
+            break;
+        }
+        let path = seg.log_path(dir);
+        let file = shared
+            .cache
+            .get(&path, false)
+            .map_err(|e| io_err(format!("open {}", path.display()), e))?;
+        let file_size = seg.size;
+        if clean {
+            seg.ensure_loaded(dir, &file, &config)
+                .map_err(|e| io_err(format!("load {}", path.display()), e))?;
+        } else {
+            let mut seen = Vec::new();
+            let mut fresh = Segment::new_empty(*base, &config, now);
+            fresh.size = file_size;
+            let end = segment::scan_batches(&file, 0, file_size, *base, *base, |pos, h, _| {
+                seen.push((h.partition_leader_epoch, h.base_offset));
+                fresh.track_batch(pos, h, config.index_interval_bytes);
+            })
+            .map_err(|e| io_err(format!("recover {}", path.display()), e))?;
+            fresh.size = end.valid_end;
+            fresh.next_offset = end.next_offset;
+            fresh.finish_time_index();
+            *seg = fresh;
+            if first_recovered_offset.is_none() {
+                first_recovered_offset = Some(*base);
+            }
+            epoch_headers.extend(seen);
+            recovered_bases.push(*base);
+        }
+        if seg.size < file_size {
+            tracing::warn!(partition = %tp, segment = base, valid = seg.size, file = file_size, "truncating log at the first invalid batch");
+            storage
+                .set_len(&file, seg.size)
+                .map_err(|e| io_err(format!("truncate {}", path.display()), e))?;
+            cut_after = Some(base + 1);
+            break;
+        }
+        prev_next = Some(seg.next_offset);
+    }
+    if let Some(cut) = cut_after {
+        let doomed: Vec<i64> = segments.range(cut..).map(|(b, _)| *b).rev().collect();
+        for base in doomed {
+            for suffix in [LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX] {
+                let p = segment::segment_path(dir, base, suffix);
+                shared.cache.invalidate(&p);
+                storage
+                    .remove_file(&p)
+                    .map_err(|e| io_err(format!("remove {}", p.display()), e))?;
+            }
+            segments.remove(&base);
+        }
+    }
+    // The active segment must be loaded (appends need its indexes).
+    let active_base = segments.keys().next_back().copied().unwrap_or(0);
+    if let Some(active) = segments.get_mut(&active_base) {
+        if active.indexes.is_none() {
+            let path = active.log_path(dir);
+            let file = shared
+                .cache
+                .get(&path, false)
+                .map_err(|e| io_err(format!("open {}", path.display()), e))?;
+            active
+                .ensure_loaded(dir, &file, &config)
+                .map_err(|e| io_err(format!("load {}", path.display()), e))?;
+        }
+    }
+    // Recovered sealed segments get fresh index files (the old ones may be stale).
+    for base in recovered_bases.iter().filter(|b| **b != active_base) {
+        let Some(seg) = segments.get(base) else {
+            continue;
+        };
+        if let Some((index, time_index)) = seg.encoded_indexes() {
+            for (suffix, bytes) in [(INDEX_SUFFIX, index), (TIME_INDEX_SUFFIX, time_index)] {
+                let p = segment::segment_path(dir, *base, suffix);
+                shared.cache.invalidate(&p);
+                segment::write_index_file(storage, &p, &bytes)
+                    .map_err(|e| io_err(format!("write {}", p.display()), e))?;
+            }
+        }
+    }
+    let log_end_offset = segments.values().next_back().map_or(0, |s| s.next_offset);
+    let first_base = segments.keys().next().copied().unwrap_or(0);
+    let log_start_offset = ckpt
+        .log_start_offset
+        .unwrap_or(first_base)
+        .max(first_base)
+        .min(log_end_offset);
+
+    // Leader epoch cache.
+    let stored = checkpoint::read_bounded(&dir.join(LEADER_EPOCH_FILE))
+        .ok()
+        .flatten()
+        .and_then(|b| checkpoint::decode_epochs(&b));
+    let mut epochs_dirty = false;
+    let mut epochs = match stored {
+        Some(entries) => LeaderEpochCache::from_entries(entries),
+        None if log_end_offset > first_base => {
+            // Missing or corrupt: rebuild from every batch header.
+            epochs_dirty = true;
+            epoch_headers.clear();
+            first_recovered_offset = Some(first_base);
+            for seg in segments.values() {
+                let file = shared
+                    .cache
+                    .get(&seg.log_path(dir), false)
+                    .map_err(|e| io_err("open segment", e))?;
+                segment::scan_batches(&file, 0, seg.size, seg.base_offset, i64::MIN, |_, h, _| {
+                    epoch_headers.push((h.partition_leader_epoch, h.base_offset));
+                })
+                .map_err(|e| io_err("scan segment", e))?;
+            }
+            LeaderEpochCache::default()
+        }
+        None => LeaderEpochCache::default(),
+    };
+    if let Some(from) = first_recovered_offset {
+        epochs_dirty |= epochs.truncate_from_end(from);
+        for (epoch, offset) in epoch_headers {
+            epochs_dirty |= epochs.assign(epoch, offset);
+        }
+    }
+    epochs_dirty |= epochs.truncate_from_end(log_end_offset);
+    if epochs_dirty {
+        let bytes = checkpoint::encode_epochs(epochs.entries());
+        checkpoint::write_atomic(storage, &dir.join(LEADER_EPOCH_FILE), &bytes).map_err(|e| {
+            io_err(
+                format!("write {}", dir.join(LEADER_EPOCH_FILE).display()),
+                e,
+            )
+        })?;
+    }
+
+    // Producer snapshots past the log end describe a future that was lost.
+    for snap in list_snapshots(dir) {
+        if snap > log_end_offset {
+            let p = snapshot_path(dir, snap);
+            storage
+                .remove_file(&p)
+                .map_err(|e| io_err(format!("remove {}", p.display()), e))?;
+        }
+    }
+    let recovery_point = if clean {
+        log_end_offset
+    } else {
+        ckpt.recovery_point
+            .unwrap_or(first_base)
+            .clamp(first_base, log_end_offset)
+            .min(recover_from)
+    };
+    let high_watermark = if shared.config.high_watermark_follows_durable {
+        log_end_offset
+    } else {
+        ckpt.high_watermark
+            .unwrap_or(log_start_offset)
+            .clamp(log_start_offset, log_end_offset)
+    };
+    let mut pending = Pending::default();
+    if !clean {
+        // What recovery read may still be only in the page cache: let the flusher sync it.
+        for base in &recovered_bases {
+            if segments.contains_key(base) {
+                for suffix in [LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX] {
+                    if *base != active_base || suffix == LOG_SUFFIX {
+                        pending
+                            .sync_paths
+                            .push(segment::segment_path(dir, *base, suffix));
+                    }
+                }
+            }
+        }
+        pending.sync_dir = true;
+    }
+    let parts = LogParts {
+        segments,
+        log_start_offset,
+        log_end_offset,
+        high_watermark,
+        recovery_point,
+        producers: ProducerStates::default(),
+        epochs,
+        pending,
+        cleaner_point: log_start_offset,
+    };
+    let log = PartitionLog::from_parts(
+        tp,
+        dir.to_path_buf(),
+        Arc::clone(shared),
+        config.clone(),
+        parts,
+    );
+    {
+        let mut inner = log.inner.lock();
+        inner.producers = rebuild_producer_state(&log, &mut inner, &config)?;
+        inner.cleaner_point = crate::cleaner::read_cleaner_point(dir)
+            .unwrap_or(log_start_offset)
+            .clamp(log_start_offset, log_end_offset);
+    }
+    if !clean {
+        log.enqueue_flush();
+    }
+    Ok(log)
+}
+
+/// Reads `config.json`; defaults if missing or unreadable.
+pub(crate) fn read_config(dir: &Path) -> LogConfig {
+    match checkpoint::read_bounded(&dir.join(checkpoint::CONFIG_FILE)) {
+        Ok(Some(bytes)) => serde_json::from_slice(&bytes).unwrap_or_else(|e| {
+            tracing::warn!(dir = %dir.display(), error = %e, "unreadable config.json; using defaults");
+            LogConfig::default()
+        }),
+        _ => LogConfig::default(),
+    }
+}
+
+/// Producer state as of the log end: newest valid snapshot at or below it, plus the batch headers
+/// after the snapshot. Forgets producers whose batches are all below the log start offset.
+pub(crate) fn rebuild_producer_state(
+    log: &PartitionLog,
+    inner: &mut LogInner,
+    config: &LogConfig,
+) -> Result<ProducerStates, StoreError> {
+    let leo = inner.log_end_offset;
+    let lso = log.log_start.load(std::sync::atomic::Ordering::SeqCst);
+    let mut snaps = list_snapshots(&log.dir);
+    snaps.sort_unstable();
+    let mut state = ProducerStates::default();
+    let mut from = i64::MIN;
+    for snap in snaps.into_iter().rev().filter(|s| *s <= leo) {
+        let loaded = checkpoint::read_bounded(&snapshot_path(&log.dir, snap))
+            .ok()
+            .flatten()
+            .and_then(|bytes| {
+                let (offset, payload) = checkpoint::decode_snapshot(&bytes)?;
+                (offset == snap)
+                    .then(|| ProducerStates::decode(payload))
+                    .flatten()
+            });
+        if let Some(s) = loaded {
+            state = s;
+            from = snap;
+            break;
+        }
+        tracing::warn!(partition = %log.tp, snapshot = snap, "ignoring unreadable producer snapshot");
+    }
+    let bases: Vec<i64> = inner.segments.keys().copied().collect();
+    for (i, base) in bases.iter().enumerate() {
+        let next_base = bases.get(i + 1).copied().unwrap_or(i64::MAX);
+        if next_base <= from {
+            continue;
+        }
+        let Some(seg) = inner.segments.get_mut(base) else {
+            continue;
+        };
+        let path = seg.log_path(&log.dir);
+        let file = log
+            .shared
+            .cache
+            .get(&path, false)
+            .map_err(|e| io_err(format!("open {}", path.display()), e))?;
+        seg.ensure_loaded(&log.dir, &file, config)
+            .map_err(|e| io_err(format!("load {}", path.display()), e))?;
+        let start = match seg.indexes.as_ref() {
+            Some((index, _)) if from > seg.base_offset => u64::from(index.lookup(from).position),
+            _ => 0,
+        };
+        segment::scan_batches(
+            &file,
+            start,
+            seg.size,
+            seg.base_offset,
+            i64::MIN,
+            |_, h, _| {
+                if h.base_offset >= from {
+                    state.update(h, h.base_offset, h.max_timestamp);
+                }
+            },
+        )
+        .map_err(|e| io_err(format!("scan {}", path.display()), e))?;
+    }
+    state.remove_before(lso);
+    Ok(state)
+}

@@ -1,0 +1,183 @@
+//! The file operations that change disk state, behind one trait so tests can crash the store at
+//! any of them.
+//!
+//! Every mutation made by append, roll, checkpoint, retention, compaction, recovery and partition
+//! create/delete goes through `Storage`: create, positioned write, fdatasync, directory fsync,
+//! rename, remove, truncate. Reads use the returned `File` directly (`pread`). `OsStorage` is the
+//! real implementation; `CrashStorage` counts operations and "crashes" at the N-th one: that
+//! operation fails (a write may first land a torn prefix) and so does every later one, as if the
+//! process had died there. What already reached the file system stays, exactly like `kill -9`.
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+/// File-system mutations used by the store.
+pub trait Storage: Send + Sync + std::fmt::Debug {
+    /// Opens `path` for reading and writing; with `create`, creates it if missing.
+    fn open(&self, path: &Path, create: bool) -> io::Result<File>;
+    /// Writes all of `buf` at byte `offset` (pwrite).
+    fn write_at(&self, file: &File, buf: &[u8], offset: u64) -> io::Result<()>;
+    /// fdatasync.
+    fn sync(&self, file: &File) -> io::Result<()>;
+    /// fsync of a directory, making creates, renames and removes in it durable.
+    fn sync_dir(&self, dir: &Path) -> io::Result<()>;
+    /// Atomic rename.
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
+    /// Removes a file (missing is not an error).
+    fn remove_file(&self, path: &Path) -> io::Result<()>;
+    /// Removes a directory tree (missing is not an error).
+    fn remove_dir_all(&self, path: &Path) -> io::Result<()>;
+    /// Creates a directory and its parents.
+    fn create_dir_all(&self, path: &Path) -> io::Result<()>;
+    /// Truncates or extends a file.
+    fn set_len(&self, file: &File, len: u64) -> io::Result<()>;
+}
+
+/// The real file system.
+#[derive(Debug, Default)]
+pub struct OsStorage;
+
+fn ignore_not_found(r: io::Result<()>) -> io::Result<()> {
+    match r {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        other => other,
+    }
+}
+
+impl Storage for OsStorage {
+    fn open(&self, path: &Path, create: bool) -> io::Result<File> {
+        OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(create)
+            .truncate(false)
+            .open(path)
+    }
+    fn write_at(&self, file: &File, buf: &[u8], offset: u64) -> io::Result<()> {
+        file.write_all_at(buf, offset)
+    }
+    fn sync(&self, file: &File) -> io::Result<()> {
+        file.sync_data()
+    }
+    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        File::open(dir)?.sync_all()
+    }
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        std::fs::rename(from, to)
+    }
+    fn remove_file(&self, path: &Path) -> io::Result<()> {
+        ignore_not_found(std::fs::remove_file(path))
+    }
+    fn remove_dir_all(&self, path: &Path) -> io::Result<()> {
+        ignore_not_found(std::fs::remove_dir_all(path))
+    }
+    fn create_dir_all(&self, path: &Path) -> io::Result<()> {
+        std::fs::create_dir_all(path)
+    }
+    fn set_len(&self, file: &File, len: u64) -> io::Result<()> {
+        file.set_len(len)
+    }
+}
+
+/// A `Storage` that dies at the N-th mutating operation (1-based). Operation N fails (a write
+/// first writes half of its buffer: a torn write), and so does every operation after it.
+#[derive(Debug)]
+pub struct CrashStorage {
+    ops: AtomicU64,
+    crash_at: u64,
+    crashed: AtomicBool,
+    real: OsStorage,
+}
+
+impl CrashStorage {
+    /// Crashes at operation `crash_at` (u64::MAX = never; use it to count a workload's ops).
+    pub fn new(crash_at: u64) -> CrashStorage {
+        CrashStorage {
+            ops: AtomicU64::new(0),
+            crash_at,
+            crashed: AtomicBool::new(false),
+            real: OsStorage,
+        }
+    }
+
+    /// Mutating operations attempted so far.
+    pub fn ops(&self) -> u64 {
+        self.ops.load(Ordering::SeqCst)
+    }
+
+    /// Whether the crash point was reached.
+    pub fn crashed(&self) -> bool {
+        self.crashed.load(Ordering::SeqCst)
+    }
+
+    /// Counts one operation; `Err` if this one or an earlier one is the crash point.
+    fn step(&self) -> Result<(), bool> {
+        if self.crashed.load(Ordering::SeqCst) {
+            return Err(false);
+        }
+        let n = self.ops.fetch_add(1, Ordering::SeqCst) + 1;
+        if n >= self.crash_at {
+            self.crashed.store(true, Ordering::SeqCst);
+            return Err(true);
+        }
+        Ok(())
+    }
+}
+
+fn crash_error() -> io::Error {
+    io::Error::other("injected crash")
+}
+
+impl Storage for CrashStorage {
+    fn open(&self, path: &Path, create: bool) -> io::Result<File> {
+        if create && !path.exists() {
+            self.step().map_err(|_| crash_error())?;
+        } else if self.crashed() {
+            // Opening existing files for reading keeps working after the crash.
+            return OpenOptions::new().read(true).open(path);
+        }
+        self.real.open(path, create)
+    }
+    fn write_at(&self, file: &File, buf: &[u8], offset: u64) -> io::Result<()> {
+        match self.step() {
+            Ok(()) => self.real.write_at(file, buf, offset),
+            Err(true) => {
+                let half = buf.get(..buf.len() / 2).unwrap_or(&[]);
+                let _ = self.real.write_at(file, half, offset);
+                Err(crash_error())
+            }
+            Err(false) => Err(crash_error()),
+        }
+    }
+    fn sync(&self, file: &File) -> io::Result<()> {
+        self.step().map_err(|_| crash_error())?;
+        self.real.sync(file)
+    }
+    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        self.step().map_err(|_| crash_error())?;
+        self.real.sync_dir(dir)
+    }
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        self.step().map_err(|_| crash_error())?;
+        self.real.rename(from, to)
+    }
+    fn remove_file(&self, path: &Path) -> io::Result<()> {
+        self.step().map_err(|_| crash_error())?;
+        self.real.remove_file(path)
+    }
+    fn remove_dir_all(&self, path: &Path) -> io::Result<()> {
+        self.step().map_err(|_| crash_error())?;
+        self.real.remove_dir_all(path)
+    }
+    fn create_dir_all(&self, path: &Path) -> io::Result<()> {
+        self.step().map_err(|_| crash_error())?;
+        self.real.create_dir_all(path)
+    }
+    fn set_len(&self, file: &File, len: u64) -> io::Result<()> {
+        self.step().map_err(|_| crash_error())?;
+        self.real.set_len(file, len)
+    }
+}
