@@ -141,6 +141,10 @@ async fn run(
     let token = CancellationToken::new();
     let ctx = Arc::new(BrokerContext {
         cluster: cluster.clone(),
+        data_dir: std::fs::canonicalize(&settings.data_dir)
+            .unwrap_or_else(|_| settings.data_dir.clone())
+            .display()
+            .to_string(),
         shutdown: token.clone(),
     });
 

@@ -13,9 +13,11 @@ use std::sync::Arc;
 use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{
     AlterConfigsRequest, ApiKey, ApiVersionsRequest, CreatePartitionsRequest, CreateTopicsRequest,
-    DeleteTopicsRequest, DescribeClusterRequest, DescribeConfigsRequest, FetchRequest,
+    DeleteRecordsRequest, DeleteTopicsRequest, DescribeClusterRequest, DescribeConfigsRequest,
+    DescribeLogDirsRequest, DescribeProducersRequest, DescribeTopicPartitionsRequest, FetchRequest,
     FindCoordinatorRequest, IncrementalAlterConfigsRequest, InitProducerIdRequest,
-    ListOffsetsRequest, MetadataRequest, ProduceRequest, RequestHeader, ResponseHeader,
+    ListOffsetsRequest, MetadataRequest, OffsetForLeaderEpochRequest, ProduceRequest,
+    RequestHeader, ResponseHeader,
 };
 use kafka_protocol::protocol::{Decodable, Encodable};
 use tokio::task::JoinHandle;
@@ -171,6 +173,41 @@ pub fn dispatch(ctx: &Arc<BrokerContext>, frame: Bytes) -> Result<Pending, Strin
             Ok(ready(
                 route,
                 api::alter_configs::handle_incremental(ctx, request, version),
+            ))
+        }
+        ApiKey::DeleteRecords => {
+            let request: DeleteRecordsRequest = decode(&mut buf, route)?;
+            Ok(ready(
+                route,
+                api::delete_records::handle(ctx, request, version),
+            ))
+        }
+        ApiKey::OffsetForLeaderEpoch => {
+            let request: OffsetForLeaderEpochRequest = decode(&mut buf, route)?;
+            Ok(ready(
+                route,
+                api::offset_for_leader_epoch::handle(ctx, request, version),
+            ))
+        }
+        ApiKey::DescribeLogDirs => {
+            let request: DescribeLogDirsRequest = decode(&mut buf, route)?;
+            Ok(ready(
+                route,
+                api::describe_log_dirs::handle(ctx, request, version),
+            ))
+        }
+        ApiKey::DescribeProducers => {
+            let request: DescribeProducersRequest = decode(&mut buf, route)?;
+            Ok(ready(
+                route,
+                api::describe_producers::handle(ctx, request, version),
+            ))
+        }
+        ApiKey::DescribeTopicPartitions => {
+            let request: DescribeTopicPartitionsRequest = decode(&mut buf, route)?;
+            Ok(ready(
+                route,
+                api::describe_topic_partitions::handle(ctx, request, version),
             ))
         }
         other => Err(format!("{other:?} is advertised but has no handler")),

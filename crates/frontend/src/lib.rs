@@ -28,6 +28,8 @@ use tokio_util::sync::CancellationToken;
 /// Everything a request handler may touch. Shared by all connections.
 pub struct BrokerContext {
     pub cluster: Arc<Cluster>,
+    /// The data directory as DescribeLogDirs reports it.
+    pub data_dir: String,
     /// Cancelled when the broker begins to shut down; long polls return early on it.
     pub shutdown: CancellationToken,
 }

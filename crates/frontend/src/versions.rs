@@ -35,6 +35,11 @@ pub const ADVERTISED: &[ApiRange] = &[
     range(ApiKey::DescribeConfigs, 1, 4),
     range(ApiKey::AlterConfigs, 0, 2),
     range(ApiKey::IncrementalAlterConfigs, 0, 1),
+    range(ApiKey::DeleteRecords, 0, 2),
+    range(ApiKey::OffsetForLeaderEpoch, 2, 4),
+    range(ApiKey::DescribeLogDirs, 1, 4),
+    range(ApiKey::DescribeProducers, 0, 0),
+    range(ApiKey::DescribeTopicPartitions, 0, 0),
     range(ApiKey::DescribeCluster, 0, 1),
 ];
 

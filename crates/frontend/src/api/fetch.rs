@@ -21,9 +21,9 @@ use millrace_store::{PartitionLog, ReadError, ReadUpperBound};
 use tokio::time::Instant;
 use uuid::Uuid;
 
+use super::leader_epoch_error;
 use crate::error_codes::{
-    self, FENCED_LEADER_EPOCH, NONE, OFFSET_OUT_OF_RANGE, UNKNOWN_LEADER_EPOCH, UNKNOWN_TOPIC_ID,
-    UNKNOWN_TOPIC_OR_PARTITION,
+    self, NONE, OFFSET_OUT_OF_RANGE, UNKNOWN_TOPIC_ID, UNKNOWN_TOPIC_OR_PARTITION,
 };
 use crate::limits::{FETCH_RESPONSE_BYTES_MAX, FETCH_WAIT_MS_MAX};
 use crate::BrokerContext;
@@ -123,20 +123,6 @@ fn resolve(ctx: &Arc<BrokerContext>, request: FetchRequest, version: i16) -> Vec
             }
         })
         .collect()
-}
-
-/// KIP-320: a client's `current_leader_epoch` ahead of ours is UNKNOWN_LEADER_EPOCH, behind is
-/// FENCED_LEADER_EPOCH; -1 means "do not check".
-fn leader_epoch_error(requested: i32, current: i32) -> Option<i16> {
-    if requested < 0 {
-        None
-    } else if requested > current {
-        Some(UNKNOWN_LEADER_EPOCH)
-    } else if requested < current {
-        Some(FENCED_LEADER_EPOCH)
-    } else {
-        None
-    }
 }
 
 /// One pass over every partition: the response, its record bytes, and whether any partition erred.

@@ -82,13 +82,21 @@ fn lookup(
         MAX_TIMESTAMP if version < MAX_TIMESTAMP_VERSION_MIN => Err(UNSUPPORTED_VERSION),
         MAX_TIMESTAMP => log
             .max_timestamp()
-            .map(|found| found.filter(|&(offset, _)| offset < log.high_watermark()).unwrap_or((-1, -1)))
+            .map(|found| {
+                found
+                    .filter(|&(offset, _)| offset < log.high_watermark())
+                    .unwrap_or((-1, -1))
+            })
             .map_err(|e| error_codes::from_store(&e, context).code),
         ts if ts < 0 => Err(UNSUPPORTED_VERSION),
         // Only offsets below the high watermark are visible to consumers.
         ts => log
             .offset_for_timestamp(ts)
-            .map(|found| found.filter(|&(offset, _)| offset < log.high_watermark()).unwrap_or((-1, -1)))
+            .map(|found| {
+                found
+                    .filter(|&(offset, _)| offset < log.high_watermark())
+                    .unwrap_or((-1, -1))
+            })
             .map_err(|e| error_codes::from_store(&e, context).code),
     }
 }

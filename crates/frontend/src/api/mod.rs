@@ -5,14 +5,19 @@ pub mod alter_configs;
 pub mod api_versions;
 pub mod create_partitions;
 pub mod create_topics;
+pub mod delete_records;
 pub mod delete_topics;
 pub mod describe_cluster;
 pub mod describe_configs;
+pub mod describe_log_dirs;
+pub mod describe_producers;
+pub mod describe_topic_partitions;
 pub mod fetch;
 pub mod find_coordinator;
 pub mod init_producer_id;
 pub mod list_offsets;
 pub mod metadata;
+pub mod offset_for_leader_epoch;
 pub mod produce;
 
 use kafka_protocol::messages::TopicName;
@@ -24,4 +29,18 @@ pub(crate) fn str_bytes(s: &str) -> StrBytes {
 
 pub(crate) fn topic_name(s: &str) -> TopicName {
     TopicName(str_bytes(s))
+}
+
+/// KIP-320: a client's `current_leader_epoch` ahead of ours is UNKNOWN_LEADER_EPOCH, behind is
+/// FENCED_LEADER_EPOCH; -1 means "do not check".
+pub(crate) fn leader_epoch_error(requested: i32, current: i32) -> Option<i16> {
+    if requested < 0 {
+        None
+    } else if requested > current {
+        Some(crate::error_codes::UNKNOWN_LEADER_EPOCH)
+    } else if requested < current {
+        Some(crate::error_codes::FENCED_LEADER_EPOCH)
+    } else {
+        None
+    }
 }

@@ -1,0 +1,64 @@
+//! DeleteRecords (key 21): advance a partition's log start offset. Offset -1 means "up to the high
+//! watermark"; an offset above the high watermark is OFFSET_OUT_OF_RANGE, as in Kafka.
+
+use std::sync::Arc;
+
+use kafka_protocol::messages::delete_records_response::{
+    DeleteRecordsPartitionResult, DeleteRecordsTopicResult,
+};
+use kafka_protocol::messages::{DeleteRecordsRequest, DeleteRecordsResponse};
+
+use crate::error_codes::{self, NONE, OFFSET_OUT_OF_RANGE, UNKNOWN_TOPIC_OR_PARTITION};
+use crate::BrokerContext;
+
+/// DeleteRecords' "up to the high watermark".
+const HIGH_WATERMARK: i64 = -1;
+
+pub fn handle(
+    ctx: &Arc<BrokerContext>,
+    request: DeleteRecordsRequest,
+    _version: i16,
+) -> DeleteRecordsResponse {
+    let topics = request
+        .topics
+        .into_iter()
+        .map(|topic| {
+            let name = topic.name.0.to_string();
+            let partitions = topic
+                .partitions
+                .iter()
+                .map(|p| {
+                    let out = DeleteRecordsPartitionResult::default()
+                        .with_partition_index(p.partition_index);
+                    let Some(log) = ctx.cluster.partition_log(&name, p.partition_index) else {
+                        return out
+                            .with_low_watermark(-1)
+                            .with_error_code(UNKNOWN_TOPIC_OR_PARTITION);
+                    };
+                    let high_watermark = log.high_watermark();
+                    let target = if p.offset == HIGH_WATERMARK {
+                        high_watermark
+                    } else {
+                        p.offset
+                    };
+                    if target < 0 || target > high_watermark {
+                        return out
+                            .with_low_watermark(-1)
+                            .with_error_code(OFFSET_OUT_OF_RANGE);
+                    }
+                    match log.delete_records_before(target) {
+                        Ok(low) => out.with_low_watermark(low).with_error_code(NONE),
+                        Err(e) => out.with_low_watermark(-1).with_error_code(
+                            error_codes::from_store(&e, &format!("{name}-{}", p.partition_index))
+                                .code,
+                        ),
+                    }
+                })
+                .collect();
+            DeleteRecordsTopicResult::default()
+                .with_name(topic.name)
+                .with_partitions(partitions)
+        })
+        .collect();
+    DeleteRecordsResponse::default().with_topics(topics)
+}

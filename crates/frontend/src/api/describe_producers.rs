@@ -1,0 +1,55 @@
+//! DescribeProducers (key 61): the idempotent producers a partition tracks (producer id, producer
+//! epoch, last sequence, last timestamp). No transactions yet, so no coordinator epoch or open
+//! transaction start offset.
+
+use std::sync::Arc;
+
+use kafka_protocol::messages::describe_producers_response::{
+    PartitionResponse, ProducerState, TopicResponse,
+};
+use kafka_protocol::messages::{DescribeProducersRequest, DescribeProducersResponse, ProducerId};
+
+use crate::error_codes::UNKNOWN_TOPIC_OR_PARTITION;
+use crate::BrokerContext;
+
+pub fn handle(
+    ctx: &Arc<BrokerContext>,
+    request: DescribeProducersRequest,
+    _version: i16,
+) -> DescribeProducersResponse {
+    let topics = request
+        .topics
+        .into_iter()
+        .map(|topic| {
+            let name = topic.name.0.to_string();
+            let partitions = topic
+                .partition_indexes
+                .iter()
+                .map(|&p| {
+                    let out = PartitionResponse::default().with_partition_index(p);
+                    let Some(log) = ctx.cluster.partition_log(&name, p) else {
+                        return out.with_error_code(UNKNOWN_TOPIC_OR_PARTITION);
+                    };
+                    let producers = log
+                        .producer_states()
+                        .into_iter()
+                        .map(|s| {
+                            ProducerState::default()
+                                .with_producer_id(ProducerId(s.producer_id))
+                                .with_producer_epoch(i32::from(s.producer_epoch))
+                                .with_last_sequence(s.last_sequence)
+                                .with_last_timestamp(s.last_timestamp)
+                                .with_coordinator_epoch(-1)
+                                .with_current_txn_start_offset(-1)
+                        })
+                        .collect();
+                    out.with_active_producers(producers)
+                })
+                .collect();
+            TopicResponse::default()
+                .with_name(topic.name)
+                .with_partitions(partitions)
+        })
+        .collect();
+    DescribeProducersResponse::default().with_topics(topics)
+}

@@ -1,0 +1,115 @@
+//! DescribeTopicPartitions (key 75): topics and partitions, paged by a (topic, partition) cursor
+//! and `response_partition_limit`. An empty topic list means every topic. Java Admin's
+//! `describeTopics` uses it.
+
+use std::sync::Arc;
+
+use kafka_protocol::messages::describe_topic_partitions_response::{
+    Cursor, DescribeTopicPartitionsResponsePartition, DescribeTopicPartitionsResponseTopic,
+};
+use kafka_protocol::messages::{
+    BrokerId, DescribeTopicPartitionsRequest, DescribeTopicPartitionsResponse,
+};
+use millrace_cluster::LEADER_EPOCH;
+
+use super::metadata::INTERNAL_TOPICS;
+use super::topic_name;
+use crate::error_codes::UNKNOWN_TOPIC_OR_PARTITION;
+use crate::BrokerContext;
+
+/// Most partitions in one response, whatever the request asks (Kafka's
+/// `max.request.partition.size.limit` default).
+const PARTITIONS_PER_RESPONSE_MAX: usize = 2000;
+
+pub fn handle(
+    ctx: &Arc<BrokerContext>,
+    request: DescribeTopicPartitionsRequest,
+    _version: i16,
+) -> DescribeTopicPartitionsResponse {
+    let cluster = &ctx.cluster;
+    let node = BrokerId(cluster.node_id());
+    let limit = (request.response_partition_limit.max(1) as usize).min(PARTITIONS_PER_RESPONSE_MAX);
+    let mut names: Vec<String> = if request.topics.is_empty() {
+        cluster
+            .metadata
+            .topics()
+            .into_iter()
+            .map(|t| t.name)
+            .collect()
+    } else {
+        request
+            .topics
+            .iter()
+            .map(|t| t.name.0.to_string())
+            .collect()
+    };
+    names.sort();
+    names.dedup();
+    let (cursor_topic, cursor_partition) = request
+        .cursor
+        .as_ref()
+        .map(|c| (c.topic_name.0.to_string(), c.partition_index.max(0)))
+        .unwrap_or_default();
+
+    let mut budget = limit;
+    let mut topics = Vec::new();
+    let mut next_cursor = None;
+    for name in names
+        .into_iter()
+        .filter(|n| n.as_str() >= cursor_topic.as_str())
+    {
+        let first = if name == cursor_topic {
+            cursor_partition
+        } else {
+            0
+        };
+        let Some(meta) = cluster.metadata.topic(&name) else {
+            topics.push(
+                DescribeTopicPartitionsResponseTopic::default()
+                    .with_name(Some(topic_name(&name)))
+                    .with_error_code(UNKNOWN_TOPIC_OR_PARTITION),
+            );
+            continue;
+        };
+        if budget == 0 {
+            next_cursor = Some(
+                Cursor::default()
+                    .with_topic_name(topic_name(&name))
+                    .with_partition_index(first),
+            );
+            break;
+        }
+        let last = (first as usize + budget).min(meta.partitions as usize) as i32;
+        let partitions = (first..last)
+            .map(|p| {
+                DescribeTopicPartitionsResponsePartition::default()
+                    .with_partition_index(p)
+                    .with_leader_id(node)
+                    .with_leader_epoch(LEADER_EPOCH)
+                    .with_replica_nodes(vec![node])
+                    .with_isr_nodes(vec![node])
+                    .with_eligible_leader_replicas(Some(Vec::new()))
+                    .with_last_known_elr(Some(Vec::new()))
+            })
+            .collect::<Vec<_>>();
+        budget -= partitions.len();
+        topics.push(
+            DescribeTopicPartitionsResponseTopic::default()
+                .with_name(Some(topic_name(&name)))
+                .with_topic_id(meta.topic_id)
+                .with_is_internal(INTERNAL_TOPICS.contains(&name.as_str()))
+                .with_partitions(partitions),
+        );
+        if last < meta.partitions {
+            next_cursor = Some(
+                Cursor::default()
+                    .with_topic_name(topic_name(&name))
+                    .with_partition_index(last),
+            );
+            break;
+        }
+    }
+    DescribeTopicPartitionsResponse::default()
+        .with_topics(topics)
+        .with_next_cursor(next_cursor)
+}
