@@ -192,9 +192,10 @@ impl BatchHeader {
         self.producer_id != NO_PRODUCER_ID
     }
 
-    /// Sequence of the last record, wrapping at i32::MAX to 0 like Kafka.
+    /// Sequence of the last record: baseSequence + lastOffsetDelta, wrapping at i32::MAX to 0
+    /// (Kafka's rule; it stays right after the cleaner removed records from the batch).
     pub fn last_sequence(&self) -> i32 {
-        sequence_add(self.base_sequence, self.record_count.max(1) - 1)
+        sequence_add(self.base_sequence, self.last_offset_delta.max(0))
     }
 }
 

@@ -40,17 +40,27 @@ fn tmp_path(path: &Path) -> PathBuf {
 
 /// Writes `bytes` to `path` atomically and durably: `path.tmp`, fdatasync, rename, fsync dir.
 pub(crate) fn write_atomic(storage: &dyn Storage, path: &Path, bytes: &[u8]) -> io::Result<()> {
+    write_atomic_no_dir_sync(storage, path, bytes)?;
+    match path.parent() {
+        Some(dir) => storage.sync_dir(dir),
+        None => Ok(()),
+    }
+}
+
+/// `write_atomic` without the directory fsync, for callers that fsync the directory themselves
+/// after more changes to it.
+pub(crate) fn write_atomic_no_dir_sync(
+    storage: &dyn Storage,
+    path: &Path,
+    bytes: &[u8],
+) -> io::Result<()> {
     let tmp = tmp_path(path);
     let file = storage.open(&tmp, true)?;
     storage.set_len(&file, 0)?;
     storage.write_at(&file, bytes, 0)?;
     storage.sync(&file)?;
     drop(file);
-    storage.rename(&tmp, path)?;
-    match path.parent() {
-        Some(dir) => storage.sync_dir(dir),
-        None => Ok(()),
-    }
+    storage.rename(&tmp, path)
 }
 
 /// Reads a whole small file; `Ok(None)` if missing; an error if larger than the limit.

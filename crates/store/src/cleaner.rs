@@ -1,34 +1,613 @@
-//! Log compaction (`cleanup.policy=compact`). Filled in by milestone 2.
+//! Log compaction (Kafka's log cleaner) for `cleanup.policy=compact` and `compact,delete`.
+//!
+//! A pass over one partition: (1) build an offset map key → latest offset over the dirty range,
+//! sealed segments from the cleaner point up to `dirty_end` (stopping early at
+//! `min.compaction.lag.ms`, `CLEANER_KEYS_MAX` / `CLEANER_MAP_BYTES_MAX` or the tick budget);
+//! (2) rewrite every sealed segment below `dirty_end`, one at a time, keeping a record iff no later
+//! record has its key (keyless records and control batches are kept); (3) move the cleaner point
+//! to `dirty_end` and checkpoint it (`cleaner-offset-checkpoint`).
+//!
+//! Output: one batch per input batch that keeps records, same baseOffset, lastOffsetDelta,
+//! producer id/epoch/baseSequence and leader epoch, uncompressed; an input batch kept whole and
+//! unchanged is copied byte for byte. A run of batches that lost all their records becomes one
+//! empty batch spanning the run (carrying the last one's producer fields), so offsets stay
+//! contiguous inside every segment — recovery relies on that to catch damaged offsets.
+//! Tombstones (null value) survive `delete.retention.ms` after the pass that first saw them: that
+//! pass stamps the batch with a delete horizon (attribute bit 6, baseTimestamp = now +
+//! delete.retention.ms, record timestamps re-based so they are unchanged, as in KIP-534), and a
+//! later pass after the horizon drops them.
+//!
+//! Crash safety (swap protocol, see docs/log-format.md): write `B.log.cleaned`, fdatasync, then
+//! under the partition lock re-check the segment is still there, rename to `B.log.swap` (the commit
+//! point), delete `B.index`/`B.timeindex`, rename `B.log.swap` → `B.log`, then fsync the dir outside
+//! the lock. Loading finishes a committed swap (`finish_interrupted_swaps`) and deletes `.cleaned`.
+//!
+//! Locking: reading and writing segment data happens outside the partition lock (sealed segments
+//! are immutable); the lock is held only to snapshot segment lists and for the renames. A
+//! truncation during a pass (generation change) or a deleted partition aborts the pass.
 
-use std::path::Path;
+use std::collections::{HashMap, VecDeque};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
+use bytes::Bytes;
+
+use crate::batch::{self, BatchHeader, ATTR_DELETE_HORIZON};
+use crate::checkpoint;
+use crate::config::LogConfig;
 use crate::error::StoreError;
+use crate::limits::{
+    CLEANER_BYTES_PER_TICK, CLEANER_KEYS_MAX, CLEANER_MAP_BYTES_MAX, CLEANER_PASSES_PER_TICK,
+    CLEANER_WRITE_CHUNK_BYTES, SEGMENT_BYTES_MAX,
+};
+use crate::log::PartitionLog;
+use crate::records::{self, BatchFields, Record};
+use crate::segment::{self, Segment, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX};
 use crate::storage::Storage;
 
-/// Completes or undoes a cleaner swap interrupted by a crash.
+/// Partition file holding the cleaner point (one decimal offset).
+pub(crate) const CLEANER_POINT_FILE: &str = "cleaner-offset-checkpoint";
+
+fn io(what: impl std::fmt::Display, e: std::io::Error) -> StoreError {
+    StoreError::io(what, e)
+}
+
+fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
+    let mut s = path.as_os_str().to_owned();
+    s.push(suffix);
+    PathBuf::from(s)
+}
+
+/// Completes a cleaner swap interrupted by a crash: a `B.log.swap` is a committed cleaned segment
+/// and replaces `B.log` (its possibly stale indexes are deleted); other `.swap` files are removed.
 pub(crate) fn finish_interrupted_swaps(
-    _storage: &dyn Storage,
-    _dir: &Path,
+    storage: &dyn Storage,
+    dir: &Path,
 ) -> Result<(), StoreError> {
+    let entries = std::fs::read_dir(dir).map_err(|e| io(format!("list {}", dir.display()), e))?;
+    let mut touched = false;
+    for entry in entries {
+        let entry = entry.map_err(|e| io(format!("list {}", dir.display()), e))?;
+        let Ok(name) = entry.file_name().into_string() else {
+            continue;
+        };
+        let Some(stem) = name.strip_suffix(".swap") else {
+            continue;
+        };
+        touched = true;
+        match segment::parse_segment_name(stem) {
+            Some((base, LOG_SUFFIX)) => {
+                for suffix in [INDEX_SUFFIX, TIME_INDEX_SUFFIX] {
+                    let p = segment::segment_path(dir, base, suffix);
+                    storage
+                        .remove_file(&p)
+                        .map_err(|e| io(format!("remove {}", p.display()), e))?;
+                }
+                let target = segment::segment_path(dir, base, LOG_SUFFIX);
+                storage
+                    .rename(&entry.path(), &target)
+                    .map_err(|e| io(format!("rename {}", entry.path().display()), e))?;
+            }
+            _ => storage
+                .remove_file(&entry.path())
+                .map_err(|e| io(format!("remove {}", entry.path().display()), e))?,
+        }
+    }
+    if touched {
+        storage
+            .sync_dir(dir)
+            .map_err(|e| io(format!("fsync {}", dir.display()), e))?;
+    }
     Ok(())
 }
 
 /// The persisted cleaner point of a partition, if any.
-pub(crate) fn read_cleaner_point(_dir: &Path) -> Option<i64> {
-    None
+pub(crate) fn read_cleaner_point(dir: &Path) -> Option<i64> {
+    let bytes = checkpoint::read_bounded(&dir.join(CLEANER_POINT_FILE)).ok()??;
+    std::str::from_utf8(&bytes).ok()?.trim().parse().ok()
+}
+
+/// One cleaning pass in progress.
+struct Pass {
+    log: Arc<PartitionLog>,
+    generation: u64,
+    map: HashMap<Box<[u8]>, i64>,
+    dirty_end: i64,
+    remaining: VecDeque<i64>,
 }
 
 /// Cursor of the cleaner across maintenance ticks.
-#[derive(Debug, Default)]
-pub(crate) struct CleanerState {}
+#[derive(Default)]
+pub(crate) struct CleanerState {
+    pass: Option<Pass>,
+}
+
+impl std::fmt::Debug for CleanerState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CleanerState")
+            .field("in_pass", &self.pass.as_ref().map(|p| p.log.tp.to_string()))
+            .finish()
+    }
+}
 
 impl CleanerState {
-    /// Cleans what is due within this tick's budget → (partitions cleaned, bytes read).
+    /// Cleans what is due within this tick's budget → (passes finished, bytes read).
     pub(crate) fn run(
         &mut self,
-        _logs: &[std::sync::Arc<crate::log::PartitionLog>],
-        _now_ms: i64,
+        logs: &[Arc<PartitionLog>],
+        now_ms: i64,
     ) -> Result<(usize, u64), StoreError> {
-        Ok((0, 0))
+        let mut budget = CLEANER_BYTES_PER_TICK;
+        let mut finished = 0usize;
+        let mut bytes = 0u64;
+        let mut started = 0usize;
+        while budget > 0 {
+            if self.pass.is_none() {
+                if started >= CLEANER_PASSES_PER_TICK {
+                    break;
+                }
+                started += 1;
+                let Some(log) = choose(logs, now_ms) else {
+                    break;
+                };
+                let (pass, read) = start_pass(log, now_ms, budget)?;
+                budget = budget.saturating_sub(read);
+                bytes += read;
+                self.pass = pass;
+                continue;
+            }
+            let Some(pass) = self.pass.as_mut() else {
+                break;
+            };
+            if pass.log.deleted.load(Ordering::SeqCst)
+                || pass.log.inner.lock().generation != pass.generation
+            {
+                self.pass = None;
+                continue;
+            }
+            match pass.remaining.pop_front() {
+                Some(base) => {
+                    let read = clean_segment(pass, base, now_ms)?;
+                    budget = budget.saturating_sub(read.max(1));
+                    bytes += read;
+                }
+                None => {
+                    finish_pass(pass)?;
+                    finished += 1;
+                    self.pass = None;
+                }
+            }
+        }
+        Ok((finished, bytes))
     }
+}
+
+/// (base offset, size, largest timestamp) of one sealed segment.
+type SegInfo = (i64, u64, i64);
+
+/// Sealed segments of a compacted log, the cleaner point and the generation, under the lock.
+fn sealed_segments(
+    log: &PartitionLog,
+    config: &LogConfig,
+) -> Result<(Vec<SegInfo>, i64, u64), StoreError> {
+    let mut inner = log.inner.lock();
+    let active = inner.active_base();
+    let need_ts = config.min_compaction_lag_ms > 0;
+    let mut out = Vec::new();
+    for (base, seg) in inner.segments.range_mut(..active) {
+        if need_ts {
+            let path = seg.log_path(&log.dir);
+            let file = log
+                .shared
+                .cache
+                .get(&path, false)
+                .map_err(|e| io(format!("open {}", path.display()), e))?;
+            seg.ensure_loaded(&log.dir, &file, config)
+                .map_err(|e| io(format!("load {}", path.display()), e))?;
+        }
+        out.push((*base, seg.size, seg.max_timestamp));
+    }
+    Ok((out, inner.cleaner_point, inner.generation))
+}
+
+/// The compacted partition with the highest dirty ratio at or above its threshold.
+fn choose(logs: &[Arc<PartitionLog>], now_ms: i64) -> Option<Arc<PartitionLog>> {
+    let mut best: Option<(f64, &Arc<PartitionLog>)> = None;
+    for log in logs {
+        let config = log.config();
+        if !config.cleanup_policy.compact || log.deleted.load(Ordering::SeqCst) {
+            continue;
+        }
+        let Ok((segs, cleaner_point, _)) = sealed_segments(log, &config) else {
+            continue;
+        };
+        let (mut clean, mut dirty) = (0u64, 0u64);
+        for (base, size, max_ts) in segs {
+            if base < cleaner_point {
+                clean += size;
+            } else if config.min_compaction_lag_ms <= 0
+                || max_ts <= now_ms.saturating_sub(config.min_compaction_lag_ms)
+            {
+                dirty += size;
+            } else {
+                break;
+            }
+        }
+        if dirty == 0 {
+            continue;
+        }
+        let ratio = dirty as f64 / (clean + dirty) as f64;
+        if ratio >= config.min_cleanable_dirty_ratio && best.is_none_or(|(r, _)| ratio > r) {
+            best = Some((ratio, log));
+        }
+    }
+    best.map(|(_, l)| Arc::clone(l))
+}
+
+/// Builds the offset map over the dirty range → (pass, bytes read).
+fn start_pass(
+    log: Arc<PartitionLog>,
+    now_ms: i64,
+    budget: u64,
+) -> Result<(Option<Pass>, u64), StoreError> {
+    let config = log.config();
+    let (segs, cleaner_point, generation) = sealed_segments(&log, &config)?;
+    let mut map: HashMap<Box<[u8]>, i64> = HashMap::new();
+    let mut map_bytes = 0usize;
+    let mut read = 0u64;
+    let mut dirty_end = cleaner_point;
+    for (base, size, max_ts) in segs.iter().copied().filter(|(b, _, _)| *b >= cleaner_point) {
+        let lag_ok = config.min_compaction_lag_ms <= 0
+            || max_ts <= now_ms.saturating_sub(config.min_compaction_lag_ms);
+        let full =
+            map.len() >= CLEANER_KEYS_MAX || map_bytes >= CLEANER_MAP_BYTES_MAX || read >= budget;
+        if !lag_ok || (full && dirty_end > cleaner_point) {
+            break;
+        }
+        let path = segment::segment_path(&log.dir, base, LOG_SUFFIX);
+        let file = log
+            .shared
+            .cache
+            .get(&path, false)
+            .map_err(|e| io(format!("open {}", path.display()), e))?;
+        let mut error = None;
+        segment::scan_batches(&file, 0, size, base, base, |_, h, bytes| {
+            if h.is_control() || error.is_some() {
+                return;
+            }
+            match records::decode_records(bytes) {
+                Ok((_, recs)) => {
+                    for r in recs {
+                        if let Some(k) = r.key {
+                            if map.insert(k.as_ref().into(), r.offset).is_none() {
+                                map_bytes += k.len();
+                            }
+                        }
+                    }
+                }
+                Err(e) => error = Some(e.to_string()),
+            }
+        })
+        .map_err(|e| io(format!("scan {}", path.display()), e))?;
+        if let Some(e) = error {
+            tracing::warn!(partition = %log.tp, segment = base, error = %e, "cleaner cannot decode a batch; stopping the pass before it");
+            break;
+        }
+        read += size;
+        // The next segment's base (or the active segment's) ends this one.
+        dirty_end = segs
+            .iter()
+            .find(|(b, _, _)| *b > base)
+            .map(|(b, _, _)| *b)
+            .unwrap_or_else(|| log.inner.lock().active_base());
+    }
+    if dirty_end <= cleaner_point {
+        return Ok((None, read));
+    }
+    let remaining = segs
+        .iter()
+        .map(|(b, _, _)| *b)
+        .filter(|b| *b < dirty_end)
+        .collect();
+    Ok((
+        Some(Pass {
+            log,
+            generation,
+            map,
+            dirty_end,
+            remaining,
+        }),
+        read,
+    ))
+}
+
+/// Output of cleaning one segment, built incrementally.
+struct Output<'a> {
+    storage: &'a dyn Storage,
+    file: std::fs::File,
+    buf: Vec<u8>,
+    written: u64,
+    segment: Segment,
+    interval: u32,
+}
+
+impl Output<'_> {
+    fn push(&mut self, bytes: &[u8]) -> Result<(), StoreError> {
+        let h = BatchHeader::parse(bytes).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        let position = self.written + self.buf.len() as u64;
+        if position + bytes.len() as u64 > SEGMENT_BYTES_MAX {
+            return Err(StoreError::Corrupt(
+                "cleaned segment would exceed the segment size limit".into(),
+            ));
+        }
+        self.segment.track_batch(position, &h, self.interval);
+        self.buf.extend_from_slice(bytes);
+        if self.buf.len() >= CLEANER_WRITE_CHUNK_BYTES {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self) -> Result<(), StoreError> {
+        if !self.buf.is_empty() {
+            self.storage
+                .write_at(&self.file, &self.buf, self.written)
+                .map_err(|e| io("write cleaned segment", e))?;
+            self.written += self.buf.len() as u64;
+            self.buf.clear();
+        }
+        Ok(())
+    }
+}
+
+/// An empty batch covering `[base, last.last_offset()]` with `last`'s producer fields.
+fn filler(base: i64, last: &BatchHeader) -> bytes::BytesMut {
+    let span = last.last_offset() - base;
+    let fields = BatchFields {
+        base_offset: base,
+        partition_leader_epoch: last.partition_leader_epoch,
+        attributes: last.attributes & !(batch::ATTR_COMPRESSION_MASK | ATTR_DELETE_HORIZON),
+        last_offset_delta: i32::try_from(span).unwrap_or(i32::MAX),
+        base_timestamp: last.max_timestamp,
+        max_timestamp: last.max_timestamp,
+        producer_id: last.producer_id,
+        producer_epoch: last.producer_epoch,
+        base_sequence: if last.base_sequence < 0 {
+            last.base_sequence
+        } else {
+            batch::sequence_add(
+                last.base_sequence,
+                -i32::try_from(last.base_offset - base).unwrap_or(0),
+            )
+        },
+    };
+    records::encode_records(&fields, &[])
+}
+
+/// Rewrites one sealed segment → bytes read.
+fn clean_segment(pass: &mut Pass, base: i64, now_ms: i64) -> Result<u64, StoreError> {
+    let log = Arc::clone(&pass.log);
+    let config = log.config();
+    let storage = &*log.shared.storage;
+    let (file, size) = {
+        let inner = log.inner.lock();
+        match inner.segments.get(&base) {
+            Some(seg) if base != inner.active_base() => {
+                let path = seg.log_path(&log.dir);
+                let file = log
+                    .shared
+                    .cache
+                    .get(&path, false)
+                    .map_err(|e| io(format!("open {}", path.display()), e))?;
+                (file, seg.size)
+            }
+            _ => return Ok(0),
+        }
+    };
+    let log_path = segment::segment_path(&log.dir, base, LOG_SUFFIX);
+    let cleaned_path = with_suffix(&log_path, ".cleaned");
+    let swap_path = with_suffix(&log_path, ".swap");
+    let out_file = storage
+        .open(&cleaned_path, true)
+        .map_err(|e| io(format!("create {}", cleaned_path.display()), e))?;
+    storage
+        .set_len(&out_file, 0)
+        .map_err(|e| io(format!("truncate {}", cleaned_path.display()), e))?;
+    let mut out = Output {
+        storage,
+        file: out_file,
+        buf: Vec::new(),
+        written: 0,
+        segment: Segment::new_empty(base, &config, now_ms),
+        interval: config.index_interval_bytes,
+    };
+    let mut run: Option<(i64, BatchHeader)> = None; // removed batches not yet covered
+    let mut failure: Option<StoreError> = None;
+    let mut changed = false;
+    let scan = segment::scan_batches(&file, 0, size, base, base, |_, h, bytes| {
+        if failure.is_some() {
+            return;
+        }
+        let result = (|| -> Result<(), StoreError> {
+            let kept = if h.is_control() {
+                Some(Bytes::copy_from_slice(bytes))
+            } else {
+                filter_batch(h, bytes, &pass.map, &config, now_ms, &mut changed)?
+            };
+            match kept {
+                None => {
+                    changed = true;
+                    let start = run.map_or(h.base_offset, |(s, _)| s);
+                    run = Some((start, *h));
+                }
+                Some(b) => {
+                    if let Some((start, last)) = run.take() {
+                        out.push(&filler(start, &last))?;
+                    }
+                    out.push(&b)?;
+                }
+            }
+            Ok(())
+        })();
+        if let Err(e) = result {
+            failure = Some(e);
+        }
+    })
+    .map_err(|e| io(format!("scan {}", log_path.display()), e))?;
+    let abandon = |storage: &dyn Storage| {
+        let _ = storage.remove_file(&cleaned_path);
+    };
+    if let Some(e) = failure {
+        abandon(storage);
+        tracing::warn!(partition = %log.tp, segment = base, error = %e, "skipping segment in cleaning");
+        return Ok(size);
+    }
+    if scan.valid_end != size || !changed {
+        abandon(storage);
+        return Ok(size);
+    }
+    if let Some((start, last)) = run.take() {
+        out.push(&filler(start, &last))?;
+    }
+    out.flush()?;
+    storage
+        .sync(&out.file)
+        .map_err(|e| io(format!("fdatasync {}", cleaned_path.display()), e))?;
+    out.segment.size = out.written;
+    out.segment.finish_time_index();
+
+    // Swap under the lock, re-checking that nothing replaced or removed the segment meanwhile.
+    {
+        let mut inner = log.inner.lock();
+        let still_there = inner.generation == pass.generation
+            && inner.segments.get(&base).is_some_and(|s| s.size == size)
+            && base != inner.active_base();
+        if !still_there {
+            drop(inner);
+            abandon(storage);
+            return Ok(size);
+        }
+        storage
+            .rename(&cleaned_path, &swap_path)
+            .map_err(|e| io(format!("rename {}", cleaned_path.display()), e))?;
+        for suffix in [INDEX_SUFFIX, TIME_INDEX_SUFFIX] {
+            let p = segment::segment_path(&log.dir, base, suffix);
+            log.shared.cache.invalidate(&p);
+            storage
+                .remove_file(&p)
+                .map_err(|e| io(format!("remove {}", p.display()), e))?;
+        }
+        storage
+            .rename(&swap_path, &log_path)
+            .map_err(|e| io(format!("rename {}", swap_path.display()), e))?;
+        log.shared.cache.invalidate(&log_path);
+        let mut seg =
+            std::mem::replace(&mut out.segment, Segment::new_empty(base, &config, now_ms));
+        seg.created_ms = inner.segments.get(&base).map_or(now_ms, |s| s.created_ms);
+        if let Some((index, time_index)) = seg.encoded_indexes() {
+            for (suffix, bytes) in [(INDEX_SUFFIX, index), (TIME_INDEX_SUFFIX, time_index)] {
+                let p = segment::segment_path(&log.dir, base, suffix);
+                segment::write_index_file(storage, &p, &bytes)
+                    .map_err(|e| io(format!("write {}", p.display()), e))?;
+                inner.pending.sync_paths.push(p);
+            }
+        }
+        inner.segments.insert(base, seg);
+    }
+    storage
+        .sync_dir(&log.dir)
+        .map_err(|e| io(format!("fsync {}", log.dir.display()), e))?;
+    log.enqueue_flush();
+    Ok(size)
+}
+
+/// The records of one data batch that survive → `None` if none, `Some(bytes)` for the batch to
+/// write (the input bytes if nothing changed).
+fn filter_batch(
+    h: &BatchHeader,
+    bytes: &[u8],
+    map: &HashMap<Box<[u8]>, i64>,
+    config: &LogConfig,
+    now_ms: i64,
+    changed: &mut bool,
+) -> Result<Option<Bytes>, StoreError> {
+    let (_, recs) =
+        records::decode_records(bytes).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+    let has_horizon = h.attributes & ATTR_DELETE_HORIZON != 0;
+    let horizon_passed = has_horizon && now_ms > h.base_timestamp;
+    let total = recs.len();
+    let kept: Vec<Record> = recs
+        .into_iter()
+        .filter(|r| {
+            let latest = match &r.key {
+                Some(k) => map.get(k.as_ref()).is_none_or(|latest| r.offset >= *latest),
+                None => true,
+            };
+            latest && !(r.value.is_none() && horizon_passed)
+        })
+        .collect();
+    if kept.is_empty() {
+        return Ok(None);
+    }
+    let tombstones = kept.iter().any(|r| r.value.is_none());
+    let needs_horizon = tombstones && !has_horizon;
+    if kept.len() == total && !needs_horizon && h.compression() == 0 {
+        return Ok(Some(Bytes::copy_from_slice(bytes)));
+    }
+    *changed = true;
+    let (attributes, base_timestamp) = if tombstones {
+        let horizon = if has_horizon {
+            h.base_timestamp
+        } else {
+            now_ms.saturating_add(config.delete_retention_ms.max(0))
+        };
+        (h.attributes | ATTR_DELETE_HORIZON, horizon)
+    } else {
+        let first_ts = kept
+            .iter()
+            .map(|r| r.timestamp)
+            .min()
+            .unwrap_or(h.base_timestamp);
+        (h.attributes & !ATTR_DELETE_HORIZON, first_ts)
+    };
+    let max_timestamp = if h.is_log_append_time() {
+        h.max_timestamp
+    } else {
+        kept.iter()
+            .map(|r| r.timestamp)
+            .max()
+            .unwrap_or(h.max_timestamp)
+    };
+    let fields = BatchFields {
+        base_offset: h.base_offset,
+        partition_leader_epoch: h.partition_leader_epoch,
+        attributes,
+        last_offset_delta: h.last_offset_delta,
+        base_timestamp,
+        max_timestamp,
+        producer_id: h.producer_id,
+        producer_epoch: h.producer_epoch,
+        base_sequence: h.base_sequence,
+    };
+    Ok(Some(records::encode_records(&fields, &kept).freeze()))
+}
+
+/// Moves the cleaner point to the end of the pass and checkpoints it.
+fn finish_pass(pass: &Pass) -> Result<(), StoreError> {
+    let log = &pass.log;
+    {
+        let mut inner = log.inner.lock();
+        if inner.generation != pass.generation {
+            return Ok(());
+        }
+        inner.cleaner_point = inner.cleaner_point.max(pass.dirty_end);
+    }
+    let path = log.dir.join(CLEANER_POINT_FILE);
+    checkpoint::write_atomic(
+        &*log.shared.storage,
+        &path,
+        pass.dirty_end.to_string().as_bytes(),
+    )
+    .map_err(|e| io(format!("write {}", path.display()), e))
 }

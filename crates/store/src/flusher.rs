@@ -37,18 +37,24 @@ impl FlushQueue {
         self.wake.notify_one();
     }
 
-    /// Asks the flusher thread to finish its queue and exit.
+    /// Asks the flusher thread to exit after its current round.
     pub(crate) fn stop(&self) {
         self.stop.store(true, Ordering::SeqCst);
         let _q = self.queue.lock();
         self.wake.notify_all();
     }
 
+    /// The next round, or `None` once stopped. Work still queued at stop is dropped: `shutdown`
+    /// flushes every partition itself, and a dropped store is an unclean stop anyway.
     fn take(&self) -> Option<Vec<Arc<PartitionLog>>> {
         let mut q = self.queue.lock();
-        while q.is_empty() {
+        loop {
             if self.stop.load(Ordering::SeqCst) {
+                q.clear();
                 return None;
+            }
+            if !q.is_empty() {
+                break;
             }
             self.wake.wait_for(&mut q, Duration::from_millis(100));
         }

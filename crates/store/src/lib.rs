@@ -284,9 +284,11 @@ impl Store {
         let dir = self.partition_dir(tp);
         let io = |what: &str, e| StoreError::io(format!("{what} {}", dir.display()), e);
         // A directory left by a crashed create or an unloadable partition: start afresh.
-        storage.remove_dir_all(&dir).map_err(|e| io("remove", e))?;
+        if dir.exists() {
+            storage.remove_dir_all(&dir).map_err(|e| io("remove", e))?;
+        }
         storage.create_dir_all(&dir).map_err(|e| io("create", e))?;
-        log::write_config(storage, &dir, &config)?;
+        log::write_config(storage, &dir, &config, false)?;
         let seg_path = segment::segment_path(&dir, 0, segment::LOG_SUFFIX);
         self.shared
             .cache

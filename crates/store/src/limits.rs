@@ -67,8 +67,18 @@ pub const CLEANER_BYTES_PER_TICK: u64 = 256 * 1024 * 1024;
 /// Segments: most segments deleted by retention per partition per maintenance tick.
 pub const RETENTION_SEGMENTS_PER_TICK: usize = 1024;
 
-/// Keys: most distinct keys the cleaner holds in its offset map for one cleaning pass.
+/// Keys: most distinct keys the cleaner holds in its offset map for one cleaning pass; the dirty
+/// range of a pass ends at the segment where the map filled up.
 pub const CLEANER_KEYS_MAX: usize = 4 * 1024 * 1024;
+
+/// Bytes: most key bytes the cleaner's offset map holds (same rule as `CLEANER_KEYS_MAX`).
+pub const CLEANER_MAP_BYTES_MAX: usize = 256 * 1024 * 1024;
+
+/// Passes: most cleaning passes started per maintenance tick.
+pub const CLEANER_PASSES_PER_TICK: usize = 16;
+
+/// Bytes: the cleaner writes its output in chunks of this size.
+pub const CLEANER_WRITE_CHUNK_BYTES: usize = 1024 * 1024;
 
 /// Batches: most batches one `append` call may carry.
 pub const BATCHES_PER_APPEND_MAX: usize = 1024;

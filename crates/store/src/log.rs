@@ -100,6 +100,8 @@ pub(crate) struct Pending {
     pub(crate) snapshots: Vec<(i64, Vec<u8>)>,
     /// The active segment must be synced even under `Never` (flush.messages / flush.ms / recovery).
     pub(crate) flush_active: bool,
+    /// Leader-epoch cache entries to checkpoint (written before the recovery point passes them).
+    pub(crate) epochs: Option<Vec<(i32, i64)>>,
 }
 
 /// State guarded by the partition mutex.
@@ -348,7 +350,9 @@ impl PartitionLog {
         inner.log_end_offset = next;
         self.log_end.store(next, Ordering::SeqCst);
         if inner.epochs.assign(leader_epoch, base_offset) {
-            self.write_epoch_checkpoint(&inner);
+            // Deferred to the flusher: no fsync under the partition lock, and recovery rebuilds
+            // the entries past the recovery point from batch headers anyway.
+            inner.pending.epochs = Some(inner.epochs.entries().to_vec());
         }
 
         let policy = self.shared.config.flush_policy;
@@ -466,14 +470,11 @@ impl PartitionLog {
         Ok(())
     }
 
-    fn write_epoch_checkpoint(&self, inner: &LogInner) {
+    fn write_epoch_checkpoint(&self, entries: &[(i32, i64)]) -> Result<(), StoreError> {
         let path = self.dir.join(LEADER_EPOCH_FILE);
-        let bytes = checkpoint::encode_epochs(inner.epochs.entries());
-        if let Err(e) = checkpoint::write_atomic(&*self.shared.storage, &path, &bytes) {
-            // The cache is rebuilt from batch headers on recovery; a failed write costs nothing
-            // but is a sign of a failing disk.
-            tracing::warn!(partition = %self.tp, error = %e, "leader epoch checkpoint write failed");
-        }
+        let bytes = checkpoint::encode_epochs(entries);
+        checkpoint::write_atomic(&*self.shared.storage, &path, &bytes)
+            .map_err(|e| StoreError::io(format!("write {}", path.display()), e))
     }
 
     /// Raises the durable offset (never beyond the log end) and, when the store owns it, the
@@ -553,6 +554,9 @@ impl PartitionLog {
             }
             for (offset, payload) in &pending.snapshots {
                 self.write_snapshot(*offset, payload)?;
+            }
+            if let Some(entries) = &pending.epochs {
+                self.write_epoch_checkpoint(entries)?;
             }
             Ok(())
         })();
@@ -1066,7 +1070,7 @@ impl PartitionLog {
         self.recovery_point.fetch_min(leo, Ordering::SeqCst);
         self.durable.send_modify(|d| d.offset = d.offset.min(leo));
         if inner.epochs.truncate_from_end(leo) {
-            self.write_epoch_checkpoint(&inner);
+            inner.pending.epochs = Some(inner.epochs.entries().to_vec());
         }
         // Producer state: drop snapshots past the end, rebuild from the newest one left.
         for snap in list_snapshots(&self.dir) {
@@ -1125,7 +1129,7 @@ impl PartitionLog {
 
     /// Replaces the topic config (persisted to `config.json`).
     pub fn update_config(&self, config: LogConfig) {
-        if let Err(e) = write_config(&*self.shared.storage, &self.dir, &config) {
+        if let Err(e) = write_config(&*self.shared.storage, &self.dir, &config, true) {
             tracing::warn!(partition = %self.tp, error = %e, "persisting topic config failed");
         }
         *self.config.write() = config;
@@ -1167,6 +1171,9 @@ impl PartitionLog {
         }
         for (offset, payload) in &pending.snapshots {
             self.write_snapshot(*offset, payload)?;
+        }
+        if let Some(entries) = &pending.epochs {
+            self.write_epoch_checkpoint(entries)?;
         }
         if let Some(seg) = inner.segments.get_mut(&active_base) {
             seg.finish_time_index();
@@ -1245,7 +1252,11 @@ impl LogInner {
 
     fn has_pending(&self) -> bool {
         let p = &self.pending;
-        !p.sync_paths.is_empty() || p.sync_dir || !p.snapshots.is_empty() || p.flush_active
+        !p.sync_paths.is_empty()
+            || p.sync_dir
+            || !p.snapshots.is_empty()
+            || p.flush_active
+            || p.epochs.is_some()
     }
 }
 
@@ -1266,17 +1277,22 @@ pub(crate) fn list_snapshots(dir: &Path) -> Vec<i64> {
         .collect()
 }
 
-/// Persists a `LogConfig` as `config.json` (atomically).
+/// Persists a `LogConfig` as `config.json` (atomically; the dir fsync only if `sync_dir`).
 pub(crate) fn write_config(
     storage: &dyn crate::storage::Storage,
     dir: &Path,
     config: &LogConfig,
+    sync_dir: bool,
 ) -> Result<(), StoreError> {
     let bytes = serde_json::to_vec_pretty(config)
         .map_err(|e| StoreError::Corrupt(format!("encoding config: {e}")))?;
     let path = dir.join(checkpoint::CONFIG_FILE);
-    checkpoint::write_atomic(storage, &path, &bytes)
-        .map_err(|e| StoreError::io(format!("write {}", path.display()), e))
+    let result = if sync_dir {
+        checkpoint::write_atomic(storage, &path, &bytes)
+    } else {
+        checkpoint::write_atomic_no_dir_sync(storage, &path, &bytes)
+    };
+    result.map_err(|e| StoreError::io(format!("write {}", path.display()), e))
 }
 
 /// Reads whole batches from `file[start..end)`: skips batches ending before `offset`, then takes

@@ -225,12 +225,11 @@ pub(crate) fn load_partition(
         .ok()
         .flatten()
         .and_then(|b| checkpoint::decode_epochs(&b));
-    let mut epochs_dirty = false;
+    let stored_entries = stored.clone();
     let mut epochs = match stored {
         Some(entries) => LeaderEpochCache::from_entries(entries),
         None if log_end_offset > first_base => {
             // Missing or corrupt: rebuild from every batch header.
-            epochs_dirty = true;
             epoch_headers.clear();
             first_recovered_offset = Some(first_base);
             for seg in segments.values() {
@@ -248,13 +247,14 @@ pub(crate) fn load_partition(
         None => LeaderEpochCache::default(),
     };
     if let Some(from) = first_recovered_offset {
-        epochs_dirty |= epochs.truncate_from_end(from);
+        epochs.truncate_from_end(from);
         for (epoch, offset) in epoch_headers {
-            epochs_dirty |= epochs.assign(epoch, offset);
+            epochs.assign(epoch, offset);
         }
     }
-    epochs_dirty |= epochs.truncate_from_end(log_end_offset);
-    if epochs_dirty {
+    epochs.truncate_from_end(log_end_offset);
+    // Rewrite the checkpoint only if recovery changed it (saves an fsync per partition).
+    if stored_entries.as_deref() != Some(epochs.entries()) {
         let bytes = checkpoint::encode_epochs(epochs.entries());
         checkpoint::write_atomic(storage, &dir.join(LEADER_EPOCH_FILE), &bytes).map_err(|e| {
             io_err(

@@ -78,3 +78,59 @@ pub fn assert_contiguous(batches: &[(i64, i64)], start: i64) {
         next = last + 1;
     }
 }
+
+/// Every record of the log (decoded), in offset order.
+pub fn read_records(store: &Store, tp: &TopicPartition) -> Vec<millrace_store::records::Record> {
+    let log = store.partition(tp).expect("partition");
+    let mut out = Vec::new();
+    let mut offset = log.log_start_offset();
+    while offset < log.log_end_offset() {
+        let r = log
+            .read(offset, 1 << 20, ReadUpperBound::LogEnd, true)
+            .expect("read");
+        if r.records.is_empty() {
+            break;
+        }
+        let mut pos = 0;
+        while pos < r.records.len() {
+            let bytes = &r.records[pos..];
+            let h = millrace_store::batch::validate_stored(bytes).expect("valid batch");
+            let (_, recs) =
+                millrace_store::records::decode_records(&bytes[..h.total_size()]).expect("decode");
+            out.extend(recs.into_iter().filter(|r| r.offset >= offset));
+            pos += h.total_size();
+            offset = h.last_offset() + 1;
+        }
+    }
+    out
+}
+
+/// Recompresses an uncompressed test batch with `codec` (1 gzip, 2 snappy, 3 lz4, 4 zstd).
+pub fn compress_batch(batch: &[u8], codec: u8) -> BytesMut {
+    use std::io::Write;
+    let body = &batch[61..];
+    let compressed: Vec<u8> = match codec {
+        1 => {
+            let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+            e.write_all(body).expect("gzip");
+            e.finish().expect("gzip")
+        }
+        2 => snap::raw::Encoder::new()
+            .compress_vec(body)
+            .expect("snappy"),
+        3 => {
+            let mut e = lz4_flex::frame::FrameEncoder::new(Vec::new());
+            e.write_all(body).expect("lz4");
+            e.finish().expect("lz4")
+        }
+        _ => zstd::encode_all(body, 3).expect("zstd"),
+    };
+    let mut out = BytesMut::from(&batch[..61]);
+    out.extend_from_slice(&compressed);
+    let len = (out.len() - 12) as i32;
+    out[8..12].copy_from_slice(&len.to_be_bytes());
+    let attrs = i16::from_be_bytes([out[21], out[22]]) | i16::from(codec);
+    out[21..23].copy_from_slice(&attrs.to_be_bytes());
+    millrace_store::batch::rewrite_crc(&mut out);
+    out
+}
