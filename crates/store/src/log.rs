@@ -479,7 +479,12 @@ impl PartitionLog {
 
     /// Raises the durable offset (never beyond the log end) and, when the store owns it, the
     /// high watermark; wakes long-polling fetches.
+    /// Publishes a new durable offset. The high watermark moves first: whoever waits on
+    /// `durable` (a Produce about to be acknowledged) must find its data already visible to Fetch.
     fn publish_durable(&self, offset: i64) {
+        if self.shared.config.high_watermark_follows_durable {
+            self.raise_high_watermark(offset);
+        }
         self.durable.send_if_modified(|d| {
             if offset > d.offset {
                 d.offset = offset;
@@ -488,9 +493,6 @@ impl PartitionLog {
                 false
             }
         });
-        if self.shared.config.high_watermark_follows_durable {
-            self.raise_high_watermark(offset);
-        }
     }
 
     fn raise_high_watermark(&self, offset: i64) {
