@@ -11,6 +11,10 @@ command -v cmake >/dev/null || need_apt+=(cmake)
 command -v g++ >/dev/null || need_apt+=(g++)
 command -v make >/dev/null || need_apt+=(make)
 command -v kcat >/dev/null || need_apt+=(kcat)
+# librdkafka (built from source by the rdkafka crate) includes curl/curl.h.
+[ -f /usr/include/curl/curl.h ] || [ -f /usr/include/x86_64-linux-gnu/curl/curl.h ] || need_apt+=(libcurl4-openssl-dev)
+command -v java >/dev/null || need_apt+=(openjdk-17-jdk-headless)
+command -v mvn >/dev/null || need_apt+=(maven)
 python3 -c 'import venv, ensurepip' 2>/dev/null || need_apt+=(python3-venv)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "== installing system packages: ${need_apt[*]}"
