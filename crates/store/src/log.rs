@@ -360,7 +360,8 @@ impl PartitionLog {
                     self.shared.mark_offline(err.to_string());
                     return Err(err.into());
                 }
-                self.recovery_point.fetch_max(next, Ordering::SeqCst);
+                // The recovery point stays with the flusher: it also covers index files and the
+                // leader-epoch checkpoint, which this fsync does not.
                 self.publish_durable(next);
                 queue = inner.has_pending();
             }
