@@ -445,3 +445,24 @@ impl Drop for Store {
         self.shared.partitions.write().clear();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    /// The front end shares these across tasks: they must stay `Send + Sync`, and the future of
+    /// `wait_durable` must be `Send`.
+    #[test]
+    fn public_types_are_send_and_sync() {
+        fn send_sync<T: Send + Sync>() {}
+        fn send<T: Send>(_: &T) {}
+        send_sync::<super::Store>();
+        send_sync::<super::PartitionLog>();
+        send_sync::<super::StoreError>();
+        send_sync::<super::AppendError>();
+        let dir = tempfile::tempdir().expect("tmp");
+        let store = super::Store::open(super::StoreConfig::new(dir.path())).expect("open");
+        let log = store
+            .create_partition(&super::TopicPartition::new("t", 0), Default::default())
+            .expect("create");
+        send(&log.wait_durable(0));
+    }
+}

@@ -165,6 +165,19 @@ fn batch_error(e: BatchError) -> AppendError {
     }
 }
 
+/// Compacted topics need a key on every record (Kafka answers INVALID_RECORD otherwise); this
+/// is the one place the produce path decompresses, with the usual output limit.
+fn require_keys(batch_bytes: &[u8]) -> Result<(), AppendError> {
+    let (_, recs) = records::decode_records(batch_bytes)
+        .map_err(|e| AppendError::CorruptMessage(format!("undecodable records: {e}")))?;
+    if recs.iter().any(|r| r.key.is_none()) {
+        return Err(AppendError::InvalidRecord(
+            "compacted topic: every record needs a key".into(),
+        ));
+    }
+    Ok(())
+}
+
 pub(crate) fn snapshot_path(dir: &Path, offset: i64) -> PathBuf {
     segment::segment_path(dir, offset, SNAPSHOT_SUFFIX)
 }
@@ -227,9 +240,13 @@ impl PartitionLog {
         leader_epoch: i32,
     ) -> Result<AppendInfo, AppendError> {
         self.writable()?;
-        let (max_message_bytes, ts_type) = {
+        let (max_message_bytes, ts_type, compacted) = {
             let c = self.config.read();
-            (c.max_message_bytes as usize, c.message_timestamp_type)
+            (
+                c.max_message_bytes as usize,
+                c.message_timestamp_type,
+                c.cleanup_policy.compact,
+            )
         };
         let mut batches: Vec<(usize, BatchHeader)> = Vec::new();
         let mut pos = 0usize;
@@ -240,6 +257,9 @@ impl PartitionLog {
                     size: h.total_size(),
                     max: max_message_bytes,
                 });
+            }
+            if compacted && !h.is_control() {
+                require_keys(records.get(pos..pos + h.total_size()).unwrap_or(&[]))?;
             }
             batches.push((pos, h));
             pos += h.total_size();
