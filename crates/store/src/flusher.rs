@@ -18,8 +18,7 @@ use parking_lot::{Condvar, Mutex};
 
 use crate::log::PartitionLog;
 
-/// Threads used to fsync partitions of one round in parallel.
-const FLUSHER_THREADS: usize = 4;
+use crate::limits::FLUSHER_THREADS;
 
 /// Queue of partitions with unsynced data or deferred roll work.
 #[derive(Default)]

@@ -84,9 +84,12 @@ pub(crate) struct StoreShared {
     offline: Mutex<Option<String>>,
     offline_flag: AtomicBool,
     shut_down: AtomicBool,
-    checkpoints_dirty: AtomicBool,
-    checkpoint_lock: Mutex<()>,
+    /// Serializes checkpoint writers; holds what was last written, to skip unchanged rewrites.
+    checkpoint_lock: Mutex<Option<CheckpointMaps>>,
 }
+
+/// Recovery points, log start offsets and high watermarks, as last written.
+type CheckpointMaps = [BTreeMap<TopicPartition, i64>; 3];
 
 impl StoreShared {
     pub(crate) fn check_writable(&self) -> Result<(), StoreError> {
@@ -119,14 +122,9 @@ impl StoreShared {
         }
     }
 
-    pub(crate) fn mark_checkpoints_dirty(&self) {
-        self.checkpoints_dirty.store(true, Ordering::SeqCst);
-    }
-
-    /// Writes the three data-dir offset checkpoint files.
+    /// Writes the three data-dir offset checkpoint files (those that changed since last time).
     pub(crate) fn write_offset_checkpoints(&self) -> Result<(), StoreError> {
-        let _guard = self.checkpoint_lock.lock();
-        self.checkpoints_dirty.store(false, Ordering::SeqCst);
+        let mut last = self.checkpoint_lock.lock();
         let mut rp = BTreeMap::new();
         let mut ls = BTreeMap::new();
         let mut hw = BTreeMap::new();
@@ -135,15 +133,21 @@ impl StoreShared {
             ls.insert(tp.clone(), log.log_start_offset());
             hw.insert(tp.clone(), log.high_watermark());
         }
-        for (name, map) in [
-            (RECOVERY_POINT_FILE, rp),
-            (LOG_START_FILE, ls),
-            (HIGH_WATERMARK_FILE, hw),
-        ] {
+        let maps: CheckpointMaps = [rp, ls, hw];
+        let names = [RECOVERY_POINT_FILE, LOG_START_FILE, HIGH_WATERMARK_FILE];
+        for (i, (name, map)) in names.iter().zip(maps.iter()).enumerate() {
+            if last.as_ref().and_then(|l| l.get(i)) == Some(map) {
+                continue;
+            }
             let path = self.config.data_dir.join(name);
-            checkpoint::write_atomic(&*self.storage, &path, &checkpoint::encode_offsets(&map))
-                .map_err(|e| StoreError::io(format!("write {}", path.display()), e))?;
+            if let Err(e) =
+                checkpoint::write_atomic(&*self.storage, &path, &checkpoint::encode_offsets(map))
+            {
+                *last = None;
+                return Err(StoreError::io(format!("write {}", path.display()), e));
+            }
         }
+        *last = Some(maps);
         Ok(())
     }
 
@@ -197,8 +201,7 @@ impl Store {
             offline: Mutex::new(None),
             offline_flag: AtomicBool::new(false),
             shut_down: AtomicBool::new(false),
-            checkpoints_dirty: AtomicBool::new(false),
-            checkpoint_lock: Mutex::new(()),
+            checkpoint_lock: Mutex::new(None),
             config,
         });
         let recovery_points = shared.read_offset_checkpoint(RECOVERY_POINT_FILE);
@@ -317,7 +320,6 @@ impl Store {
             .partitions
             .write()
             .insert(tp.clone(), Arc::clone(&log));
-        self.shared.mark_checkpoints_dirty();
         Ok(log)
     }
 
@@ -357,7 +359,6 @@ impl Store {
         storage
             .remove_dir_all(&doomed)
             .map_err(|e| StoreError::io(format!("remove {}", doomed.display()), e))?;
-        self.shared.mark_checkpoints_dirty();
         Ok(())
     }
 

@@ -1054,7 +1054,6 @@ impl PartitionLog {
                 .insert(new_base, Segment::new_empty(new_base, &config, now_ms()));
             inner.log_end_offset = new_base;
             self.log_start.store(new_base, Ordering::SeqCst);
-            self.shared.mark_checkpoints_dirty();
         } else {
             // Newest first, so a crash leaves a prefix of the segments.
             let doomed: Vec<i64> = inner
@@ -1363,8 +1362,6 @@ fn read_batches(
     use std::os::unix::fs::FileExt;
     /// Bytes through lastOffsetDelta.
     const PREFIX: usize = 27;
-    /// Header reads while skipping to the fetch offset (about one index interval).
-    const SKIP_CHUNK: usize = 8 * 1024;
     let prefix = |h: &[u8]| -> (i64, i64, i64) {
         let base = i64::from_be_bytes(h[0..8].try_into().unwrap_or([0; 8]));
         let len = i32::from_be_bytes(h[8..12].try_into().unwrap_or([0; 4]));
@@ -1372,7 +1369,7 @@ fn read_batches(
         (base, i64::from(len), i64::from(delta))
     };
     // Skip to the batch containing `offset`, reading headers only.
-    let mut reader = ChunkReader::with_chunk(file, end, SKIP_CHUNK);
+    let mut reader = ChunkReader::with_chunk(file, end, crate::limits::READ_SKIP_CHUNK_BYTES);
     let mut pos = start;
     let mut expected = expect_base;
     let (first_pos, first_base, first_total) = loop {

@@ -46,7 +46,6 @@ fn delete_oldest(log: &PartitionLog, inner: &mut LogInner, base: i64) -> Result<
         inner.producers.remove_before(new_start);
     }
     inner.cleaner_point = inner.cleaner_point.max(new_start);
-    log.shared.mark_checkpoints_dirty();
     log.remove_segment_files(base)?;
     inner.pending.sync_dir = true;
     Ok(())

@@ -15,8 +15,8 @@ use common::*;
 use millrace_store::storage::{OsStorage, Storage};
 use millrace_store::{AppendError, FlushPolicy, LogConfig, ReadUpperBound, Store, StoreError};
 
-/// Fails the next `fail_writes` segment writes (after landing a torn half), the next
-/// `fail_truncates` truncations and the next `fail_syncs` fdatasyncs.
+/// Fails the next `fail_writes` batch-sized writes (after landing a torn half), the next
+/// `fail_truncates` truncations to a non-zero size and the next `fail_syncs` fdatasyncs.
 #[derive(Debug, Default)]
 struct Flaky {
     fail_writes: AtomicU32,
@@ -63,7 +63,9 @@ impl Storage for Flaky {
         OsStorage.create_dir_all(p)
     }
     fn set_len(&self, f: &File, l: u64) -> io::Result<()> {
-        if take(&self.fail_truncates) {
+        // Only the rollback of an append (to a non-zero size), not checkpoint rewrites that the
+        // flusher may run concurrently.
+        if l > 0 && take(&self.fail_truncates) {
             return Err(io::Error::other("injected truncate error"));
         }
         OsStorage.set_len(f, l)
