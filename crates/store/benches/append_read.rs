@@ -25,9 +25,11 @@ fn raw(dir: &std::path::Path, data: &[BytesMut], read_chunk: usize) -> (f64, f64
     let path = dir.join("raw.bin");
     let bytes: u64 = data.iter().map(|b| b.len() as u64).sum();
     let mut f = File::create(&path).expect("create");
+    // Same input form as the store: owned buffers, each freed after its write.
+    let owned: Vec<BytesMut> = data.to_vec();
     let t = Instant::now();
-    for b in data {
-        f.write_all(b).expect("write");
+    for b in owned {
+        f.write_all(&b).expect("write");
     }
     let w = mib_per_s(bytes, t.elapsed());
     // Not timed: push the data to disk so background writeback does not hit the next case.
