@@ -393,11 +393,19 @@ impl Store {
             self.shared.partitions.read().values().cloned().collect();
         let mut report = MaintenanceReport::default();
         for log in &logs {
-            if log.maybe_roll_for_time(now_ms)? {
-                report.segments_rolled += 1;
+            let result = (|| -> Result<(), StoreError> {
+                if log.maybe_roll_for_time(now_ms)? {
+                    report.segments_rolled += 1;
+                }
+                log.maybe_flush_for_time(now_ms);
+                report.segments_deleted += retention::apply_retention(log, now_ms)?;
+                Ok(())
+            })();
+            match result {
+                // Deleted during this tick: its files are gone, nothing to maintain.
+                Err(_) if log.deleted.load(Ordering::SeqCst) => {}
+                other => other?,
             }
-            log.maybe_flush_for_time(now_ms);
-            report.segments_deleted += retention::apply_retention(log, now_ms)?;
         }
         let (cleaned, bytes) = cleaner.run(&logs, now_ms)?;
         report.partitions_cleaned += cleaned;
@@ -412,6 +420,8 @@ impl Store {
         if self.shared.shut_down.swap(true, Ordering::SeqCst) {
             return Ok(());
         }
+        // Let a running maintenance tick (retention, a cleaner swap) finish first.
+        let _maintenance = self.maintenance.lock();
         self.stop_flusher();
         if let Some(reason) = self.offline_reason() {
             return Err(StoreError::Offline(reason));
