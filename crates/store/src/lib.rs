@@ -280,8 +280,14 @@ impl Store {
         if self.shared.partitions.read().contains_key(tp) {
             return Err(StoreError::AlreadyExists(tp.clone()));
         }
-        if TopicPartition::from_dir_name(&tp.to_string()).as_ref() != Some(tp) {
-            return Err(StoreError::Corrupt(format!("invalid partition name {tp}")));
+        if !config::is_legal_topic_name(&tp.topic)
+            || tp.partition < 0
+            || TopicPartition::from_dir_name(&tp.to_string()).as_ref() != Some(tp)
+        {
+            return Err(StoreError::Io(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("invalid topic partition {tp:?}"),
+            )));
         }
         let storage = &*self.shared.storage;
         let dir = self.partition_dir(tp);
