@@ -1134,7 +1134,9 @@ impl PartitionLog {
         inner.cleaner_point = inner.cleaner_point.min(leo);
         drop(inner);
         self.enqueue_flush();
-        Ok(())
+        // The on-disk recovery point must not stay above the new end: data appended after this
+        // would otherwise escape validation after a power loss.
+        self.shared.write_offset_checkpoints()
     }
 
     /// Deletes the files of one segment (newest-first callers keep the log a prefix on a crash).
