@@ -151,9 +151,17 @@ impl CleanerState {
                 let Some(log) = choose(logs, now_ms) else {
                     break;
                 };
-                let (pass, read) = start_pass(log, now_ms, budget)?;
+                let (pass, read) = match start_pass(Arc::clone(&log), now_ms, budget) {
+                    Ok(r) => r,
+                    Err(_) if log.deleted.load(Ordering::SeqCst) => (None, 0),
+                    Err(e) => return Err(e),
+                };
                 budget = budget.saturating_sub(read);
                 bytes += read;
+                if pass.is_none() {
+                    // Nothing cleanable after all (e.g. min.compaction.lag.ms): done for now.
+                    break;
+                }
                 self.pass = pass;
                 continue;
             }
@@ -168,7 +176,14 @@ impl CleanerState {
             }
             match pass.remaining.pop_front() {
                 Some(base) => {
-                    let read = clean_segment(pass, base, now_ms)?;
+                    let read = match clean_segment(pass, base, now_ms) {
+                        Ok(read) => read,
+                        Err(_) if pass.log.deleted.load(Ordering::SeqCst) => {
+                            self.pass = None;
+                            continue;
+                        }
+                        Err(e) => return Err(e),
+                    };
                     budget = budget.saturating_sub(read.max(1));
                     bytes += read;
                 }

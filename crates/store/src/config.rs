@@ -44,6 +44,17 @@ impl TopicPartition {
     }
 }
 
+/// Kafka's topic name rule: 1..=249 of `[a-zA-Z0-9._-]`, not "." or "..". Keeps directory names
+/// safe (no '/', no traversal).
+pub(crate) fn is_legal_topic_name(topic: &str) -> bool {
+    (1..=249).contains(&topic.len())
+        && topic != "."
+        && topic != ".."
+        && topic
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-')
+}
+
 impl fmt::Display for TopicPartition {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}-{}", self.topic, self.partition)
@@ -304,6 +315,14 @@ mod tests {
         check_dir("t--1", Some(("t-", 1)));
         check_dir("t-", None);
         check_dir("t-99999999999", None);
+    }
+
+    #[test]
+    fn topic_names() {
+        assert!(is_legal_topic_name("orders.v1_x-y"));
+        for bad in ["", ".", "..", "a/b", "a b", "ü", &"x".repeat(250)] {
+            assert!(!is_legal_topic_name(bad), "{bad}");
+        }
     }
 
     #[test]

@@ -4,8 +4,8 @@
 //! Appends put their partition on a queue once (an `AtomicBool` per partition says "already
 //! queued"), so per-append work is O(1) and a round touches only dirty partitions, never all of
 //! them. A round takes the whole queue, fdatasyncs each partition outside its lock (in parallel
-//! across up to `FLUSHER_THREADS` threads), then publishes the new durable offset (and, when the
-//! store owns it, the high watermark). Rounds start at most once per `flush_interval`.
+//! across `FLUSHER_THREADS` long-lived threads), then publishes the new durable offset (and, when
+//! the store owns it, the high watermark). Rounds start at most once per `flush_interval`.
 //!
 //! Locking: the queue has its own short mutex + condvar; partition locks are taken only briefly
 //! to collect what to sync and to publish the result.
@@ -18,8 +18,7 @@ use parking_lot::{Condvar, Mutex};
 
 use crate::log::PartitionLog;
 
-/// Threads used to fsync partitions of one round in parallel.
-const FLUSHER_THREADS: usize = 4;
+use crate::limits::FLUSHER_THREADS;
 
 /// Queue of partitions with unsynced data or deferred roll work.
 #[derive(Default)]
@@ -62,33 +61,101 @@ impl FlushQueue {
     }
 }
 
-/// Body of the flusher thread.
+/// Counts finished chunks of one round.
+struct Countdown {
+    left: Mutex<usize>,
+    done: Condvar,
+}
+
+impl Countdown {
+    fn finish_one(&self) {
+        let mut left = self.left.lock();
+        *left = left.saturating_sub(1);
+        if *left == 0 {
+            self.done.notify_all();
+        }
+    }
+
+    fn wait(&self) {
+        let mut left = self.left.lock();
+        while *left > 0 {
+            self.done.wait(&mut left);
+        }
+    }
+}
+
+type Job = (Vec<Arc<PartitionLog>>, Arc<Countdown>);
+
+/// Body of the flusher thread: takes whole rounds (so each round is one group commit, at most one
+/// per `interval`) and spreads a round over `FLUSHER_THREADS - 1` long-lived helper threads plus
+/// itself.
 pub(crate) fn run(queue: Arc<FlushQueue>, interval: Duration) {
+    let (tx, rx) = std::sync::mpsc::channel::<Job>();
+    let rx = Arc::new(Mutex::new(rx));
+    let helpers: Vec<_> = (1..FLUSHER_THREADS)
+        .filter_map(|i| {
+            let rx = Arc::clone(&rx);
+            std::thread::Builder::new()
+                .name(format!("millrace-flusher-{i}"))
+                .spawn(move || loop {
+                    let job = rx.lock().recv();
+                    let Ok((logs, countdown)) = job else { break };
+                    for log in logs {
+                        log.flush_pending();
+                    }
+                    countdown.finish_one();
+                })
+                .ok()
+        })
+        .collect();
     while let Some(round) = queue.take() {
         let started = Instant::now();
-        flush_round(round);
+        flush_round(round, &tx, helpers.len());
         let elapsed = started.elapsed();
         if elapsed < interval && !queue.stop.load(Ordering::SeqCst) {
             std::thread::sleep(interval - elapsed);
         }
     }
+    drop(tx);
+    for h in helpers {
+        let _ = h.join();
+    }
 }
 
-fn flush_round(round: Vec<Arc<PartitionLog>>) {
-    if round.len() <= 1 {
+fn flush_round(
+    mut round: Vec<Arc<PartitionLog>>,
+    helpers: &std::sync::mpsc::Sender<Job>,
+    n_helpers: usize,
+) {
+    if round.len() <= 1 || n_helpers == 0 {
         for log in round {
             log.flush_pending();
         }
         return;
     }
-    let per_thread = round.len().div_ceil(FLUSHER_THREADS);
-    std::thread::scope(|s| {
-        for chunk in round.chunks(per_thread) {
-            s.spawn(move || {
-                for log in chunk {
-                    log.flush_pending();
-                }
-            });
-        }
+    let per_thread = round.len().div_ceil(n_helpers + 1);
+    let mut chunks = Vec::new();
+    while round.len() > per_thread {
+        let rest = round.split_off(per_thread);
+        chunks.push(std::mem::replace(&mut round, rest));
+    }
+    let countdown = Arc::new(Countdown {
+        left: Mutex::new(chunks.len()),
+        done: Condvar::new(),
     });
+    for chunk in chunks {
+        if let Err(std::sync::mpsc::SendError((chunk, _))) =
+            helpers.send((chunk, Arc::clone(&countdown)))
+        {
+            // No helper left (cannot happen while this thread holds the sender): do it here.
+            for log in chunk {
+                log.flush_pending();
+            }
+            countdown.finish_one();
+        }
+    }
+    for log in round {
+        log.flush_pending();
+    }
+    countdown.wait();
 }

@@ -84,9 +84,12 @@ pub(crate) struct StoreShared {
     offline: Mutex<Option<String>>,
     offline_flag: AtomicBool,
     shut_down: AtomicBool,
-    checkpoints_dirty: AtomicBool,
-    checkpoint_lock: Mutex<()>,
+    /// Serializes checkpoint writers; holds what was last written, to skip unchanged rewrites.
+    checkpoint_lock: Mutex<Option<CheckpointMaps>>,
 }
+
+/// Recovery points, log start offsets and high watermarks, as last written.
+type CheckpointMaps = [BTreeMap<TopicPartition, i64>; 3];
 
 impl StoreShared {
     pub(crate) fn check_writable(&self) -> Result<(), StoreError> {
@@ -119,14 +122,9 @@ impl StoreShared {
         }
     }
 
-    pub(crate) fn mark_checkpoints_dirty(&self) {
-        self.checkpoints_dirty.store(true, Ordering::SeqCst);
-    }
-
-    /// Writes the three data-dir offset checkpoint files.
+    /// Writes the three data-dir offset checkpoint files (those that changed since last time).
     pub(crate) fn write_offset_checkpoints(&self) -> Result<(), StoreError> {
-        let _guard = self.checkpoint_lock.lock();
-        self.checkpoints_dirty.store(false, Ordering::SeqCst);
+        let mut last = self.checkpoint_lock.lock();
         let mut rp = BTreeMap::new();
         let mut ls = BTreeMap::new();
         let mut hw = BTreeMap::new();
@@ -135,15 +133,21 @@ impl StoreShared {
             ls.insert(tp.clone(), log.log_start_offset());
             hw.insert(tp.clone(), log.high_watermark());
         }
-        for (name, map) in [
-            (RECOVERY_POINT_FILE, rp),
-            (LOG_START_FILE, ls),
-            (HIGH_WATERMARK_FILE, hw),
-        ] {
+        let maps: CheckpointMaps = [rp, ls, hw];
+        let names = [RECOVERY_POINT_FILE, LOG_START_FILE, HIGH_WATERMARK_FILE];
+        for (i, (name, map)) in names.iter().zip(maps.iter()).enumerate() {
+            if last.as_ref().and_then(|l| l.get(i)) == Some(map) {
+                continue;
+            }
             let path = self.config.data_dir.join(name);
-            checkpoint::write_atomic(&*self.storage, &path, &checkpoint::encode_offsets(&map))
-                .map_err(|e| StoreError::io(format!("write {}", path.display()), e))?;
+            if let Err(e) =
+                checkpoint::write_atomic(&*self.storage, &path, &checkpoint::encode_offsets(map))
+            {
+                *last = None;
+                return Err(StoreError::io(format!("write {}", path.display()), e));
+            }
         }
+        *last = Some(maps);
         Ok(())
     }
 
@@ -197,8 +201,7 @@ impl Store {
             offline: Mutex::new(None),
             offline_flag: AtomicBool::new(false),
             shut_down: AtomicBool::new(false),
-            checkpoints_dirty: AtomicBool::new(false),
-            checkpoint_lock: Mutex::new(()),
+            checkpoint_lock: Mutex::new(None),
             config,
         });
         let recovery_points = shared.read_offset_checkpoint(RECOVERY_POINT_FILE);
@@ -277,8 +280,14 @@ impl Store {
         if self.shared.partitions.read().contains_key(tp) {
             return Err(StoreError::AlreadyExists(tp.clone()));
         }
-        if TopicPartition::from_dir_name(&tp.to_string()).as_ref() != Some(tp) {
-            return Err(StoreError::Corrupt(format!("invalid partition name {tp}")));
+        if !config::is_legal_topic_name(&tp.topic)
+            || tp.partition < 0
+            || TopicPartition::from_dir_name(&tp.to_string()).as_ref() != Some(tp)
+        {
+            return Err(StoreError::Io(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("invalid topic partition {tp:?}"),
+            )));
         }
         let storage = &*self.shared.storage;
         let dir = self.partition_dir(tp);
@@ -317,7 +326,6 @@ impl Store {
             .partitions
             .write()
             .insert(tp.clone(), Arc::clone(&log));
-        self.shared.mark_checkpoints_dirty();
         Ok(log)
     }
 
@@ -357,7 +365,6 @@ impl Store {
         storage
             .remove_dir_all(&doomed)
             .map_err(|e| StoreError::io(format!("remove {}", doomed.display()), e))?;
-        self.shared.mark_checkpoints_dirty();
         Ok(())
     }
 
@@ -392,11 +399,19 @@ impl Store {
             self.shared.partitions.read().values().cloned().collect();
         let mut report = MaintenanceReport::default();
         for log in &logs {
-            if log.maybe_roll_for_time(now_ms)? {
-                report.segments_rolled += 1;
+            let result = (|| -> Result<(), StoreError> {
+                if log.maybe_roll_for_time(now_ms)? {
+                    report.segments_rolled += 1;
+                }
+                log.maybe_flush_for_time(now_ms);
+                report.segments_deleted += retention::apply_retention(log, now_ms)?;
+                Ok(())
+            })();
+            match result {
+                // Deleted during this tick: its files are gone, nothing to maintain.
+                Err(_) if log.deleted.load(Ordering::SeqCst) => {}
+                other => other?,
             }
-            log.maybe_flush_for_time(now_ms);
-            report.segments_deleted += retention::apply_retention(log, now_ms)?;
         }
         let (cleaned, bytes) = cleaner.run(&logs, now_ms)?;
         report.partitions_cleaned += cleaned;
@@ -411,6 +426,8 @@ impl Store {
         if self.shared.shut_down.swap(true, Ordering::SeqCst) {
             return Ok(());
         }
+        // Let a running maintenance tick (retention, a cleaner swap) finish first.
+        let _maintenance = self.maintenance.lock();
         self.stop_flusher();
         if let Some(reason) = self.offline_reason() {
             return Err(StoreError::Offline(reason));
@@ -443,5 +460,26 @@ impl Drop for Store {
         self.stop_flusher();
         // Break the partition ↔ shared reference cycle.
         self.shared.partitions.write().clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// The front end shares these across tasks: they must stay `Send + Sync`, and the future of
+    /// `wait_durable` must be `Send`.
+    #[test]
+    fn public_types_are_send_and_sync() {
+        fn send_sync<T: Send + Sync>() {}
+        fn send<T: Send>(_: &T) {}
+        send_sync::<super::Store>();
+        send_sync::<super::PartitionLog>();
+        send_sync::<super::StoreError>();
+        send_sync::<super::AppendError>();
+        let dir = tempfile::tempdir().expect("tmp");
+        let store = super::Store::open(super::StoreConfig::new(dir.path())).expect("open");
+        let log = store
+            .create_partition(&super::TopicPartition::new("t", 0), Default::default())
+            .expect("create");
+        send(&log.wait_durable(0));
     }
 }

@@ -80,6 +80,13 @@ pub const CLEANER_PASSES_PER_TICK: usize = 16;
 /// Bytes: the cleaner writes its output in chunks of this size.
 pub const CLEANER_WRITE_CHUNK_BYTES: usize = 1024 * 1024;
 
+/// Threads: most threads the flusher uses to fdatasync the partitions of one round in parallel.
+pub const FLUSHER_THREADS: usize = 4;
+
+/// Bytes: per `pread` while a fetch skips from an index entry to the fetch offset (about two index
+/// intervals at the default `index.interval.bytes`).
+pub const READ_SKIP_CHUNK_BYTES: usize = 8 * 1024;
+
 /// Batches: most batches one `append` call may carry.
 pub const BATCHES_PER_APPEND_MAX: usize = 1024;
 

@@ -165,6 +165,19 @@ fn batch_error(e: BatchError) -> AppendError {
     }
 }
 
+/// Compacted topics need a key on every record (Kafka answers INVALID_RECORD otherwise); this
+/// is the one place the produce path decompresses, with the usual output limit.
+fn require_keys(batch_bytes: &[u8]) -> Result<(), AppendError> {
+    let (_, recs) = records::decode_records(batch_bytes)
+        .map_err(|e| AppendError::CorruptMessage(format!("undecodable records: {e}")))?;
+    if recs.iter().any(|r| r.key.is_none()) {
+        return Err(AppendError::InvalidRecord(
+            "compacted topic: every record needs a key".into(),
+        ));
+    }
+    Ok(())
+}
+
 pub(crate) fn snapshot_path(dir: &Path, offset: i64) -> PathBuf {
     segment::segment_path(dir, offset, SNAPSHOT_SUFFIX)
 }
@@ -227,9 +240,13 @@ impl PartitionLog {
         leader_epoch: i32,
     ) -> Result<AppendInfo, AppendError> {
         self.writable()?;
-        let (max_message_bytes, ts_type) = {
+        let (max_message_bytes, ts_type, compacted) = {
             let c = self.config.read();
-            (c.max_message_bytes as usize, c.message_timestamp_type)
+            (
+                c.max_message_bytes as usize,
+                c.message_timestamp_type,
+                c.cleanup_policy.compact,
+            )
         };
         let mut batches: Vec<(usize, BatchHeader)> = Vec::new();
         let mut pos = 0usize;
@@ -240,6 +257,9 @@ impl PartitionLog {
                     size: h.total_size(),
                     max: max_message_bytes,
                 });
+            }
+            if compacted && !h.is_control() {
+                require_keys(records.get(pos..pos + h.total_size()).unwrap_or(&[]))?;
             }
             batches.push((pos, h));
             pos += h.total_size();
@@ -322,13 +342,9 @@ impl PartitionLog {
                 max: max_message_bytes,
             });
         }
-        let path = seg.log_path(&self.dir);
-        let file = self
-            .shared
-            .cache
-            .get(&path, true)
-            .map_err(|e| StoreError::io(format!("open {}", path.display()), e))?;
+        let file = self.segment_file(seg, true)?;
         if let Err(e) = self.shared.storage.write_at(&file, &records, pre_size) {
+            let path = seg.log_path(&self.dir);
             // Cut a torn write back so no partial batch is ever visible; if even that fails the
             // file's state is unknown and the data dir goes offline.
             if let Err(e2) = self.shared.storage.set_len(&file, pre_size) {
@@ -360,11 +376,12 @@ impl PartitionLog {
         match policy {
             FlushPolicy::Always => {
                 if let Err(e) = self.shared.storage.sync(&file) {
-                    let err = StoreError::io(format!("fdatasync {}", path.display()), e);
+                    let err = StoreError::io(format!("fdatasync {}", self.tp), e);
                     self.shared.mark_offline(err.to_string());
                     return Err(err.into());
                 }
-                self.recovery_point.fetch_max(next, Ordering::SeqCst);
+                // The recovery point stays with the flusher: it also covers index files and the
+                // leader-epoch checkpoint, which this fsync does not.
                 self.publish_durable(next);
                 queue = inner.has_pending();
             }
@@ -746,30 +763,43 @@ impl PartitionLog {
         inner: &mut LogInner,
         offset: i64,
     ) -> Result<Option<(Arc<std::fs::File>, u64, i64, u64, i64)>, StoreError> {
-        let config = self.config.read().clone();
+        use std::ops::Bound::{Excluded, Unbounded};
         let floor = inner
             .segments
             .range(..=offset)
             .next_back()
             .map(|(b, _)| *b)
             .or_else(|| inner.segments.keys().next().copied());
-        let Some(floor) = floor else { return Ok(None) };
-        let bases: Vec<i64> = inner.segments.range(floor..).map(|(b, _)| *b).collect();
-        for (i, base) in bases.iter().enumerate() {
-            let next_base = bases.get(i + 1).copied();
-            let Some(seg) = inner.segments.get_mut(base) else {
-                continue;
+        let Some(mut cursor) = floor else {
+            return Ok(None);
+        };
+        loop {
+            let next_base = inner
+                .segments
+                .range((Excluded(cursor), Unbounded))
+                .next()
+                .map(|(b, _)| *b);
+            let Some(seg) = inner.segments.get_mut(&cursor) else {
+                return Ok(None);
             };
-            let path = seg.log_path(&self.dir);
-            let file = self
-                .shared
-                .cache
-                .get(&path, false)
-                .map_err(|e| StoreError::io(format!("open {}", path.display()), e))?;
-            seg.ensure_loaded(&self.dir, &file, &config)
-                .map_err(|e| StoreError::io(format!("load indexes of {}", path.display()), e))?;
+            let file = self.segment_file(seg, false)?;
+            if seg.indexes.is_none() {
+                let config = self.config.read().clone();
+                seg.ensure_loaded(&self.dir, &file, &config).map_err(|e| {
+                    StoreError::io(
+                        format!("load indexes of {}", seg.log_path(&self.dir).display()),
+                        e,
+                    )
+                })?;
+            }
             if seg.next_offset <= offset {
-                continue;
+                match next_base {
+                    Some(n) => {
+                        cursor = n;
+                        continue;
+                    }
+                    None => return Ok(None),
+                }
             }
             let entry = seg.indexes.as_ref().map_or(
                 crate::index::IndexEntry {
@@ -787,7 +817,25 @@ impl PartitionLog {
                 seg_next,
             )));
         }
-        Ok(None)
+    }
+
+    /// The segment's open `.log` (through its cached handle, else the file cache).
+    fn segment_file(
+        &self,
+        seg: &mut Segment,
+        create: bool,
+    ) -> Result<Arc<std::fs::File>, StoreError> {
+        if let Some(f) = seg.file.upgrade() {
+            return Ok(f);
+        }
+        let path = seg.log_path(&self.dir);
+        let f = self
+            .shared
+            .cache
+            .get(&path, create)
+            .map_err(|e| StoreError::io(format!("open {}", path.display()), e))?;
+        seg.file = Arc::downgrade(&f);
+        Ok(f)
     }
 
     /// Log start offset.
@@ -1008,7 +1056,6 @@ impl PartitionLog {
                 .insert(new_base, Segment::new_empty(new_base, &config, now_ms()));
             inner.log_end_offset = new_base;
             self.log_start.store(new_base, Ordering::SeqCst);
-            self.shared.mark_checkpoints_dirty();
         } else {
             // Newest first, so a crash leaves a prefix of the segments.
             let doomed: Vec<i64> = inner
@@ -1089,7 +1136,9 @@ impl PartitionLog {
         inner.cleaner_point = inner.cleaner_point.min(leo);
         drop(inner);
         self.enqueue_flush();
-        Ok(())
+        // The on-disk recovery point must not stay above the new end: data appended after this
+        // would otherwise escape validation after a power loss.
+        self.shared.write_offset_checkpoints()
     }
 
     /// Deletes the files of one segment (newest-first callers keep the log a prefix on a crash).
@@ -1299,10 +1348,10 @@ pub(crate) fn write_config(
 
 /// Reads whole batches from `file[start..end)`: skips batches ending before `offset`, then takes
 /// batches with base offset < `upper` while they fit `max_bytes` (the first one always, if
-/// `min_one_batch`). Each returned batch passed its CRC check here; the data is cut before the
-/// first one that does not (so a corrupt batch is never served). `None`: no batch at or after
-/// `offset` in the range. `InvalidData`: the batch at `start` does not have base offset
-/// `expect_base`, or offsets are not contiguous (a stale index, or damage).
+/// `min_one_batch`), with one `pread` for the returned region. Each returned batch passed its CRC
+/// check here; the data is cut before the first one that does not (so a corrupt batch is never
+/// served). `None`: no batch at or after `offset` in the range. `InvalidData`: the batch at `start`
+/// does not have base offset `expect_base` (a stale index).
 #[allow(clippy::too_many_arguments)]
 fn read_batches(
     file: &std::fs::File,
@@ -1315,68 +1364,71 @@ fn read_batches(
     min_one_batch: bool,
 ) -> std::io::Result<Option<Bytes>> {
     use std::os::unix::fs::FileExt;
-    const HEADER_PREFIX: usize = 27; // through lastOffsetDelta
-    let mut reader = ChunkReader::new(file, end);
-    let mut pos = start;
-    let mut first: Option<u64> = None;
-    let mut stop = start;
-    let mut taken = 0usize;
-    let mut expected = expect_base;
-    while pos < end {
-        let Some(h) = reader.bytes_at(pos, HEADER_PREFIX)? else {
-            break;
-        };
+    /// Bytes through lastOffsetDelta.
+    const PREFIX: usize = 27;
+    let prefix = |h: &[u8]| -> (i64, i64, i64) {
         let base = i64::from_be_bytes(h[0..8].try_into().unwrap_or([0; 8]));
         let len = i32::from_be_bytes(h[8..12].try_into().unwrap_or([0; 4]));
         let delta = i32::from_be_bytes(h[23..27].try_into().unwrap_or([0; 4]));
-        if base != expected && first.is_none() {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::InvalidData,
-                format!("batch at position {pos} has offset {base}, expected {expected}"),
-            ));
+        (base, i64::from(len), i64::from(delta))
+    };
+    // Skip to the batch containing `offset`, reading headers only.
+    let mut reader = ChunkReader::with_chunk(file, end, crate::limits::READ_SKIP_CHUNK_BYTES);
+    let mut pos = start;
+    let mut expected = expect_base;
+    let (first_pos, first_base, first_total) = loop {
+        let Some(h) = reader.bytes_at(pos, PREFIX)? else {
+            return Ok(None);
+        };
+        let (base, len, delta) = prefix(h);
+        if base != expected {
+            if pos == start {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    format!("batch at position {pos} has offset {base}, expected {expected}"),
+                ));
+            }
+            return Ok(None);
         }
-        if base != expected || len < 0 || delta < 0 {
-            break;
+        let total = LOG_OVERHEAD_BYTES as u64 + len.max(0) as u64;
+        if len < 0 || delta < 0 || pos + total > end {
+            return Ok(None);
         }
-        let total = LOG_OVERHEAD_BYTES + len as usize;
-        if pos + total as u64 > end {
-            break;
+        let last = base.saturating_add(delta);
+        if last >= offset {
+            break (pos, base, total as usize);
         }
-        let last = base.saturating_add(i64::from(delta.max(0)));
         expected = last.saturating_add(1);
-        if first.is_none() {
-            if last < offset {
-                pos += total as u64;
-                continue;
-            }
-            if base >= upper {
-                return Ok(Some(Bytes::new()));
-            }
-            if total > max_bytes && !min_one_batch {
-                return Ok(Some(Bytes::new()));
-            }
-            first = Some(pos);
-        } else if base >= upper || taken + total > max_bytes {
+        pos += total;
+    };
+    if first_base >= upper || (first_total > max_bytes && !min_one_batch) {
+        return Ok(Some(Bytes::new()));
+    }
+    // One read for the whole answer, then cut it at a batch boundary.
+    let want = (end - first_pos).min(max_bytes.max(first_total) as u64) as usize;
+    let mut buf = vec![0u8; want];
+    file.read_exact_at(&mut buf, first_pos)?;
+    let mut cut = 0usize;
+    let mut expected = first_base;
+    while let Some(h) = buf.get(cut..cut + PREFIX) {
+        let (base, len, _) = prefix(h);
+        let total = LOG_OVERHEAD_BYTES + len.max(0) as usize;
+        if base != expected
+            || (cut > 0 && (base >= upper || cut + total > max_bytes))
+            || cut + total > buf.len()
+        {
             break;
         }
-        taken += total;
-        pos += total as u64;
-        stop = pos;
-    }
-    let Some(first) = first else { return Ok(None) };
-    let mut buf = vec![0u8; (stop - first) as usize];
-    file.read_exact_at(&mut buf, first)?;
-    // Pair assertion: validate what we are about to serve.
-    let mut good = 0usize;
-    while good < buf.len() {
-        match batch::validate_stored(buf.get(good..).unwrap_or(&[])) {
-            Ok(h) => good += h.total_size(),
+        // Pair assertion: validate what we are about to serve.
+        match batch::validate_stored(buf.get(cut..cut + total).unwrap_or(&[])) {
+            Ok(h) => expected = h.next_offset(),
             Err(e) => {
-                tracing::error!(error = %e, position = first + good as u64, "corrupt batch in log; serving up to it");
+                tracing::error!(error = %e, position = first_pos + cut as u64, "corrupt batch in log; serving up to it");
                 break;
             }
         }
+        cut += total;
     }
-    buf.truncate(good);
+    buf.truncate(cut);
     Ok(Some(Bytes::from(buf)))
 }

@@ -46,7 +46,6 @@ fn delete_oldest(log: &PartitionLog, inner: &mut LogInner, base: i64) -> Result<
         inner.producers.remove_before(new_start);
     }
     inner.cleaner_point = inner.cleaner_point.max(new_start);
-    log.shared.mark_checkpoints_dirty();
     log.remove_segment_files(base)?;
     inner.pending.sync_dir = true;
     Ok(())
@@ -56,6 +55,9 @@ fn delete_oldest(log: &PartitionLog, inner: &mut LogInner, base: i64) -> Result<
 pub(crate) fn apply_retention(log: &PartitionLog, now_ms: i64) -> Result<usize, StoreError> {
     let config = log.config();
     let mut inner = log.inner.lock();
+    if log.deleted.load(Ordering::SeqCst) {
+        return Ok(0);
+    }
     let mut deleted = delete_segments_below_log_start(log, &mut inner)?;
     if !config.cleanup_policy.delete {
         return Ok(deleted);

@@ -49,15 +49,22 @@ pub(crate) struct ChunkReader<'a> {
     end: u64,
     buf: Vec<u8>,
     buf_pos: u64,
+    chunk: usize,
 }
 
 impl<'a> ChunkReader<'a> {
     pub(crate) fn new(file: &'a File, end: u64) -> ChunkReader<'a> {
+        ChunkReader::with_chunk(file, end, SCAN_CHUNK_BYTES)
+    }
+
+    /// A reader fetching `chunk` bytes per `pread`.
+    pub(crate) fn with_chunk(file: &'a File, end: u64, chunk: usize) -> ChunkReader<'a> {
         ChunkReader {
             file,
             end,
             buf: Vec::new(),
             buf_pos: 0,
+            chunk: chunk.max(crate::limits::BATCH_HEADER_BYTES),
         }
     }
 
@@ -69,7 +76,7 @@ impl<'a> ChunkReader<'a> {
         }
         let buf_end = self.buf_pos + self.buf.len() as u64;
         if pos < self.buf_pos || want_end > buf_end {
-            let n = (self.end - pos).min(len.max(SCAN_CHUNK_BYTES) as u64) as usize;
+            let n = (self.end - pos).min(len.max(self.chunk) as u64) as usize;
             self.buf.resize(n, 0);
             self.file.read_exact_at(&mut self.buf, pos)?;
             self.buf_pos = pos;
@@ -168,6 +175,8 @@ pub(crate) struct Segment {
     pub(crate) created_ms: i64,
     /// Log bytes appended since the last offset index entry.
     pub(crate) bytes_since_index: u64,
+    /// The open `.log` while the file cache holds it (saves a cache lookup per append/read).
+    pub(crate) file: std::sync::Weak<File>,
 }
 
 impl Segment {
@@ -185,6 +194,7 @@ impl Segment {
             offset_of_max_timestamp: -1,
             created_ms: now_ms,
             bytes_since_index: 0,
+            file: std::sync::Weak::new(),
         }
     }
 
@@ -204,6 +214,7 @@ impl Segment {
             offset_of_max_timestamp: -1,
             created_ms: now_ms,
             bytes_since_index: 0,
+            file: std::sync::Weak::new(),
         }
     }
 

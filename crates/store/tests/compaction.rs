@@ -244,3 +244,30 @@ fn idempotent_state_survives_compaction() {
     let dup = encode_batch(&[(Some(b"same-key"), Some(&v), NOW)], 77, 2, 40);
     assert!(log.append(dup, 0).expect("dup").duplicate);
 }
+
+#[test]
+fn compacted_topics_reject_keyless_records() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let store = open(dir.path(), FlushPolicy::Never);
+    let log = store
+        .create_partition(&tp("keys", 0), compact_config())
+        .expect("create");
+    let keyless = encode_batch(
+        &[(Some(b"k"), Some(b"v"), NOW), (None, Some(b"v"), NOW)],
+        -1,
+        -1,
+        -1,
+    );
+    assert!(matches!(
+        log.append(keyless.clone(), 0),
+        Err(millrace_store::AppendError::InvalidRecord(_))
+    ));
+    assert!(matches!(
+        log.append(compress_batch(&keyless, 4), 0),
+        Err(millrace_store::AppendError::InvalidRecord(_))
+    ));
+    let keyed = encode_batch(&[(Some(b"k"), None, NOW)], -1, -1, -1);
+    log.append(compress_batch(&keyed, 1), 0)
+        .expect("keyed, compressed");
+    assert_eq!(log.log_end_offset(), 1);
+}

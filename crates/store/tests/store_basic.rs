@@ -59,6 +59,15 @@ fn append_read_offsets() {
         Err(ReadError::OffsetOutOfRange { .. })
     ));
     assert_eq!(store.partitions(), vec![t.clone()]);
+    for bad in [tp("a/b", 0), tp("..", 0), tp("ok", -1)] {
+        assert!(
+            matches!(
+                store.create_partition(&bad, LogConfig::default()),
+                Err(StoreError::Io(_))
+            ),
+            "{bad:?}"
+        );
+    }
     assert_eq!(read_all(&store, &t), vec![(0, 2), (3, 4)]);
 }
 
