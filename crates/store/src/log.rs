@@ -495,9 +495,8 @@ impl PartitionLog {
     }
 
     /// Raises the durable offset (never beyond the log end) and, when the store owns it, the
-    /// high watermark; wakes long-polling fetches.
-    /// Publishes a new durable offset. The high watermark moves first: whoever waits on
-    /// `durable` (a Produce about to be acknowledged) must find its data already visible to Fetch.
+    /// high watermark; wakes long-polling fetches. The high watermark moves first: whoever waits
+    /// on `durable` (a Produce about to be acknowledged) must find its data already visible.
     fn publish_durable(&self, offset: i64) {
         if self.shared.config.high_watermark_follows_durable {
             self.raise_high_watermark(offset);
