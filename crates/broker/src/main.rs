@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use clap::Parser;
-use millrace_cluster::{BrokerEndpoint, BrokerConfig, Cluster, NewTopic, LEADER_EPOCH};
+use millrace_cluster::{BrokerConfig, BrokerEndpoint, Cluster, NewTopic, LEADER_EPOCH};
 use millrace_frontend::BrokerContext;
 use millrace_groups::{
     CoordinatorConfig, GroupConfig, GroupCoordinator, OffsetsPartition, OFFSETS_TOPIC,
@@ -156,7 +156,11 @@ async fn run(
     };
     let timers = {
         let stop = token.clone();
-        tokio::spawn(groups.clone().run_timers(async move { stop.cancelled().await }))
+        tokio::spawn(
+            groups
+                .clone()
+                .run_timers(async move { stop.cancelled().await }),
+        )
     };
 
     let maintenance = spawn_maintenance(

@@ -175,7 +175,10 @@ pub fn dispatch(
         }
         ApiKey::LeaveGroup => {
             let request: LeaveGroupRequest = decode(&mut buf, route)?;
-            Ok(ready(route, api::leave_group::handle(ctx, request, version)))
+            Ok(ready(
+                route,
+                api::leave_group::handle(ctx, request, version),
+            ))
         }
         ApiKey::OffsetCommit => {
             let request: OffsetCommitRequest = decode(&mut buf, route)?;
@@ -194,7 +197,10 @@ pub fn dispatch(
         }
         ApiKey::ListGroups => {
             let request: ListGroupsRequest = decode(&mut buf, route)?;
-            Ok(ready(route, api::list_groups::handle(ctx, request, version)))
+            Ok(ready(
+                route,
+                api::list_groups::handle(ctx, request, version),
+            ))
         }
         ApiKey::DescribeGroups => {
             let request: DescribeGroupsRequest = decode(&mut buf, route)?;

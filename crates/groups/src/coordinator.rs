@@ -37,8 +37,8 @@ use tracing::{debug, info, warn};
 use crate::batch;
 use crate::error::GroupError;
 use crate::group::{
-    CommittedOffset, Effect, Group, GroupConfig, GroupState, JoinRequest, JoinResponse, Outcome,
-    SyncRequest, SyncResponse,
+    CommittedOffset, Effect, Group, GroupConfig, GroupState, JoinRequest, JoinResponse,
+    LeaveResult, Outcome, SyncRequest, SyncResponse,
 };
 use crate::limits::{
     COMMIT_PARTITIONS_MAX, GROUP_ID_BYTES_MAX, OFFSET_METADATA_BYTES_MAX, REPLAY_READ_BYTES,
@@ -604,11 +604,7 @@ impl GroupCoordinator {
     }
 
     /// LeaveGroup: one result per (member id, instance id), or a group-level error.
-    pub fn leave(
-        &self,
-        group_id: &str,
-        members: &[(String, Option<String>)],
-    ) -> Result<Vec<Result<(), GroupError>>, GroupError> {
+    pub fn leave(&self, group_id: &str, members: &[(String, Option<String>)]) -> LeaveResult {
         let mut shard = self.loaded_shard(group_id)?;
         let Some(entry) = shard.groups.get_mut(group_id) else {
             return Ok(members
@@ -1143,5 +1139,208 @@ fn materialize(shard: &Shard) -> PartitionSnapshot {
     PartitionSnapshot {
         next_offset: shard.log.log_end_offset(),
         entries,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Replay: what one coordinator wrote, a fresh one over the same logs reads back, with or
+    //! without (or with a corrupt) sled snapshot.
+    use super::*;
+    use millrace_store::{LogConfig, Store, StoreConfig, TopicPartition};
+
+    const N: i32 = 3;
+
+    fn logs() -> (Arc<Store>, Vec<Arc<PartitionLog>>) {
+        let store = Store::open(StoreConfig {
+            data_dir: std::env::temp_dir(),
+            flush_policy: millrace_store::FlushPolicy::Batch,
+            flush_interval: Duration::from_millis(2),
+            max_open_files: 16,
+            high_watermark_follows_durable: true,
+        })
+        .expect("store");
+        let logs = (0..N)
+            .map(|p| {
+                store
+                    .create_partition(
+                        &TopicPartition::new("__consumer_offsets", p),
+                        LogConfig::default(),
+                    )
+                    .expect("partition")
+            })
+            .collect();
+        (store, logs)
+    }
+
+    fn coordinator(
+        logs: &[Arc<PartitionLog>],
+        snapshot_dir: Option<PathBuf>,
+    ) -> Arc<GroupCoordinator> {
+        let config = CoordinatorConfig {
+            group: GroupConfig::default(),
+            offsets_retention_ms: 7 * 24 * 3600 * 1000,
+            leader_epoch: 0,
+            snapshot_dir,
+        };
+        let partitions = logs
+            .iter()
+            .enumerate()
+            .map(|(i, log)| OffsetsPartition {
+                partition: i as i32,
+                log: log.clone(),
+            })
+            .collect();
+        GroupCoordinator::new(config, partitions)
+    }
+
+    fn commit(
+        group: &str,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+        metadata: &str,
+    ) -> CommitRequest {
+        CommitRequest {
+            group_id: group.into(),
+            generation_id: -1,
+            member_id: String::new(),
+            group_instance_id: None,
+            retention_time_ms: -1,
+            partitions: vec![CommitPartition {
+                topic: topic.into(),
+                partition,
+                offset,
+                leader_epoch: 5,
+                metadata: Some(metadata.into()),
+            }],
+        }
+    }
+
+    fn offset_of(
+        c: &GroupCoordinator,
+        group: &str,
+        topic: &str,
+        partition: i32,
+    ) -> Option<(i64, String)> {
+        let fetched = c
+            .fetch_offsets(group, Some(vec![(topic.to_string(), vec![partition])]))
+            .expect("fetch");
+        fetched[0].1[0]
+            .1
+            .as_ref()
+            .map(|o| (o.offset, o.metadata.clone()))
+    }
+
+    async fn write_some(c: &GroupCoordinator) {
+        for (g, off) in [("alpha", 10), ("beta", 20), ("gamma", 30)] {
+            let r = c.commit_offsets(commit(g, "t", 0, off, "m")).await;
+            assert_eq!(r, vec![Ok(())]);
+        }
+        // Overwrite, then delete one group.
+        assert_eq!(
+            c.commit_offsets(commit("alpha", "t", 0, 11, "again")).await,
+            vec![Ok(())]
+        );
+        assert_eq!(c.delete_groups(vec!["gamma".into()]).await, vec![Ok(())]);
+    }
+
+    fn check_replayed(c: &GroupCoordinator) {
+        assert_eq!(offset_of(c, "alpha", "t", 0), Some((11, "again".into())));
+        assert_eq!(offset_of(c, "beta", "t", 0), Some((20, "m".into())));
+        assert_eq!(offset_of(c, "gamma", "t", 0), None);
+        assert_eq!(offset_of(c, "beta", "t", 1), None);
+    }
+
+    #[tokio::test]
+    async fn replay_restores_offsets_and_tombstones() {
+        let (_store, logs) = logs();
+        let first = coordinator(&logs, None);
+        assert_eq!(
+            first.check_coordinator("alpha"),
+            Err(GroupError::CoordinatorLoadInProgress)
+        );
+        first.load();
+        assert_eq!(first.check_coordinator(""), Err(GroupError::InvalidGroupId));
+        write_some(&first).await;
+        check_replayed(&first);
+
+        let second = coordinator(&logs, None);
+        second.load();
+        check_replayed(&second);
+        let listed: Vec<String> = second
+            .list_groups(&[])
+            .expect("list")
+            .into_iter()
+            .map(|g| g.group_id)
+            .collect();
+        assert_eq!(listed.len(), 2, "{listed:?}");
+    }
+
+    #[tokio::test]
+    async fn snapshot_shortens_replay_and_a_bad_one_costs_nothing() {
+        let (_store, logs) = logs();
+        let dir = tempfile::tempdir().expect("tempdir");
+        let snap = dir.path().join("snap");
+        {
+            let first = coordinator(&logs, Some(snap.clone()));
+            first.load();
+            write_some(&first).await;
+            first.shutdown();
+            first.write_final_snapshot();
+        }
+        {
+            let second = coordinator(&logs, Some(snap.clone()));
+            second.load();
+            check_replayed(&second);
+            // More commits after the snapshot: replayed from the log's tail.
+            second.closed.store(false, Ordering::Release);
+            assert_eq!(
+                second
+                    .commit_offsets(commit("beta", "t", 0, 21, "tail"))
+                    .await,
+                vec![Ok(())]
+            );
+        }
+        {
+            let third = coordinator(&logs, Some(snap.clone()));
+            third.load();
+            assert_eq!(offset_of(&third, "beta", "t", 0), Some((21, "tail".into())));
+            // A snapshot claiming more than the log holds is ignored.
+            if let Some(store) = &third.snapshot {
+                for p in 0..N {
+                    store.write(
+                        p,
+                        &PartitionSnapshot {
+                            next_offset: 1_000_000,
+                            entries: vec![],
+                        },
+                    );
+                }
+                store.flush();
+            }
+        }
+        let fourth = coordinator(&logs, Some(snap.clone()));
+        fourth.load();
+        assert_eq!(
+            offset_of(&fourth, "beta", "t", 0),
+            Some((21, "tail".into()))
+        );
+        assert_eq!(
+            offset_of(&fourth, "alpha", "t", 0),
+            Some((11, "again".into()))
+        );
+    }
+
+    #[test]
+    fn partition_for_matches_java_string_hash_code() {
+        // "" → 0; "a" → 97; "group" → 98629247; Java's hashCode of "polygenelubricants" is
+        // Integer.MIN_VALUE, which Kafka's Utils.abs maps to 0.
+        assert_eq!(partition_for("a", 50), 97 % 50);
+        assert_eq!(partition_for("group", 50), 98_629_247 % 50);
+        assert_eq!(partition_for("polygenelubricants", 50), 0);
+        for g in ["x", "consumer-group-1", "ünïcödé"] {
+            assert!((0..50).contains(&partition_for(g, 50)));
+        }
     }
 }

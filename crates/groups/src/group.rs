@@ -168,6 +168,9 @@ pub enum Outcome<R> {
     Await { member_id: String },
 }
 
+/// LeaveGroup's answer: one result per member, or a group-level error.
+pub type LeaveResult = Result<Vec<Result<(), GroupError>>, GroupError>;
+
 /// Consequences of a step, for the coordinator to carry out in order.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Effect {
@@ -926,7 +929,7 @@ impl Group {
         &mut self,
         leaving: &[(String, Option<String>)],
         now_ms: i64,
-    ) -> (Result<Vec<Result<(), GroupError>>, GroupError>, Vec<Effect>) {
+    ) -> (LeaveResult, Vec<Effect>) {
         let mut effects = Vec::new();
         if self.state == GroupState::Dead {
             return (Err(GroupError::CoordinatorNotAvailable), effects);
@@ -1239,4 +1242,532 @@ fn consumer_subscription(metadata: &[u8]) -> Option<Vec<String>> {
         topics.push(String::from_utf8(s.to_vec()).ok()?);
     }
     Some(topics)
+}
+
+#[cfg(test)]
+mod tests {
+    //! Steps the state machine by hand: no runtime, no clock.
+    use super::*;
+
+    fn config() -> GroupConfig {
+        GroupConfig {
+            initial_rebalance_delay_ms: 0,
+            ..GroupConfig::default()
+        }
+    }
+
+    fn join_req(member_id: &str, protocols: &[(&str, &[u8])]) -> JoinRequest {
+        JoinRequest {
+            group_id: "g".into(),
+            session_timeout_ms: 10_000,
+            rebalance_timeout_ms: 30_000,
+            member_id: member_id.into(),
+            group_instance_id: None,
+            protocol_type: "consumer".into(),
+            protocols: protocols
+                .iter()
+                .map(|(n, m)| Protocol {
+                    name: n.to_string(),
+                    metadata: Bytes::copy_from_slice(m),
+                })
+                .collect(),
+            client_id: "c".into(),
+            client_host: "/127.0.0.1".into(),
+            require_known_member_id: true,
+        }
+    }
+
+    fn sync_req(member_id: &str, generation: i32, assignments: &[(&str, &[u8])]) -> SyncRequest {
+        SyncRequest {
+            group_id: "g".into(),
+            generation_id: generation,
+            member_id: member_id.into(),
+            group_instance_id: None,
+            protocol_type: None,
+            protocol_name: None,
+            assignments: assignments
+                .iter()
+                .map(|(m, a)| (m.to_string(), Bytes::copy_from_slice(a)))
+                .collect(),
+        }
+    }
+
+    fn join_replies(effects: &[Effect]) -> Vec<(String, JoinResponse)> {
+        effects
+            .iter()
+            .filter_map(|e| match e {
+                Effect::JoinReply {
+                    member_id,
+                    response,
+                } => Some((member_id.clone(), response.clone())),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn sync_replies(effects: &[Effect]) -> Vec<(String, SyncResponse)> {
+        effects
+            .iter()
+            .filter_map(|e| match e {
+                Effect::SyncReply {
+                    member_id,
+                    response,
+                } => Some((member_id.clone(), response.clone())),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The v4+ handshake: MEMBER_ID_REQUIRED with an id, then the real join.
+    fn join_with_handshake(
+        g: &mut Group,
+        id: &str,
+        protocols: &[(&str, &[u8])],
+        now: i64,
+    ) -> (Outcome<JoinResponse>, Vec<Effect>) {
+        let (outcome, effects) = g.join(&config(), &join_req("", protocols), id.into(), now);
+        assert!(effects.is_empty());
+        assert!(matches!(
+            &outcome,
+            Outcome::Reply(JoinResponse { error: Some(GroupError::MemberIdRequired), member_id, .. }) if member_id == id
+        ));
+        g.join(&config(), &join_req(id, protocols), "unused".into(), now)
+    }
+
+    /// Two members joined and synced: Stable at generation 1, m1 leads with "range".
+    fn stable_pair() -> Group {
+        let mut g = Group::new("g", &config(), 0);
+        let (o1, e1) = join_with_handshake(&mut g, "m1", &[("range", b"r1")], 0);
+        assert_eq!(
+            o1,
+            Outcome::Await {
+                member_id: "m1".into()
+            }
+        );
+        // m1 alone would complete at once; m2's pending handshake holds the rebalance open.
+        let replies = join_replies(&e1);
+        assert_eq!(replies.len(), 1);
+        assert_eq!(g.generation(), 1);
+        let (o2, _) = join_with_handshake(&mut g, "m2", &[("range", b"r2")], 1);
+        assert_eq!(
+            o2,
+            Outcome::Await {
+                member_id: "m2".into()
+            }
+        );
+        assert_eq!(g.state(), GroupState::PreparingRebalance);
+        // m1 learns of the rebalance by heartbeat and rejoins; the join completes.
+        assert_eq!(
+            g.heartbeat("m1", None, 1, 2),
+            Err(GroupError::RebalanceInProgress)
+        );
+        let (o1, e1) = g.join(
+            &config(),
+            &join_req("m1", &[("range", b"r1")]),
+            "x".into(),
+            3,
+        );
+        assert_eq!(
+            o1,
+            Outcome::Await {
+                member_id: "m1".into()
+            }
+        );
+        let replies = join_replies(&e1);
+        assert_eq!(replies.len(), 2);
+        assert_eq!(g.state(), GroupState::CompletingRebalance);
+        assert_eq!(g.generation(), 2);
+        let leader = replies
+            .iter()
+            .find(|(id, _)| id == "m1")
+            .map(|(_, r)| r.clone());
+        let follower = replies
+            .iter()
+            .find(|(id, _)| id == "m2")
+            .map(|(_, r)| r.clone());
+        let (leader, follower) = (leader.expect("m1 answered"), follower.expect("m2 answered"));
+        assert_eq!(leader.leader, "m1");
+        assert_eq!(leader.protocol_name.as_deref(), Some("range"));
+        assert_eq!(leader.members.len(), 2, "the leader sees every member");
+        assert!(follower.members.is_empty());
+        // Follower syncs first and waits; the leader's sync answers both.
+        let (o, e) = g.sync(&sync_req("m2", 2, &[]), 4);
+        assert_eq!(
+            o,
+            Outcome::Await {
+                member_id: "m2".into()
+            }
+        );
+        assert!(e.is_empty());
+        let (o, e) = g.sync(&sync_req("m1", 2, &[("m1", b"A1"), ("m2", b"A2")]), 5);
+        assert_eq!(
+            o,
+            Outcome::Await {
+                member_id: "m1".into()
+            }
+        );
+        assert!(e.contains(&Effect::PersistGroup));
+        let syncs = sync_replies(&e);
+        assert_eq!(syncs.len(), 2);
+        assert!(syncs
+            .iter()
+            .any(|(id, r)| id == "m2" && r.assignment == Bytes::from_static(b"A2")));
+        assert_eq!(g.state(), GroupState::Stable);
+        g
+    }
+
+    #[test]
+    fn two_members_join_sync_and_become_stable() {
+        let g = stable_pair();
+        assert_eq!(g.member_count(), 2);
+    }
+
+    #[test]
+    fn heartbeat_and_commit_errors_are_kafkas() {
+        let mut g = stable_pair();
+        assert_eq!(g.heartbeat("m1", None, 2, 10), Ok(()));
+        assert_eq!(
+            g.heartbeat("m1", None, 1, 10),
+            Err(GroupError::IllegalGeneration)
+        );
+        assert_eq!(
+            g.heartbeat("zz", None, 2, 10),
+            Err(GroupError::UnknownMemberId)
+        );
+        assert_eq!(g.validate_commit(2, "m2", None, 10), Ok(()));
+        assert_eq!(
+            g.validate_commit(1, "m2", None, 10),
+            Err(GroupError::IllegalGeneration)
+        );
+        assert_eq!(
+            g.validate_commit(-1, "", None, 10),
+            Err(GroupError::UnknownMemberId)
+        );
+        let (o, _) = g.sync(&sync_req("m1", 1, &[]), 10);
+        assert_eq!(
+            o,
+            Outcome::Reply(SyncResponse::error(GroupError::IllegalGeneration))
+        );
+        let mut standalone = Group::new("s", &config(), 0);
+        assert_eq!(standalone.validate_commit(-1, "", None, 0), Ok(()));
+    }
+
+    #[test]
+    fn bad_joins_get_kafkas_answer() {
+        let mut g = stable_pair();
+        let mut req = join_req("", &[("range", b"")]);
+        req.session_timeout_ms = 10;
+        let (o, _) = g.join(&config(), &req, "n".into(), 10);
+        assert!(matches!(
+            o,
+            Outcome::Reply(JoinResponse {
+                error: Some(GroupError::InvalidSessionTimeout),
+                ..
+            })
+        ));
+        let mut req = join_req("", &[("range", b"")]);
+        req.protocol_type = "connect".into();
+        let (o, _) = g.join(&config(), &req, "n".into(), 10);
+        assert!(matches!(
+            o,
+            Outcome::Reply(JoinResponse {
+                error: Some(GroupError::InconsistentGroupProtocol),
+                ..
+            })
+        ));
+        let (o, _) = g.join(&config(), &join_req("", &[("sticky", b"")]), "n".into(), 10);
+        assert!(matches!(
+            o,
+            Outcome::Reply(JoinResponse {
+                error: Some(GroupError::InconsistentGroupProtocol),
+                ..
+            })
+        ));
+        let (o, _) = g.join(
+            &config(),
+            &join_req("ghost", &[("range", b"")]),
+            "n".into(),
+            10,
+        );
+        assert!(matches!(
+            o,
+            Outcome::Reply(JoinResponse {
+                error: Some(GroupError::UnknownMemberId),
+                ..
+            })
+        ));
+        let big = vec![0u8; MEMBER_METADATA_BYTES_MAX + 1];
+        let (o, _) = g.join(&config(), &join_req("", &[("range", &big)]), "n".into(), 10);
+        assert!(matches!(
+            o,
+            Outcome::Reply(JoinResponse {
+                error: Some(GroupError::InvalidRequest(_)),
+                ..
+            })
+        ));
+        let full = GroupConfig {
+            max_size: 2,
+            ..config()
+        };
+        let (o, _) = g.join(&full, &join_req("", &[("range", b"")]), "n".into(), 10);
+        assert!(matches!(
+            o,
+            Outcome::Reply(JoinResponse {
+                error: Some(GroupError::GroupMaxSizeReached),
+                ..
+            })
+        ));
+        assert_eq!(
+            g.state(),
+            GroupState::Stable,
+            "refused joins leave the group alone"
+        );
+    }
+
+    #[test]
+    fn protocol_is_chosen_by_votes_among_shared_protocols() {
+        let mut g = Group::new(
+            "g",
+            &GroupConfig {
+                initial_rebalance_delay_ms: 100,
+                ..config()
+            },
+            0,
+        );
+        for (id, protocols) in [
+            ("a", vec![("roundrobin", &b""[..]), ("range", b"")]),
+            ("b", vec![("range", b""), ("roundrobin", b"")]),
+            (
+                "c",
+                vec![("range", b""), ("sticky", b""), ("roundrobin", b"")],
+            ),
+        ] {
+            let mut r = join_req("", &protocols);
+            r.require_known_member_id = false;
+            let (o, _) = g.join(&config(), &r, id.into(), 0);
+            assert!(matches!(o, Outcome::Await { .. }));
+        }
+        // The members arrived during the initial delay, so it is extended once.
+        assert!(g.tick(100).is_empty());
+        let replies = join_replies(&g.tick(200));
+        assert_eq!(replies.len(), 3);
+        assert_eq!(g.protocol_name(), Some("range"));
+    }
+
+    #[test]
+    fn sessions_expire_and_rebalances_end_without_the_missing() {
+        let mut g = stable_pair();
+        // m2 stops heartbeating; m1 keeps going.
+        assert_eq!(g.heartbeat("m1", None, 2, 9_000), Ok(()));
+        let effects = g.tick(10_005);
+        assert!(effects.is_empty());
+        assert_eq!(g.state(), GroupState::PreparingRebalance);
+        assert_eq!(g.member_count(), 1);
+        // m1 rejoins alone; the rebalance completes with it.
+        let (_, e) = g.join(
+            &config(),
+            &join_req("m1", &[("range", b"r1")]),
+            "x".into(),
+            10_010,
+        );
+        assert_eq!(join_replies(&e).len(), 1);
+        assert_eq!(g.generation(), 3);
+
+        // A member that does not rejoin within the rebalance timeout is dropped.
+        let mut g = stable_pair();
+        let (_, e) = g.join(
+            &config(),
+            &join_req("m1", &[("range", b"new")]),
+            "x".into(),
+            100,
+        );
+        assert!(e.is_empty());
+        assert_eq!(g.state(), GroupState::PreparingRebalance);
+        assert!(g.next_deadline_ms().is_some_and(|d| d <= 100 + 30_000));
+        let e = g.tick(100 + 30_000);
+        let replies = join_replies(&e);
+        assert_eq!(replies.len(), 1);
+        assert_eq!(g.member_count(), 1);
+        assert_eq!(g.state(), GroupState::CompletingRebalance);
+    }
+
+    #[test]
+    fn leader_vanishing_in_completing_rebalance_is_not_stuck() {
+        let mut g = Group::new("g", &config(), 0);
+        join_with_handshake(&mut g, "m1", &[("range", b"")], 0);
+        join_with_handshake(&mut g, "m2", &[("range", b"")], 0);
+        g.join(&config(), &join_req("m1", &[("range", b"")]), "x".into(), 0);
+        assert_eq!(g.state(), GroupState::CompletingRebalance);
+        let leader = g.leader().map(str::to_string).expect("leader");
+        let follower = if leader == "m1" { "m2" } else { "m1" };
+        let (o, _) = g.sync(&sync_req(follower, g.generation(), &[]), 1);
+        assert!(matches!(o, Outcome::Await { .. }));
+        // The leader never syncs and its session runs out: the follower is told to rejoin.
+        let e = g.tick(20_000);
+        let syncs = sync_replies(&e);
+        assert_eq!(syncs.len(), 1);
+        assert_eq!(syncs[0].1.error, Some(GroupError::RebalanceInProgress));
+    }
+
+    #[test]
+    fn leaving_last_member_empties_the_group() {
+        let mut g = stable_pair();
+        let (r, _) = g.leave(&[("m1".into(), None), ("nobody".into(), None)], 10);
+        assert_eq!(r, Ok(vec![Ok(()), Err(GroupError::UnknownMemberId)]));
+        assert_eq!(g.state(), GroupState::PreparingRebalance);
+        let (r, e) = g.leave(&[("m2".into(), None)], 11);
+        assert_eq!(r, Ok(vec![Ok(())]));
+        assert!(e.contains(&Effect::PersistGroup));
+        assert_eq!(g.state(), GroupState::Empty);
+        assert_eq!(
+            g.heartbeat("m2", None, 3, 12),
+            Err(GroupError::UnknownMemberId)
+        );
+        assert_eq!(g.validate_commit(-1, "", None, 12), Ok(()));
+    }
+
+    #[test]
+    fn static_member_rejoins_without_rebalance_and_fences_the_old_id() {
+        let mut g = Group::new("g", &config(), 0);
+        let statics = |id: &str| {
+            let mut r = join_req("", &[("range", b"s")]);
+            r.group_instance_id = Some(id.to_string());
+            r
+        };
+        let (o, _) = g.join(&config(), &statics("a"), "a-1".into(), 0);
+        assert_eq!(
+            o,
+            Outcome::Await {
+                member_id: "a-1".into()
+            }
+        );
+        let (_, e) = g.join(&config(), &statics("b"), "b-1".into(), 0);
+        assert!(e.is_empty() || !join_replies(&e).is_empty());
+        if g.state() == GroupState::PreparingRebalance {
+            let mut r = statics("a");
+            r.member_id = "a-1".into();
+            g.join(&config(), &r, "x".into(), 1);
+        }
+        assert_eq!(g.state(), GroupState::CompletingRebalance);
+        let generation = g.generation();
+        let leader = g.leader().map(str::to_string).expect("leader");
+        g.sync(
+            &sync_req(&leader, generation, &[("a-1", b"PA"), ("b-1", b"PB")]),
+            2,
+        );
+        let other = if leader == "a-1" { "b-1" } else { "a-1" };
+        g.sync(&sync_req(other, generation, &[]), 2);
+        assert_eq!(g.state(), GroupState::Stable);
+
+        // a restarts: same instance id, empty member id, same protocols.
+        let (o, e) = g.join(&config(), &statics("a"), "a-2".into(), 5);
+        let Outcome::Reply(r) = o else {
+            panic!("expected an immediate answer")
+        };
+        assert_eq!(
+            (r.error, r.generation_id, r.member_id.as_str()),
+            (None, generation, "a-2")
+        );
+        assert!(r.members.is_empty());
+        assert_ne!(r.leader, "a-2", "a returning leader must act as a follower");
+        assert_eq!(e, vec![Effect::PersistGroup]);
+        assert_eq!(g.state(), GroupState::Stable);
+        let mut s = sync_req("a-2", generation, &[]);
+        s.group_instance_id = Some("a".into());
+        let (o, _) = g.sync(&s, 6);
+        assert!(
+            matches!(o, Outcome::Reply(SyncResponse { error: None, ref assignment, .. }) if assignment == &Bytes::from_static(b"PA"))
+        );
+        assert_eq!(
+            g.heartbeat("a-1", Some("a"), generation, 7),
+            Err(GroupError::FencedInstanceId)
+        );
+        assert_eq!(g.heartbeat("b-1", None, generation, 7), Ok(()));
+    }
+
+    #[test]
+    fn initial_delay_waits_for_more_members_then_completes() {
+        let cfg = GroupConfig {
+            initial_rebalance_delay_ms: 3_000,
+            ..config()
+        };
+        let mut g = Group::new("g", &cfg, 0);
+        let mut r = join_req("", &[("range", b"")]);
+        r.require_known_member_id = false;
+        let (_, e) = g.join(&cfg, &r, "a".into(), 0);
+        assert!(e.is_empty());
+        let (_, e) = g.join(&cfg, &r, "b".into(), 2_000);
+        assert!(e.is_empty());
+        assert!(g.tick(2_999).is_empty());
+        // b arrived during the delay: it is extended once more.
+        assert!(g.tick(3_000).is_empty());
+        assert_eq!(g.state(), GroupState::PreparingRebalance);
+        let e = g.tick(6_000);
+        assert_eq!(join_replies(&e).len(), 2);
+        assert_eq!(g.state(), GroupState::CompletingRebalance);
+    }
+
+    #[test]
+    fn oversized_assignment_rebalances_instead_of_sticking() {
+        let mut g = Group::new("g", &config(), 0);
+        join_with_handshake(&mut g, "m1", &[("range", b"")], 0);
+        assert_eq!(g.state(), GroupState::CompletingRebalance);
+        let big = vec![0u8; ASSIGNMENT_BYTES_MAX + 1];
+        let (o, _) = g.sync(&sync_req("m1", 1, &[("m1", &big)]), 1);
+        assert!(matches!(
+            o,
+            Outcome::Reply(SyncResponse {
+                error: Some(GroupError::InvalidRequest(_)),
+                ..
+            })
+        ));
+        assert_eq!(g.state(), GroupState::PreparingRebalance);
+    }
+
+    #[test]
+    fn offsets_expire_only_for_empty_groups() {
+        let mut g = stable_pair();
+        let offset = |ts| CommittedOffset {
+            offset: 1,
+            leader_epoch: -1,
+            metadata: String::new(),
+            commit_timestamp_ms: ts,
+            expire_timestamp_ms: -1,
+        };
+        g.offsets.insert(("t".into(), 0), offset(0));
+        assert!(g.expired_offsets(1_000_000, 10).is_empty());
+        g.leave(&[("m1".into(), None), ("m2".into(), None)], 100);
+        assert_eq!(g.state(), GroupState::Empty);
+        assert!(g.expired_offsets(105, 10).is_empty());
+        assert_eq!(g.expired_offsets(110, 10), vec![("t".to_string(), 0)]);
+    }
+
+    #[test]
+    fn metadata_record_restores_membership() {
+        let g = stable_pair();
+        let value = g.metadata_value();
+        let mut restored = Group::new("g", &config(), 0);
+        restored.restore(value.clone(), 1_000);
+        assert_eq!(restored.state(), GroupState::Stable);
+        assert_eq!(restored.generation(), g.generation());
+        assert_eq!(restored.metadata_value(), value);
+        assert_eq!(
+            restored.heartbeat("m1", None, g.generation(), 1_001),
+            Ok(())
+        );
+    }
+
+    #[test]
+    fn consumer_subscription_parses_topics() {
+        let mut b = vec![0u8, 1, 0, 0, 0, 2];
+        for t in ["a", "bc"] {
+            b.extend_from_slice(&(t.len() as i16).to_be_bytes());
+            b.extend_from_slice(t.as_bytes());
+        }
+        assert_eq!(
+            consumer_subscription(&b),
+            Some(vec!["a".into(), "bc".into()])
+        );
+        assert_eq!(consumer_subscription(&b[..5]), None);
+    }
 }

@@ -18,7 +18,11 @@ pub fn handle(
     version: i16,
 ) -> ListGroupsResponse {
     let states: Vec<String> = if version >= 4 {
-        request.states_filter.iter().map(|s| s.to_string()).collect()
+        request
+            .states_filter
+            .iter()
+            .map(|s| s.to_string())
+            .collect()
     } else {
         Vec::new()
     };

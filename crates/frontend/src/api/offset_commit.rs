@@ -29,7 +29,10 @@ pub fn handle(
         let name = topic.name.0.to_string();
         let mut slots = Vec::with_capacity(topic.partitions.len());
         for p in topic.partitions {
-            let known = ctx.cluster.partition_log(&name, p.partition_index).is_some();
+            let known = ctx
+                .cluster
+                .partition_log(&name, p.partition_index)
+                .is_some();
             slots.push((p.partition_index, known));
             if known {
                 partitions.push(CommitPartition {

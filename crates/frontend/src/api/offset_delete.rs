@@ -21,7 +21,15 @@ pub fn handle(
     let layout: Vec<(kafka_protocol::messages::TopicName, Vec<i32>)> = request
         .topics
         .into_iter()
-        .map(|t| (t.name, t.partitions.into_iter().map(|p| p.partition_index).collect()))
+        .map(|t| {
+            (
+                t.name,
+                t.partitions
+                    .into_iter()
+                    .map(|p| p.partition_index)
+                    .collect(),
+            )
+        })
         .collect();
     let partitions = layout
         .iter()
@@ -29,7 +37,8 @@ pub fn handle(
         .collect();
     let reply = ctx.groups.delete_offsets(&request.group_id.0, partitions);
     async move {
-        let code = |e: &millrace_groups::GroupError| error_codes::from_group(e, "OffsetDelete").code;
+        let code =
+            |e: &millrace_groups::GroupError| error_codes::from_group(e, "OffsetDelete").code;
         match reply.await {
             Err(e) => OffsetDeleteResponse::default().with_error_code(code(&e)),
             Ok(results) => {
