@@ -1736,7 +1736,8 @@ mod tests {
         };
         g.offsets.insert(("t".into(), 0), offset(0));
         assert!(g.expired_offsets(1_000_000, 10).is_empty());
-        g.leave(&[("m1".into(), None), ("m2".into(), None)], 100);
+        let (left, _) = g.leave(&[("m1".into(), None), ("m2".into(), None)], 100);
+        assert_eq!(left, Ok(vec![Ok(()), Ok(())]));
         assert_eq!(g.state(), GroupState::Empty);
         assert!(g.expired_offsets(105, 10).is_empty());
         assert_eq!(g.expired_offsets(110, 10), vec![("t".to_string(), 0)]);
