@@ -1,6 +1,7 @@
 """One churn-test group member, run as its own process so the test can SIGKILL it (a crash: no
 LeaveGroup, no final commit). Writes one line per event to the file named on the command line:
-`C partition offset` consumed, `K partition offset` committed, `E name` error, `X` clean exit."""
+`S time` started, `A time partitions…` assigned, `C partition offset` consumed,
+`K partition offset` committed, `E name` error, `X` clean exit."""
 
 import signal
 import sys
@@ -10,6 +11,7 @@ from confluent_kafka import Consumer, KafkaException
 
 bootstrap, topic, group, out_path = sys.argv[1:5]
 out = open(out_path, "a", buffering=1)
+out.write(f"S {time.time()}\n")
 running = True
 
 
@@ -58,7 +60,11 @@ def on_revoke(consumer, partitions):
         commit(positions)
 
 
-c.subscribe([topic], on_revoke=on_revoke)
+def on_assign(_consumer, partitions):
+    out.write(f"A {time.time()} " + " ".join(str(p.partition) for p in partitions) + "\n")
+
+
+c.subscribe([topic], on_assign=on_assign, on_revoke=on_revoke)
 dirty = False
 last_commit = time.time()
 while running:

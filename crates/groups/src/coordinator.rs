@@ -525,7 +525,9 @@ impl GroupCoordinator {
             .entry(req.group_id.clone())
             .or_insert_with(|| GroupEntry::new(Group::new(&req.group_id, &config, now)));
         let new_member_id = format!("{}-{}", req.client_id, uuid::Uuid::new_v4());
+        let before = (entry.group.state(), entry.group.generation());
         let (outcome, effects) = entry.group.join(&config, &req, new_member_id, now);
+        log_transition(&entry.group, before);
         let rx = match outcome {
             Outcome::Reply(r) => Err(r),
             Outcome::Await { member_id } => {
@@ -562,7 +564,9 @@ impl GroupCoordinator {
         let Some(entry) = shard.groups.get_mut(&req.group_id) else {
             return ready(SyncResponse::error(GroupError::UnknownMemberId));
         };
+        let before = (entry.group.state(), entry.group.generation());
         let (outcome, effects) = entry.group.sync(&req, now);
+        log_transition(&entry.group, before);
         let rx = match outcome {
             Outcome::Reply(r) => Err(r),
             Outcome::Await { member_id } => {
@@ -612,7 +616,9 @@ impl GroupCoordinator {
                 .map(|_| Err(GroupError::UnknownMemberId))
                 .collect());
         };
+        let before = (entry.group.state(), entry.group.generation());
         let (result, effects) = entry.group.leave(members, now_ms());
+        log_transition(&entry.group, before);
         let deliveries = self.apply_effects(&mut shard, group_id, effects);
         drop(shard);
         deliveries.send();
@@ -966,7 +972,12 @@ impl GroupCoordinator {
             let mut deliveries = Vec::new();
             for id in due {
                 let effects = match shard.groups.get_mut(&id) {
-                    Some(e) => e.group.tick(now),
+                    Some(e) => {
+                        let before = (e.group.state(), e.group.generation());
+                        let effects = e.group.tick(now);
+                        log_transition(&e.group, before);
+                        effects
+                    }
                     None => continue,
                 };
                 deliveries.push(self.apply_effects(&mut shard, &id, effects));
@@ -1068,6 +1079,34 @@ impl GroupCoordinator {
     /// Writes the snapshot of every loaded shard (at clean shutdown, after appends stopped).
     pub fn write_final_snapshot(&self) {
         self.write_snapshots(true);
+    }
+}
+
+/// Logs a group's state changes, as Kafka's coordinator does ("Preparing to rebalance group",
+/// "Stabilized group"): info for a new generation, debug otherwise.
+fn log_transition(g: &Group, before: (GroupState, i32)) {
+    let after = (g.state(), g.generation());
+    if after == before {
+        return;
+    }
+    if after.1 != before.1 || after.0 == GroupState::Stable {
+        info!(
+            group = %g.id(),
+            from = before.0.name(),
+            to = after.0.name(),
+            generation = after.1,
+            members = g.member_count(),
+            "group state change"
+        );
+    } else {
+        debug!(
+            group = %g.id(),
+            from = before.0.name(),
+            to = after.0.name(),
+            generation = after.1,
+            members = g.member_count(),
+            "group state change"
+        );
     }
 }
 

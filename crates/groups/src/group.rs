@@ -563,7 +563,11 @@ impl Group {
         if self.leader.is_none() {
             self.leader = Some(member_id.clone());
         }
-        self.new_member_added = true;
+        // Only a brand-new group's first rebalance is stretched by arriving members (Kafka:
+        // PreparingRebalance at generation 0).
+        if self.state == GroupState::PreparingRebalance && self.generation == 0 {
+            self.new_member_added = true;
+        }
         match self.state {
             GroupState::PreparingRebalance => effects.extend(self.try_complete_join(now_ms)),
             _ => effects.extend(self.prepare_rebalance(now_ms)),
