@@ -163,7 +163,7 @@ fn decode_batch(batch: &[u8], out: &mut Vec<RawRecord>) -> Result<i64, BatchErro
         let key = nullable_bytes(&mut rec)?;
         let value = nullable_bytes(&mut rec)?;
         out.push(RawRecord {
-            offset: base + i64::from(offset_delta),
+            offset: base.saturating_add(i64::from(offset_delta)),
             key,
             value,
         });

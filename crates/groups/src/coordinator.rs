@@ -1216,9 +1216,17 @@ mod tests {
         logs: &[Arc<PartitionLog>],
         snapshot_dir: Option<PathBuf>,
     ) -> Arc<GroupCoordinator> {
+        coordinator_with_retention(logs, snapshot_dir, 7 * 24 * 3600 * 1000)
+    }
+
+    fn coordinator_with_retention(
+        logs: &[Arc<PartitionLog>],
+        snapshot_dir: Option<PathBuf>,
+        offsets_retention_ms: i64,
+    ) -> Arc<GroupCoordinator> {
         let config = CoordinatorConfig {
             group: GroupConfig::default(),
-            offsets_retention_ms: 7 * 24 * 3600 * 1000,
+            offsets_retention_ms,
             leader_epoch: 0,
             snapshot_dir,
         };
@@ -1369,6 +1377,26 @@ mod tests {
             offset_of(&fourth, "alpha", "t", 0),
             Some((11, "again".into()))
         );
+    }
+
+    #[tokio::test]
+    async fn expired_offsets_and_empty_groups_leave_tombstones() {
+        let (_store, logs) = logs();
+        let c = coordinator_with_retention(&logs, None, 0);
+        c.load();
+        assert_eq!(
+            c.commit_offsets(commit("old", "t", 0, 5, "")).await,
+            vec![Ok(())]
+        );
+        assert_eq!(offset_of(&c, "old", "t", 0), Some((5, String::new())));
+        c.tick(true);
+        assert_eq!(offset_of(&c, "old", "t", 0), None);
+        assert!(c.list_groups(&[]).expect("list").is_empty());
+        // The tombstones replay too.
+        let again = coordinator(&logs, None);
+        again.load();
+        assert_eq!(offset_of(&again, "old", "t", 0), None);
+        assert!(again.list_groups(&[]).expect("list").is_empty());
     }
 
     #[test]
