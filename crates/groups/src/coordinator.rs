@@ -289,8 +289,22 @@ impl GroupCoordinator {
         let started = std::time::Instant::now();
         let mut records = 0usize;
         for shard in &self.shards {
+            // Replay into a private copy so the shard's lock is not held (and request threads
+            // are not blocked) while reading the log; unloaded shards take no writes, so nothing
+            // can change underneath.
+            let mut replayed = {
+                let shard = shard.lock();
+                Shard {
+                    partition: shard.partition,
+                    log: shard.log.clone(),
+                    loaded: false,
+                    dirty: false,
+                    groups: BTreeMap::new(),
+                }
+            };
+            records += self.load_shard(&mut replayed);
             let mut shard = shard.lock();
-            records += self.load_shard(&mut shard);
+            shard.groups = replayed.groups;
             shard.loaded = true;
         }
         let groups: usize = self.shards.iter().map(|s| s.lock().groups.len()).sum();
