@@ -30,12 +30,12 @@ impl SnapshotStore {
     /// Opens (or creates) the snapshot database. A database that cannot be opened is removed and
     /// created afresh; if that fails too, there is simply no snapshot.
     pub fn open(dir: &Path) -> Option<Self> {
-        match sled::open(dir) {
+        match open_sled(dir) {
             Ok(db) => Some(Self { db }),
             Err(e) => {
                 warn!(dir = %dir.display(), error = %e, "group snapshot unreadable; rebuilding it");
                 let _ = std::fs::remove_dir_all(dir);
-                match sled::open(dir) {
+                match open_sled(dir) {
                     Ok(db) => Some(Self { db }),
                     Err(e) => {
                         warn!(error = %e, "no group snapshot this run; replays will be full");
@@ -69,6 +69,17 @@ impl SnapshotStore {
         if let Err(e) = self.db.flush() {
             warn!(error = %e, "cannot flush group snapshot");
         }
+    }
+}
+
+/// Opens sled, treating a panic inside it (possible on a damaged database) like an error: the
+/// snapshot is only a cache, so a damaged one must never stop the broker.
+fn open_sled(dir: &Path) -> Result<sled::Db, String> {
+    let dir = dir.to_path_buf();
+    match std::panic::catch_unwind(move || sled::open(&dir)) {
+        Ok(Ok(db)) => Ok(db),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err("sled panicked while opening".to_string()),
     }
 }
 
@@ -144,6 +155,17 @@ mod tests {
         bad[10] ^= 0xff;
         assert_eq!(decode(&bad), None);
         assert_eq!(decode(&bad[..3]), None);
+    }
+
+    #[test]
+    fn damaged_database_is_rebuilt() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("snap");
+        std::fs::create_dir_all(&path).expect("mkdir");
+        std::fs::write(path.join("conf"), b"\xff\xfe garbage").expect("write");
+        std::fs::write(path.join("db"), vec![0xa5u8; 4096]).expect("write");
+        let store = SnapshotStore::open(&path).expect("rebuilt");
+        assert_eq!(store.read(0), None);
     }
 
     #[test]
