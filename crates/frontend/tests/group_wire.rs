@@ -446,6 +446,24 @@ async fn bad_input_gets_kafkas_error_codes() {
         )
         .await;
     assert_eq!((r.error_code, r.node_id.0), (0, 1));
+    // A generation for a group that does not exist: ILLEGAL_GENERATION before v9, then
+    // GROUP_ID_NOT_FOUND; generation -1 creates a simple group.
+    for (version, generation, expected) in [(8, 5, 22), (9, 5, 69), (9, -1, 0)] {
+        let commit = OffsetCommitRequest::default()
+            .with_group_id(GroupId(s("nowhere")))
+            .with_generation_id_or_member_epoch(generation)
+            .with_member_id(s("m"))
+            .with_topics(vec![OffsetCommitRequestTopic::default()
+                .with_name(TopicName(s(TOPIC)))
+                .with_partitions(vec![
+                    OffsetCommitRequestPartition::default().with_partition_index(0)
+                ])]);
+        let r: OffsetCommitResponse = h.call(ApiKey::OffsetCommit, version, &commit).await;
+        assert_eq!(
+            r.topics[0].partitions[0].error_code, expected,
+            "v{version} gen {generation}"
+        );
+    }
     // Produce to the internal topic is refused.
     let mut records = BytesMut::new();
     records.put_slice(&[0u8; 61]);

@@ -659,8 +659,10 @@ impl GroupCoordinator {
         };
         let config = self.config.group.clone();
         if !shard.groups.contains_key(&req.group_id) {
-            if req.generation_id >= 0 || !req.member_id.is_empty() {
-                return all(GroupError::IllegalGeneration);
+            // Kafka: a generation < 0 creates a "simple" group; otherwise the group must exist
+            // (the front end answers ILLEGAL_GENERATION to versions before 9).
+            if req.generation_id >= 0 {
+                return all(GroupError::GroupIdNotFound);
             }
             shard.groups.insert(
                 req.group_id.clone(),

@@ -1065,8 +1065,9 @@ impl Group {
 
     // ----- offsets -----
 
-    /// Kafka's checks before an OffsetCommit from this group's members (or a standalone
-    /// consumer: generation < 0 and no member id, only while the group is Empty).
+    /// Kafka's checks before an OffsetCommit (`ClassicGroup.validateOffsetCommit`): a generation
+    /// < 0 commits only while the group is Empty (standalone consumers, admin clients); otherwise
+    /// the member and generation must be current, and not during CompletingRebalance.
     pub fn validate_commit(
         &mut self,
         generation_id: i32,
@@ -1077,19 +1078,17 @@ impl Group {
         if self.state == GroupState::Dead {
             return Err(GroupError::CoordinatorNotAvailable);
         }
-        if generation_id < 0 && member_id.is_empty() && group_instance_id.is_none() {
-            return if self.state == GroupState::Empty {
-                Ok(())
-            } else {
-                Err(GroupError::UnknownMemberId)
-            };
+        if generation_id < 0 && self.state == GroupState::Empty {
+            // An admin client or a consumer without group management: allowed while Empty.
+            return Ok(());
         }
-        if self.state == GroupState::Empty {
+        if generation_id >= 0 || !member_id.is_empty() || group_instance_id.is_some() {
+            self.validate_member(member_id, group_instance_id)?;
+            if generation_id != self.generation {
+                return Err(GroupError::IllegalGeneration);
+            }
+        } else {
             return Err(GroupError::UnknownMemberId);
-        }
-        self.validate_member(member_id, group_instance_id)?;
-        if generation_id != self.generation {
-            return Err(GroupError::IllegalGeneration);
         }
         if self.state == GroupState::CompletingRebalance {
             return Err(GroupError::RebalanceInProgress);

@@ -3,7 +3,9 @@
 //! UNKNOWN_TOPIC_OR_PARTITION, as in Kafka, and are not written.
 //!
 //! Served from v2 (Kafka 4's minimum). v2-4 carry `retention_time_ms`, v6+ the leader epoch, v7+
-//! the group.instance.id. Generation -1 with an empty member id is a standalone consumer's commit.
+//! the group.instance.id. Generation -1 commits while the group is Empty (standalone consumers,
+//! admin clients) and creates the group if needed; a generation ≥ 0 for an unknown group gets
+//! GROUP_ID_NOT_FOUND from v9 and ILLEGAL_GENERATION before, as in Kafka.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -14,7 +16,7 @@ use kafka_protocol::messages::offset_commit_response::{
 use kafka_protocol::messages::{OffsetCommitRequest, OffsetCommitResponse, TopicName};
 use millrace_groups::{CommitPartition, CommitRequest, GroupError};
 
-use crate::error_codes::{self, NONE, UNKNOWN_TOPIC_OR_PARTITION};
+use crate::error_codes::{self, ILLEGAL_GENERATION, NONE, UNKNOWN_TOPIC_OR_PARTITION};
 use crate::BrokerContext;
 
 pub fn handle(
@@ -79,6 +81,9 @@ pub fn handle(
                         } else {
                             match results.next() {
                                 Some(Ok(())) => NONE,
+                                Some(Err(GroupError::GroupIdNotFound)) if version < 9 => {
+                                    ILLEGAL_GENERATION
+                                }
                                 Some(Err(e)) => error_codes::from_group(&e, "OffsetCommit").code,
                                 None => {
                                     error_codes::from_group(
