@@ -202,6 +202,9 @@ pub struct Member {
     pub assignment: Bytes,
     awaiting_join: bool,
     awaiting_sync: bool,
+    /// Joined the current generation but has not sent its SyncGroup yet (Kafka's pending-sync
+    /// members); removed when the sync timeout passes.
+    pending_sync: bool,
     heartbeat_deadline_ms: i64,
 }
 
@@ -245,6 +248,10 @@ pub struct Group {
     static_members: BTreeMap<String, String>,
     pending_members: BTreeMap<String, i64>,
     rebalance_deadline_ms: Option<i64>,
+    /// After a join completes: members that have not sent SyncGroup by then are removed, so a
+    /// leader that heartbeats but never assigns cannot park the group (Kafka's sync timeout =
+    /// the rebalance timeout).
+    sync_deadline_ms: Option<i64>,
     initial_delay: Option<InitialDelay>,
     new_member_added: bool,
     /// group.initial.rebalance.delay.ms, fixed when the group is created.
@@ -267,6 +274,7 @@ impl Group {
             static_members: BTreeMap::new(),
             pending_members: BTreeMap::new(),
             rebalance_deadline_ms: None,
+            sync_deadline_ms: None,
             initial_delay: None,
             new_member_added: false,
             initial_delay_config: config.initial_rebalance_delay_ms,
@@ -553,6 +561,7 @@ impl Group {
             assignment: Bytes::new(),
             awaiting_join: true,
             awaiting_sync: false,
+            pending_sync: false,
             heartbeat_deadline_ms: now_ms + i64::from(req.session_timeout_ms),
         };
         if let Some(instance) = &req.group_instance_id {
@@ -636,6 +645,10 @@ impl Group {
 
     fn prepare_rebalance(&mut self, now_ms: i64) -> Vec<Effect> {
         let mut effects = Vec::new();
+        self.sync_deadline_ms = None;
+        for m in self.members.values_mut() {
+            m.pending_sync = false;
+        }
         if self.state == GroupState::CompletingRebalance {
             for m in self.members.values_mut() {
                 m.assignment = Bytes::new();
@@ -726,6 +739,10 @@ impl Group {
                 .map(|m| m.member_id.clone());
         }
         self.set_state(GroupState::CompletingRebalance, now_ms);
+        self.sync_deadline_ms = Some(now_ms + self.max_rebalance_timeout_ms());
+        for m in self.members.values_mut() {
+            m.pending_sync = true;
+        }
         let joined: Vec<String> = self
             .members
             .values()
@@ -829,6 +846,17 @@ impl Group {
                 .is_some_and(|n| Some(n) != self.protocol_name.as_ref())
         {
             return Err(GroupError::InconsistentGroupProtocol);
+        }
+        if matches!(
+            self.state,
+            GroupState::Stable | GroupState::CompletingRebalance
+        ) {
+            if let Some(m) = self.members.get_mut(&req.member_id) {
+                m.pending_sync = false;
+            }
+            if self.members.values().all(|m| !m.pending_sync) {
+                self.sync_deadline_ms = None;
+            }
         }
         match self.state {
             GroupState::Empty | GroupState::Dead => Err(GroupError::UnknownMemberId),
@@ -1019,6 +1047,7 @@ impl Group {
         heartbeats
             .chain(self.pending_members.values().copied())
             .chain(self.rebalance_deadline_ms)
+            .chain(self.sync_deadline_ms)
             .min()
     }
 
@@ -1043,6 +1072,18 @@ impl Group {
             .collect();
         for id in expired {
             effects.extend(self.remove_member(&id, GroupError::UnknownMemberId, now_ms));
+        }
+        if self.sync_deadline_ms.is_some_and(|d| d <= now_ms) {
+            self.sync_deadline_ms = None;
+            let unsynced: Vec<String> = self
+                .members
+                .values()
+                .filter(|m| m.pending_sync)
+                .map(|m| m.member_id.clone())
+                .collect();
+            for id in unsynced {
+                effects.extend(self.remove_member(&id, GroupError::UnknownMemberId, now_ms));
+            }
         }
         if self.state == GroupState::PreparingRebalance
             && self.rebalance_deadline_ms.is_some_and(|d| d <= now_ms)
@@ -1196,6 +1237,7 @@ impl Group {
                     assignment: m.assignment,
                     awaiting_join: false,
                     awaiting_sync: false,
+                    pending_sync: false,
                     heartbeat_deadline_ms: now_ms + i64::from(m.session_timeout_ms),
                 },
             );
@@ -1610,6 +1652,31 @@ mod tests {
         let syncs = sync_replies(&e);
         assert_eq!(syncs.len(), 1);
         assert_eq!(syncs[0].1.error, Some(GroupError::RebalanceInProgress));
+    }
+
+    #[test]
+    fn members_that_never_sync_are_removed_after_the_rebalance_timeout() {
+        let mut g = Group::new("g", &config(), 0);
+        join_with_handshake(&mut g, "m1", &[("range", b"")], 0);
+        join_with_handshake(&mut g, "m2", &[("range", b"")], 0);
+        g.join(&config(), &join_req("m1", &[("range", b"")]), "x".into(), 0);
+        assert_eq!(g.state(), GroupState::CompletingRebalance);
+        let generation = g.generation();
+        let leader = g.leader().map(str::to_string).expect("leader");
+        let follower = if leader == "m1" { "m2" } else { "m1" };
+        let (o, _) = g.sync(&sync_req(follower, generation, &[]), 1);
+        assert!(matches!(o, Outcome::Await { .. }));
+        // The leader keeps heartbeating but never sends SyncGroup.
+        for t in (5_000..30_000).step_by(5_000) {
+            assert_eq!(g.heartbeat(&leader, None, generation, t), Ok(()));
+            assert!(g.tick(t).is_empty());
+        }
+        let e = g.tick(30_000);
+        assert_eq!(g.member_count(), 1, "the leader that never synced is gone");
+        let syncs = sync_replies(&e);
+        assert_eq!(syncs.len(), 1);
+        assert_eq!(syncs[0].1.error, Some(GroupError::RebalanceInProgress));
+        assert_eq!(g.state(), GroupState::PreparingRebalance);
     }
 
     #[test]
