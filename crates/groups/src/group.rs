@@ -9,8 +9,10 @@
 //! Invariants kept:
 //! - a member is in at most one of: pending (got MEMBER_ID_REQUIRED), awaiting join, awaiting sync;
 //! - `static_members` maps each group.instance.id to exactly one current member id;
-//! - a rebalance always ends: by all members rejoining, by the rebalance timeout (the longest
-//!   member's), or by sessions expiring; no input parks the group forever;
+//! - a rebalance always ends: PreparingRebalance by all members rejoining, by the rebalance
+//!   timeout (the longest member's) or by sessions expiring; CompletingRebalance by the leader's
+//!   SyncGroup or by the sync timeout (members that never synced are removed); no input parks
+//!   the group forever;
 //! - protocol type, protocol metadata and assignments are opaque bytes, passed through.
 //!
 //! Not here: committed offsets' storage format and persistence (the coordinator writes records),
