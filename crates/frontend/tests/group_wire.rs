@@ -395,6 +395,15 @@ async fn bad_input_gets_kafkas_error_codes() {
         code(h.call(ApiKey::JoinGroup, 3, &join("g", 10_000, "")).await),
         23
     );
+    // Refused joins leave no group behind.
+    let r: DescribeGroupsResponse = h
+        .call(
+            ApiKey::DescribeGroups,
+            5,
+            &DescribeGroupsRequest::default().with_groups(vec![GroupId(s("g"))]),
+        )
+        .await;
+    assert_eq!(r.groups[0].group_state.to_string(), "Dead");
     // A lone v3 member (no handshake) makes the group; another protocol type is refused.
     let first: JoinGroupResponse = h
         .call(ApiKey::JoinGroup, 3, &join("g", 10_000, "consumer"))

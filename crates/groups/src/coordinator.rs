@@ -534,6 +534,7 @@ impl GroupCoordinator {
             return ready(JoinResponse::error(GroupError::UnknownMemberId, &member_id));
         }
         let config = self.config.group.clone();
+        let created = !shard.groups.contains_key(&req.group_id);
         let entry = shard
             .groups
             .entry(req.group_id.clone())
@@ -556,6 +557,13 @@ impl GroupCoordinator {
             }
         };
         let deliveries = self.apply_effects(&mut shard, &req.group_id, effects);
+        // A refused first join leaves no group behind (Kafka validates before creating one).
+        let leftover = shard.groups.get(&req.group_id).is_some_and(|e| {
+            e.group.is_empty() && e.group.offsets.is_empty() && e.group.protocol_type().is_none()
+        });
+        if created && leftover {
+            shard.groups.remove(&req.group_id);
+        }
         let durable = deliveries.durable.clone();
         drop(shard);
         deliveries.send();
