@@ -1,6 +1,8 @@
 //! `millrace`: the broker binary. Reads settings, opens the store and the cluster metadata,
-//! serves Kafka clients, runs background maintenance, and shuts down cleanly on SIGTERM/SIGINT
-//! (stop accepting, finish in-flight requests, flush, write the clean-shutdown marker, exit 0).
+//! starts the group coordinator (creating `__consumer_offsets` if missing; its replay runs in the
+//! background), serves Kafka clients, runs background maintenance, and shuts down cleanly on
+//! SIGTERM/SIGINT (stop accepting, answer parked group requests, finish in-flight requests, write
+//! the group snapshot, flush, write the clean-shutdown marker, exit 0).
 //!
 //! Exit codes: 0 after a clean stop, 2 for a settings error (one line naming the key), 1 for any
 //! other failure to start or stop.
