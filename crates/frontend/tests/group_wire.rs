@@ -42,6 +42,10 @@ struct Harness {
 
 impl Harness {
     fn new() -> Self {
+        Self::with_load(true)
+    }
+
+    fn with_load(load: bool) -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
         let store = Store::open(StoreConfig {
             data_dir: dir.path().to_path_buf(),
@@ -90,7 +94,9 @@ impl Harness {
             },
             partitions,
         );
-        groups.load();
+        if load {
+            groups.load();
+        }
         let ctx = Arc::new(BrokerContext {
             cluster,
             groups,
@@ -495,4 +501,38 @@ async fn bad_input_gets_kafkas_error_codes() {
         )
         .await;
     assert_eq!(r.responses[0].partition_responses[0].error_code, 17);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_during_replay_get_coordinator_load_in_progress() {
+    let mut h = Harness::with_load(false);
+    let r: FindCoordinatorResponse = h
+        .call(
+            ApiKey::FindCoordinator,
+            4,
+            &FindCoordinatorRequest::default().with_coordinator_keys(vec![s("g")]),
+        )
+        .await;
+    assert_eq!(r.coordinators[0].error_code, 14);
+    let r: OffsetFetchResponse = h
+        .call(
+            ApiKey::OffsetFetch,
+            7,
+            &OffsetFetchRequest::default().with_group_id(GroupId(s("g"))),
+        )
+        .await;
+    assert_eq!(r.error_code, 14);
+    let r: ListGroupsResponse = h
+        .call(ApiKey::ListGroups, 4, &ListGroupsRequest::default())
+        .await;
+    assert_eq!(r.error_code, 14);
+    h.ctx.groups.load();
+    let r: FindCoordinatorResponse = h
+        .call(
+            ApiKey::FindCoordinator,
+            4,
+            &FindCoordinatorRequest::default().with_coordinator_keys(vec![s("g")]),
+        )
+        .await;
+    assert_eq!(r.coordinators[0].error_code, 0);
 }
