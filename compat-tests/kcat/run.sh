@@ -238,6 +238,17 @@ else
   fail "broker-sigterm-exit-0" "broker died during the run" "$WORK/broker/broker.stderr"
 fi
 
+# --- balanced consumer (-G): its own broker, see groups.sh ----------------------
+groups_out="$(bash "$(dirname "${BASH_SOURCE[0]}")/groups.sh" 2>&1)"
+echo "$groups_out" | sed -e 's/^/  groups: /'
+if [[ "$(echo "$groups_out" | tail -n 1)" =~ ^([0-9]+)\ passed,\ ([0-9]+)\ failed$ ]]; then
+  passed=$((passed + BASH_REMATCH[1]))
+  failed=$((failed + BASH_REMATCH[2]))
+  ((BASH_REMATCH[2] == 0)) || failures+=("groups")
+else
+  fail "groups" "groups.sh printed no summary"
+fi
+
 if ((failed > 0)); then
   echo "kcat: failed: ${failures[*]}"
 fi

@@ -9,8 +9,8 @@ Only the standard library is used, so any Python >= 3.8 can import this.
 The pytest fixture lives in ``millrace_pytest.py`` next to this file.
 
 Environment:
-  MILLRACE_BIN            broker binary (default <repo>/target/release/millrace;
-                          built with cargo when missing)
+  MILLRACE_BIN            broker binary (default <repo>/target/debug/millrace,
+                          rebuilt by cargo before each run)
   MILLRACE_START_TIMEOUT  seconds to wait for the "listening on" line (10)
   MILLRACE_KEEP_WORK      if set, keep each broker's temp dir (data + logs)
 """
@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional, TypeVar
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_BIN = REPO_ROOT / "target" / "release" / "millrace"
+DEFAULT_BIN = REPO_ROOT / "target" / "debug" / "millrace"
 LISTEN_RE = re.compile(r"listening on 127\.0\.0\.1:(\d+)")
 
 T = TypeVar("T")
@@ -49,15 +49,17 @@ def broker_binary(build: bool = True) -> Path:
         if not (path.is_file() and os.access(path, os.X_OK)):
             raise BrokerError(f"MILLRACE_BIN={env} is not an executable file")
         return path
-    if not DEFAULT_BIN.is_file() and build:
+    # Always (re)build: cargo is a no-op when the binary is fresh, and a stale binary would test
+    # yesterday's broker.
+    if build:
         timeout = float(os.environ.get("MILLRACE_BUILD_TIMEOUT", "3600"))
         proc = subprocess.run(
-            ["cargo", "build", "--release", "-p", "millrace-broker"],
+            ["cargo", "build", "-q", "-p", "millrace-broker"],
             cwd=REPO_ROOT,
             timeout=timeout,
         )
         if proc.returncode != 0:
-            raise BrokerError(f"cargo build --release -p millrace-broker failed (rc={proc.returncode})")
+            raise BrokerError(f"cargo build -p millrace-broker failed (rc={proc.returncode})")
     if not DEFAULT_BIN.is_file():
         raise BrokerError(f"broker binary {DEFAULT_BIN} does not exist")
     return DEFAULT_BIN

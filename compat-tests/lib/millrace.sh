@@ -27,16 +27,15 @@ millrace_bin() {
     echo "$bin"
     return 0
   fi
-  bin="$MILLRACE_REPO_ROOT/target/release/millrace"
-  if [[ ! -x "$bin" ]]; then
-    echo "millrace: $bin missing; cargo build --release -p millrace-broker" >&2
-    (cd "$MILLRACE_REPO_ROOT" &&
-      timeout "${MILLRACE_BUILD_TIMEOUT:-3600}" cargo build --release -p millrace-broker >&2) || {
-      echo "millrace: build failed" >&2
-      return 1
-    }
-    [[ -x "$bin" ]] || { echo "millrace: build did not produce $bin" >&2; return 1; }
-  fi
+  # Always (re)build: cargo is a no-op when the binary is fresh, and a stale binary would test
+  # yesterday's broker.
+  bin="$MILLRACE_REPO_ROOT/target/debug/millrace"
+  (cd "$MILLRACE_REPO_ROOT" &&
+    timeout "${MILLRACE_BUILD_TIMEOUT:-3600}" cargo build -q -p millrace-broker >&2) || {
+    echo "millrace: cargo build -p millrace-broker failed" >&2
+    return 1
+  }
+  [[ -x "$bin" ]] || { echo "millrace: build did not produce $bin" >&2; return 1; }
   echo "$bin"
 }
 

@@ -1,6 +1,8 @@
 //! `millrace`: the broker binary. Reads settings, opens the store and the cluster metadata,
-//! serves Kafka clients, runs background maintenance, and shuts down cleanly on SIGTERM/SIGINT
-//! (stop accepting, finish in-flight requests, flush, write the clean-shutdown marker, exit 0).
+//! starts the group coordinator (creating `__consumer_offsets` if missing; its replay runs in the
+//! background), serves Kafka clients, runs background maintenance, and shuts down cleanly on
+//! SIGTERM/SIGINT (stop accepting, answer parked group requests, finish in-flight requests, write
+//! the group snapshot, flush, write the clean-shutdown marker, exit 0).
 //!
 //! Exit codes: 0 after a clean stop, 2 for a settings error (one line naming the key), 1 for any
 //! other failure to start or stop.
@@ -13,8 +15,11 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use clap::Parser;
-use millrace_cluster::{BrokerEndpoint, Cluster};
+use millrace_cluster::{BrokerConfig, BrokerEndpoint, Cluster, NewTopic, LEADER_EPOCH};
 use millrace_frontend::BrokerContext;
+use millrace_groups::{
+    CoordinatorConfig, GroupConfig, GroupCoordinator, OffsetsPartition, OFFSETS_TOPIC,
+};
 use millrace_store::{Store, StoreConfig};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -138,6 +143,8 @@ async fn run(
         )
         .context("cannot open the cluster metadata")?,
     );
+    let groups = open_group_coordinator(&cluster, &config, &settings.data_dir)
+        .context("cannot start the group coordinator")?;
     let token = CancellationToken::new();
     let ctx = Arc::new(BrokerContext {
         cluster: cluster.clone(),
@@ -145,8 +152,22 @@ async fn run(
             .unwrap_or_else(|_| settings.data_dir.clone())
             .display()
             .to_string(),
+        groups: groups.clone(),
         shutdown: token.clone(),
     });
+    // Replay in the background: meanwhile group requests get COORDINATOR_LOAD_IN_PROGRESS.
+    let loader = {
+        let groups = groups.clone();
+        tokio::task::spawn_blocking(move || groups.load())
+    };
+    let timers = {
+        let stop = token.clone();
+        tokio::spawn(
+            groups
+                .clone()
+                .run_timers(async move { stop.cancelled().await }),
+        )
+    };
 
     let maintenance = spawn_maintenance(
         store.clone(),
@@ -177,16 +198,87 @@ async fn run(
     shutdown.await;
     info!("shutting down: no new connections; finishing in-flight requests");
     token.cancel();
+    // Parked JoinGroup/SyncGroup requests are answered now, so the drain does not wait on them.
+    groups.shutdown();
     if let Err(e) = server.await {
         warn!(error = %e, "server task failed");
     }
     let _ = maintenance.await;
+    let _ = timers.await;
+    let _ = loader.await;
+    {
+        let groups = groups.clone();
+        tokio::task::spawn_blocking(move || groups.write_final_snapshot())
+            .await
+            .context("group snapshot task")?;
+    }
     tokio::task::spawn_blocking(move || store.shutdown())
         .await
         .context("store shutdown task")?
         .context("store shutdown")?;
     info!("clean shutdown complete");
     Ok(())
+}
+
+/// Creates `__consumer_offsets` if missing (compacted, offsets.topic.num.partitions partitions,
+/// offsets.topic.replication.factor capped to the live brokers) and builds the coordinator over
+/// its partitions. The topic's actual partition count wins over the setting, as in Kafka.
+fn open_group_coordinator(
+    cluster: &Arc<Cluster>,
+    config: &BrokerConfig,
+    data_dir: &std::path::Path,
+) -> anyhow::Result<Arc<GroupCoordinator>> {
+    use anyhow::Context;
+    let long = |key: &str, fallback: i64| {
+        config
+            .get(key)
+            .and_then(|v| v.parse::<i64>().ok())
+            .unwrap_or(fallback)
+    };
+    let clamp_i32 = |v: i64| v.clamp(0, i64::from(i32::MAX)) as i32;
+    if cluster.metadata.topic(OFFSETS_TOPIC).is_none() {
+        let brokers = cluster.brokers().len().max(1) as i64;
+        let rf = long("offsets.topic.replication.factor", 3).min(brokers);
+        let new = NewTopic {
+            name: OFFSETS_TOPIC.to_string(),
+            partitions: Some(clamp_i32(long("offsets.topic.num.partitions", 50)).max(1)),
+            replication_factor: Some(rf as i16),
+            assignments: Default::default(),
+            configs: [
+                ("cleanup.policy".to_string(), "compact".to_string()),
+                ("segment.bytes".to_string(), "104857600".to_string()),
+            ]
+            .into_iter()
+            .collect(),
+        };
+        cluster
+            .create_topic(&new)
+            .with_context(|| format!("cannot create {OFFSETS_TOPIC}"))?;
+    }
+    let topic = cluster
+        .metadata
+        .topic(OFFSETS_TOPIC)
+        .with_context(|| format!("{OFFSETS_TOPIC} vanished"))?;
+    let mut partitions = Vec::new();
+    for p in 0..topic.partitions {
+        let log = cluster
+            .partition_log(OFFSETS_TOPIC, p)
+            .with_context(|| format!("{OFFSETS_TOPIC}-{p} has no log"))?;
+        partitions.push(OffsetsPartition { partition: p, log });
+    }
+    let group = GroupConfig {
+        min_session_timeout_ms: clamp_i32(long("group.min.session.timeout.ms", 6_000)),
+        max_session_timeout_ms: clamp_i32(long("group.max.session.timeout.ms", 1_800_000)),
+        initial_rebalance_delay_ms: clamp_i32(long("group.initial.rebalance.delay.ms", 3_000)),
+        max_size: long("group.max.size", i64::from(i32::MAX)).max(1) as usize,
+    };
+    let coordinator = CoordinatorConfig {
+        group,
+        offsets_retention_ms: long("offsets.retention.minutes", 10_080).saturating_mul(60_000),
+        leader_epoch: LEADER_EPOCH,
+        snapshot_dir: Some(data_dir.join("group_snapshot.sled")),
+    };
+    Ok(GroupCoordinator::new(coordinator, partitions))
 }
 
 fn now_ms() -> i64 {

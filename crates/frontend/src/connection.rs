@@ -90,7 +90,7 @@ pub async fn serve_connection(
                 break;
             }
         };
-        match dispatch(&ctx, frame.freeze()) {
+        match dispatch(&ctx, frame.freeze(), peer) {
             Ok(pending) => {
                 if queue.send(pending).await.is_err() {
                     break;

@@ -8,16 +8,19 @@
 //! response at all.
 
 use std::future::Future;
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{
     AlterConfigsRequest, ApiKey, ApiVersionsRequest, CreatePartitionsRequest, CreateTopicsRequest,
-    DeleteRecordsRequest, DeleteTopicsRequest, DescribeClusterRequest, DescribeConfigsRequest,
-    DescribeLogDirsRequest, DescribeProducersRequest, DescribeTopicPartitionsRequest, FetchRequest,
-    FindCoordinatorRequest, IncrementalAlterConfigsRequest, InitProducerIdRequest,
-    ListOffsetsRequest, MetadataRequest, OffsetForLeaderEpochRequest, ProduceRequest,
-    RequestHeader, ResponseHeader,
+    DeleteGroupsRequest, DeleteRecordsRequest, DeleteTopicsRequest, DescribeClusterRequest,
+    DescribeConfigsRequest, DescribeGroupsRequest, DescribeLogDirsRequest,
+    DescribeProducersRequest, DescribeTopicPartitionsRequest, FetchRequest, FindCoordinatorRequest,
+    HeartbeatRequest, IncrementalAlterConfigsRequest, InitProducerIdRequest, JoinGroupRequest,
+    LeaveGroupRequest, ListGroupsRequest, ListOffsetsRequest, MetadataRequest, OffsetCommitRequest,
+    OffsetDeleteRequest, OffsetFetchRequest, OffsetForLeaderEpochRequest, ProduceRequest,
+    RequestHeader, ResponseHeader, SyncGroupRequest,
 };
 use kafka_protocol::protocol::{Decodable, Encodable};
 use tokio::task::JoinHandle;
@@ -39,7 +42,11 @@ struct Route {
 }
 
 /// Decodes and starts one request. `Err` carries the reason to close the connection.
-pub fn dispatch(ctx: &Arc<BrokerContext>, frame: Bytes) -> Result<Pending, String> {
+pub fn dispatch(
+    ctx: &Arc<BrokerContext>,
+    frame: Bytes,
+    peer: SocketAddr,
+) -> Result<Pending, String> {
     let (Some(key_bytes), Some(version_bytes)) = (frame.get(0..2), frame.get(2..4)) else {
         return Err(format!(
             "frame of {} bytes is shorter than a request header",
@@ -208,6 +215,79 @@ pub fn dispatch(ctx: &Arc<BrokerContext>, frame: Bytes) -> Result<Pending, Strin
             Ok(ready(
                 route,
                 api::describe_topic_partitions::handle(ctx, request, version),
+            ))
+        }
+        ApiKey::JoinGroup => {
+            let request: JoinGroupRequest = decode(&mut buf, route)?;
+            let client_id = header.client_id.as_deref().unwrap_or_default();
+            Ok(spawn(
+                route,
+                api::join_group::handle(ctx, request, version, client_id, peer),
+                true,
+            ))
+        }
+        ApiKey::SyncGroup => {
+            let request: SyncGroupRequest = decode(&mut buf, route)?;
+            Ok(spawn(
+                route,
+                api::sync_group::handle(ctx, request, version),
+                true,
+            ))
+        }
+        ApiKey::Heartbeat => {
+            let request: HeartbeatRequest = decode(&mut buf, route)?;
+            Ok(ready(route, api::heartbeat::handle(ctx, request, version)))
+        }
+        ApiKey::LeaveGroup => {
+            let request: LeaveGroupRequest = decode(&mut buf, route)?;
+            Ok(ready(
+                route,
+                api::leave_group::handle(ctx, request, version),
+            ))
+        }
+        ApiKey::OffsetCommit => {
+            let request: OffsetCommitRequest = decode(&mut buf, route)?;
+            Ok(spawn(
+                route,
+                api::offset_commit::handle(ctx, request, version),
+                true,
+            ))
+        }
+        ApiKey::OffsetFetch => {
+            let request: OffsetFetchRequest = decode(&mut buf, route)?;
+            Ok(ready(
+                route,
+                api::offset_fetch::handle(ctx, request, version),
+            ))
+        }
+        ApiKey::ListGroups => {
+            let request: ListGroupsRequest = decode(&mut buf, route)?;
+            Ok(ready(
+                route,
+                api::list_groups::handle(ctx, request, version),
+            ))
+        }
+        ApiKey::DescribeGroups => {
+            let request: DescribeGroupsRequest = decode(&mut buf, route)?;
+            Ok(ready(
+                route,
+                api::describe_groups::handle(ctx, request, version),
+            ))
+        }
+        ApiKey::DeleteGroups => {
+            let request: DeleteGroupsRequest = decode(&mut buf, route)?;
+            Ok(spawn(
+                route,
+                api::delete_groups::handle(ctx, request, version),
+                true,
+            ))
+        }
+        ApiKey::OffsetDelete => {
+            let request: OffsetDeleteRequest = decode(&mut buf, route)?;
+            Ok(spawn(
+                route,
+                api::offset_delete::handle(ctx, request, version),
+                true,
             ))
         }
         other => Err(format!("{other:?} is advertised but has no handler")),

@@ -4,6 +4,7 @@
 //! context, so that an unmapped case shows up in the logs instead of as a silent wrong answer.
 
 use millrace_cluster::AdminError;
+use millrace_groups::GroupError;
 use millrace_store::{AppendError, ReadError, StoreError};
 use tracing::warn;
 
@@ -15,9 +16,17 @@ pub const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
 pub const LEADER_NOT_AVAILABLE: i16 = 5;
 pub const REQUEST_TIMED_OUT: i16 = 7;
 pub const MESSAGE_TOO_LARGE: i16 = 10;
+pub const OFFSET_METADATA_TOO_LARGE: i16 = 12;
+pub const COORDINATOR_LOAD_IN_PROGRESS: i16 = 14;
 pub const INVALID_TOPIC_EXCEPTION: i16 = 17;
 pub const INVALID_REQUIRED_ACKS: i16 = 21;
 pub const COORDINATOR_NOT_AVAILABLE: i16 = 15;
+pub const ILLEGAL_GENERATION: i16 = 22;
+pub const INCONSISTENT_GROUP_PROTOCOL: i16 = 23;
+pub const INVALID_GROUP_ID: i16 = 24;
+pub const UNKNOWN_MEMBER_ID: i16 = 25;
+pub const INVALID_SESSION_TIMEOUT: i16 = 26;
+pub const REBALANCE_IN_PROGRESS: i16 = 27;
 pub const UNSUPPORTED_VERSION: i16 = 35;
 pub const TOPIC_ALREADY_EXISTS: i16 = 36;
 pub const INVALID_PARTITIONS: i16 = 37;
@@ -34,6 +43,12 @@ pub const UNSUPPORTED_COMPRESSION_TYPE: i16 = 76;
 pub const INVALID_RECORD: i16 = 87;
 pub const TOPIC_DELETION_DISABLED: i16 = 73;
 pub const UNKNOWN_TOPIC_ID: i16 = 100;
+pub const NON_EMPTY_GROUP: i16 = 68;
+pub const GROUP_ID_NOT_FOUND: i16 = 69;
+pub const MEMBER_ID_REQUIRED: i16 = 79;
+pub const GROUP_MAX_SIZE_REACHED: i16 = 81;
+pub const FENCED_INSTANCE_ID: i16 = 82;
+pub const GROUP_SUBSCRIBED_TO_TOPIC: i16 = 86;
 
 /// A Kafka error code with an optional message for the response's `error_message`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -112,6 +127,35 @@ pub fn from_admin(err: &AdminError, context: &str) -> KafkaError {
         AdminError::Metadata(_) => return unknown(err, context),
     };
     KafkaError::new(code, message)
+}
+
+/// Maps a group coordinator refusal to its Kafka code. Storage failures become
+/// COORDINATOR_NOT_AVAILABLE, which clients retry after finding the coordinator again (Kafka maps
+/// failed `__consumer_offsets` appends the same way).
+pub fn from_group(err: &GroupError, context: &str) -> KafkaError {
+    let code = match err {
+        GroupError::InvalidGroupId => INVALID_GROUP_ID,
+        GroupError::CoordinatorLoadInProgress => COORDINATOR_LOAD_IN_PROGRESS,
+        GroupError::CoordinatorNotAvailable => COORDINATOR_NOT_AVAILABLE,
+        GroupError::InvalidSessionTimeout => INVALID_SESSION_TIMEOUT,
+        GroupError::IllegalGeneration => ILLEGAL_GENERATION,
+        GroupError::UnknownMemberId => UNKNOWN_MEMBER_ID,
+        GroupError::InconsistentGroupProtocol => INCONSISTENT_GROUP_PROTOCOL,
+        GroupError::RebalanceInProgress => REBALANCE_IN_PROGRESS,
+        GroupError::MemberIdRequired => MEMBER_ID_REQUIRED,
+        GroupError::GroupMaxSizeReached => GROUP_MAX_SIZE_REACHED,
+        GroupError::FencedInstanceId => FENCED_INSTANCE_ID,
+        GroupError::GroupIdNotFound => GROUP_ID_NOT_FOUND,
+        GroupError::NonEmptyGroup => NON_EMPTY_GROUP,
+        GroupError::GroupSubscribedToTopic => GROUP_SUBSCRIBED_TO_TOPIC,
+        GroupError::OffsetMetadataTooLarge => OFFSET_METADATA_TOO_LARGE,
+        GroupError::InvalidRequest(_) => INVALID_REQUEST,
+        GroupError::Storage(_) => {
+            warn!(%context, error = %err, "__consumer_offsets write failed");
+            COORDINATOR_NOT_AVAILABLE
+        }
+    };
+    KafkaError::new(code, err.to_string())
 }
 
 /// The fallback: UNKNOWN_SERVER_ERROR plus a warning with context.

@@ -7,8 +7,8 @@
 //! [`versions`], decodes the body and calls the API module, which translates the request into calls
 //! on [`millrace_cluster::Cluster`] and [`millrace_store`] and builds the response.
 //!
-//! **Invariant:** this crate holds no state beyond a connection; topics, logs and offsets live in
-//! `cluster` and `store`, which never see a Kafka wire type.
+//! **Invariant:** this crate holds no state beyond a connection; topics, logs, groups and committed
+//! offsets live in `cluster`, `store` and `groups`, which never see a Kafka wire type.
 //!
 //! Types to read first: [`BrokerContext`], [`dispatch::dispatch`], [`versions::ADVERTISED`].
 
@@ -23,6 +23,7 @@ pub mod versions;
 use std::sync::Arc;
 
 use millrace_cluster::Cluster;
+use millrace_groups::GroupCoordinator;
 use tokio_util::sync::CancellationToken;
 
 /// Everything a request handler may touch. Shared by all connections.
@@ -30,6 +31,8 @@ pub struct BrokerContext {
     pub cluster: Arc<Cluster>,
     /// The data directory as DescribeLogDirs reports it.
     pub data_dir: String,
+    /// Classic groups and committed offsets.
+    pub groups: Arc<GroupCoordinator>,
     /// Cancelled when the broker begins to shut down; long polls return early on it.
     pub shutdown: CancellationToken,
 }

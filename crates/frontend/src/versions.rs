@@ -2,7 +2,9 @@
 //!
 //! Ranges follow Kafka 4.1's (protocol-checklist §2.1), trimmed to what is implemented, and keep
 //! the exact versions old librdkafka looks for (§2.3): Produce 0 (gzip/snappy), Produce 3 + Fetch 4
-//! (MsgVer2), Produce 7 + Fetch 10 (zstd), FindCoordinator 0 (lz4), ListOffsets 1 (offsets by time).
+//! (MsgVer2), Produce 7 + Fetch 10 (zstd), FindCoordinator 0 (lz4), ListOffsets 1 (offsets by time),
+//! and for the balanced consumer OffsetCommit 2, OffsetFetch 1, JoinGroup/SyncGroup/Heartbeat/
+//! LeaveGroup 0.
 //! Produce v0-2 are advertised like Kafka 4 does but refused when they arrive (the connection is
 //! closed), since magic 0/1 message sets are gone.
 
@@ -41,6 +43,16 @@ pub const ADVERTISED: &[ApiRange] = &[
     range(ApiKey::DescribeProducers, 0, 0),
     range(ApiKey::DescribeTopicPartitions, 0, 0),
     range(ApiKey::DescribeCluster, 0, 1),
+    range(ApiKey::OffsetCommit, 2, 9),
+    range(ApiKey::OffsetFetch, 1, 9),
+    range(ApiKey::JoinGroup, 0, 9),
+    range(ApiKey::Heartbeat, 0, 4),
+    range(ApiKey::LeaveGroup, 0, 5),
+    range(ApiKey::SyncGroup, 0, 5),
+    range(ApiKey::DescribeGroups, 0, 5),
+    range(ApiKey::ListGroups, 0, 5),
+    range(ApiKey::DeleteGroups, 0, 2),
+    range(ApiKey::OffsetDelete, 0, 0),
 ];
 
 /// Lowest Produce version that is actually served (magic 2 record batches).
@@ -78,5 +90,16 @@ mod tests {
         assert!(has(ApiKey::Produce, 7) && has(ApiKey::Fetch, 10));
         assert!(has(ApiKey::FindCoordinator, 0));
         assert!(has(ApiKey::ListOffsets, 1));
+        // The balanced consumer (§2.3).
+        assert!(has(ApiKey::OffsetCommit, 2));
+        assert!(has(ApiKey::OffsetFetch, 1));
+        for key in [
+            ApiKey::JoinGroup,
+            ApiKey::SyncGroup,
+            ApiKey::Heartbeat,
+            ApiKey::LeaveGroup,
+        ] {
+            assert!(has(key, 0), "{key:?} 0");
+        }
     }
 }

@@ -1,4 +1,6 @@
-//! FindCoordinator (key 10): on a single node, this broker coordinates every group.
+//! FindCoordinator (key 10): the coordinator of group `g` is the leader of `__consumer_offsets`
+//! partition `partition_for(g)` (Kafka's `abs(hashCode) % N`); on a single node that is always this
+//! broker. While that partition is being replayed the answer is COORDINATOR_LOAD_IN_PROGRESS.
 //!
 //! Advertised from v0 because old librdkafka enables LZ4 only when FindCoordinator v0 is in range
 //! (checklist §2.3). Transaction coordinators (key type 1) are not served yet.
@@ -10,7 +12,7 @@ use kafka_protocol::messages::{BrokerId, FindCoordinatorRequest, FindCoordinator
 use kafka_protocol::protocol::StrBytes;
 
 use super::str_bytes;
-use crate::error_codes::{COORDINATOR_NOT_AVAILABLE, INVALID_REQUEST, NONE};
+use crate::error_codes::{self, COORDINATOR_NOT_AVAILABLE, INVALID_REQUEST, NONE};
 use crate::BrokerContext;
 
 const KEY_TYPE_GROUP: i8 = 0;
@@ -22,16 +24,19 @@ pub fn handle(
 ) -> FindCoordinatorResponse {
     let broker = ctx.cluster.brokers().into_iter().next();
     let have_broker = broker.is_some();
-    let answer = |key: &StrBytes| -> (i16, Option<&'static str>) {
+    let answer = |key: &StrBytes| -> (i16, Option<String>) {
         if request.key_type != KEY_TYPE_GROUP {
             (
                 COORDINATOR_NOT_AVAILABLE,
-                Some("Transactions are not supported yet."),
+                Some("Transactions are not supported yet.".to_string()),
             )
         } else if key.is_empty() {
-            (INVALID_REQUEST, Some("Empty group id."))
+            (INVALID_REQUEST, Some("Empty group id.".to_string()))
         } else if !have_broker {
             (COORDINATOR_NOT_AVAILABLE, None)
+        } else if let Err(e) = ctx.groups.check_coordinator(key) {
+            let e = error_codes::from_group(&e, "FindCoordinator");
+            (e.code, e.message)
         } else {
             (NONE, None)
         }
@@ -51,7 +56,7 @@ pub fn handle(
             response = response.with_node_id(BrokerId(-1)).with_port(-1);
         }
         if version >= 1 {
-            response.error_message = message.map(str_bytes);
+            response.error_message = message.as_deref().map(str_bytes);
         }
         return response;
     }
@@ -63,7 +68,7 @@ pub fn handle(
             let c = Coordinator::default()
                 .with_key(key.clone())
                 .with_error_code(code)
-                .with_error_message(message.map(str_bytes));
+                .with_error_message(message.as_deref().map(str_bytes));
             if code == NONE {
                 c.with_node_id(BrokerId(node_id))
                     .with_host(str_bytes(&host))

@@ -7,7 +7,8 @@
 //!
 //! Protocol checks here (Kafka's `ProduceRequest.validateRecords`): exactly one record batch per
 //! partition, magic 2, no zstd below v7. The store checks the rest (CRC, lengths, counts, size).
-//! Both acks=1 and acks=-1 wait for durability: on a single node "the leader has it" and "the ISR
+//! Records for internal topics (`__consumer_offsets`) are refused with INVALID_TOPIC_EXCEPTION, as
+//! Kafka does for clients. Both acks=1 and acks=-1 wait for durability: on a single node "the leader has it" and "the ISR
 //! has it" mean the same thing.
 
 use std::future::Future;
@@ -22,8 +23,9 @@ use millrace_store::PartitionLog;
 
 use super::str_bytes;
 use crate::error_codes::{
-    self, KafkaError, CORRUPT_MESSAGE, INVALID_RECORD, INVALID_REQUIRED_ACKS, REQUEST_TIMED_OUT,
-    UNKNOWN_TOPIC_OR_PARTITION, UNSUPPORTED_COMPRESSION_TYPE,
+    self, KafkaError, CORRUPT_MESSAGE, INVALID_RECORD, INVALID_REQUIRED_ACKS,
+    INVALID_TOPIC_EXCEPTION, REQUEST_TIMED_OUT, UNKNOWN_TOPIC_OR_PARTITION,
+    UNSUPPORTED_COMPRESSION_TYPE,
 };
 use crate::limits::PRODUCE_TIMEOUT_MS_MAX;
 use crate::BrokerContext;
@@ -67,6 +69,18 @@ pub fn handle(
                     return Outcome {
                         index: p.index,
                         result: Err(KafkaError::code(INVALID_REQUIRED_ACKS)),
+                        wait: None,
+                    };
+                }
+                if super::metadata::INTERNAL_TOPICS.contains(&name.as_str()) {
+                    // Only the coordinators write there (Kafka: "Cannot append to internal
+                    // topic"); a client's records would be replayed as group state.
+                    return Outcome {
+                        index: p.index,
+                        result: Err(KafkaError::new(
+                            INVALID_TOPIC_EXCEPTION,
+                            format!("Cannot append to internal topic {name}"),
+                        )),
                         wait: None,
                     };
                 }

@@ -1,0 +1,111 @@
+"""Helpers for the group tests: start a millrace broker on a free port, produce test data.
+
+Kept separate from the shared compat-tests helpers on purpose (see test_groups.py)."""
+
+import os
+import re
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+BINARY = os.environ.get("MILLRACE_BIN", os.path.join(REPO, "target", "debug", "millrace"))
+
+
+class Broker:
+    """One millrace process; `restart()` keeps the data directory."""
+
+    def __init__(self, data_dir=None, settings=None):
+        self.data_dir = data_dir or tempfile.mkdtemp(prefix="millrace-groups-")
+        self.settings = dict(settings or {})
+        self.proc = None
+        self.bootstrap = None
+        self.log_path = os.path.join(self.data_dir, "broker.log")
+
+    def start(self, timeout=30):
+        args = [BINARY, "--data-dir", os.path.join(self.data_dir, "data"), "--listen", "127.0.0.1:0"]
+        for k, v in self.settings.items():
+            args += ["--set", f"{k}={v}"]
+        log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=log)
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            line = self.proc.stdout.readline().decode()
+            if not line:
+                if self.proc.poll() is not None:
+                    raise RuntimeError(f"broker exited with {self.proc.returncode}; see {self.log_path}")
+                continue
+            m = re.search(r"listening on (\S+)", line)
+            if m:
+                self.bootstrap = m.group(1)
+                threading.Thread(target=self._drain, daemon=True).start()
+                return self
+        raise RuntimeError("broker did not print its ready line")
+
+    def _drain(self):
+        for _ in self.proc.stdout:
+            pass
+
+    def stop(self, timeout=30):
+        """SIGTERM: a clean stop."""
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            self.proc.wait(timeout=timeout)
+        return self.proc.returncode if self.proc else None
+
+    def kill(self):
+        """SIGKILL: kill -9."""
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+
+    def restart(self):
+        self.stop()
+        return self.start()
+
+    def log_tail(self, n=40):
+        try:
+            with open(self.log_path, "rb") as f:
+                return b"".join(f.readlines()[-n:]).decode(errors="replace")
+        except OSError:
+            return ""
+
+
+def create_topic(bootstrap, topic, partitions=4):
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])
+    for f in futures.values():
+        f.result(timeout=30)
+
+
+def produce(bootstrap, topic, per_partition, partitions=4, tag="m"):
+    """Writes `per_partition` messages to each partition; returns the count."""
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": False, "linger.ms": 5})
+    failures = []
+
+    def report(err, _msg):
+        if err is not None:
+            failures.append(err)
+
+    for i in range(per_partition):
+        for part in range(partitions):
+            p.produce(topic, key=f"{part}", value=f"{tag}-{part}-{i}", partition=part, on_delivery=report)
+    assert p.flush(30) == 0, "produce did not finish"
+    assert not failures, failures
+    return per_partition * partitions
+
+
+def high_watermarks(bootstrap, topic, partitions=4):
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "hwm-probe", "enable.auto.commit": False})
+    try:
+        return {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in range(partitions)}
+    finally:
+        c.close()

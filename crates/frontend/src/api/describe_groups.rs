@@ -1,0 +1,54 @@
+//! DescribeGroups (key 15): state, protocol and members of each group. Members' metadata and
+//! assignments are shown only in Stable, as Kafka does; an unknown group is "Dead" with NONE.
+
+use std::sync::Arc;
+
+use kafka_protocol::messages::describe_groups_response::{DescribedGroup, DescribedGroupMember};
+use kafka_protocol::messages::{DescribeGroupsRequest, DescribeGroupsResponse};
+
+use super::str_bytes;
+use crate::error_codes;
+use crate::BrokerContext;
+
+pub fn handle(
+    ctx: &Arc<BrokerContext>,
+    request: DescribeGroupsRequest,
+    version: i16,
+) -> DescribeGroupsResponse {
+    let groups = request
+        .groups
+        .into_iter()
+        .map(|id| match ctx.groups.describe_group(&id.0) {
+            Err(e) => DescribedGroup::default()
+                .with_group_id(id)
+                .with_error_code(error_codes::from_group(&e, "DescribeGroups").code)
+                .with_group_state(str_bytes("Dead")),
+            Ok(d) => {
+                let members = d
+                    .members
+                    .into_iter()
+                    .map(|m| {
+                        let mut member = DescribedGroupMember::default()
+                            .with_member_id(str_bytes(&m.member_id))
+                            .with_client_id(str_bytes(&m.client_id))
+                            .with_client_host(str_bytes(&m.client_host))
+                            .with_member_metadata(m.metadata)
+                            .with_member_assignment(m.assignment);
+                        if version >= 4 {
+                            member.group_instance_id =
+                                m.group_instance_id.as_deref().map(str_bytes);
+                        }
+                        member
+                    })
+                    .collect();
+                DescribedGroup::default()
+                    .with_group_id(id)
+                    .with_group_state(str_bytes(d.state.name()))
+                    .with_protocol_type(str_bytes(&d.protocol_type))
+                    .with_protocol_data(str_bytes(&d.protocol_name))
+                    .with_members(members)
+            }
+        })
+        .collect();
+    DescribeGroupsResponse::default().with_groups(groups)
+}

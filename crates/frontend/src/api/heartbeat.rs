@@ -1,0 +1,31 @@
+//! Heartbeat (key 12): keeps a member's session alive and tells it when to rejoin
+//! (REBALANCE_IN_PROGRESS), or that it is gone (UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION).
+
+use std::sync::Arc;
+
+use kafka_protocol::messages::{HeartbeatRequest, HeartbeatResponse};
+
+use crate::error_codes::{self, NONE};
+use crate::BrokerContext;
+
+pub fn handle(
+    ctx: &Arc<BrokerContext>,
+    request: HeartbeatRequest,
+    version: i16,
+) -> HeartbeatResponse {
+    let instance = request
+        .group_instance_id
+        .as_ref()
+        .filter(|_| version >= 3)
+        .map(|s| s.to_string());
+    let code = match ctx.groups.heartbeat(
+        &request.group_id.0,
+        &request.member_id,
+        instance.as_deref(),
+        request.generation_id,
+    ) {
+        Ok(()) => NONE,
+        Err(e) => error_codes::from_group(&e, "Heartbeat").code,
+    };
+    HeartbeatResponse::default().with_error_code(code)
+}

@@ -1,0 +1,55 @@
+//! LeaveGroup (key 13): v0-2 name one member; v3+ a batch of (member id, group.instance.id) with
+//! an error per member.
+
+use std::sync::Arc;
+
+use kafka_protocol::messages::leave_group_response::MemberResponse;
+use kafka_protocol::messages::{LeaveGroupRequest, LeaveGroupResponse};
+
+use crate::error_codes::{self, NONE};
+use crate::BrokerContext;
+
+pub fn handle(
+    ctx: &Arc<BrokerContext>,
+    request: LeaveGroupRequest,
+    version: i16,
+) -> LeaveGroupResponse {
+    let members: Vec<(String, Option<String>)> = if version >= 3 {
+        request
+            .members
+            .iter()
+            .map(|m| {
+                (
+                    m.member_id.to_string(),
+                    m.group_instance_id.as_ref().map(|s| s.to_string()),
+                )
+            })
+            .collect()
+    } else {
+        vec![(request.member_id.to_string(), None)]
+    };
+    let code = |e: &millrace_groups::GroupError| error_codes::from_group(e, "LeaveGroup").code;
+    match ctx.groups.leave(&request.group_id.0, &members) {
+        Err(e) => LeaveGroupResponse::default().with_error_code(code(&e)),
+        Ok(results) if version < 3 => {
+            let first = results
+                .first()
+                .and_then(|r| r.as_ref().err())
+                .map_or(NONE, code);
+            LeaveGroupResponse::default().with_error_code(first)
+        }
+        Ok(results) => {
+            let responses = members
+                .into_iter()
+                .zip(results)
+                .map(|((member_id, instance), result)| {
+                    MemberResponse::default()
+                        .with_member_id(super::str_bytes(&member_id))
+                        .with_group_instance_id(instance.as_deref().map(super::str_bytes))
+                        .with_error_code(result.as_ref().err().map_or(NONE, code))
+                })
+                .collect();
+            LeaveGroupResponse::default().with_members(responses)
+        }
+    }
+}

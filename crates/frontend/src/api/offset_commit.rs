@@ -1,0 +1,109 @@
+//! OffsetCommit (key 8): commits go to the coordinator, which appends them to
+//! `__consumer_offsets` and answers once durable. Partitions of unknown topics get
+//! UNKNOWN_TOPIC_OR_PARTITION, as in Kafka, and are not written.
+//!
+//! Served from v2 (Kafka 4's minimum). v2-4 carry `retention_time_ms`, v6+ the leader epoch, v7+
+//! the group.instance.id. Generation -1 commits while the group is Empty (standalone consumers,
+//! admin clients) and creates the group if needed; a generation ≥ 0 for an unknown group gets
+//! GROUP_ID_NOT_FOUND from v9 and ILLEGAL_GENERATION before, as in Kafka.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use kafka_protocol::messages::offset_commit_response::{
+    OffsetCommitResponsePartition, OffsetCommitResponseTopic,
+};
+use kafka_protocol::messages::{OffsetCommitRequest, OffsetCommitResponse, TopicName};
+use millrace_groups::{CommitPartition, CommitRequest, GroupError};
+
+use crate::error_codes::{self, ILLEGAL_GENERATION, NONE, UNKNOWN_TOPIC_OR_PARTITION};
+use crate::BrokerContext;
+
+pub fn handle(
+    ctx: &Arc<BrokerContext>,
+    request: OffsetCommitRequest,
+    version: i16,
+) -> impl Future<Output = OffsetCommitResponse> + Send + 'static {
+    // (topic, partition, known) in request order.
+    let mut layout: Vec<(TopicName, Vec<(i32, bool)>)> = Vec::new();
+    let mut partitions = Vec::new();
+    for topic in request.topics {
+        let name = topic.name.0.to_string();
+        let mut slots = Vec::with_capacity(topic.partitions.len());
+        for p in topic.partitions {
+            let known = ctx
+                .cluster
+                .partition_log(&name, p.partition_index)
+                .is_some();
+            slots.push((p.partition_index, known));
+            if known {
+                partitions.push(CommitPartition {
+                    topic: name.clone(),
+                    partition: p.partition_index,
+                    offset: p.committed_offset,
+                    leader_epoch: if version >= 6 {
+                        p.committed_leader_epoch
+                    } else {
+                        -1
+                    },
+                    metadata: p.committed_metadata.map(|m| m.to_string()),
+                });
+            }
+        }
+        layout.push((topic.name, slots));
+    }
+    let commit = CommitRequest {
+        group_id: request.group_id.0.to_string(),
+        generation_id: request.generation_id_or_member_epoch,
+        member_id: request.member_id.to_string(),
+        group_instance_id: request
+            .group_instance_id
+            .filter(|_| version >= 7)
+            .map(|s| s.to_string()),
+        retention_time_ms: if version <= 4 {
+            request.retention_time_ms
+        } else {
+            -1
+        },
+        partitions,
+    };
+    let reply = ctx.groups.commit_offsets(commit);
+    async move {
+        let mut results = reply.await.into_iter();
+        let topics = layout
+            .into_iter()
+            .map(|(name, slots)| {
+                let partitions = slots
+                    .into_iter()
+                    .map(|(index, known)| {
+                        let code = if !known {
+                            UNKNOWN_TOPIC_OR_PARTITION
+                        } else {
+                            match results.next() {
+                                Some(Ok(())) => NONE,
+                                Some(Err(GroupError::GroupIdNotFound)) if version < 9 => {
+                                    ILLEGAL_GENERATION
+                                }
+                                Some(Err(e)) => error_codes::from_group(&e, "OffsetCommit").code,
+                                None => {
+                                    error_codes::from_group(
+                                        &GroupError::CoordinatorNotAvailable,
+                                        "OffsetCommit",
+                                    )
+                                    .code
+                                }
+                            }
+                        };
+                        OffsetCommitResponsePartition::default()
+                            .with_partition_index(index)
+                            .with_error_code(code)
+                    })
+                    .collect();
+                OffsetCommitResponseTopic::default()
+                    .with_name(name)
+                    .with_partitions(partitions)
+            })
+            .collect();
+        OffsetCommitResponse::default().with_topics(topics)
+    }
+}

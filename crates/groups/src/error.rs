@@ -1,0 +1,58 @@
+//! What the coordinator refuses, in Kafka's words. The front end maps each variant to its Kafka
+//! error code in `frontend/src/error_codes.rs`; nothing here knows the numbers.
+
+/// A refusal by the group coordinator or the group state machine.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum GroupError {
+    /// The group id is empty (or longer than a Kafka string).
+    #[error("The group id is invalid.")]
+    InvalidGroupId,
+    /// The coordinator is still replaying its `__consumer_offsets` partition.
+    #[error("The coordinator is loading and hence can't process requests.")]
+    CoordinatorLoadInProgress,
+    /// The group is being removed, or the coordinator is shutting down.
+    #[error("The coordinator is not available.")]
+    CoordinatorNotAvailable,
+    /// The session timeout is outside group.min/max.session.timeout.ms.
+    #[error("The session timeout is not within the range allowed by the broker (as configured by group.min.session.timeout.ms and group.max.session.timeout.ms).")]
+    InvalidSessionTimeout,
+    /// The generation in the request is not the group's.
+    #[error("Specified group generation id is not valid.")]
+    IllegalGeneration,
+    /// The member id is not (or no longer) in the group.
+    #[error("The coordinator is not aware of this member.")]
+    UnknownMemberId,
+    /// The protocol type differs from the group's, or no protocol is shared by all members.
+    #[error("The group member's supported protocols are incompatible with those of existing members or first group member tried to join with empty protocol type or empty protocol list.")]
+    InconsistentGroupProtocol,
+    /// The group is rebalancing; the member must rejoin.
+    #[error("The group is rebalancing, so a rejoin is needed.")]
+    RebalanceInProgress,
+    /// JoinGroup v4+ with an empty member id: rejoin with the id in the response.
+    #[error("The group member needs to have a valid member id before actually entering a consumer group.")]
+    MemberIdRequired,
+    /// The group already has group.max.size members.
+    #[error("The group has reached its maximum size.")]
+    GroupMaxSizeReached,
+    /// Another member with the same group.instance.id took over.
+    #[error("The broker rejected this static consumer since another consumer with the same group.instance.id has registered with a different member.id.")]
+    FencedInstanceId,
+    /// The group does not exist (DeleteGroups, OffsetDelete).
+    #[error("The group id does not exist.")]
+    GroupIdNotFound,
+    /// The group has members (DeleteGroups, OffsetDelete on a non-consumer group).
+    #[error("The group is not empty.")]
+    NonEmptyGroup,
+    /// The group is subscribed to the topic (OffsetDelete).
+    #[error("The consumer group is actively subscribed to the topic.")]
+    GroupSubscribedToTopic,
+    /// Commit metadata longer than offset.metadata.max.bytes.
+    #[error("The metadata field of the offset request was too large.")]
+    OffsetMetadataTooLarge,
+    /// The request breaks a limit or is self-contradictory.
+    #[error("{0}")]
+    InvalidRequest(String),
+    /// Writing to `__consumer_offsets` failed or did not become durable.
+    #[error("{0}")]
+    Storage(String),
+}

@@ -1,0 +1,63 @@
+//! Limits of the group coordinator. Each is a named constant with its unit, why it exists and what
+//! enforces it. Operator-tunable bounds (`group.max.size`, `group.min.session.timeout.ms`,
+//! `group.max.session.timeout.ms`, `offset.metadata.max.bytes`) are broker configs carried in
+//! [`crate::CoordinatorConfig`]; these are the hard ceilings above them.
+
+/// Bytes of protocol metadata one member may send in a JoinGroup, summed over its protocols.
+/// A consumer's subscription is a few hundred bytes; Connect's is smaller. Enforced in
+/// `Group::join` (INVALID_REQUEST), so that one member cannot make the leader's JoinGroup
+/// response or the group's metadata record unbounded.
+pub const MEMBER_METADATA_BYTES_MAX: usize = 256 * 1024;
+
+/// Protocols one member may offer in a JoinGroup (count). Clients offer one to three.
+/// Enforced in `Group::join` (INVALID_REQUEST).
+pub const PROTOCOLS_PER_MEMBER_MAX: usize = 32;
+
+/// Bytes of one member's assignment in a SyncGroup from the leader. Enforced in `Group::sync`
+/// (INVALID_REQUEST, and the group rebalances again so it is never stuck).
+pub const ASSIGNMENT_BYTES_MAX: usize = 256 * 1024;
+
+/// Members per group (count), whatever `group.max.size` says (its default is i32::MAX).
+/// Enforced in `Group::join` (GROUP_MAX_SIZE_REACHED).
+pub const MEMBERS_PER_GROUP_MAX: usize = 4096;
+
+/// Members per group that got MEMBER_ID_REQUIRED and have not joined yet (count). Each expires
+/// after its session timeout; this bounds what a client looping on empty member ids can pile up.
+/// Enforced in `Group::join` (GROUP_MAX_SIZE_REACHED).
+pub const PENDING_MEMBERS_PER_GROUP_MAX: usize = 4096;
+
+/// Longest group id (bytes). Kafka's strings are at most i16::MAX bytes on the wire. Enforced in
+/// the coordinator (INVALID_GROUP_ID).
+pub const GROUP_ID_BYTES_MAX: usize = 32_767;
+
+/// Longest rebalance timeout a member may ask for (ms). Java's default is max.poll.interval.ms =
+/// 300 s; this keeps a hostile member from parking a rebalance for weeks. Enforced by clamping
+/// in `Group::join`.
+pub const REBALANCE_TIMEOUT_MS_MAX: i32 = 30 * 60 * 1000;
+
+/// Partitions one OffsetCommit may write (count); all of them go into one record batch.
+/// Enforced in the coordinator (INVALID_REQUEST for the whole request).
+pub const COMMIT_PARTITIONS_MAX: usize = 100_000;
+
+/// Bytes read from `__consumer_offsets` per read call during replay.
+pub const REPLAY_READ_BYTES: usize = 4 * 1024 * 1024;
+
+/// Bytes of one record key or value accepted during replay or snapshot load; anything longer is
+/// skipped as corrupt. Enforced in `records::decode_*` and `batch::decode`.
+pub const RECORD_BYTES_MAX: usize = 64 * 1024 * 1024;
+
+/// Entries (members, protocols) in one decoded group metadata record. Enforced in
+/// `records::decode_value`.
+pub const RECORD_ARRAY_MAX: usize = 1_000_000;
+
+/// Period of the coordinator's timer tick (ms): session expiry, rebalance and initial-delay
+/// deadlines are honoured to within this.
+pub const TIMER_TICK_MS: u64 = 100;
+
+const _: () = assert!(MEMBER_METADATA_BYTES_MAX <= RECORD_BYTES_MAX);
+const _: () = assert!(ASSIGNMENT_BYTES_MAX <= RECORD_BYTES_MAX);
+const _: () = assert!(PENDING_MEMBERS_PER_GROUP_MAX <= MEMBERS_PER_GROUP_MAX);
+
+/// Bytes of metadata one committed offset may carry (Kafka's offset.metadata.max.bytes default).
+/// Enforced in the coordinator's OffsetCommit (OFFSET_METADATA_TOO_LARGE for that partition).
+pub const OFFSET_METADATA_BYTES_MAX: usize = 4096;
