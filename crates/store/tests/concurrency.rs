@@ -127,10 +127,12 @@ fn appends_reads_and_maintenance_in_parallel() {
     assert_eq!(compact.log_end_offset(), 900);
     assert_contiguous(&read_all(&store, &tp("par", 0)), plain.log_start_offset());
     assert_contiguous(&read_all(&store, &tp("par", 1)), compact.log_start_offset());
-    assert!(plain.log_start_offset() > 0, "retention ran");
+    // The maintenance thread may not have had a tick after the writers filled enough segments
+    // (it races them); one more tick makes the retention check deterministic.
     store
         .run_maintenance(1_800_000_000_000)
         .expect("maintenance");
+    assert!(plain.log_start_offset() > 0, "retention ran");
     let kept = read_records(&store, &tp("par", 1)).len();
     assert!(kept < 900, "compaction ran ({kept} of 900 records left)");
     store.shutdown().expect("shutdown");
