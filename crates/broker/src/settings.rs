@@ -9,7 +9,8 @@
 //! Environment: `MILLRACE_NUM_PARTITIONS=3` sets `num.partitions` (upper case, dots as
 //! underscores). `MILLRACE_NODE_ID`, `MILLRACE_DATA_DIR`, `MILLRACE_LISTEN`,
 //! `MILLRACE_ADVERTISED_LISTENER` and `MILLRACE_CONFIG` are the flags' own variables;
-//! `MILLRACE_LOG` (log filter) and `MILLRACE_BIN` (used by test scripts) are not config keys.
+//! `MILLRACE_LOG` (log filter) and the test scripts' `MILLRACE_BIN`, `MILLRACE_START_TIMEOUT`,
+//! `MILLRACE_BUILD_TIMEOUT` and `MILLRACE_KEEP_WORK` are not config keys.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -31,6 +32,9 @@ const NON_CONFIG_ENV: &[&str] = &[
     "CONFIG",
     "LOG",
     "BIN",
+    "START_TIMEOUT",
+    "BUILD_TIMEOUT",
+    "KEEP_WORK",
 ];
 
 /// Millrace: a Kafka-wire-compatible broker. With no arguments, a single-node broker on

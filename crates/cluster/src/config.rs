@@ -753,8 +753,14 @@ impl TopicConfigs {
         self.0.get(key).map(String::as_str)
     }
 
-    /// Applies IncrementalAlterConfigs operations and validates the result.
-    pub fn with_changes(&self, changes: &[ConfigChange]) -> Result<Self, ConfigError> {
+    /// Applies IncrementalAlterConfigs operations and validates the result. APPEND and SUBTRACT
+    /// start from the topic's override or, without one, from `default` (the broker's value), as
+    /// Kafka does: appending `compact` to a topic that inherits `delete` gives `delete,compact`.
+    pub fn with_changes(
+        &self,
+        changes: &[ConfigChange],
+        default: impl Fn(&str) -> Option<String>,
+    ) -> Result<Self, ConfigError> {
         let mut next = self.0.clone();
         for change in changes {
             let def = topic_def(&change.name)
@@ -787,7 +793,11 @@ impl TopicConfigs {
                     } else {
                         "SUBTRACT"
                     })?;
-                    let current = next.get(&change.name).cloned().unwrap_or_default();
+                    let current = next
+                        .get(&change.name)
+                        .cloned()
+                        .or_else(|| default(&change.name))
+                        .unwrap_or_default();
                     let mut items: Vec<String> = current
                         .split(',')
                         .map(|s| s.trim().to_string())
@@ -939,26 +949,50 @@ mod tests {
             op,
             value: value.map(str::to_string),
         };
+        let none = |_: &str| None;
         let t2 = t
-            .with_changes(&[
-                change("cleanup.policy", ConfigOp::Append, Some("compact")),
-                change("retention.ms", ConfigOp::Delete, None),
-                change("segment.bytes", ConfigOp::Set, Some("1000")),
-            ])
+            .with_changes(
+                &[
+                    change("cleanup.policy", ConfigOp::Append, Some("compact")),
+                    change("retention.ms", ConfigOp::Delete, None),
+                    change("segment.bytes", ConfigOp::Set, Some("1000")),
+                ],
+                none,
+            )
             .unwrap();
         assert_eq!(t2.get("cleanup.policy"), Some("delete,compact"));
         assert_eq!(t2.get("retention.ms"), None);
         assert_eq!(t2.get("segment.bytes"), Some("1000"));
         let t3 = t2
-            .with_changes(&[change("cleanup.policy", ConfigOp::Subtract, Some("delete"))])
+            .with_changes(
+                &[change("cleanup.policy", ConfigOp::Subtract, Some("delete"))],
+                none,
+            )
             .unwrap();
         assert_eq!(t3.get("cleanup.policy"), Some("compact"));
         assert!(t
-            .with_changes(&[change("retention.ms", ConfigOp::Append, Some("1"))])
+            .with_changes(&[change("retention.ms", ConfigOp::Append, Some("1"))], none)
             .is_err());
         assert!(t
-            .with_changes(&[change("segment.bytes", ConfigOp::Set, Some("x"))])
+            .with_changes(&[change("segment.bytes", ConfigOp::Set, Some("x"))], none)
             .is_err());
+        // Without an override, APPEND and SUBTRACT start from the inherited value.
+        let broker = BrokerConfig::default();
+        let inherited = |op, value| {
+            TopicConfigs::default()
+                .with_changes(&[change("cleanup.policy", op, Some(value))], |k| {
+                    broker.topic_default(k)
+                })
+                .unwrap()
+        };
+        assert_eq!(
+            inherited(ConfigOp::Append, "compact").get("cleanup.policy"),
+            Some("delete,compact")
+        );
+        assert_eq!(
+            inherited(ConfigOp::Subtract, "delete").get("cleanup.policy"),
+            Some("")
+        );
     }
 
     #[test]

@@ -92,8 +92,9 @@ pub fn handle_incremental(
                     .topic(&name)
                     .map(|t| t.configs)
                     .ok_or_else(|| admin_error(&AdminError::UnknownTopic(name.clone()), &name))?;
+                let broker = &ctx.cluster.config;
                 let configs = current
-                    .with_changes(&changes)
+                    .with_changes(&changes, |key| broker.topic_default(key))
                     .map_err(|e| (INVALID_CONFIG, e.to_string()))?;
                 apply(ctx, &name, configs, request.validate_only)
             });

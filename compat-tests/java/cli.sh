@@ -1,0 +1,264 @@
+#!/usr/bin/env bash
+# Apache Kafka 4.1 CLI tools (classes of kafka-tools / kafka_2.13, run with java -cp, as
+# bin/kafka-*.sh do) against one Millrace broker; checks their output.
+#
+#   compat-tests/java/cli.sh
+#
+# kafka-topics (TopicCommand) create/list/describe/alter/delete; kafka-console-producer
+# (ConsoleProducer); kafka-console-consumer (ConsoleConsumer) with a group; kafka-consumer-groups
+# (ConsumerGroupCommand) list/describe/reset-offsets/delete; kafka-configs (kafka.admin.ConfigCommand)
+# describe/alter for topics and brokers; kafka-producer-perf-test (ProducerPerformance);
+# kafka-get-offsets (GetOffsetShell).
+#
+# Env: MILLRACE_BIN, TOOL_TIMEOUT (seconds per tool run, default 90), KEEP_WORK=1.
+# Last line printed: "N passed, M failed".
+set -euo pipefail
+
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=common.sh
+source "$HERE/common.sh"
+
+java_broker_bin || { fail broker-binary "no broker binary"; summary; exit 1; }
+java_dist_classpath || { fail classpath "could not resolve the Kafka tools jars"; summary; exit 1; }
+
+WORK="$(mktemp -d "${TMPDIR:-/tmp}/millrace-java-cli.XXXXXX")"
+cleanup() {
+  millrace_stop
+  if [[ -n "${KEEP_WORK:-}" || $failed -gt 0 ]]; then echo "cli: work dir kept: $WORK"; else rm -rf "$WORK"; fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+if ! millrace_start "$WORK/broker"; then
+  fail broker-start "broker did not start" "$WORK/broker/broker.stderr"
+  summary
+  exit 1
+fi
+B="$MILLRACE_ADDR"
+echo "cli: broker pid $MILLRACE_PID at $B ($MILLRACE_BIN)"
+
+topics() { tool org.apache.kafka.tools.TopicCommand --bootstrap-server "$B" "$@"; }
+groups() { tool org.apache.kafka.tools.consumer.group.ConsumerGroupCommand --bootstrap-server "$B" "$@"; }
+configs() { tool kafka.admin.ConfigCommand --bootstrap-server "$B" "$@"; }
+
+# run NAME CMD... : runs CMD with output in $WORK/NAME.out; returns its exit code
+run() {
+  local name="$1"
+  shift
+  local rc=0
+  "$@" >"$WORK/$name.out" 2>&1 || rc=$?
+  OUT="$WORK/$name.out"
+  return $rc
+}
+
+# wait_for SECONDS NAME CMD... : re-runs CMD until it succeeds or the deadline passes
+wait_for() {
+  local secs="$1" name="$2"
+  shift 2
+  local deadline=$(($(now_ms) + secs * 1000))
+  while :; do
+    if "$@"; then return 0; fi
+    (($(now_ms) < deadline)) || return 1
+    sleep 0.5
+  done
+}
+
+S="$RANDOM$RANDOM"
+T="cli-topic-$S"
+C="cli-console-$S"
+G="cli-group-$S"
+P="cli-perf-$S"
+CFG="cli-configs-$S"
+
+# --- kafka-topics ------------------------------------------------------------
+if run topics-create topics --create --topic "$T" --partitions 3 --replication-factor 1 --config cleanup.policy=compact &&
+  grep -q "Created topic $T\." "$OUT"; then
+  pass "kafka-topics --create"
+else
+  fail "kafka-topics --create" "no 'Created topic $T.'" "$OUT"
+fi
+
+if run topics-create-again topics --create --topic "$T" --partitions 3 --replication-factor 1; then
+  fail "kafka-topics --create (exists)" "second create of $T succeeded" "$OUT"
+elif grep -q "already exists" "$OUT"; then
+  pass "kafka-topics --create (exists)"
+else
+  fail "kafka-topics --create (exists)" "no 'already exists'" "$OUT"
+fi
+
+if run topics-list topics --list && grep -qx "$T" "$OUT"; then
+  pass "kafka-topics --list"
+else
+  fail "kafka-topics --list" "$T not listed" "$OUT"
+fi
+
+LEADER=""
+if run topics-describe topics --describe --topic "$T" &&
+  grep -qE "Topic: $T[[:space:]].*PartitionCount: 3[[:space:]].*ReplicationFactor: 1[[:space:]].*Configs: .*cleanup\.policy=compact" "$OUT" &&
+  [[ "$(grep -cE "^[[:space:]]+Topic: $T[[:space:]]+Partition: [0-2][[:space:]]+Leader: [0-9]+[[:space:]]+Replicas: [0-9]+[[:space:]]+Isr: [0-9]+" "$OUT")" == 3 ]]; then
+  LEADER="$(sed -nE 's/.*Leader: ([0-9]+).*/\1/p' "$OUT" | head -n1)"
+  pass "kafka-topics --describe"
+else
+  fail "kafka-topics --describe" "want PartitionCount: 3, ReplicationFactor: 1, cleanup.policy=compact, 3 partition lines with Leader/Replicas/Isr" "$OUT"
+fi
+LEADER="${LEADER:-1}"
+
+if run topics-alter topics --alter --topic "$T" --partitions 5 &&
+  wait_for 20 topics-describe-5 run topics-describe-5 topics --describe --topic "$T" &&
+  grep -q "PartitionCount: 5" "$OUT" &&
+  [[ "$(grep -cE "Partition: [0-4][[:space:]]+Leader:" "$OUT")" == 5 ]]; then
+  pass "kafka-topics --alter --partitions"
+else
+  fail "kafka-topics --alter --partitions" "want PartitionCount: 5 after --alter" "$OUT"
+fi
+
+gone() { run topics-list-after-delete topics --list && ! grep -qx "$T" "$OUT"; }
+if run topics-delete topics --delete --topic "$T" && wait_for 30 gone gone; then
+  pass "kafka-topics --delete"
+else
+  fail "kafka-topics --delete" "$T still listed (or --delete failed)" "$OUT"
+fi
+
+# --- console producer / consumer with a group ----------------------------------
+seq 1 1000 | sed 's/^/line-/' >"$WORK/input.txt"
+if ! run topics-create-console topics --create --topic "$C" --partitions 1 --replication-factor 1; then
+  fail "kafka-topics --create $C" "create failed" "$OUT"
+fi
+if run console-producer tool org.apache.kafka.tools.ConsoleProducer --bootstrap-server "$B" --topic "$C" <"$WORK/input.txt" &&
+  ! grep -qE "ERROR|Exception" "$OUT"; then
+  pass "kafka-console-producer (1000 lines)"
+else
+  fail "kafka-console-producer (1000 lines)" "producer failed" "$OUT"
+fi
+
+consume() { # consume NAME MAX : console consumer in group $G, stdout only in $WORK/NAME.txt
+  local rc=0
+  tool org.apache.kafka.tools.consumer.ConsoleConsumer --bootstrap-server "$B" --topic "$C" --group "$G" \
+    --from-beginning --max-messages "$2" --timeout-ms 30000 >"$WORK/$1.txt" 2>"$WORK/$1.err" || rc=$?
+  OUT="$WORK/$1.err"
+  return $rc
+}
+if consume console-consumer 1000 && cmp -s "$WORK/input.txt" "$WORK/console-consumer.txt"; then
+  pass "kafka-console-consumer --group (1000 lines, identical)"
+else
+  fail "kafka-console-consumer --group (1000 lines, identical)" \
+    "got $(wc -l <"$WORK/console-consumer.txt" 2>/dev/null || echo 0) lines; stderr:" "$OUT"
+fi
+
+# --- kafka-consumer-groups ---------------------------------------------------------
+if run groups-list groups --list && grep -qx "$G" "$OUT"; then
+  pass "kafka-consumer-groups --list"
+else
+  fail "kafka-consumer-groups --list" "$G not listed" "$OUT"
+fi
+
+# GROUP TOPIC PARTITION CURRENT-OFFSET LOG-END-OFFSET LAG CONSUMER-ID HOST CLIENT-ID
+described_offsets() { # described_offsets CURRENT END LAG
+  run groups-describe groups --describe --group "$G" &&
+    grep -qE "^$G[[:space:]]+$C[[:space:]]+0[[:space:]]+$1[[:space:]]+$2[[:space:]]+$3([[:space:]]|$)" "$OUT"
+}
+if wait_for 20 describe described_offsets 1000 1000 0; then
+  pass "kafka-consumer-groups --describe (offset 1000, lag 0)"
+else
+  fail "kafka-consumer-groups --describe (offset 1000, lag 0)" "want '$G $C 0 1000 1000 0'" "$OUT"
+fi
+
+if run groups-reset-dry groups --reset-offsets --group "$G" --topic "$C" --to-earliest --dry-run &&
+  grep -qE "^$G[[:space:]]+$C[[:space:]]+0[[:space:]]+0([[:space:]]|$)" "$OUT" &&
+  described_offsets 1000 1000 0; then
+  pass "kafka-consumer-groups --reset-offsets --to-earliest --dry-run (nothing changed)"
+else
+  fail "kafka-consumer-groups --reset-offsets --to-earliest --dry-run (nothing changed)" "want NEW-OFFSET 0 and the committed offset still 1000" "$OUT"
+fi
+
+if run groups-reset groups --reset-offsets --group "$G" --topic "$C" --to-offset 250 --execute &&
+  grep -qE "^$G[[:space:]]+$C[[:space:]]+0[[:space:]]+250([[:space:]]|$)" "$OUT" &&
+  described_offsets 250 1000 750; then
+  pass "kafka-consumer-groups --reset-offsets --to-offset 250 --execute"
+else
+  fail "kafka-consumer-groups --reset-offsets --to-offset 250 --execute" "want NEW-OFFSET 250, then '$G $C 0 250 1000 750'" "$OUT"
+fi
+
+# the group resumes from the reset offset: lines 251..1000
+if consume console-consumer-resumed 750 && cmp -s <(tail -n 750 "$WORK/input.txt") "$WORK/console-consumer-resumed.txt"; then
+  pass "kafka-console-consumer --group resumes at the reset offset"
+else
+  fail "kafka-console-consumer --group resumes at the reset offset" \
+    "want line-251..line-1000, got $(head -n1 "$WORK/console-consumer-resumed.txt" 2>/dev/null) ... ($(wc -l <"$WORK/console-consumer-resumed.txt" 2>/dev/null || echo 0) lines)" "$OUT"
+fi
+
+if run groups-delete groups --delete --group "$G" && grep -q "Deletion of requested consumer groups ('$G') was successful" "$OUT" &&
+  run groups-list-after-delete groups --list && ! grep -qx "$G" "$OUT"; then
+  pass "kafka-consumer-groups --delete"
+else
+  fail "kafka-consumer-groups --delete" "want 'Deletion of requested consumer groups ('$G') was successful' and $G gone from --list" "$OUT"
+fi
+
+# --- kafka-configs -------------------------------------------------------------------
+run topics-create-cfg topics --create --topic "$CFG" --partitions 1 --replication-factor 1 --config cleanup.policy=compact || true
+if run configs-describe configs --describe --entity-type topics --entity-name "$CFG" &&
+  grep -q "Dynamic configs for topic $CFG are:" "$OUT" &&
+  grep -qE "^[[:space:]]*cleanup\.policy=compact sensitive=false synonyms=\{DYNAMIC_TOPIC_CONFIG:cleanup\.policy=compact" "$OUT"; then
+  pass "kafka-configs --describe (topic, cleanup.policy=compact)"
+else
+  fail "kafka-configs --describe (topic, cleanup.policy=compact)" "want 'cleanup.policy=compact' from DYNAMIC_TOPIC_CONFIG" "$OUT"
+fi
+
+if run configs-describe-all configs --describe --all --entity-type topics --entity-name "$CFG" &&
+  grep -q "All configs for topic $CFG are:" "$OUT" &&
+  grep -qE "^[[:space:]]*retention\.ms=604800000 sensitive=false synonyms=\{" "$OUT" &&
+  grep -qE "^[[:space:]]*segment\.bytes=1073741824 sensitive=false synonyms=\{DEFAULT_CONFIG:log\.segment\.bytes=1073741824\}" "$OUT" &&
+  grep -qE "^[[:space:]]*cleanup\.policy=compact " "$OUT"; then
+  pass "kafka-configs --describe --all (topic defaults with synonyms)"
+else
+  fail "kafka-configs --describe --all (topic defaults with synonyms)" "want retention.ms=604800000, segment.bytes=1073741824 with synonym DEFAULT_CONFIG:log.segment.bytes, cleanup.policy=compact" "$OUT"
+fi
+
+if run configs-alter configs --alter --entity-type topics --entity-name "$CFG" --add-config retention.ms=86400000,max.message.bytes=2000000 &&
+  grep -q "Completed updating config for topic $CFG." "$OUT" &&
+  run configs-describe-2 configs --describe --entity-type topics --entity-name "$CFG" &&
+  grep -qE "^[[:space:]]*retention\.ms=86400000 " "$OUT" && grep -qE "^[[:space:]]*max\.message\.bytes=2000000 " "$OUT" &&
+  grep -qE "^[[:space:]]*cleanup\.policy=compact " "$OUT"; then
+  pass "kafka-configs --alter --add-config"
+else
+  fail "kafka-configs --alter --add-config" "want 'Completed updating config', then retention.ms=86400000, max.message.bytes=2000000 and cleanup.policy=compact" "$OUT"
+fi
+
+if run configs-delete configs --alter --entity-type topics --entity-name "$CFG" --delete-config retention.ms &&
+  grep -q "Completed updating config for topic $CFG." "$OUT" &&
+  run configs-describe-3 configs --describe --entity-type topics --entity-name "$CFG" &&
+  ! grep -qE "^[[:space:]]*retention\.ms=" "$OUT" && grep -qE "^[[:space:]]*max\.message\.bytes=2000000 " "$OUT"; then
+  pass "kafka-configs --alter --delete-config"
+else
+  fail "kafka-configs --alter --delete-config" "want retention.ms gone, max.message.bytes kept" "$OUT"
+fi
+
+if run configs-broker configs --describe --all --entity-type brokers --entity-name "$LEADER" &&
+  grep -q "All configs for broker $LEADER are:" "$OUT" &&
+  grep -qE "^[[:space:]]*num\.partitions=[0-9]+ " "$OUT" && grep -qE "^[[:space:]]*log\.retention\.hours=168 " "$OUT"; then
+  pass "kafka-configs --describe --all (broker $LEADER)"
+else
+  fail "kafka-configs --describe --all (broker $LEADER)" "want num.partitions and log.retention.hours=168" "$OUT"
+fi
+
+# --- kafka-producer-perf-test + kafka-get-offsets -----------------------------------
+run topics-create-perf topics --create --topic "$P" --partitions 2 --replication-factor 1 || true
+if run perf tool org.apache.kafka.tools.ProducerPerformance --topic "$P" --num-records 50000 --record-size 100 \
+  --throughput -1 --producer-props "bootstrap.servers=$B" &&
+  grep -qE "^50000 records sent, [0-9.]+ records/sec \([0-9.]+ MB/sec\), [0-9.]+ ms avg latency" "$OUT"; then
+  pass "kafka-producer-perf-test (50,000 records)"
+else
+  fail "kafka-producer-perf-test (50,000 records)" "want '50000 records sent, ...'" "$OUT"
+fi
+
+if run get-offsets tool org.apache.kafka.tools.GetOffsetShell --bootstrap-server "$B" --topic "$P" &&
+  sum="$(awk -F: '{s += $3} END {print s + 0}' "$OUT")" && [[ "$sum" == 50000 ]] &&
+  [[ "$(grep -cE "^$P:[01]:[0-9]+$" "$OUT")" == 2 ]]; then
+  pass "kafka-get-offsets (latest offsets sum to 50,000)"
+else
+  fail "kafka-get-offsets (latest offsets sum to 50,000)" "want '$P:0:N' and '$P:1:M' with N+M=50000" "$OUT"
+fi
+
+summary
+[[ $failed -eq 0 ]]
