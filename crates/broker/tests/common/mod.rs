@@ -275,7 +275,7 @@ fn tail_of(path: &Path, lines: usize) -> String {
 // rdkafka helpers
 // ---------------------------------------------------------------------------------------------
 
-/// A non-idempotent producer (the broker has no InitProducerId yet).
+/// A non-idempotent producer (idempotence has its own raw tests in `idempotence.rs`).
 pub fn producer(broker: &Broker, extra: &[(&str, &str)]) -> FutureProducer {
     producer_at(&broker.bootstrap(), extra)
 }
