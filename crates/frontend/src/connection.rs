@@ -53,8 +53,8 @@ pub async fn serve_connection(
     let writer = tokio::spawn(async move {
         while let Some(pending) = answers.recv().await {
             match pending.await {
-                Ok(Ok(Some(frame))) => {
-                    if let Err(e) = write_half.write_all(&frame).await {
+                Ok(Ok(Some(chunks))) => {
+                    if let Err(e) = write_chunks(&mut write_half, &chunks).await {
                         debug!(%peer, error = %e, "write failed");
                         break;
                     }
@@ -104,6 +104,17 @@ pub async fn serve_connection(
     }
     drop(queue);
     let _ = writer.await;
+}
+
+/// Writes a response's chunks in order.
+async fn write_chunks(
+    out: &mut tokio::net::tcp::OwnedWriteHalf,
+    chunks: &[bytes::Bytes],
+) -> std::io::Result<()> {
+    for chunk in chunks {
+        out.write_all(chunk).await?;
+    }
+    Ok(())
 }
 
 enum FrameEvent {

@@ -26,12 +26,14 @@ use kafka_protocol::protocol::{Decodable, Encodable};
 use tokio::task::JoinHandle;
 
 use crate::api;
+use crate::splice;
 use crate::versions::{advertised, PRODUCE_VERSION_SERVED_MIN};
 use crate::BrokerContext;
 
-/// A response being prepared: `Ok(None)` means "send nothing" (acks=0); `Err` means the response
-/// could not be built and the connection must close.
-pub type Pending = JoinHandle<Result<Option<Bytes>, String>>;
+/// A response being prepared, as the chunks to write in order (usually one; a Fetch response is
+/// cut around its record bytes, see [`crate::splice`]): `Ok(None)` means "send nothing" (acks=0);
+/// `Err` means the response could not be built and the connection must close.
+pub type Pending = JoinHandle<Result<Option<Vec<Bytes>>, String>>;
 
 /// Where a request is going, for encoding its response.
 #[derive(Debug, Clone, Copy)]
@@ -98,11 +100,13 @@ pub fn dispatch(
         }
         ApiKey::Fetch => {
             let request: FetchRequest = decode(&mut buf, route)?;
-            Ok(spawn(
-                route,
-                api::fetch::handle(ctx.clone(), request, version),
-                true,
-            ))
+            let response = api::fetch::handle(ctx.clone(), request, version);
+            Ok(tokio::spawn(async move {
+                let mut response = response.await;
+                let records = splice::take_records(&mut response);
+                let skeleton = encode(route, &response)?;
+                splice::splice(skeleton, records, route.version).map(Some)
+            }))
         }
         ApiKey::ListOffsets => {
             let request: ListOffsetsRequest = decode(&mut buf, route)?;
@@ -301,7 +305,7 @@ fn decode<T: Decodable>(buf: &mut Bytes, route: Route) -> Result<T, String> {
 
 /// A response that is already complete.
 fn ready<R: Encodable + Send + 'static>(route: Route, response: R) -> Pending {
-    let encoded = encode(route, &response).map(Some);
+    let encoded = encode(route, &response).map(|frame| Some(vec![frame]));
     tokio::spawn(async move { encoded })
 }
 
@@ -314,7 +318,7 @@ where
     tokio::spawn(async move {
         let response = response.await;
         if respond {
-            encode(route, &response).map(Some)
+            encode(route, &response).map(|frame| Some(vec![frame]))
         } else {
             Ok(None)
         }

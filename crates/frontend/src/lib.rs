@@ -18,6 +18,7 @@ pub mod dispatch;
 pub mod error_codes;
 pub mod limits;
 pub mod server;
+pub mod splice;
 pub mod versions;
 
 use std::sync::Arc;

@@ -130,11 +130,12 @@ impl Harness {
         let peer: SocketAddr = "127.0.0.1:5555".parse().expect("addr");
         let pending = dispatch(&self.ctx, buf.freeze(), peer)
             .unwrap_or_else(|e| panic!("{key:?} v{version} refused: {e}"));
-        let frame = pending
+        let chunks = pending
             .await
             .expect("task")
             .unwrap_or_else(|e| panic!("{key:?} v{version}: {e}"))
             .expect("a response");
+        let frame: Bytes = chunks.concat().into();
         let mut body: Bytes = frame.slice(4..);
         let header = ResponseHeader::decode(&mut body, key.response_header_version(version))
             .expect("response header");
