@@ -27,12 +27,6 @@ use tracing::{error, info, warn};
 
 use crate::settings::{Cli, Settings};
 
-/// mimalloc keeps freed memory for reuse: Fetch and Produce allocate and free buffers of
-/// megabytes at a high rate, which the system allocator turns into an mmap, page faults and
-/// zeroed pages every time (measured: ~40% of the broker's CPU while serving a consumer).
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 /// Exit code for bad settings (as `sysexits`' EX_USAGE is to shells: "you asked for something wrong").
 const EXIT_BAD_SETTINGS: u8 = 2;
 /// Upper bound between two maintenance ticks (retention, compaction, time-based rolls).
