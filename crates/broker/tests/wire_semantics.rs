@@ -443,3 +443,33 @@ async fn a_batch_over_message_max_bytes_is_message_too_large() {
         "the rejected batch must not have taken an offset"
     );
 }
+
+/// KIP-467: a keyless record on a compacted topic refuses the batch with INVALID_RECORD and names
+/// the record in `record_errors`, so the client fails only that record; nothing is appended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keyless_record_on_a_compacted_topic_is_named_in_record_errors() {
+    let broker = Broker::start_with(&["log.cleanup.policy=compact"]);
+    let topic = unique_topic("compacted");
+    ensure_topics(broker.addr(), &[&topic]).await;
+    let mut conn = RawConn::connect(broker.addr()).await;
+    let batch = encode_batch(&[
+        record(Some(b"k0"), Some(b"v0"), now_ms()),
+        record(None, Some(b"v1"), now_ms()),
+        record(Some(b"k2"), Some(b"v2"), now_ms()),
+        record(None, Some(b"v3"), now_ms()),
+    ]);
+    let response = conn
+        .request(9, &produce_request(&topic, 0, batch, -1))
+        .await;
+    let p = &response.responses[0].partition_responses[0];
+    assert_eq!(p.error_code, 87, "INVALID_RECORD");
+    let named: Vec<i32> = p.record_errors.iter().map(|e| e.batch_index).collect();
+    assert_eq!(named, vec![1, 3], "the keyless records are named");
+    assert!(p
+        .record_errors
+        .iter()
+        .all(|e| e.batch_index_error_message.is_some()));
+    let keyed = encode_batch(&[record(Some(b"k"), Some(b"v"), now_ms())]);
+    let ok = produce_batch(&mut conn, &topic, 0, keyed).await;
+    assert_eq!(ok.base_offset, 0, "the refused batch appended nothing");
+}

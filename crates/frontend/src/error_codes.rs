@@ -50,11 +50,14 @@ pub const GROUP_MAX_SIZE_REACHED: i16 = 81;
 pub const FENCED_INSTANCE_ID: i16 = 82;
 pub const GROUP_SUBSCRIBED_TO_TOPIC: i16 = 86;
 
-/// A Kafka error code with an optional message for the response's `error_message`.
+/// A Kafka error code with an optional message for the response's `error_message` and, for
+/// Produce, the records of the batch it refers to (`record_errors`, KIP-467).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KafkaError {
     pub code: i16,
     pub message: Option<String>,
+    /// (record index in its batch, why) — empty unless particular records were refused.
+    pub record_errors: Vec<(i32, String)>,
 }
 
 impl KafkaError {
@@ -62,6 +65,7 @@ impl KafkaError {
         Self {
             code,
             message: Some(message.into()),
+            record_errors: Vec::new(),
         }
     }
 
@@ -69,6 +73,7 @@ impl KafkaError {
         Self {
             code,
             message: None,
+            record_errors: Vec::new(),
         }
     }
 }
@@ -78,6 +83,22 @@ pub fn from_append(err: &AppendError, context: &str) -> KafkaError {
     match err {
         AppendError::CorruptMessage(m) => KafkaError::new(CORRUPT_MESSAGE, m.clone()),
         AppendError::InvalidRecord(m) => KafkaError::new(INVALID_RECORD, m.clone()),
+        AppendError::InvalidRecords {
+            message,
+            record_indexes,
+        } => KafkaError {
+            record_errors: record_indexes
+                .iter()
+                .map(|&i| (i, message.clone()))
+                .collect(),
+            ..KafkaError::new(
+                INVALID_RECORD,
+                format!(
+                    "One or more records have been rejected due to {} record errors in total.",
+                    record_indexes.len()
+                ),
+            )
+        },
         AppendError::MessageTooLarge { .. } => KafkaError::new(MESSAGE_TOO_LARGE, err.to_string()),
         AppendError::OutOfOrderSequence(m) => {
             KafkaError::new(OUT_OF_ORDER_SEQUENCE_NUMBER, m.clone())

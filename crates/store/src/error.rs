@@ -45,6 +45,17 @@ pub enum AppendError {
     /// magic != 2, record count mismatch, … → Kafka INVALID_RECORD (87).
     #[error("invalid record: {0}")]
     InvalidRecord(String),
+    /// Particular records of the batch are refused (a keyless record on a compacted topic) →
+    /// Kafka INVALID_RECORD (87) with `record_errors` naming them (KIP-467), so that a client
+    /// fails only those records.
+    #[error("invalid records {record_indexes:?}: {message}")]
+    InvalidRecords {
+        /// Why each listed record was refused.
+        message: String,
+        /// Positions of the refused records in their batch (0-based), at most
+        /// `limits::RECORD_ERRORS_MAX` of them.
+        record_indexes: Vec<i32>,
+    },
     /// One batch is larger than `max.message.bytes` → Kafka MESSAGE_TOO_LARGE (10).
     #[error("batch of {size} bytes exceeds max.message.bytes {max}")]
     MessageTooLarge {

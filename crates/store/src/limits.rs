@@ -94,3 +94,8 @@ const _: () = assert!(BATCH_LENGTH_MIN == 49);
 const _: () = assert!(SCAN_CHUNK_BYTES >= BATCH_HEADER_BYTES);
 const _: () = assert!(BATCH_BYTES_MAX as u64 <= SEGMENT_BYTES_MAX);
 const _: () = assert!(PRODUCER_BATCH_CACHE >= 1);
+
+/// Most refused records one append names in `AppendError::InvalidRecords` (count). Kafka lists
+/// every one; a batch can hold millions of records, and a client needs the list only to fail
+/// those records, so the rest are counted in the message instead.
+pub const RECORD_ERRORS_MAX: usize = 1000;

@@ -170,10 +170,18 @@ fn batch_error(e: BatchError) -> AppendError {
 fn require_keys(batch_bytes: &[u8]) -> Result<(), AppendError> {
     let (_, recs) = records::decode_records(batch_bytes)
         .map_err(|e| AppendError::CorruptMessage(format!("undecodable records: {e}")))?;
-    if recs.iter().any(|r| r.key.is_none()) {
-        return Err(AppendError::InvalidRecord(
-            "compacted topic: every record needs a key".into(),
-        ));
+    let record_indexes: Vec<i32> = recs
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| r.key.is_none())
+        .map(|(i, _)| i32::try_from(i).unwrap_or(i32::MAX))
+        .take(crate::limits::RECORD_ERRORS_MAX)
+        .collect();
+    if !record_indexes.is_empty() {
+        return Err(AppendError::InvalidRecords {
+            message: "Compacted topic cannot accept message without key.".into(),
+            record_indexes,
+        });
     }
     Ok(())
 }

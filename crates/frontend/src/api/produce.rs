@@ -16,7 +16,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
+use kafka_protocol::messages::produce_response::{
+    BatchIndexAndErrorMessage, PartitionProduceResponse, TopicProduceResponse,
+};
 use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
 use millrace_cluster::LEADER_EPOCH;
 use millrace_store::PartitionLog;
@@ -229,6 +231,15 @@ fn to_response(
                 .with_base_offset(-1);
             if version >= 8 {
                 r.error_message = e.message.as_deref().map(str_bytes);
+                r.record_errors = e
+                    .record_errors
+                    .iter()
+                    .map(|(index, why)| {
+                        BatchIndexAndErrorMessage::default()
+                            .with_batch_index(*index)
+                            .with_batch_index_error_message(Some(str_bytes(why)))
+                    })
+                    .collect();
             }
             r
         }
