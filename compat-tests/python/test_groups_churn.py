@@ -52,13 +52,18 @@ class Member:
 
 def test_churn():
     broker = Broker().start()
+    members = []
     try:
-        run_churn(broker)
+        run_churn(broker, members)
     finally:
+        # A failed or timed-out run must not leave member processes behind.
+        for m in members:
+            if m.alive():
+                m.crash()
         broker.kill()
 
 
-def run_churn(broker):
+def run_churn(broker, members):
     topic, group = f"churn-{uuid.uuid4().hex[:8]}", f"churn-{uuid.uuid4().hex[:8]}"
     create_topic(broker.bootstrap, topic, PARTITIONS)
     workdir = broker.data_dir
@@ -81,7 +86,7 @@ def run_churn(broker):
     t = threading.Thread(target=producer)
     t.start()
 
-    members, actions = [], {"start": 0, "stop": 0, "crash": 0}
+    actions = {"start": 0, "stop": 0, "crash": 0}
     started = time.time()
     while time.time() - started < CHURN_SECONDS:
         live = [m for m in members if m.alive()]
