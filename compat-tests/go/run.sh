@@ -43,22 +43,8 @@ if ! timeout 900 "$GO" test -count=1 -run '^$' . >/dev/null; then
   exit 1
 fi
 
-WORK="$(mktemp -d "${TMPDIR:-/tmp}/millrace-go.XXXXXX")"
 failed_any=0
-cleanup() {
-  millrace_stop
-  if [[ -n "${KEEP_WORK:-}" || $failed_any -ne 0 ]]; then
-    echo "go: work dir kept: $WORK"
-  else
-    rm -rf "$WORK"
-  fi
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-
-if ! millrace_start "$WORK/broker"; then
-  failed_any=1
+if ! millrace_session go failed_any; then
   summary 0 1
   exit 1
 fi

@@ -111,3 +111,32 @@ millrace_stop() {
   MILLRACE_EXIT="$rc"
   return 0
 }
+
+# millrace_session NAME FAILVAR [--set name=value ...]
+#   The set-up every suite shares: a temporary work dir in WORK, a broker in WORK/broker, and
+#   EXIT/INT/TERM traps that stop the broker and remove WORK, unless KEEP_WORK is set or the
+#   caller's variable FAILVAR (its failure count or flag) is non-zero at exit, in which case WORK
+#   is kept for the logs. Returns non-zero (with FAILVAR set to 1) when the broker did not start.
+millrace_session() {
+  MILLRACE_SESSION_NAME="$1"
+  MILLRACE_SESSION_FAILVAR="$2"
+  shift 2
+  WORK="$(mktemp -d "${TMPDIR:-/tmp}/millrace-$MILLRACE_SESSION_NAME.XXXXXX")"
+  trap millrace_session_end EXIT
+  trap 'exit 130' INT
+  trap 'exit 143' TERM
+  if ! millrace_start "$WORK/broker" "$@"; then
+    printf -v "$MILLRACE_SESSION_FAILVAR" '%s' 1
+    return 1
+  fi
+}
+
+# The EXIT trap of millrace_session.
+millrace_session_end() {
+  millrace_stop
+  if [[ -n "${KEEP_WORK:-}" || "${!MILLRACE_SESSION_FAILVAR:-0}" != 0 ]]; then
+    echo "$MILLRACE_SESSION_NAME: work dir kept: $WORK"
+  else
+    rm -rf "$WORK"
+  fi
+}

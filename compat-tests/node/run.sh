@@ -57,22 +57,8 @@ done
 echo "node: $("$NODE" --version), kafkajs $("$NODE" -p 'require("kafkajs/package.json").version')"
 
 # --- broker ------------------------------------------------------------------
-WORK="$(mktemp -d "${TMPDIR:-/tmp}/millrace-node.XXXXXX")"
 failed=0
-cleanup() {
-  millrace_stop
-  if [[ -n "${KEEP_WORK:-}" || $failed -ne 0 ]]; then
-    echo "node: work dir kept: $WORK"
-  else
-    rm -rf "$WORK"
-  fi
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-
-if ! millrace_start "$WORK/broker"; then
-  failed=1
+if ! millrace_session node failed; then
   summary 0 1
   exit 1
 fi

@@ -52,22 +52,8 @@ mapfile -t tests < <(sed -e 's/#.*//' -e 's/[[:space:]]//g' "$HERE/ALLOWLIST" | 
 run_re="^($(IFS='|'; echo "${tests[*]}"))\$"
 
 # --- broker ------------------------------------------------------------------
-WORK="$(mktemp -d "${TMPDIR:-/tmp}/millrace-peer-franz.XXXXXX")"
 failed=0
-cleanup() {
-  millrace_stop
-  if [[ -n "${KEEP_WORK:-}" || $failed -ne 0 ]]; then
-    echo "franz-go: work dir kept: $WORK"
-  else
-    rm -rf "$WORK"
-  fi
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-
-if ! millrace_start "$WORK/broker"; then
-  failed=1
+if ! millrace_session franz-go failed; then
   summary 0 1
   exit 1
 fi

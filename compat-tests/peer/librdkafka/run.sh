@@ -105,22 +105,8 @@ fi
 mapfile -t nums < <(printf '%s\n' "${allow[@]}" | cut -c1-4 | sort -u)
 
 # --- broker ----------------------------------------------------------------------
-WORK="$(mktemp -d "${TMPDIR:-/tmp}/millrace-peer-rdk.XXXXXX")"
 failed=0
-cleanup() {
-  millrace_stop
-  if [[ -n "${KEEP_WORK:-}" || $failed -ne 0 ]]; then
-    echo "librdkafka: work dir kept: $WORK"
-  else
-    rm -rf "$WORK"
-  fi
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-
-if ! millrace_start "$WORK/broker" --set num.partitions=4; then
-  failed=1
+if ! millrace_session librdkafka failed --set num.partitions=4; then
   summary 0 1
   exit 1
 fi
