@@ -11,7 +11,9 @@
 //! Types to read first: [`ClusterMetadata`], [`BrokerConfig`], [`TopicConfigs`].
 
 pub mod config;
+pub mod image;
 pub mod metadata;
+pub mod records;
 pub mod topic_name;
 
 pub use config::{

@@ -1,0 +1,591 @@
+//! The metadata image: what every node knows of the cluster, built by applying the committed
+//! metadata log in order (Kafka's `MetadataImage`): the cluster id, registered brokers (endpoint,
+//! broker epoch, fenced, in controlled shutdown), topics with their ids and configs, and each
+//! partition's replicas, ISR, ELR, leader, leader epoch and partition epoch.
+//!
+//! Where it sits: the quorum applies committed entries through [`SharedImage::apply_batch`]; the
+//! front end, the group coordinator and the replica manager read immutable snapshots
+//! ([`SharedImage::current`]) and react to changes ([`SharedImage::subscribe`]). The active
+//! controller reads the same image to decide what to write next.
+//!
+//! **Invariant:** the image holds only committed metadata: nothing writes it but `apply_batch`
+//! (and `restore`, from a snapshot of committed state).
+//! **Invariant:** leader epochs and partition epochs only rise; a broker epoch is the log offset of
+//! its registration, so a newer registration always has a larger epoch.
+//! **Invariant:** a partition's state changes only through `Partition` and `PartitionChange`
+//! records, each of which raises its partition epoch.
+//! **Invariant:** applying is deterministic and never fails as a whole: a record that names an
+//! unknown topic or broker is skipped with a warning, identically on every node.
+//!
+//! Locking: the current image is an `Arc<MetadataImage>` behind a short `RwLock`; readers clone the
+//! `Arc` and never block the applier for longer than that. Topics are `Arc`s, so a change to one
+//! partition copies one topic, not the whole image.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use parking_lot::RwLock;
+use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
+use tracing::warn;
+use uuid::Uuid;
+
+use crate::config::TopicConfigs;
+use crate::records::{MetadataBatch, MetadataRecord};
+
+/// "No leader" in a partition registration (Kafka's -1).
+pub const NO_LEADER: i32 = -1;
+
+/// A registered broker.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BrokerRegistration {
+    pub node_id: i32,
+    pub incarnation_id: Uuid,
+    /// The log offset of the registration record.
+    pub broker_epoch: i64,
+    pub host: String,
+    pub port: u16,
+    pub rack: Option<String>,
+    pub fenced: bool,
+    pub in_controlled_shutdown: bool,
+}
+
+impl BrokerRegistration {
+    /// May lead partitions and be in an ISR (KIP-841).
+    pub fn is_active(&self) -> bool {
+        !self.fenced && !self.in_controlled_shutdown
+    }
+}
+
+/// One partition's replica state.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartitionRegistration {
+    /// Assigned replicas, preferred leader first.
+    pub replicas: Vec<i32>,
+    pub isr: Vec<i32>,
+    /// Eligible leader replicas (KIP-966): out of the ISR, but known to hold every committed record.
+    #[serde(default)]
+    pub elr: Vec<i32>,
+    /// KIP-966: the replicas last in the ELR when it emptied (the "last known leader" fallback).
+    #[serde(default)]
+    pub last_known_elr: Vec<i32>,
+    pub leader: i32,
+    pub leader_epoch: i32,
+    pub partition_epoch: i32,
+    /// Reassignment in progress: replicas being added / removed.
+    #[serde(default)]
+    pub adding_replicas: Vec<i32>,
+    #[serde(default)]
+    pub removing_replicas: Vec<i32>,
+}
+
+impl PartitionRegistration {
+    /// A new partition: every replica in the ISR, the first one leads, epochs 0.
+    pub fn new(replicas: Vec<i32>) -> Self {
+        let leader = replicas.first().copied().unwrap_or(NO_LEADER);
+        Self {
+            isr: replicas.clone(),
+            replicas,
+            elr: Vec::new(),
+            last_known_elr: Vec::new(),
+            leader,
+            leader_epoch: 0,
+            partition_epoch: 0,
+            adding_replicas: Vec::new(),
+            removing_replicas: Vec::new(),
+        }
+    }
+
+    pub fn has_leader(&self) -> bool {
+        self.leader != NO_LEADER
+    }
+
+    /// Applies a `PartitionChange` record (other records are ignored): set fields replace, every
+    /// change raises the partition epoch, a new leader (or a forced bump) the leader epoch.
+    pub fn apply_change(&mut self, record: &MetadataRecord) {
+        let MetadataRecord::PartitionChange {
+            leader,
+            isr,
+            elr,
+            last_known_elr,
+            replicas,
+            adding_replicas,
+            removing_replicas,
+            bump_leader_epoch,
+            ..
+        } = record
+        else {
+            return;
+        };
+        let mut leader_changed = *bump_leader_epoch;
+        if let Some(l) = leader {
+            leader_changed |= *l != self.leader;
+            self.leader = *l;
+        }
+        if let Some(v) = isr {
+            self.isr = v.clone();
+        }
+        if let Some(v) = elr {
+            self.elr = v.clone();
+        }
+        if let Some(v) = last_known_elr {
+            self.last_known_elr = v.clone();
+        }
+        if let Some(v) = replicas {
+            self.replicas = v.clone();
+        }
+        if let Some(v) = adding_replicas {
+            self.adding_replicas = v.clone();
+        }
+        if let Some(v) = removing_replicas {
+            self.removing_replicas = v.clone();
+        }
+        if leader_changed {
+            self.leader_epoch = self.leader_epoch.saturating_add(1);
+        }
+        self.partition_epoch = self.partition_epoch.saturating_add(1);
+    }
+
+    /// The preferred leader: the first assigned replica.
+    pub fn preferred_leader(&self) -> i32 {
+        self.replicas.first().copied().unwrap_or(NO_LEADER)
+    }
+}
+
+/// One topic.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TopicImage {
+    pub name: String,
+    pub topic_id: Uuid,
+    pub configs: TopicConfigs,
+    pub partitions: Vec<PartitionRegistration>,
+}
+
+impl TopicImage {
+    pub fn partition(&self, index: i32) -> Option<&PartitionRegistration> {
+        usize::try_from(index)
+            .ok()
+            .and_then(|i| self.partitions.get(i))
+    }
+
+    pub fn partition_count(&self) -> i32 {
+        i32::try_from(self.partitions.len()).unwrap_or(i32::MAX)
+    }
+
+    /// The replication factor as Kafka reports it: the size of partition 0's replica set.
+    pub fn replication_factor(&self) -> i16 {
+        self.partitions
+            .first()
+            .map_or(0, |p| i16::try_from(p.replicas.len()).unwrap_or(i16::MAX))
+    }
+}
+
+/// Everything a node knows of the cluster at one metadata log offset.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct MetadataImage {
+    /// Log offset of the last applied entry; 0 before any.
+    pub offset: u64,
+    pub cluster_id: Option<String>,
+    pub brokers: BTreeMap<i32, BrokerRegistration>,
+    pub topics: BTreeMap<String, Arc<TopicImage>>,
+    /// Topic id → name (derived from `topics`).
+    #[serde(skip)]
+    topic_names: HashMap<Uuid, String>,
+    /// First producer id not yet handed out in a block.
+    pub next_producer_id: i64,
+}
+
+impl MetadataImage {
+    pub fn topic(&self, name: &str) -> Option<&Arc<TopicImage>> {
+        self.topics.get(name)
+    }
+
+    pub fn topic_by_id(&self, id: Uuid) -> Option<&Arc<TopicImage>> {
+        self.topic_names.get(&id).and_then(|n| self.topics.get(n))
+    }
+
+    pub fn partition(&self, topic: &str, index: i32) -> Option<&PartitionRegistration> {
+        self.topic(topic).and_then(|t| t.partition(index))
+    }
+
+    pub fn broker(&self, node_id: i32) -> Option<&BrokerRegistration> {
+        self.brokers.get(&node_id)
+    }
+
+    /// Brokers that are registered and not fenced (what Metadata lists).
+    pub fn live_brokers(&self) -> impl Iterator<Item = &BrokerRegistration> {
+        self.brokers.values().filter(|b| !b.fenced)
+    }
+
+    /// Brokers that may take new replicas and leaderships: unfenced, not shutting down.
+    pub fn active_brokers(&self) -> impl Iterator<Item = &BrokerRegistration> {
+        self.brokers.values().filter(|b| b.is_active())
+    }
+
+    pub fn is_active(&self, node_id: i32) -> bool {
+        self.brokers.get(&node_id).is_some_and(|b| b.is_active())
+    }
+
+    /// Applies one committed entry at log `offset`.
+    pub fn apply_batch(&mut self, offset: u64, batch: &MetadataBatch) {
+        for record in &batch.records {
+            self.apply(offset, record);
+        }
+        self.offset = self.offset.max(offset);
+    }
+
+    fn apply(&mut self, offset: u64, record: &MetadataRecord) {
+        let epoch = i64::try_from(offset).unwrap_or(i64::MAX);
+        match record {
+            MetadataRecord::Bootstrap { cluster_id } => {
+                if self.cluster_id.is_none() {
+                    self.cluster_id = Some(cluster_id.clone());
+                }
+            }
+            MetadataRecord::RegisterBroker {
+                node_id,
+                incarnation_id,
+                host,
+                port,
+                rack,
+                clean_shutdown,
+            } => {
+                self.brokers.insert(
+                    *node_id,
+                    BrokerRegistration {
+                        node_id: *node_id,
+                        incarnation_id: *incarnation_id,
+                        broker_epoch: epoch,
+                        host: host.clone(),
+                        port: *port,
+                        rack: rack.clone(),
+                        fenced: true,
+                        in_controlled_shutdown: false,
+                    },
+                );
+                // `clean_shutdown` is read by the controller, which writes the ISR/ELR changes an
+                // unclean restart calls for as explicit partition changes (KIP-966).
+                let _ = clean_shutdown;
+            }
+            MetadataRecord::FenceBroker {
+                node_id,
+                broker_epoch,
+            } => {
+                if let Some(b) = self.broker_at_epoch(*node_id, *broker_epoch) {
+                    b.fenced = true;
+                }
+            }
+            MetadataRecord::UnfenceBroker {
+                node_id,
+                broker_epoch,
+            } => {
+                if let Some(b) = self.broker_at_epoch(*node_id, *broker_epoch) {
+                    b.fenced = false;
+                }
+            }
+            MetadataRecord::BeginControlledShutdown {
+                node_id,
+                broker_epoch,
+            } => {
+                if let Some(b) = self.broker_at_epoch(*node_id, *broker_epoch) {
+                    b.in_controlled_shutdown = true;
+                }
+            }
+            MetadataRecord::UnregisterBroker {
+                node_id,
+                broker_epoch,
+            } => {
+                if self
+                    .brokers
+                    .get(node_id)
+                    .is_some_and(|b| b.broker_epoch == *broker_epoch)
+                {
+                    self.brokers.remove(node_id);
+                }
+            }
+            MetadataRecord::Topic {
+                name,
+                topic_id,
+                configs,
+            } => {
+                if self.topics.contains_key(name) || self.topic_names.contains_key(topic_id) {
+                    warn!(topic = %name, %topic_id, offset, "metadata: topic record for an existing topic skipped");
+                    return;
+                }
+                self.topic_names.insert(*topic_id, name.clone());
+                self.topics.insert(
+                    name.clone(),
+                    Arc::new(TopicImage {
+                        name: name.clone(),
+                        topic_id: *topic_id,
+                        configs: configs.clone(),
+                        partitions: Vec::new(),
+                    }),
+                );
+            }
+            MetadataRecord::Partition {
+                topic_id,
+                partition,
+                registration,
+            } => {
+                let Some(topic) = self.topic_mut(*topic_id, offset) else {
+                    return;
+                };
+                let index = usize::try_from(*partition).unwrap_or(usize::MAX);
+                if index != topic.partitions.len() {
+                    warn!(topic = %topic.name, partition, offset, "metadata: partition record out of order skipped");
+                    return;
+                }
+                topic.partitions.push(registration.clone());
+            }
+            MetadataRecord::PartitionChange {
+                topic_id,
+                partition,
+                ..
+            } => {
+                let Some(topic) = self.topic_mut(*topic_id, offset) else {
+                    return;
+                };
+                let index = usize::try_from(*partition).unwrap_or(usize::MAX);
+                let Some(p) = topic.partitions.get_mut(index) else {
+                    warn!(topic = %topic.name, partition, offset, "metadata: change of an unknown partition skipped");
+                    return;
+                };
+                p.apply_change(record);
+            }
+            MetadataRecord::RemoveTopic { topic_id } => match self.topic_names.remove(topic_id) {
+                Some(name) => {
+                    self.topics.remove(&name);
+                }
+                None => {
+                    warn!(%topic_id, offset, "metadata: removal of an unknown topic skipped");
+                }
+            },
+            MetadataRecord::TopicConfigs { topic_id, configs } => {
+                if let Some(topic) = self.topic_mut(*topic_id, offset) {
+                    topic.configs = configs.clone();
+                }
+            }
+            MetadataRecord::ProducerIds { next_producer_id } => {
+                self.next_producer_id = self.next_producer_id.max(*next_producer_id);
+            }
+        }
+    }
+
+    fn broker_at_epoch(
+        &mut self,
+        node_id: i32,
+        broker_epoch: i64,
+    ) -> Option<&mut BrokerRegistration> {
+        match self.brokers.get_mut(&node_id) {
+            Some(b) if b.broker_epoch == broker_epoch => Some(b),
+            _ => None,
+        }
+    }
+
+    fn topic_mut(&mut self, topic_id: Uuid, offset: u64) -> Option<&mut TopicImage> {
+        let Some(name) = self.topic_names.get(&topic_id) else {
+            warn!(%topic_id, offset, "metadata: record for an unknown topic skipped");
+            return None;
+        };
+        self.topics.get_mut(name).map(Arc::make_mut)
+    }
+
+    /// Encodes the whole image (the quorum's snapshot).
+    pub fn encode(&self) -> Vec<u8> {
+        serde_json::to_vec(self).unwrap_or_default()
+    }
+
+    /// Decodes a snapshot made by [`MetadataImage::encode`].
+    pub fn decode(bytes: &[u8]) -> Result<Self, String> {
+        let mut image: MetadataImage = serde_json::from_slice(bytes)
+            .map_err(|e| format!("undecodable metadata snapshot: {e}"))?;
+        image.topic_names = image
+            .topics
+            .values()
+            .map(|t| (t.topic_id, t.name.clone()))
+            .collect();
+        Ok(image)
+    }
+}
+
+/// The image every component reads, with change notification.
+#[derive(Debug)]
+pub struct SharedImage {
+    current: RwLock<Arc<MetadataImage>>,
+    changed: watch::Sender<u64>,
+}
+
+impl Default for SharedImage {
+    fn default() -> Self {
+        Self::new(MetadataImage::default())
+    }
+}
+
+impl SharedImage {
+    pub fn new(image: MetadataImage) -> Self {
+        let offset = image.offset;
+        Self {
+            current: RwLock::new(Arc::new(image)),
+            changed: watch::Sender::new(offset),
+        }
+    }
+
+    /// The image as of the last applied entry.
+    pub fn current(&self) -> Arc<MetadataImage> {
+        Arc::clone(&self.current.read())
+    }
+
+    /// Notified with the new offset after every applied entry or restore.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.changed.subscribe()
+    }
+
+    /// Applies one committed entry.
+    pub fn apply_batch(&self, offset: u64, batch: &MetadataBatch) {
+        let next = {
+            let mut guard = self.current.write();
+            let image = Arc::make_mut(&mut guard);
+            image.apply_batch(offset, batch);
+            image.offset
+        };
+        self.changed.send_replace(next);
+    }
+
+    /// Records that the entry at `offset` held no metadata (a quorum membership or blank entry).
+    pub fn advance_to(&self, offset: u64) {
+        let next = {
+            let mut guard = self.current.write();
+            if guard.offset >= offset {
+                return;
+            }
+            Arc::make_mut(&mut guard).offset = offset;
+            offset
+        };
+        self.changed.send_replace(next);
+    }
+
+    /// Replaces the image (a snapshot was installed).
+    pub fn restore(&self, image: MetadataImage) {
+        let offset = image.offset;
+        *self.current.write() = Arc::new(image);
+        self.changed.send_replace(offset);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn register(node_id: i32, clean: bool) -> MetadataRecord {
+        MetadataRecord::RegisterBroker {
+            node_id,
+            incarnation_id: Uuid::from_u128(node_id as u128),
+            host: "127.0.0.1".into(),
+            port: 9000 + node_id as u16,
+            rack: None,
+            clean_shutdown: clean,
+        }
+    }
+
+    fn image_with_topic() -> (MetadataImage, Uuid) {
+        let mut image = MetadataImage::default();
+        let id = Uuid::from_u128(7);
+        image.apply_batch(
+            1,
+            &MetadataBatch::new(vec![register(1, true), register(2, true)]),
+        );
+        image.apply_batch(
+            2,
+            &MetadataBatch::new(vec![
+                MetadataRecord::Topic {
+                    name: "t".into(),
+                    topic_id: id,
+                    configs: TopicConfigs::default(),
+                },
+                MetadataRecord::Partition {
+                    topic_id: id,
+                    partition: 0,
+                    registration: PartitionRegistration::new(vec![1, 2]),
+                },
+            ]),
+        );
+        (image, id)
+    }
+
+    #[test]
+    fn broker_epoch_is_the_registration_offset_and_starts_fenced() {
+        let (image, _) = image_with_topic();
+        let b = image.broker(2).expect("registered");
+        assert_eq!(b.broker_epoch, 1);
+        assert!(b.fenced);
+        assert_eq!(image.live_brokers().count(), 0);
+    }
+
+    #[test]
+    fn stale_broker_epoch_records_do_not_touch_a_newer_registration() {
+        let (mut image, _) = image_with_topic();
+        image.apply_batch(3, &MetadataBatch::new(vec![register(1, true)]));
+        image.apply_batch(
+            4,
+            &MetadataBatch::new(vec![MetadataRecord::UnfenceBroker {
+                node_id: 1,
+                broker_epoch: 1,
+            }]),
+        );
+        assert!(image.broker(1).expect("b1").fenced);
+        image.apply_batch(
+            5,
+            &MetadataBatch::new(vec![MetadataRecord::UnfenceBroker {
+                node_id: 1,
+                broker_epoch: 3,
+            }]),
+        );
+        assert!(!image.broker(1).expect("b1").fenced);
+    }
+
+    #[test]
+    fn leader_change_raises_both_epochs_isr_change_only_partition_epoch() {
+        let (mut image, id) = image_with_topic();
+        let isr_only = MetadataRecord::partition_change(id, 0);
+        let isr_only = crate::records::PartitionChangeBuilder {
+            isr: Some(vec![1]),
+            ..isr_only
+        }
+        .build();
+        image.apply_batch(3, &MetadataBatch::new(vec![isr_only]));
+        let p = image.partition("t", 0).expect("p");
+        assert_eq!((p.leader, p.leader_epoch, p.partition_epoch), (1, 0, 1));
+        let lead = crate::records::PartitionChangeBuilder {
+            leader: Some(2),
+            isr: Some(vec![2]),
+            ..MetadataRecord::partition_change(id, 0)
+        }
+        .build();
+        image.apply_batch(4, &MetadataBatch::new(vec![lead]));
+        let p = image.partition("t", 0).expect("p");
+        assert_eq!((p.leader, p.leader_epoch, p.partition_epoch), (2, 1, 2));
+    }
+
+    #[test]
+    fn snapshot_round_trip_restores_the_topic_id_index() {
+        let (image, id) = image_with_topic();
+        let back = MetadataImage::decode(&image.encode()).expect("decode");
+        assert_eq!(back, image);
+        assert_eq!(back.topic_by_id(id).expect("by id").name, "t");
+    }
+
+    #[test]
+    fn records_for_unknown_topics_are_skipped_identically() {
+        let (mut image, _) = image_with_topic();
+        let before = image.clone();
+        let change = crate::records::PartitionChangeBuilder {
+            leader: Some(2),
+            ..MetadataRecord::partition_change(Uuid::from_u128(99), 0)
+        }
+        .build();
+        image.apply_batch(3, &MetadataBatch::new(vec![change]));
+        assert_eq!(image.topics, before.topics);
+        assert_eq!(image.offset, 3);
+    }
+}

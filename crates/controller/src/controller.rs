@@ -1,0 +1,960 @@
+//! The controller's state machine (Kafka's `QuorumController` decisions: `ClusterControlManager`,
+//! `ReplicationControlManager`, `BrokerHeartbeatManager`, `ProducerIdControlManager`): given the
+//! committed metadata image and one request (or a clock tick), decide which records to commit and
+//! what to answer once they are committed.
+//!
+//! Where it sits: the service (`service.rs`) runs on the node that leads the metadata quorum; it
+//! feeds requests from brokers and ticks through [`Controller::handle`] / [`Controller::tick`] one
+//! at a time, commits the returned records as one log entry, waits until they are applied to the
+//! image, and only then answers and takes the next request. So every decision reads an image that
+//! already contains every earlier decision.
+//!
+//! Invariants it keeps (each with a test below or in `partition_change.rs`):
+//! - a fenced or shutting-down broker leads nothing and joins no ISR (KIP-841);
+//! - a broker whose session expired (`broker.session.timeout.ms` without a heartbeat) is fenced,
+//!   and its leaderships move in the same entry;
+//! - leader epochs only rise (a leader change always raises it; see `partition_change.rs`);
+//! - an AlterPartition is applied only if its leader epoch and partition epoch are current and
+//!   every new ISR member is active with the broker epoch the leader saw (KIP-903).
+//!
+//! Pure: no I/O, no clock (time comes in as `now_ms`), randomness (topic ids) from an injected
+//! generator — so a seeded simulator can drive it.
+//!
+//! Soft state (not in the log, rebuilt when a node becomes the active controller): the last
+//! heartbeat time of each broker.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use millrace_cluster::config::{BrokerConfig, TopicConfigs};
+use millrace_cluster::image::{MetadataImage, PartitionRegistration, TopicImage, NO_LEADER};
+use millrace_cluster::records::{MetadataRecord, PartitionChangeBuilder};
+use millrace_cluster::validate_topic_name;
+use tracing::info;
+use uuid::Uuid;
+
+use crate::limits::{PARTITIONS_PER_TOPIC_MAX, PRODUCER_ID_BLOCK_SIZE};
+use crate::messages::{
+    ControllerError, ControllerRequest, ControllerResponse, CreatedTopic, ElectionType,
+    PartitionsSpec, TopicSpec,
+};
+use crate::partition_change::{Election, ElectionOutcome, PartitionChange};
+use crate::placement;
+
+/// What one request or tick decided.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Decision {
+    /// Records to commit, as one entry (empty: nothing to commit).
+    pub records: Vec<MetadataRecord>,
+    /// The answer, to give once the records are committed. A `Registered` answer's broker epoch
+    /// is the committed entry's offset; the service fills it in.
+    pub response: ControllerResponse,
+}
+
+impl Decision {
+    fn answer(response: ControllerResponse) -> Self {
+        Self {
+            records: Vec::new(),
+            response,
+        }
+    }
+
+    fn error(error: ControllerError) -> Self {
+        Self::answer(ControllerResponse::Error { error })
+    }
+}
+
+/// Settings the controller decides with.
+#[derive(Debug, Clone)]
+pub struct ControllerConfig {
+    /// broker.session.timeout.ms
+    pub session_timeout_ms: i64,
+    /// The node's broker config: num.partitions, default.replication.factor, min.insync.replicas,
+    /// unclean.leader.election.enable, delete.topic.enable, topic config defaults.
+    pub broker: BrokerConfig,
+}
+
+impl ControllerConfig {
+    pub fn new(broker: BrokerConfig) -> Self {
+        let session_timeout_ms = broker
+            .get("broker.session.timeout.ms")
+            .and_then(|v| v.parse::<i64>().ok())
+            .unwrap_or(9_000);
+        Self {
+            session_timeout_ms,
+            broker,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Session {
+    last_contact_ms: i64,
+}
+
+/// The controller's decisions and soft state.
+pub struct Controller {
+    config: ControllerConfig,
+    sessions: BTreeMap<i32, Session>,
+    new_topic_id: Box<dyn FnMut() -> Uuid + Send>,
+}
+
+impl Controller {
+    pub fn new(config: ControllerConfig) -> Self {
+        Self::with_id_generator(config, Box::new(Uuid::new_v4))
+    }
+
+    /// With a given source of topic ids (seeded in simulations).
+    pub fn with_id_generator(
+        config: ControllerConfig,
+        new_topic_id: Box<dyn FnMut() -> Uuid + Send>,
+    ) -> Self {
+        Self {
+            config,
+            sessions: BTreeMap::new(),
+            new_topic_id,
+        }
+    }
+
+    /// This node just became the active controller: every broker gets a fresh session (its last
+    /// heartbeat went to the previous controller).
+    pub fn activate(&mut self, image: &MetadataImage, now_ms: i64) {
+        self.sessions = image
+            .brokers
+            .keys()
+            .map(|&b| {
+                (
+                    b,
+                    Session {
+                        last_contact_ms: now_ms,
+                    },
+                )
+            })
+            .collect();
+    }
+
+    fn min_isr(&self, topic: &TopicImage) -> usize {
+        topic
+            .configs
+            .get("min.insync.replicas")
+            .or_else(|| self.config.broker.get("min.insync.replicas"))
+            .and_then(|v| v.parse::<usize>().ok())
+            .unwrap_or(1)
+            .max(1)
+    }
+
+    fn unclean_allowed(&self, topic: &TopicImage) -> bool {
+        topic
+            .configs
+            .get("unclean.leader.election.enable")
+            .or_else(|| self.config.broker.get("unclean.leader.election.enable"))
+            .is_some_and(|v| v.trim().eq_ignore_ascii_case("true"))
+    }
+
+    fn session_valid(&self, node_id: i32, now_ms: i64) -> bool {
+        self.sessions.get(&node_id).is_some_and(|s| {
+            now_ms.saturating_sub(s.last_contact_ms) < self.config.session_timeout_ms
+        })
+    }
+
+    fn touch(&mut self, node_id: i32, now_ms: i64) {
+        self.sessions.insert(
+            node_id,
+            Session {
+                last_contact_ms: now_ms,
+            },
+        );
+    }
+
+    /// Decides one request.
+    pub fn handle(
+        &mut self,
+        image: &MetadataImage,
+        req: ControllerRequest,
+        now_ms: i64,
+    ) -> Decision {
+        match req {
+            ControllerRequest::RegisterBroker {
+                node_id,
+                incarnation_id,
+                host,
+                port,
+                rack,
+                clean_shutdown,
+            } => self.register(
+                image,
+                node_id,
+                incarnation_id,
+                host,
+                port,
+                rack,
+                clean_shutdown,
+                now_ms,
+            ),
+            ControllerRequest::BrokerHeartbeat {
+                node_id,
+                broker_epoch,
+                metadata_offset,
+                want_fence,
+                want_shutdown,
+            } => self.heartbeat(
+                image,
+                node_id,
+                broker_epoch,
+                metadata_offset,
+                want_fence,
+                want_shutdown,
+                now_ms,
+            ),
+            ControllerRequest::CreateTopics {
+                topics,
+                validate_only,
+            } => self.create_topics(image, topics, validate_only),
+            ControllerRequest::DeleteTopics { names } => self.delete_topics(image, names),
+            ControllerRequest::CreatePartitions {
+                topics,
+                validate_only,
+            } => self.create_partitions(image, topics, validate_only),
+            ControllerRequest::SetTopicConfigs {
+                name,
+                configs,
+                validate_only,
+            } => match TopicConfigs::new(configs) {
+                Ok(configs) => self.set_topic_configs(image, &name, configs, validate_only),
+                Err(e) => Decision::answer(ControllerResponse::Configs {
+                    result: Err(ControllerError::InvalidConfig(e.to_string())),
+                }),
+            },
+            ControllerRequest::AlterTopicConfigs {
+                name,
+                changes,
+                validate_only,
+            } => {
+                let Some(topic) = image.topic(&name) else {
+                    return Decision::answer(ControllerResponse::Configs {
+                        result: Err(ControllerError::UnknownTopicOrPartition(name)),
+                    });
+                };
+                let mut parsed = Vec::with_capacity(changes.len());
+                for c in &changes {
+                    match c.to_change() {
+                        Some(change) => parsed.push(change),
+                        None => {
+                            return Decision::answer(ControllerResponse::Configs {
+                                result: Err(ControllerError::InvalidRequest(format!(
+                                    "unknown config operation {}",
+                                    c.op
+                                ))),
+                            })
+                        }
+                    }
+                }
+                let broker = &self.config.broker;
+                match topic
+                    .configs
+                    .with_changes(&parsed, |key| broker.topic_default(key))
+                {
+                    Ok(configs) => self.set_topic_configs(image, &name, configs, validate_only),
+                    Err(e) => Decision::answer(ControllerResponse::Configs {
+                        result: Err(ControllerError::InvalidConfig(e.to_string())),
+                    }),
+                }
+            }
+            ControllerRequest::AllocateProducerIds {
+                node_id,
+                broker_epoch,
+            } => {
+                if image.broker(node_id).map(|b| b.broker_epoch) != Some(broker_epoch) {
+                    return Decision::error(ControllerError::StaleBrokerEpoch);
+                }
+                let first = image.next_producer_id;
+                let Some(next) = first.checked_add(PRODUCER_ID_BLOCK_SIZE) else {
+                    return Decision::error(ControllerError::Internal(
+                        "producer ids exhausted".into(),
+                    ));
+                };
+                Decision {
+                    records: vec![MetadataRecord::ProducerIds {
+                        next_producer_id: next,
+                    }],
+                    response: ControllerResponse::ProducerIds {
+                        first_producer_id: first,
+                        count: PRODUCER_ID_BLOCK_SIZE,
+                    },
+                }
+            }
+            ControllerRequest::AlterPartition {
+                node_id,
+                broker_epoch,
+                topic_id,
+                partition,
+                leader_epoch,
+                partition_epoch,
+                new_isr,
+            } => self.alter_partition(
+                image,
+                node_id,
+                broker_epoch,
+                topic_id,
+                partition,
+                leader_epoch,
+                partition_epoch,
+                &new_isr,
+            ),
+            ControllerRequest::ElectLeaders {
+                election,
+                partitions,
+            } => self.elect_leaders(image, election, partitions),
+        }
+    }
+
+    /// Periodic work: fence brokers whose session expired, and elect leaders for partitions that
+    /// have none although a replica could lead. Returns the records to commit (maybe none).
+    pub fn tick(&mut self, image: &MetadataImage, now_ms: i64) -> Vec<MetadataRecord> {
+        let mut records = Vec::new();
+        let mut leaving = BTreeSet::new();
+        for b in image.brokers.values() {
+            if b.fenced {
+                continue;
+            }
+            if !self.sessions.contains_key(&b.node_id) {
+                self.touch(b.node_id, now_ms);
+                continue;
+            }
+            if !self.session_valid(b.node_id, now_ms) {
+                info!(
+                    broker = b.node_id,
+                    broker_epoch = b.broker_epoch,
+                    "broker session expired; fencing it"
+                );
+                records.push(MetadataRecord::FenceBroker {
+                    node_id: b.node_id,
+                    broker_epoch: b.broker_epoch,
+                });
+                leaving.insert(b.node_id);
+            }
+        }
+        records.extend(self.partition_changes(image, &leaving, &[], |_| true));
+        records
+    }
+
+    /// Partition changes after `leaving` brokers become inactive (fenced, shutting down or
+    /// re-registered; `unclean` of them restarted uncleanly), plus elections for every partition
+    /// without a valid leader that can get one. `filter` limits the partitions considered.
+    fn partition_changes(
+        &self,
+        image: &MetadataImage,
+        leaving: &BTreeSet<i32>,
+        unclean: &[i32],
+        filter: impl Fn(&PartitionRegistration) -> bool,
+    ) -> Vec<MetadataRecord> {
+        let is_active = |b: i32| !leaving.contains(&b) && image.is_active(b);
+        let mut records = Vec::new();
+        for topic in image.topics.values() {
+            let min_isr = self.min_isr(topic);
+            let unclean_allowed = self.unclean_allowed(topic);
+            for (index, p) in topic.partitions.iter().enumerate() {
+                if !filter(p) {
+                    continue;
+                }
+                let touched = p.isr.iter().any(|b| leaving.contains(b))
+                    || p.elr
+                        .iter()
+                        .chain(&p.last_known_elr)
+                        .any(|b| unclean.contains(b));
+                let needs_leader = p.leader == NO_LEADER || !is_active(p.leader);
+                if !touched && !needs_leader {
+                    continue;
+                }
+                let mut change = PartitionChange::new(
+                    topic.topic_id,
+                    i32::try_from(index).unwrap_or(i32::MAX),
+                    p,
+                    min_isr,
+                );
+                change.target_isr.retain(|b| !leaving.contains(b));
+                change.unclean_shutdown = unclean.to_vec();
+                if unclean_allowed {
+                    change.election = Election::Unclean;
+                }
+                let (record, outcome) = change.build(is_active);
+                if let ElectionOutcome::Unclean(b) = outcome {
+                    tracing::warn!(topic = %topic.name, partition = index, leader = b, "unclean leader election: records not on this replica may be lost");
+                }
+                if let Some(r) = record {
+                    records.push(r);
+                }
+            }
+        }
+        records
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn register(
+        &mut self,
+        image: &MetadataImage,
+        node_id: i32,
+        incarnation_id: Uuid,
+        host: String,
+        port: u16,
+        rack: Option<String>,
+        clean_shutdown: bool,
+        now_ms: i64,
+    ) -> Decision {
+        if node_id < 0 {
+            return Decision::error(ControllerError::InvalidRequest(format!(
+                "invalid node id {node_id}"
+            )));
+        }
+        if let Some(existing) = image.broker(node_id) {
+            if existing.incarnation_id == incarnation_id {
+                // A retry of a registration that already committed.
+                self.touch(node_id, now_ms);
+                return Decision::answer(ControllerResponse::Registered {
+                    broker_epoch: existing.broker_epoch,
+                });
+            }
+            if !existing.fenced && self.session_valid(node_id, now_ms) {
+                return Decision::error(ControllerError::DuplicateBrokerRegistration(format!(
+                    "Another broker is registered with that broker id {node_id} and its session has not expired."
+                )));
+            }
+        }
+        self.touch(node_id, now_ms);
+        let mut records = vec![MetadataRecord::RegisterBroker {
+            node_id,
+            incarnation_id,
+            host,
+            port,
+            rack,
+            clean_shutdown,
+        }];
+        let leaving: BTreeSet<i32> = [node_id].into_iter().collect();
+        let unclean = if clean_shutdown {
+            vec![]
+        } else {
+            vec![node_id]
+        };
+        records.extend(self.partition_changes(image, &leaving, &unclean, |_| true));
+        Decision {
+            records,
+            response: ControllerResponse::Registered { broker_epoch: -1 },
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn heartbeat(
+        &mut self,
+        image: &MetadataImage,
+        node_id: i32,
+        broker_epoch: i64,
+        metadata_offset: u64,
+        want_fence: bool,
+        want_shutdown: bool,
+        now_ms: i64,
+    ) -> Decision {
+        let Some(b) = image
+            .broker(node_id)
+            .filter(|b| b.broker_epoch == broker_epoch)
+        else {
+            return Decision::error(ControllerError::StaleBrokerEpoch);
+        };
+        self.touch(node_id, now_ms);
+        let registration_offset = u64::try_from(b.broker_epoch).unwrap_or(u64::MAX);
+        let is_caught_up = metadata_offset >= registration_offset;
+        let mut records = Vec::new();
+        let mut should_shut_down = false;
+        let mut is_fenced = b.fenced;
+        if want_shutdown {
+            if b.fenced {
+                should_shut_down = true;
+            } else if !b.in_controlled_shutdown {
+                info!(
+                    broker = node_id,
+                    "controlled shutdown: moving leaderships away"
+                );
+                records.push(MetadataRecord::BeginControlledShutdown {
+                    node_id,
+                    broker_epoch,
+                });
+                let leaving: BTreeSet<i32> = [node_id].into_iter().collect();
+                records.extend(self.partition_changes(image, &leaving, &[], |_| true));
+            } else if metadata_offset >= image.offset {
+                // The broker has seen its leaderships move: let it go, fenced.
+                should_shut_down = true;
+                is_fenced = true;
+                records.push(MetadataRecord::FenceBroker {
+                    node_id,
+                    broker_epoch,
+                });
+            }
+        } else if b.fenced && !want_fence && is_caught_up && !b.in_controlled_shutdown {
+            info!(
+                broker = node_id,
+                broker_epoch, "broker caught up with the metadata log; unfencing it"
+            );
+            is_fenced = false;
+            records.push(MetadataRecord::UnfenceBroker {
+                node_id,
+                broker_epoch,
+            });
+            // Partitions waiting for this broker to lead.
+            let mut after = image.clone();
+            if let Some(reg) = after.brokers.get_mut(&node_id) {
+                reg.fenced = false;
+            }
+            records.extend(self.partition_changes(&after, &BTreeSet::new(), &[], |p| {
+                p.replicas.contains(&node_id)
+            }));
+        }
+        Decision {
+            records,
+            response: ControllerResponse::Heartbeat {
+                is_caught_up,
+                is_fenced,
+                should_shut_down,
+            },
+        }
+    }
+
+    fn create_topics(
+        &mut self,
+        image: &MetadataImage,
+        topics: Vec<TopicSpec>,
+        validate_only: bool,
+    ) -> Decision {
+        let mut records = Vec::new();
+        let mut results = Vec::with_capacity(topics.len());
+        let mut seen = BTreeSet::new();
+        for spec in topics {
+            let name = spec.name.clone();
+            if !seen.insert(name.clone()) {
+                results.push((
+                    name,
+                    Err(ControllerError::InvalidRequest(
+                        "Duplicate topic name in the request.".into(),
+                    )),
+                ));
+                continue;
+            }
+            match self.plan_topic(image, &spec) {
+                Ok((assignments, configs)) => {
+                    let topic_id = (self.new_topic_id)();
+                    let created = CreatedTopic {
+                        topic_id,
+                        partitions: i32::try_from(assignments.len()).unwrap_or(i32::MAX),
+                        replication_factor: assignments
+                            .first()
+                            .map_or(0, |r| i16::try_from(r.len()).unwrap_or(i16::MAX)),
+                        configs: configs.clone(),
+                    };
+                    if !validate_only {
+                        records.push(MetadataRecord::Topic {
+                            name: name.clone(),
+                            topic_id,
+                            configs,
+                        });
+                        for (index, replicas) in assignments.into_iter().enumerate() {
+                            records.push(MetadataRecord::Partition {
+                                topic_id,
+                                partition: i32::try_from(index).unwrap_or(i32::MAX),
+                                registration: new_partition(image, replicas),
+                            });
+                        }
+                    }
+                    results.push((name, Ok(created)));
+                }
+                Err(e) => results.push((name, Err(e))),
+            }
+        }
+        Decision {
+            records,
+            response: ControllerResponse::CreateTopics { results },
+        }
+    }
+
+    /// Validates a new topic and chooses its replicas.
+    fn plan_topic(
+        &self,
+        image: &MetadataImage,
+        spec: &TopicSpec,
+    ) -> Result<(Vec<Vec<i32>>, TopicConfigs), ControllerError> {
+        validate_topic_name(&spec.name).map_err(ControllerError::InvalidTopic)?;
+        if image.topic(&spec.name).is_some() {
+            return Err(ControllerError::TopicAlreadyExists(spec.name.clone()));
+        }
+        let configs = TopicConfigs::new(spec.configs.clone())
+            .map_err(|e| ControllerError::InvalidConfig(e.to_string()))?;
+        let assignments = if spec.assignments.is_empty() {
+            let partitions = spec
+                .partitions
+                .unwrap_or_else(|| self.config.broker.num_partitions());
+            let rf = spec
+                .replication_factor
+                .unwrap_or_else(|| self.config.broker.default_replication_factor());
+            check_partition_count(partitions)?;
+            placement::place(image, partitions, rf)?
+        } else {
+            if spec.partitions.is_some() || spec.replication_factor.is_some() {
+                return Err(ControllerError::InvalidReplicaAssignment(
+                    "Both numPartitions or replicationFactor and replicasAssignments were set. Both cannot be used at the same time.".into(),
+                ));
+            }
+            let list: Vec<Vec<i32>> = spec.assignments.values().cloned().collect();
+            for (i, &p) in spec.assignments.keys().enumerate() {
+                if i64::from(p) != i as i64 {
+                    return Err(ControllerError::InvalidReplicaAssignment(
+                        "Partitions should be a consecutive 0-based integer sequence".into(),
+                    ));
+                }
+            }
+            check_partition_count(i32::try_from(list.len()).unwrap_or(i32::MAX))?;
+            check_assignments(image, &list, 0)?;
+            list
+        };
+        Ok((assignments, configs))
+    }
+
+    fn delete_topics(&mut self, image: &MetadataImage, names: Vec<String>) -> Decision {
+        let enabled = self
+            .config
+            .broker
+            .get("delete.topic.enable")
+            .is_none_or(|v| v.trim().eq_ignore_ascii_case("true"));
+        let mut records = Vec::new();
+        let mut results = Vec::with_capacity(names.len());
+        let mut seen = BTreeSet::new();
+        for name in names {
+            let result = if !enabled {
+                Err(ControllerError::TopicDeletionDisabled)
+            } else {
+                match image.topic(&name) {
+                    Some(t) if seen.insert(t.topic_id) => {
+                        records.push(MetadataRecord::RemoveTopic {
+                            topic_id: t.topic_id,
+                        });
+                        Ok(t.topic_id)
+                    }
+                    Some(t) => Ok(t.topic_id),
+                    None => Err(ControllerError::UnknownTopicOrPartition(name.clone())),
+                }
+            };
+            results.push((name, result));
+        }
+        Decision {
+            records,
+            response: ControllerResponse::DeleteTopics { results },
+        }
+    }
+
+    fn create_partitions(
+        &mut self,
+        image: &MetadataImage,
+        topics: Vec<PartitionsSpec>,
+        validate_only: bool,
+    ) -> Decision {
+        let mut records = Vec::new();
+        let mut results = Vec::with_capacity(topics.len());
+        for spec in topics {
+            let planned = (|| {
+                let topic = image
+                    .topic(&spec.name)
+                    .ok_or_else(|| ControllerError::UnknownTopicOrPartition(spec.name.clone()))?;
+                let current = topic.partition_count();
+                if spec.count <= current {
+                    return Err(ControllerError::InvalidPartitions(format!(
+                        "Topic currently has {current} partitions, which is higher than or equal to the requested {}.",
+                        spec.count
+                    )));
+                }
+                check_partition_count(spec.count)?;
+                let added = spec.count - current;
+                let assignments = match &spec.assignments {
+                    Some(list) => {
+                        if i64::try_from(list.len()).unwrap_or(i64::MAX) != i64::from(added) {
+                            return Err(ControllerError::InvalidReplicaAssignment(format!(
+                                "Increasing the number of partitions by {added} but {} assignments provided.",
+                                list.len()
+                            )));
+                        }
+                        check_assignments(image, list, current)?;
+                        list.clone()
+                    }
+                    None => placement::place(image, added, topic.replication_factor().max(1))?,
+                };
+                Ok((topic.topic_id, current, assignments))
+            })();
+            match planned {
+                Ok((topic_id, first, assignments)) => {
+                    if !validate_only {
+                        for (i, replicas) in assignments.into_iter().enumerate() {
+                            records.push(MetadataRecord::Partition {
+                                topic_id,
+                                partition: first
+                                    .saturating_add(i32::try_from(i).unwrap_or(i32::MAX)),
+                                registration: new_partition(image, replicas),
+                            });
+                        }
+                    }
+                    results.push((spec.name, Ok(())));
+                }
+                Err(e) => results.push((spec.name, Err(e))),
+            }
+        }
+        Decision {
+            records,
+            response: ControllerResponse::CreatePartitions { results },
+        }
+    }
+
+    fn set_topic_configs(
+        &mut self,
+        image: &MetadataImage,
+        name: &str,
+        configs: TopicConfigs,
+        validate_only: bool,
+    ) -> Decision {
+        let Some(topic) = image.topic(name) else {
+            return Decision::answer(ControllerResponse::Configs {
+                result: Err(ControllerError::UnknownTopicOrPartition(name.to_string())),
+            });
+        };
+        if validate_only || configs == topic.configs {
+            return Decision::answer(ControllerResponse::Configs { result: Ok(()) });
+        }
+        let mut records = vec![MetadataRecord::TopicConfigs {
+            topic_id: topic.topic_id,
+            configs: configs.clone(),
+        }];
+        if configs.get("min.insync.replicas") != topic.configs.get("min.insync.replicas") {
+            // KIP-966: the ELR was computed against the old minimum; start afresh.
+            for (index, p) in topic.partitions.iter().enumerate() {
+                if p.elr.is_empty() && p.last_known_elr.is_empty() {
+                    continue;
+                }
+                records.push(
+                    PartitionChangeBuilder {
+                        elr: Some(Vec::new()),
+                        last_known_elr: Some(Vec::new()),
+                        ..MetadataRecord::partition_change(
+                            topic.topic_id,
+                            i32::try_from(index).unwrap_or(i32::MAX),
+                        )
+                    }
+                    .build(),
+                );
+            }
+        }
+        Decision {
+            records,
+            response: ControllerResponse::Configs { result: Ok(()) },
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn alter_partition(
+        &mut self,
+        image: &MetadataImage,
+        node_id: i32,
+        broker_epoch: i64,
+        topic_id: Uuid,
+        partition: i32,
+        leader_epoch: i32,
+        partition_epoch: i32,
+        new_isr: &[(i32, i64)],
+    ) -> Decision {
+        if image.broker(node_id).map(|b| b.broker_epoch) != Some(broker_epoch) {
+            return Decision::error(ControllerError::StaleBrokerEpoch);
+        }
+        let answer = |result| Decision::answer(ControllerResponse::AlterPartition { result });
+        let Some(topic) = image.topic_by_id(topic_id) else {
+            return answer(Err(ControllerError::UnknownTopicOrPartition(format!(
+                "{topic_id}-{partition}"
+            ))));
+        };
+        let Some(p) = topic.partition(partition) else {
+            return answer(Err(ControllerError::UnknownTopicOrPartition(format!(
+                "{}-{partition}",
+                topic.name
+            ))));
+        };
+        if p.leader != node_id {
+            return answer(Err(ControllerError::NotLeaderOrFollower));
+        }
+        if leader_epoch != p.leader_epoch {
+            return answer(Err(ControllerError::FencedLeaderEpoch));
+        }
+        if partition_epoch != p.partition_epoch {
+            return answer(Err(ControllerError::InvalidUpdateVersion));
+        }
+        let isr: Vec<i32> = new_isr.iter().map(|(b, _)| *b).collect();
+        let distinct: BTreeSet<i32> = isr.iter().copied().collect();
+        if distinct.len() != isr.len() || !isr.contains(&node_id) {
+            return answer(Err(ControllerError::InvalidRequest(format!(
+                "Invalid ISR {isr:?}: the leader must be in it, once."
+            ))));
+        }
+        for &(b, epoch) in new_isr {
+            if !p.replicas.contains(&b) {
+                return answer(Err(ControllerError::InvalidRequest(format!(
+                    "ISR member {b} is not a replica"
+                ))));
+            }
+            let eligible = image
+                .broker(b)
+                .is_some_and(|reg| reg.is_active() && (epoch < 0 || reg.broker_epoch == epoch));
+            if !eligible && !p.isr.contains(&b) {
+                return answer(Err(ControllerError::IneligibleReplica(format!(
+                    "Broker {b} is fenced, shutting down or has a newer broker epoch; it cannot join the ISR"
+                ))));
+            }
+        }
+        let mut change = PartitionChange::new(topic.topic_id, partition, p, self.min_isr(topic));
+        change.target_isr = isr;
+        let (record, _) = change.build(|b| image.is_active(b));
+        let mut next = p.clone();
+        let records = match record {
+            Some(r) => {
+                next.apply_change(&r);
+                vec![r]
+            }
+            None => Vec::new(),
+        };
+        Decision {
+            records,
+            response: ControllerResponse::AlterPartition { result: Ok(next) },
+        }
+    }
+
+    fn elect_leaders(
+        &mut self,
+        image: &MetadataImage,
+        election: ElectionType,
+        partitions: Option<Vec<(String, i32)>>,
+    ) -> Decision {
+        let wanted: Vec<(String, i32)> = match partitions {
+            Some(list) => list,
+            None => image
+                .topics
+                .values()
+                .flat_map(|t| (0..t.partition_count()).map(move |p| (t.name.clone(), p)))
+                .collect(),
+        };
+        let mut records = Vec::new();
+        let mut results = Vec::with_capacity(wanted.len());
+        for (name, index) in wanted {
+            let result = (|| {
+                let topic = image
+                    .topic(&name)
+                    .ok_or_else(|| ControllerError::UnknownTopicOrPartition(name.clone()))?;
+                let p = topic.partition(index).ok_or_else(|| {
+                    ControllerError::UnknownTopicOrPartition(format!("{name}-{index}"))
+                })?;
+                let mut change =
+                    PartitionChange::new(topic.topic_id, index, p, self.min_isr(topic));
+                let is_active = |b: i32| image.is_active(b);
+                match election {
+                    ElectionType::Preferred => {
+                        if p.leader == p.preferred_leader() {
+                            return Err(ControllerError::ElectionNotNeeded);
+                        }
+                        change.election = Election::Preferred;
+                        match change.build(is_active) {
+                            (Some(r), ElectionOutcome::Clean(b) | ElectionOutcome::FromElr(b))
+                                if b == p.preferred_leader() =>
+                            {
+                                records.push(r);
+                                Ok(())
+                            }
+                            _ => Err(ControllerError::PreferredLeaderNotAvailable),
+                        }
+                    }
+                    ElectionType::Unclean => {
+                        if p.leader != NO_LEADER && is_active(p.leader) {
+                            return Err(ControllerError::ElectionNotNeeded);
+                        }
+                        change.election = Election::Unclean;
+                        match change.build(is_active) {
+                            (
+                                Some(r),
+                                ElectionOutcome::Clean(_)
+                                | ElectionOutcome::FromElr(_)
+                                | ElectionOutcome::Unclean(_),
+                            ) => {
+                                records.push(r);
+                                Ok(())
+                            }
+                            _ => Err(ControllerError::EligibleLeadersNotAvailable),
+                        }
+                    }
+                }
+            })();
+            results.push(((name, index), result));
+        }
+        Decision {
+            records,
+            response: ControllerResponse::ElectLeaders { results },
+        }
+    }
+}
+
+/// A new partition's registration: the active assigned replicas form the ISR; the first of them
+/// leads.
+fn new_partition(image: &MetadataImage, replicas: Vec<i32>) -> PartitionRegistration {
+    let mut reg = PartitionRegistration::new(replicas);
+    reg.isr.retain(|&b| image.is_active(b));
+    reg.leader = reg
+        .replicas
+        .iter()
+        .copied()
+        .find(|b| reg.isr.contains(b))
+        .unwrap_or(NO_LEADER);
+    reg
+}
+
+fn check_partition_count(count: i32) -> Result<(), ControllerError> {
+    if !(1..=PARTITIONS_PER_TOPIC_MAX).contains(&count) {
+        return Err(ControllerError::InvalidPartitions(format!(
+            "Number of partitions must be in [1, {PARTITIONS_PER_TOPIC_MAX}], got {count}."
+        )));
+    }
+    Ok(())
+}
+
+/// Manual assignments: distinct, non-empty, registered brokers, one replication factor, and at
+/// least one active replica per partition.
+fn check_assignments(
+    image: &MetadataImage,
+    assignments: &[Vec<i32>],
+    first: i32,
+) -> Result<(), ControllerError> {
+    let rf = assignments.first().map_or(0, Vec::len);
+    for (i, replicas) in assignments.iter().enumerate() {
+        let p = first.saturating_add(i32::try_from(i).unwrap_or(i32::MAX));
+        let distinct: BTreeSet<i32> = replicas.iter().copied().collect();
+        if replicas.is_empty() || distinct.len() != replicas.len() {
+            return Err(ControllerError::InvalidReplicaAssignment(format!(
+                "Duplicate or empty replica assignment for partition {p}"
+            )));
+        }
+        if replicas.len() != rf {
+            return Err(ControllerError::InvalidReplicaAssignment(format!(
+                "Inconsistent replication factor between partitions, partition 0 has {rf} while partition {p} has {} replicas.",
+                replicas.len()
+            )));
+        }
+        if let Some(b) = replicas.iter().find(|b| image.broker(**b).is_none()) {
+            return Err(ControllerError::InvalidReplicaAssignment(format!(
+                "The manual partition assignment includes broker {b}, but no such broker is registered."
+            )));
+        }
+        if !replicas.iter().any(|b| image.is_active(*b)) {
+            return Err(ControllerError::InvalidReplicaAssignment(format!(
+                "All brokers specified in the partition assignment for partition {p} are fenced or in controlled shutdown."
+            )));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;
