@@ -1,0 +1,9 @@
+//! Millrace's partition replication (Kafka's ISR model): the per-partition replica state machine
+//! that owns the high watermark and the ISR proposals ([`replica`]), and — built on it — the
+//! replica manager, the followers' fetchers and the leader's `acks=all` purgatory.
+//!
+//! **Invariant:** `replica.rs` does no I/O and reads no clock; the seeded simulator drives it.
+
+pub mod replica;
+
+pub use replica::{Action, Event, PartitionReplica, PartitionState, ReplicaConfig};
