@@ -198,6 +198,26 @@ impl PartitionChangeBuilder {
     }
 }
 
+/// A Kafka-style cluster id: 16 random bytes in URL-safe base64 without padding (22 characters).
+pub fn new_cluster_id() -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let mut out = String::with_capacity(22);
+    let mut acc: u32 = 0;
+    let mut bits = 0;
+    for b in Uuid::new_v4().into_bytes() {
+        acc = (acc << 8) | u32::from(b);
+        bits += 8;
+        while bits >= 6 {
+            bits -= 6;
+            out.push(char::from(ALPHABET[((acc >> bits) & 63) as usize]));
+        }
+    }
+    if bits > 0 {
+        out.push(char::from(ALPHABET[((acc << (6 - bits)) & 63) as usize]));
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

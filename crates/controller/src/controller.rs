@@ -95,7 +95,7 @@ struct Session {
 pub struct Controller {
     config: ControllerConfig,
     sessions: BTreeMap<i32, Session>,
-    new_topic_id: Box<dyn FnMut() -> Uuid + Send>,
+    new_topic_id: Box<dyn FnMut() -> Uuid + Send + Sync>,
 }
 
 impl Controller {
@@ -106,7 +106,7 @@ impl Controller {
     /// With a given source of topic ids (seeded in simulations).
     pub fn with_id_generator(
         config: ControllerConfig,
-        new_topic_id: Box<dyn FnMut() -> Uuid + Send>,
+        new_topic_id: Box<dyn FnMut() -> Uuid + Send + Sync>,
     ) -> Self {
         Self {
             config,

@@ -12,11 +12,19 @@
 //!
 //! Read first: [`controller::Controller`], [`partition_change::PartitionChange`].
 
+pub mod client;
 pub mod controller;
+pub mod lifecycle;
 pub mod limits;
 pub mod messages;
 pub mod partition_change;
 pub mod placement;
+pub mod quorum;
+pub mod service;
 
+pub use client::ControllerClient;
 pub use controller::{Controller, ControllerConfig, Decision};
+pub use lifecycle::{BrokerInfo, BrokerLifecycle, Registration};
 pub use messages::{ControllerError, ControllerRequest, ControllerResponse};
+pub use quorum::{CallError, MetadataQuorum, ProposeError, QuorumView};
+pub use service::ControllerService;

@@ -6,3 +6,22 @@ pub const PARTITIONS_PER_TOPIC_MAX: i32 = 10_000;
 
 /// Producer ids handed to a broker per AllocateProducerIds (Kafka's block size).
 pub const PRODUCER_ID_BLOCK_SIZE: i64 = 1000;
+
+/// Requests: most controller requests queued on the active controller; more are refused at once
+/// (the broker retries), so a burst cannot grow memory without bound. Enforced by
+/// `ControllerService::submit`.
+pub const CONTROLLER_QUEUE_MAX: usize = 4096;
+
+/// Milliseconds between two controller ticks (session expiry checks, elections of leaderless
+/// partitions).
+pub const CONTROLLER_TICK_MS: u64 = 250;
+
+/// Milliseconds a decision may take to commit before its outcome is reported unknown.
+pub const PROPOSE_TIMEOUT_MS: u64 = 10_000;
+
+/// Milliseconds between retries while no controller is known or it moved.
+pub const CONTROLLER_RETRY_MS: u64 = 50;
+
+/// Milliseconds between heartbeats while the broker is fenced or shutting down (it wants the
+/// controller's next answer soon); otherwise broker.heartbeat.interval.ms applies.
+pub const FAST_HEARTBEAT_MS: u64 = 50;

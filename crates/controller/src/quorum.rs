@@ -1,0 +1,54 @@
+//! What the controller needs of the metadata quorum, as one small trait: propose an entry, know the
+//! leader, call another node. The broker implements it over `millrace-quorum` (openraft); the
+//! simulator implements it over a simulated log. Nothing in this crate knows openraft.
+
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use tokio::sync::watch;
+
+/// Why a proposal did not commit.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProposeError {
+    /// This node does not lead the quorum (any more).
+    #[error("not the quorum leader (leader: {leader:?})")]
+    NotLeader { leader: Option<i32> },
+    /// Outcome unknown (leadership lost, timeout, shutdown): the entry may or may not commit.
+    #[error("proposal outcome unknown: {0}")]
+    Unknown(String),
+}
+
+/// Why a call to another node failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("call to node {node} failed: {reason}")]
+pub struct CallError {
+    pub node: i32,
+    pub reason: String,
+}
+
+/// The quorum as this node sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct QuorumView {
+    /// The leader this node knows of, if any.
+    pub leader: Option<i32>,
+    /// Whether this node is that leader.
+    pub is_leader: bool,
+    /// The leader's term (rises at every election).
+    pub term: u64,
+}
+
+/// The metadata quorum.
+pub trait MetadataQuorum: Send + Sync + 'static {
+    /// Proposes one entry (an encoded `MetadataBatch`); resolves with its log offset once it is
+    /// committed and applied to this node's image.
+    fn propose(&self, payload: Vec<u8>) -> BoxFuture<'_, Result<u64, ProposeError>>;
+    /// Watches leadership.
+    fn view(&self) -> watch::Receiver<QuorumView>;
+    /// Sends a controller request to node `to` (its controller listener) and returns the answer.
+    fn call(
+        &self,
+        to: i32,
+        payload: Vec<u8>,
+        timeout: Duration,
+    ) -> BoxFuture<'_, Result<Vec<u8>, CallError>>;
+}
