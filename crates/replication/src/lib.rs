@@ -4,6 +4,7 @@
 //!
 //! **Invariant:** `replica.rs` does no I/O and reads no clock; the seeded simulator drives it.
 
+pub mod divergence;
 pub mod replica;
 
 pub use replica::{Action, Event, PartitionReplica, PartitionState, ReplicaConfig};
