@@ -5,6 +5,8 @@
 //! **Invariant:** `replica.rs` does no I/O and reads no clock; the seeded simulator drives it.
 
 pub mod divergence;
+pub mod partition;
 pub mod replica;
 
+pub use partition::{FetchPosition, FollowerFetchDecision, Partition, PartitionError, ReplicaLog};
 pub use replica::{Action, Event, PartitionReplica, PartitionState, ReplicaConfig};

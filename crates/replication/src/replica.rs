@@ -186,6 +186,11 @@ impl PartitionReplica {
         self.high_watermark
     }
 
+    /// The broker this replica lives on.
+    pub fn local_id(&self) -> i32 {
+        self.local_id
+    }
+
     pub fn is_leader(&self) -> bool {
         matches!(self.role, Role::Leader(_))
     }
