@@ -4,7 +4,9 @@
 //!
 //! **Invariant:** `replica.rs` does no I/O and reads no clock; the seeded simulator drives it.
 
+pub mod client;
 pub mod divergence;
+pub mod limits;
 pub mod partition;
 pub mod replica;
 

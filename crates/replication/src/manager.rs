@@ -1,0 +1,788 @@
+//! The replica manager (Kafka's `ReplicaManager`): every partition replica this broker hosts, kept
+//! in line with the committed metadata image, and the operations the front end calls on them —
+//! leader appends with their acks=all wait, consumer reads bounded by the high watermark, and the
+//! leader's side of follower fetches. Followers' fetchers live in `fetcher.rs`.
+//!
+//! Where it sits: the broker applies every new metadata image through [`ReplicaManager::apply_image`];
+//! the front end calls `append`, `read_for_consumer`, `read_for_follower`; the store calls back when
+//! appended data became durable (`on_durable`), which may advance high watermarks.
+//!
+//! Invariants:
+//! - a broker acts as leader only while the image names it leader *and* shows this process's
+//!   registration unfenced (a restarted process never acts on its predecessor's leaderships);
+//! - an acks=all append is answered only once the high watermark passed it (or with an error);
+//!   `acks=1` once it is as durable as the flush policy promises;
+//! - consumers read only below the high watermark, only from the leader, only with a current
+//!   leader epoch (KIP-320).
+//!
+//! Locking: one mutex per hosted partition around its replication state; the store append happens
+//! under it, so the leader epoch stamped on a batch is the one checked. Lock order: hosted
+//! partition → store partition. The partition map is a short `RwLock`. No lock is held across an
+//! `.await`.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::{Bytes, BytesMut};
+use millrace_cluster::config::BrokerConfig;
+use millrace_cluster::image::{MetadataImage, SharedImage, NO_LEADER};
+use millrace_controller::messages::ControllerError;
+use millrace_controller::{ControllerClient, ControllerRequest, ControllerResponse};
+use millrace_store::{
+    AppendError, AppendInfo, PartitionLog, ReadError, ReadResult, ReadUpperBound, Store,
+    StoreError, TopicPartition,
+};
+use parking_lot::{Mutex, RwLock};
+use tokio::sync::{watch, Notify};
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+use uuid::Uuid;
+
+use crate::partition::{FollowerFetchDecision, Partition, PartitionError};
+use crate::replica::{Action, AlterPartitionError, PartitionState, ReplicaConfig};
+use crate::store_log::StoreLog;
+
+/// Settings of the replica manager (Kafka's names in the docs of each field).
+#[derive(Debug, Clone)]
+pub struct ReplicaManagerConfig {
+    pub node_id: i32,
+    /// The broker config: topic config defaults, min.insync.replicas, replica.* settings.
+    pub broker: BrokerConfig,
+    /// Test only: inter-broker addresses that replace the registered ones (node id → host:port).
+    pub peer_addresses: BTreeMap<i32, String>,
+}
+
+impl ReplicaManagerConfig {
+    fn long(&self, key: &str, fallback: i64) -> i64 {
+        self.broker
+            .get(key)
+            .and_then(|v| v.trim().parse::<i64>().ok())
+            .unwrap_or(fallback)
+    }
+
+    /// replica.lag.time.max.ms (30 s)
+    pub fn replica_lag_time_max_ms(&self) -> i64 {
+        self.long("replica.lag.time.max.ms", 30_000).max(1)
+    }
+    /// replica.fetch.wait.max.ms (500 ms)
+    pub fn replica_fetch_wait_max_ms(&self) -> i32 {
+        i32::try_from(self.long("replica.fetch.wait.max.ms", 500).clamp(0, 30_000)).unwrap_or(500)
+    }
+    /// replica.fetch.min.bytes (1)
+    pub fn replica_fetch_min_bytes(&self) -> i32 {
+        i32::try_from(self.long("replica.fetch.min.bytes", 1).clamp(0, i64::from(i32::MAX)))
+            .unwrap_or(1)
+    }
+    /// replica.fetch.max.bytes (1 MiB), per partition
+    pub fn replica_fetch_max_bytes(&self) -> i32 {
+        i32::try_from(self.long("replica.fetch.max.bytes", 1_048_576).clamp(1, i64::from(i32::MAX)))
+            .unwrap_or(1_048_576)
+    }
+    /// replica.fetch.response.max.bytes (10 MiB)
+    pub fn replica_fetch_response_max_bytes(&self) -> i32 {
+        i32::try_from(
+            self.long("replica.fetch.response.max.bytes", 10_485_760)
+                .clamp(1, i64::from(i32::MAX)),
+        )
+        .unwrap_or(10_485_760)
+    }
+    /// replica.socket.timeout.ms (30 s)
+    pub fn replica_socket_timeout(&self) -> Duration {
+        Duration::from_millis(
+            u64::try_from(self.long("replica.socket.timeout.ms", 30_000).max(1)).unwrap_or(30_000),
+        )
+    }
+    /// replica.fetch.backoff.ms (1 s)
+    pub fn replica_fetch_backoff(&self) -> Duration {
+        Duration::from_millis(
+            u64::try_from(self.long("replica.fetch.backoff.ms", 1_000).max(0)).unwrap_or(1_000),
+        )
+    }
+}
+
+/// What a waiter on a partition watches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Progress {
+    pub high_watermark: i64,
+    pub leader_epoch: i32,
+    pub is_leader: bool,
+}
+
+/// One partition replica hosted here.
+pub struct HostedPartition {
+    pub tp: TopicPartition,
+    pub topic_id: Uuid,
+    pub log: Arc<PartitionLog>,
+    state: Mutex<Partition<StoreLog>>,
+    progress: watch::Sender<Progress>,
+}
+
+impl HostedPartition {
+    /// (leader, leader epoch) as this replica acts on them.
+    pub fn leader(&self) -> Option<(i32, i32)> {
+        self.state.lock().replica().leader()
+    }
+
+    pub fn progress(&self) -> watch::Receiver<Progress> {
+        self.progress.subscribe()
+    }
+
+    /// As leader: the start of this leader epoch (ListOffsets answers OFFSET_NOT_AVAILABLE for the
+    /// latest offset until the HW reaches it).
+    pub fn epoch_start_offset(&self) -> Option<i64> {
+        self.state.lock().replica().epoch_start_offset()
+    }
+
+    /// As leader: the committed ISR.
+    pub fn isr(&self) -> Option<Vec<i32>> {
+        self.state.lock().replica().isr().map(<[i32]>::to_vec)
+    }
+
+    pub fn check_leader(&self, current_leader_epoch: i32) -> Result<i32, PartitionError> {
+        let state = self.state.lock();
+        let epoch = state.require_leader()?;
+        state.check_leader_epoch(current_leader_epoch)?;
+        Ok(epoch)
+    }
+}
+
+/// Why an operation on a partition failed (the front end maps each to a Kafka error code).
+#[derive(Debug, thiserror::Error)]
+pub enum ReplicaError {
+    #[error("this broker hosts no replica of {0}")]
+    UnknownPartition(TopicPartition),
+    #[error("{0:?}")]
+    Partition(PartitionError),
+    #[error(transparent)]
+    Append(#[from] AppendError),
+    #[error(transparent)]
+    Read(#[from] ReadError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Why waiting for an acknowledgement failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AckError {
+    /// REQUEST_TIMED_OUT: not replicated in time (the record may still commit).
+    Timeout,
+    /// NOT_LEADER_OR_FOLLOWER: leadership moved before the record committed.
+    NotLeader,
+    /// NOT_ENOUGH_REPLICAS_AFTER_APPEND
+    NotEnoughReplicasAfterAppend,
+    /// KAFKA_STORAGE_ERROR: the log went offline or was deleted.
+    Storage,
+}
+
+/// A leadership change of a hosted partition (the group coordinator loads and unloads
+/// `__consumer_offsets` partitions on these).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LeadershipChange {
+    Became {
+        tp: TopicPartition,
+        leader_epoch: i32,
+        log: Arc<PartitionLog>,
+    },
+    Resigned {
+        tp: TopicPartition,
+    },
+}
+
+impl PartialEq for HostedPartition {
+    fn eq(&self, other: &Self) -> bool {
+        self.tp == other.tp
+    }
+}
+
+type LeadershipListener = Box<dyn Fn(LeadershipChange) + Send + Sync>;
+
+/// Every replica hosted on this broker.
+pub struct ReplicaManager {
+    pub(crate) config: ReplicaManagerConfig,
+    store: Arc<Store>,
+    pub(crate) image: Arc<SharedImage>,
+    controller: Arc<ControllerClient>,
+    partitions: RwLock<HashMap<TopicPartition, Arc<HostedPartition>>>,
+    /// Follower partitions by leader broker.
+    pub(crate) following: RwLock<BTreeMap<i32, BTreeSet<TopicPartition>>>,
+    /// Woken by every leader append (followers' long polls wait on it).
+    appended: Arc<Notify>,
+    pub(crate) fetchers: Mutex<BTreeMap<i32, crate::fetcher::FetcherHandle>>,
+    /// This process's broker epoch (sent in replica fetches, KIP-903), -1 before registration.
+    pub(crate) broker_epoch: AtomicI64,
+    /// Whether the last applied image showed this process registered and unfenced.
+    current: AtomicBool,
+    listeners: RwLock<Vec<LeadershipListener>>,
+    pub(crate) stop: CancellationToken,
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+/// How often leaders check their ISR (shrink, expand retries).
+const ISR_CHECK_INTERVAL: Duration = Duration::from_millis(250);
+/// How long an AlterPartition may wait for the controller.
+const ALTER_PARTITION_TIMEOUT: Duration = Duration::from_secs(10);
+
+impl ReplicaManager {
+    pub fn new(
+        config: ReplicaManagerConfig,
+        store: Arc<Store>,
+        image: Arc<SharedImage>,
+        controller: Arc<ControllerClient>,
+        stop: CancellationToken,
+    ) -> Arc<Self> {
+        let manager = Arc::new(Self {
+            config,
+            store,
+            image,
+            controller,
+            partitions: RwLock::new(HashMap::new()),
+            following: RwLock::new(BTreeMap::new()),
+            appended: Arc::new(Notify::new()),
+            fetchers: Mutex::new(BTreeMap::new()),
+            broker_epoch: AtomicI64::new(-1),
+            current: AtomicBool::new(false),
+            listeners: RwLock::new(Vec::new()),
+            stop,
+        });
+        let weak = Arc::downgrade(&manager);
+        manager.store.set_durable_listener(Arc::new(move |tp: &TopicPartition| {
+            if let Some(m) = weak.upgrade() {
+                m.on_durable(tp);
+            }
+        }));
+        let ticker = Arc::clone(&manager);
+        tokio::spawn(async move { ticker.run_isr_checks().await });
+        manager
+    }
+
+    pub fn node_id(&self) -> i32 {
+        self.config.node_id
+    }
+
+    /// Subscribes to leadership changes of hosted partitions.
+    pub fn on_leadership(&self, listener: LeadershipListener) {
+        self.listeners.write().push(listener);
+    }
+
+    pub fn set_broker_epoch(&self, epoch: i64) {
+        self.broker_epoch.store(epoch, Ordering::SeqCst);
+    }
+
+    pub fn partition(&self, tp: &TopicPartition) -> Option<Arc<HostedPartition>> {
+        self.partitions.read().get(tp).cloned()
+    }
+
+    pub fn hosted(&self) -> Vec<Arc<HostedPartition>> {
+        self.partitions.read().values().cloned().collect()
+    }
+
+    /// Woken by every leader append.
+    pub fn appended(&self) -> Arc<Notify> {
+        Arc::clone(&self.appended)
+    }
+
+    fn replica_config(&self, image: &MetadataImage, topic: &str) -> ReplicaConfig {
+        let min_isr = image
+            .topic(topic)
+            .and_then(|t| t.configs.get("min.insync.replicas").map(str::to_string))
+            .or_else(|| self.config.broker.get("min.insync.replicas").map(str::to_string))
+            .and_then(|v| v.trim().parse::<usize>().ok())
+            .unwrap_or(1);
+        ReplicaConfig {
+            replica_lag_time_max_ms: self.config.replica_lag_time_max_ms(),
+            min_insync_replicas: min_isr.max(1),
+        }
+    }
+
+    /// Brings the hosted replicas in line with `image`. `current`: the image shows this process
+    /// registered and unfenced (otherwise it leads nothing).
+    pub fn apply_image(self: &Arc<Self>, image: &MetadataImage, current: bool) {
+        let local = self.config.node_id;
+        self.current.store(current, Ordering::SeqCst);
+        let now = now_ms();
+        let mut wanted: BTreeSet<TopicPartition> = BTreeSet::new();
+        let mut changes = Vec::new();
+        let mut following: BTreeMap<i32, BTreeSet<TopicPartition>> = BTreeMap::new();
+        for topic in image.topics.values() {
+            for (index, p) in topic.partitions.iter().enumerate() {
+                if !p.replicas.contains(&local) {
+                    continue;
+                }
+                let tp = TopicPartition::new(&topic.name, i32::try_from(index).unwrap_or(i32::MAX));
+                wanted.insert(tp.clone());
+                let hosted = match self.ensure_hosted(&tp, topic.topic_id, image) {
+                    Ok(h) => h,
+                    Err(e) => {
+                        warn!(partition = %tp, error = %e, "cannot host replica");
+                        continue;
+                    }
+                };
+                let leader = if p.leader == local && !current {
+                    NO_LEADER
+                } else {
+                    p.leader
+                };
+                let state = PartitionState {
+                    leader,
+                    leader_epoch: p.leader_epoch,
+                    partition_epoch: p.partition_epoch,
+                    isr: p.isr.clone(),
+                    replicas: p.replicas.clone(),
+                };
+                let config = self.replica_config(image, &topic.name);
+                let mut part = hosted.state.lock();
+                let was_leader = part.is_leader();
+                let old_epoch = part.replica().leader().map(|(_, e)| e);
+                match part.on_metadata(state, config, now) {
+                    Ok(actions) => self.process(&hosted, &mut part, actions),
+                    Err(e) => warn!(partition = %tp, error = ?e, "cannot apply partition state"),
+                }
+                let is_leader = part.is_leader();
+                let (leader_now, epoch_now) = part.replica().leader().unwrap_or((NO_LEADER, -1));
+                if !is_leader && leader_now >= 0 && leader_now != local {
+                    following.entry(leader_now).or_default().insert(tp.clone());
+                }
+                hosted.progress.send_modify(|pr| {
+                    pr.leader_epoch = epoch_now;
+                    pr.is_leader = is_leader;
+                    pr.high_watermark = part.replica().high_watermark();
+                });
+                if is_leader && (!was_leader || old_epoch != Some(epoch_now)) {
+                    info!(partition = %tp, leader_epoch = epoch_now, "became leader");
+                    changes.push(LeadershipChange::Became {
+                        tp: tp.clone(),
+                        leader_epoch: epoch_now,
+                        log: Arc::clone(&hosted.log),
+                    });
+                } else if was_leader && !is_leader {
+                    info!(partition = %tp, leader = leader_now, leader_epoch = epoch_now, "resigned leadership");
+                    changes.push(LeadershipChange::Resigned { tp: tp.clone() });
+                }
+                drop(part);
+                let log_config = self.config.broker.log_config(&topic.configs);
+                if hosted.log.config() != log_config {
+                    hosted.log.update_config(log_config);
+                }
+            }
+        }
+        // Replicas no longer assigned here: stop, and delete their logs.
+        let gone: Vec<Arc<HostedPartition>> = self
+            .partitions
+            .read()
+            .values()
+            .filter(|h| !wanted.contains(&h.tp))
+            .cloned()
+            .collect();
+        for hosted in gone {
+            self.partitions.write().remove(&hosted.tp);
+            let was_leader = hosted.state.lock().is_leader();
+            hosted.progress.send_modify(|p| p.is_leader = false);
+            if was_leader {
+                changes.push(LeadershipChange::Resigned {
+                    tp: hosted.tp.clone(),
+                });
+            }
+            info!(partition = %hosted.tp, "replica no longer assigned here; deleting its log");
+            match self.store.delete_partition(&hosted.tp) {
+                Ok(()) | Err(StoreError::UnknownPartition(_)) => {}
+                Err(e) => warn!(partition = %hosted.tp, error = %e, "deleting log failed"),
+            }
+        }
+        *self.following.write() = following;
+        self.update_fetchers();
+        let listeners = self.listeners.read();
+        for change in changes {
+            for l in listeners.iter() {
+                l(change.clone());
+            }
+        }
+    }
+
+    fn ensure_hosted(
+        &self,
+        tp: &TopicPartition,
+        topic_id: Uuid,
+        image: &MetadataImage,
+    ) -> Result<Arc<HostedPartition>, StoreError> {
+        if let Some(h) = self.partitions.read().get(tp) {
+            if h.topic_id == topic_id {
+                return Ok(Arc::clone(h));
+            }
+        }
+        // A log of an older topic of the same name goes first.
+        if let Some(old) = self.partitions.write().remove(tp) {
+            warn!(partition = %tp, old = %old.topic_id, new = %topic_id, "topic recreated; replacing the old log");
+            let _ = self.store.delete_partition(tp);
+        }
+        let config = image
+            .topic(&tp.topic)
+            .map(|t| self.config.broker.log_config(&t.configs))
+            .unwrap_or_default();
+        let log = match self.store.partition(tp) {
+            Some(log) if log.topic_id().is_none_or(|id| id == topic_id) => log,
+            Some(_) => {
+                warn!(partition = %tp, "log on disk belongs to another topic id; replacing it");
+                self.store.delete_partition(tp)?;
+                self.store.create_partition(tp, config, Some(topic_id))?
+            }
+            None => self.store.create_partition(tp, config, Some(topic_id))?,
+        };
+        let part = Partition::new(
+            self.config.node_id,
+            StoreLog(Arc::clone(&log)),
+            self.replica_config(image, &tp.topic),
+        );
+        let hosted = Arc::new(HostedPartition {
+            tp: tp.clone(),
+            topic_id,
+            progress: watch::Sender::new(Progress {
+                high_watermark: log.high_watermark(),
+                leader_epoch: -1,
+                is_leader: false,
+            }),
+            log,
+            state: Mutex::new(part),
+        });
+        self.partitions
+            .write()
+            .insert(tp.clone(), Arc::clone(&hosted));
+        Ok(hosted)
+    }
+
+    /// Carries out the replica machine's actions.
+    pub(crate) fn process(
+        self: &Arc<Self>,
+        hosted: &Arc<HostedPartition>,
+        part: &mut Partition<StoreLog>,
+        actions: Vec<Action>,
+    ) {
+        for action in actions {
+            match action {
+                Action::SetHighWatermark(hw) => {
+                    hosted.progress.send_modify(|p| p.high_watermark = hw);
+                }
+                Action::AlterPartition {
+                    leader_epoch,
+                    partition_epoch,
+                    isr,
+                } => {
+                    let manager = Arc::clone(self);
+                    let hosted = Arc::clone(hosted);
+                    let broker_epoch = self.broker_epoch.load(Ordering::SeqCst);
+                    let _ = part;
+                    tokio::spawn(async move {
+                        manager
+                            .alter_partition(hosted, broker_epoch, leader_epoch, partition_epoch, isr)
+                            .await;
+                    });
+                }
+            }
+        }
+    }
+
+    async fn alter_partition(
+        self: Arc<Self>,
+        hosted: Arc<HostedPartition>,
+        broker_epoch: i64,
+        leader_epoch: i32,
+        partition_epoch: i32,
+        isr: Vec<(i32, i64)>,
+    ) {
+        info!(partition = %hosted.tp, ?isr, leader_epoch, partition_epoch, "proposing ISR change");
+        let response = self
+            .controller
+            .request(
+                ControllerRequest::AlterPartition {
+                    node_id: self.config.node_id,
+                    broker_epoch,
+                    topic_id: hosted.topic_id,
+                    partition: hosted.tp.partition,
+                    leader_epoch,
+                    partition_epoch,
+                    new_isr: isr,
+                },
+                ALTER_PARTITION_TIMEOUT,
+            )
+            .await;
+        let result = match response {
+            ControllerResponse::AlterPartition { result: Ok(reg) } => Ok(PartitionState {
+                leader: reg.leader,
+                leader_epoch: reg.leader_epoch,
+                partition_epoch: reg.partition_epoch,
+                isr: reg.isr,
+                replicas: reg.replicas,
+            }),
+            ControllerResponse::AlterPartition {
+                result: Err(ControllerError::IneligibleReplica(reason)),
+            } => {
+                info!(partition = %hosted.tp, %reason, "ISR change refused: ineligible replica");
+                Err(AlterPartitionError::Ineligible)
+            }
+            ControllerResponse::AlterPartition { result: Err(e) } => {
+                info!(partition = %hosted.tp, error = %e, "ISR change refused");
+                Err(AlterPartitionError::Stale)
+            }
+            ControllerResponse::Error {
+                error: ControllerError::StaleBrokerEpoch,
+            } => Err(AlterPartitionError::Stale),
+            other => {
+                warn!(partition = %hosted.tp, answer = ?other, "ISR change not answered; will retry");
+                Err(AlterPartitionError::Retriable)
+            }
+        };
+        let mut part = hosted.state.lock();
+        let actions = part.on_alter_partition(result, now_ms());
+        self.process(&hosted, &mut part, actions);
+    }
+
+    /// The store made appended data of `tp` durable.
+    pub fn on_durable(self: &Arc<Self>, tp: &TopicPartition) {
+        let Some(hosted) = self.partition(tp) else {
+            return;
+        };
+        let mut part = hosted.state.lock();
+        if !part.is_leader() {
+            return;
+        }
+        let actions = part.on_local_durable();
+        self.process(&hosted, &mut part, actions);
+    }
+
+    async fn run_isr_checks(self: Arc<Self>) {
+        let mut tick = tokio::time::interval(ISR_CHECK_INTERVAL);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = self.stop.cancelled() => return,
+                _ = tick.tick() => {}
+            }
+            let now = now_ms();
+            for hosted in self.hosted() {
+                let mut part = hosted.state.lock();
+                if part.is_leader() {
+                    let actions = part.tick(now);
+                    self.process(&hosted, &mut part, actions);
+                }
+            }
+        }
+    }
+
+    /// Appends producer batches as leader. Returns the append's result and what to wait for before
+    /// answering (acks=all: the HW; acks=1: durability; acks=0: nothing).
+    pub fn append(
+        self: &Arc<Self>,
+        tp: &TopicPartition,
+        records: BytesMut,
+        acks: i16,
+    ) -> Result<(AppendInfo, Option<AckWait>), ReplicaError> {
+        let hosted = self
+            .partition(tp)
+            .ok_or_else(|| ReplicaError::UnknownPartition(tp.clone()))?;
+        let acks_all = acks == -1;
+        let mut part = hosted.state.lock();
+        let epoch = part.check_append(acks_all).map_err(ReplicaError::Partition)?;
+        let info = hosted.log.append(records, epoch)?;
+        if !info.duplicate {
+            // Under `never` (or an already durable duplicate) the durable end moved here.
+            let actions = part.on_local_durable();
+            self.process(&hosted, &mut part, actions);
+        }
+        drop(part);
+        if !info.duplicate {
+            self.appended.notify_waiters();
+        }
+        let wait = match acks {
+            0 => None,
+            -1 => Some(AckWait::HighWatermark {
+                hosted: Arc::clone(&hosted),
+                offset: info.last_offset.saturating_add(1),
+                leader_epoch: epoch,
+            }),
+            _ => Some(AckWait::Durable {
+                log: Arc::clone(&hosted.log),
+                offset: info.last_offset.saturating_add(1),
+            }),
+        };
+        Ok((info, wait))
+    }
+
+    /// A consumer read: leader only, current leader epoch, below the high watermark.
+    pub fn read_for_consumer(
+        &self,
+        tp: &TopicPartition,
+        current_leader_epoch: i32,
+        fetch_offset: i64,
+        max_bytes: usize,
+        min_one_batch: bool,
+    ) -> Result<ReadResult, ReplicaError> {
+        let hosted = self
+            .partition(tp)
+            .ok_or_else(|| ReplicaError::UnknownPartition(tp.clone()))?;
+        hosted
+            .check_leader(current_leader_epoch)
+            .map_err(ReplicaError::Partition)?;
+        Ok(hosted
+            .log
+            .read(fetch_offset, max_bytes, ReadUpperBound::HighWatermark, min_one_batch)?)
+    }
+
+    /// The leader's side of a follower fetch: accounts the follower's position (which may move the
+    /// HW and the ISR) and reads from it up to the log end, or says where the follower diverges.
+    #[allow(clippy::too_many_arguments)]
+    pub fn read_for_follower(
+        self: &Arc<Self>,
+        tp: &TopicPartition,
+        replica_id: i32,
+        replica_broker_epoch: i64,
+        current_leader_epoch: i32,
+        fetch_offset: i64,
+        last_fetched_epoch: i32,
+        max_bytes: usize,
+    ) -> Result<FollowerRead, ReplicaError> {
+        let hosted = self
+            .partition(tp)
+            .ok_or_else(|| ReplicaError::UnknownPartition(tp.clone()))?;
+        let image = self.image.current();
+        let eligible = image.broker(replica_id).is_some_and(|b| {
+            b.is_active() && (replica_broker_epoch < 0 || b.broker_epoch == replica_broker_epoch)
+        });
+        let mut part = hosted.state.lock();
+        let (decision, actions) = part
+            .on_follower_fetch(
+                replica_id,
+                replica_broker_epoch,
+                current_leader_epoch,
+                fetch_offset,
+                last_fetched_epoch,
+                eligible,
+                now_ms(),
+            )
+            .map_err(ReplicaError::Partition)?;
+        self.process(&hosted, &mut part, actions);
+        drop(part);
+        let log = &hosted.log;
+        match decision {
+            FollowerFetchDecision::Diverging { epoch, end_offset } => Ok(FollowerRead {
+                records: Bytes::new(),
+                high_watermark: log.high_watermark(),
+                log_start_offset: log.log_start_offset(),
+                log_end_offset: log.log_end_offset(),
+                diverging: Some((epoch, end_offset)),
+            }),
+            FollowerFetchDecision::Serve { high_watermark } => {
+                let records = if fetch_offset >= log.log_end_offset() {
+                    Bytes::new()
+                } else {
+                    log.read(fetch_offset, max_bytes, ReadUpperBound::LogEnd, true)?
+                        .records
+                };
+                Ok(FollowerRead {
+                    records,
+                    high_watermark,
+                    log_start_offset: log.log_start_offset(),
+                    log_end_offset: log.log_end_offset(),
+                    diverging: None,
+                })
+            }
+        }
+    }
+
+    /// Address of `node`'s Kafka listener for inter-broker traffic.
+    pub(crate) fn broker_address(&self, node: i32) -> Option<String> {
+        if let Some(a) = self.config.peer_addresses.get(&node) {
+            return Some(a.clone());
+        }
+        self.image
+            .current()
+            .broker(node)
+            .map(|b| format!("{}:{}", b.host, b.port))
+    }
+
+    /// Follower partitions of `leader` with their positions.
+    pub(crate) fn following(&self, leader: i32) -> Vec<Arc<HostedPartition>> {
+        let set = self.following.read().get(&leader).cloned().unwrap_or_default();
+        set.iter().filter_map(|tp| self.partition(tp)).collect()
+    }
+
+    pub(crate) fn lock_partition<'a>(
+        &self,
+        hosted: &'a HostedPartition,
+    ) -> parking_lot::MutexGuard<'a, Partition<StoreLog>> {
+        hosted.state.lock()
+    }
+}
+
+/// What an append waits for before its answer.
+pub enum AckWait {
+    HighWatermark {
+        hosted: Arc<HostedPartition>,
+        offset: i64,
+        leader_epoch: i32,
+    },
+    Durable {
+        log: Arc<PartitionLog>,
+        offset: i64,
+    },
+}
+
+impl AckWait {
+    /// Resolves when the append may be acknowledged, or with why not.
+    pub async fn wait(self, timeout: Duration) -> Result<(), AckError> {
+        match self {
+            AckWait::Durable { log, offset } => {
+                match tokio::time::timeout(timeout, log.wait_durable(offset)).await {
+                    Ok(Ok(())) => Ok(()),
+                    Ok(Err(_)) => Err(AckError::Storage),
+                    Err(_) => Err(AckError::Timeout),
+                }
+            }
+            AckWait::HighWatermark {
+                hosted,
+                offset,
+                leader_epoch,
+            } => {
+                let mut rx = hosted.progress();
+                let reached = tokio::time::timeout(
+                    timeout,
+                    rx.wait_for(|p| {
+                        p.high_watermark >= offset || !p.is_leader || p.leader_epoch != leader_epoch
+                    }),
+                )
+                .await;
+                let progress = match reached {
+                    Ok(Ok(p)) => *p,
+                    Ok(Err(_)) => return Err(AckError::Storage),
+                    Err(_) => return Err(AckError::Timeout),
+                };
+                if progress.high_watermark < offset {
+                    return Err(AckError::NotLeader);
+                }
+                // Committed; Kafka still reports a shrink below min ISR that happened meanwhile.
+                let part = hosted.state.lock();
+                if part.replica().is_under_min_isr() && part.is_leader() {
+                    return Err(AckError::NotEnoughReplicasAfterAppend);
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// What the leader sends a follower for one partition.
+#[derive(Debug, Clone)]
+pub struct FollowerRead {
+    pub records: Bytes,
+    pub high_watermark: i64,
+    pub log_start_offset: i64,
+    pub log_end_offset: i64,
+    /// (epoch, end offset) when the follower must truncate.
+    pub diverging: Option<(i32, i64)>,
+}
