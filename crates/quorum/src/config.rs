@@ -162,12 +162,44 @@ impl QuorumConfig {
         Ok(())
     }
 
+    /// This node's own election timeout range `[lo, hi)` in milliseconds.
+    ///
+    /// openraft 0.9 draws one random election timeout per node at start and checks it on a tick
+    /// of 1.5 heartbeat intervals, so two voters whose draws fall in the same tick time out
+    /// together after every failed election and split the vote forever (seen in tests: two
+    /// candidates in lock-step for 10 s after the leader stopped). So each voter gets its own band
+    /// of the configured range, by its rank among the voter ids, and draws only in the first
+    /// quarter of it: any two voters' timeouts then differ by more than a tick plus 50 ms. When
+    /// the configured range is too narrow for that many voters, the bands extend past
+    /// `election_timeout_max_ms`.
+    pub fn election_band_ms(&self) -> (u64, u64) {
+        let n = self.voters.len().max(1) as u64;
+        let rank = self
+            .voters
+            .keys()
+            .position(|id| *id == self.node_id)
+            .unwrap_or(0) as u64;
+        let tick = self.heartbeat_interval_ms.saturating_mul(3) / 2;
+        // A band's unused three quarters must exceed a tick plus 50 ms.
+        let step_min = (tick.saturating_add(50)).saturating_mul(4).div_ceil(3);
+        let step = (self
+            .election_timeout_max_ms
+            .saturating_sub(self.election_timeout_min_ms)
+            / n)
+            .max(step_min);
+        let lo = self
+            .election_timeout_min_ms
+            .saturating_add(rank.saturating_mul(step));
+        (lo, lo.saturating_add((step / 4).max(1)))
+    }
+
     /// openraft's configuration for this node.
     pub(crate) fn raft_config(&self) -> Result<openraft::Config, QuorumError> {
+        let (election_lo, election_hi) = self.election_band_ms();
         let config = openraft::Config {
             cluster_name: "millrace-controller".into(),
-            election_timeout_min: self.election_timeout_min_ms,
-            election_timeout_max: self.election_timeout_max_ms,
+            election_timeout_min: election_lo,
+            election_timeout_max: election_hi,
             heartbeat_interval: self.heartbeat_interval_ms,
             // Sending and installing the last snapshot chunk includes the follower's
             // StateMachine::restore and an fsync: allow seconds, not openraft's 200 ms.
@@ -235,5 +267,32 @@ mod tests {
         c.election_timeout_max_ms = c.election_timeout_min_ms;
         check(c, false);
         assert!(QuorumConfig::single_node(1, "/d").raft_config().is_ok());
+    }
+
+    #[test]
+    fn each_voter_times_out_in_its_own_band() {
+        let listen = Some("127.0.0.1:9001".parse().unwrap());
+        for n in 1..=VOTERS_MAX as u64 {
+            for (min, max, hb) in [(1000, 2000, 100), (500, 1000, 100), (150, 300, 50)] {
+                let voters: BTreeMap<u64, String> =
+                    (1..=n).map(|i| (i * 10, format!("h:{i}"))).collect();
+                let mut bands = Vec::new();
+                for id in voters.keys() {
+                    let mut c = QuorumConfig::new(*id, "/d", Role::Voter, voters.clone(), listen);
+                    c.election_timeout_min_ms = min;
+                    c.election_timeout_max_ms = max;
+                    c.heartbeat_interval_ms = hb;
+                    c.validate().unwrap();
+                    let rc = c.raft_config().unwrap();
+                    assert!(rc.election_timeout_min >= min);
+                    bands.push(c.election_band_ms());
+                }
+                let tick = hb * 3 / 2;
+                for w in bands.windows(2) {
+                    assert!(w[0].0 < w[0].1 && w[0].1 <= w[1].0);
+                    assert!(w[1].0 - w[0].1 > tick + 49, "{n} voters, {bands:?}");
+                }
+            }
+        }
     }
 }

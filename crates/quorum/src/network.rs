@@ -75,7 +75,11 @@ impl Pool {
         let mut idle = self.idle.lock();
         let max_idle = Duration::from_millis(OUTBOUND_IDLE_MS_MAX);
         while let Some((conn, since)) = idle.pop() {
-            if since.elapsed() < max_idle {
+            // A connection the peer closed (or wrote to unasked) while it sat idle is stale:
+            // sending on it would fail after the request may look sent.
+            let mut probe = [0u8; 1];
+            let open = matches!(conn.try_read(&mut probe), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock);
+            if open && since.elapsed() < max_idle {
                 return Some(conn);
             }
         }

@@ -80,10 +80,13 @@ pub struct QuorumStatus {
 }
 
 impl QuorumStatus {
-    fn initial(node_id: u64) -> QuorumStatus {
+    fn initial(node_id: u64, role: Role) -> QuorumStatus {
         QuorumStatus {
             node_id,
-            state: NodeState::Follower,
+            state: match role {
+                Role::Voter => NodeState::Follower,
+                Role::Observer => NodeState::Observer,
+            },
             leader: None,
             is_leader: false,
             term: 0,
@@ -97,14 +100,17 @@ impl QuorumStatus {
 
     fn from_metrics(m: &RaftMetrics<u64, openraft::BasicNode>, committed: Option<u64>) -> Self {
         let error = m.running_state.as_ref().err().map(|e| e.to_string());
+        let membership = m.membership_config.membership();
+        let voter = membership.voter_ids().any(|id| id == m.id);
         let state = match (&error, m.state) {
             (Some(_), _) | (_, ServerState::Shutdown) => NodeState::Shutdown,
             (_, ServerState::Leader) => NodeState::Leader,
             (_, ServerState::Candidate) => NodeState::Candidate,
-            (_, ServerState::Follower) => NodeState::Follower,
-            (_, ServerState::Learner) => NodeState::Observer,
+            // openraft reports Follower before its start-up sorts voters from learners; a node
+            // that is not a voter in its own membership is not following as a voter.
+            (_, ServerState::Follower) if voter => NodeState::Follower,
+            (_, ServerState::Follower) | (_, ServerState::Learner) => NodeState::Observer,
         };
-        let membership = m.membership_config.membership();
         QuorumStatus {
             node_id: m.id,
             state,
@@ -233,11 +239,13 @@ impl Quorum {
             });
             tracker.spawn(server.serve(listener));
         }
-        let (status_tx, status) = watch::channel(QuorumStatus::initial(config.node_id));
+        let (status_tx, status) =
+            watch::channel(QuorumStatus::initial(config.node_id, config.role));
+        let status_tx = Arc::new(status_tx);
         tracker.spawn(publish_status(
             raft.metrics(),
-            committed_rx,
-            status_tx,
+            committed_rx.clone(),
+            status_tx.clone(),
             cancel.clone(),
         ));
 
@@ -257,6 +265,8 @@ impl Quorum {
             let _ = quorum.shutdown().await;
             return Err(e);
         }
+        // What `start` waited for (a sole voter's leadership) is visible as soon as it returns.
+        publish(&status_tx, &quorum.raft.metrics(), &committed_rx);
         Ok(quorum)
     }
 
@@ -434,17 +444,12 @@ impl Drop for Quorum {
 async fn publish_status(
     mut metrics: watch::Receiver<RaftMetrics<u64, openraft::BasicNode>>,
     mut committed: watch::Receiver<Option<u64>>,
-    tx: watch::Sender<QuorumStatus>,
+    tx: Arc<watch::Sender<QuorumStatus>>,
     cancel: CancellationToken,
 ) {
     let mut committed_open = true;
     loop {
-        let status = QuorumStatus::from_metrics(&metrics.borrow(), *committed.borrow());
-        tx.send_if_modified(|cur| {
-            let changed = *cur != status;
-            *cur = status;
-            changed
-        });
+        publish(&tx, &metrics, &committed);
         tokio::select! {
             _ = cancel.cancelled() => break,
             r = metrics.changed() => if r.is_err() { break },
@@ -454,6 +459,20 @@ async fn publish_status(
     tx.send_modify(|s| {
         s.state = NodeState::Shutdown;
         s.is_leader = false;
+    });
+}
+
+/// Sends the status derived from the current metrics and committed index, if it changed.
+fn publish(
+    tx: &watch::Sender<QuorumStatus>,
+    metrics: &watch::Receiver<RaftMetrics<u64, openraft::BasicNode>>,
+    committed: &watch::Receiver<Option<u64>>,
+) {
+    let status = QuorumStatus::from_metrics(&metrics.borrow(), *committed.borrow());
+    tx.send_if_modified(|cur| {
+        let changed = *cur != status;
+        *cur = status;
+        changed
     });
 }
 

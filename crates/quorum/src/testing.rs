@@ -117,6 +117,22 @@ impl MemDisk {
         st.inodes.get(inode).map(|i| i.data.clone())
     }
 
+    /// Appends `bytes` to `path` without making them durable (a write in flight when the power
+    /// goes); false if it does not exist.
+    pub fn append_unsynced(&self, path: &Path, bytes: &[u8]) -> bool {
+        let mut st = self.state.lock();
+        let Some(inode) = st.live.get(path).copied() else {
+            return false;
+        };
+        match st.inodes.get_mut(inode) {
+            Some(i) => {
+                i.data.extend_from_slice(bytes);
+                true
+            }
+            None => false,
+        }
+    }
+
     /// Overwrites the current bytes of `path` (to inject corruption); false if it does not exist.
     pub fn write(&self, path: &Path, bytes: &[u8]) -> bool {
         let mut st = self.state.lock();

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
 use millrace_quorum::disk::Disk;
+use millrace_quorum::testing::MemDisk;
 use millrace_quorum::{
     NodeState, Quorum, QuorumConfig, QuorumStatus, Role, RpcHandler, StartOptions, StateMachine,
 };
@@ -119,6 +120,8 @@ impl Node {
 /// A set of nodes sharing a voter map, each on its own free loopback port and directory.
 pub struct Cluster {
     pub root: tempfile::TempDir,
+    /// When set, each node runs on its own in-memory disk (for crash models).
+    pub mem: Option<BTreeMap<u64, MemDisk>>,
     pub voters: BTreeMap<u64, String>,
     pub nodes: BTreeMap<u64, Node>,
     pub tweak: fn(QuorumConfig) -> QuorumConfig,
@@ -137,6 +140,7 @@ impl Cluster {
         observer_ids: &[u64],
         tweak: fn(QuorumConfig) -> QuorumConfig,
     ) -> (Cluster, BTreeMap<u64, TcpListener>) {
+        init_tracing();
         let root = tempfile::tempdir().expect("create a temp dir");
         let mut listeners = BTreeMap::new();
         let mut voters = BTreeMap::new();
@@ -168,12 +172,23 @@ impl Cluster {
         (
             Cluster {
                 root,
+                mem: None,
                 voters,
                 nodes,
                 tweak,
             },
             listeners,
         )
+    }
+
+    /// Gives every node its own in-memory disk.
+    pub fn use_mem_disks(&mut self) {
+        self.mem = Some(self.nodes.keys().map(|id| (*id, MemDisk::new())).collect());
+    }
+
+    fn disk(&self, id: u64) -> Option<Arc<dyn Disk>> {
+        let mem = self.mem.as_ref()?.get(&id)?.clone();
+        Some(Arc::new(mem))
     }
 
     pub fn config(&self, id: u64) -> QuorumConfig {
@@ -191,12 +206,10 @@ impl Cluster {
     pub async fn start(&mut self, id: u64, listener: Option<TcpListener>) {
         let config = self.config(id);
         let sm = Arc::new(RecordingSm::default());
+        let disk = self.disk(id);
         let q = Quorum::start_with(
             config,
-            StartOptions {
-                listener,
-                disk: None,
-            },
+            StartOptions { listener, disk },
             sm.clone(),
             Arc::new(EchoRpc),
         )
@@ -214,13 +227,11 @@ impl Cluster {
             let config = self.config(id);
             let sm = Arc::new(RecordingSm::default());
             let listener = listeners.remove(&id);
+            let disk = self.disk(id);
             starts.push(async move {
                 let q = Quorum::start_with(
                     config,
-                    StartOptions {
-                        listener,
-                        disk: None,
-                    },
+                    StartOptions { listener, disk },
                     sm.clone(),
                     Arc::new(EchoRpc),
                 )
@@ -302,6 +313,16 @@ impl Cluster {
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+    }
+}
+
+/// Logs to the test's output when `RUST_LOG` is set (e.g. `RUST_LOG=openraft=debug`).
+pub fn init_tracing() {
+    if std::env::var_os("RUST_LOG").is_some() {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_test_writer()
+            .try_init();
     }
 }
 
