@@ -49,7 +49,9 @@ pub struct QuorumConfig {
     pub election_timeout_min_ms: u64,
     /// Milliseconds: see `election_timeout_min_ms`.
     pub election_timeout_max_ms: u64,
-    /// Milliseconds: how often the leader sends heartbeats (AppendEntries) to every node.
+    /// Milliseconds: how often the leader sends heartbeats (AppendEntries) to every node. In
+    /// openraft 0.9 this is also the deadline of every AppendEntries round trip, the follower's
+    /// fdatasync included (a request that misses it is retried), so it must exceed that.
     pub heartbeat_interval_ms: u64,
     /// Entries: a snapshot is taken after this many entries since the last one.
     pub snapshot_every_entries: u64,
@@ -90,7 +92,7 @@ impl QuorumConfig {
             // Kafka's controller.quorum.election.timeout.ms is 1000.
             election_timeout_min_ms: 1000,
             election_timeout_max_ms: 2000,
-            heartbeat_interval_ms: 100,
+            heartbeat_interval_ms: 200,
             snapshot_every_entries: 10_000,
             entries_kept_after_snapshot: 1_000,
             propose_timeout_ms: 10_000,
@@ -140,9 +142,16 @@ impl QuorumConfig {
             return bad("a quorum of more than one node needs a controller listener".into());
         }
         if self.role == Role::Observer {
+            let wildcard =
+                self.advertised.is_none() && self.listen.is_some_and(|a| a.ip().is_unspecified());
             match self.advertised_addr() {
-                Some(a) if !a.is_empty() && a.len() <= NODE_ADDR_BYTES_MAX => {}
-                _ => return bad("an observer needs an advertised controller address".into()),
+                Some(a) if !wildcard && !a.is_empty() && a.len() <= NODE_ADDR_BYTES_MAX => {}
+                _ => {
+                    return bad(
+                        "an observer needs an advertised controller address (not a wildcard)"
+                            .into(),
+                    )
+                }
             }
         }
         if self.heartbeat_interval_ms == 0

@@ -76,6 +76,12 @@ pub use config::{QuorumConfig, Role};
 pub use error::{ProposeError, QuorumError, RpcError};
 pub use quorum::{NodeState, Quorum, QuorumStatus, StartOptions};
 
+// The broker shares one `Quorum` between tasks.
+const _: () = {
+    const fn shareable<T: Send + Sync>() {}
+    shareable::<Quorum>();
+};
+
 /// The replicated state machine the quorum feeds (the controller implements it over the
 /// metadata image).
 pub trait StateMachine: Send + Sync + 'static {

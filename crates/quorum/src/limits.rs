@@ -37,8 +37,8 @@ pub const SNAPSHOT_BYTES_MAX: usize = 256 * 1024 * 1024;
 /// Bytes: snapshot bytes per InstallSnapshot RPC (openraft's `snapshot_max_chunk_size`).
 pub const SNAPSHOT_CHUNK_BYTES: usize = 1024 * 1024;
 
-/// Bytes: largest file read whole: the vote file and the snapshot header. Enforced by
-/// `disk::read_small`.
+/// Bytes: largest small record or file read whole: the vote file, the committed-index file and
+/// the log file's header record. Enforced by `disk::read_small` and the readers of those files.
 pub const SMALL_FILE_BYTES_MAX: usize = 64 * 1024;
 
 /// Bytes: largest frame on the controller listener (4-byte length prefix excluded). Checked
@@ -49,9 +49,14 @@ pub const FRAME_BYTES_MAX: usize = 16 * 1024 * 1024;
 /// Enforced by `Quorum::call` and by the server before it answers.
 pub const APP_RPC_BYTES_MAX: usize = 8 * 1024 * 1024;
 
-/// Entries: most log entries in one AppendEntries RPC (openraft's `max_payload_entries`). A
-/// request that still encodes past `FRAME_BYTES_MAX` is split (PayloadTooLarge) by `network`.
+/// Entries: most log entries in one AppendEntries RPC (openraft's `max_payload_entries`).
 pub const APPEND_ENTRIES_PER_RPC_MAX: u64 = 64;
+
+/// Bytes: an AppendEntries request of several entries that encodes past this is split
+/// (PayloadTooLarge, openraft resends fewer). openraft 0.9 gives each AppendEntries one heartbeat
+/// interval to travel, be fsynced by the follower and be answered; a request too big for that
+/// times out on every retry and the follower never catches up. Enforced by `network`.
+pub const APPEND_ENTRIES_BYTES_MAX: usize = 2 * 1024 * 1024;
 
 /// Connections: most open inbound connections on the controller listener; more are refused
 /// (closed at once). Enforced by the accept loop in `server`.
@@ -94,12 +99,13 @@ pub const LOG_READ_CHUNK_BYTES: usize = 1024 * 1024;
 pub const SHUTDOWN_WAIT_MS: u64 = 10_000;
 
 const _: () = assert!(LOG_RECORD_BYTES_MAX + 64 <= FRAME_BYTES_MAX);
+const _: () = assert!(ENTRY_PAYLOAD_BYTES_MAX < APPEND_ENTRIES_BYTES_MAX);
+const _: () = assert!(APPEND_ENTRIES_BYTES_MAX <= FRAME_BYTES_MAX);
 const _: () = assert!(SNAPSHOT_CHUNK_BYTES + 64 * 1024 <= FRAME_BYTES_MAX);
 const _: () = assert!(APP_RPC_BYTES_MAX + 64 * 1024 <= FRAME_BYTES_MAX);
 const _: () = assert!(SNAPSHOT_CHUNK_BYTES <= SNAPSHOT_BYTES_MAX);
 const _: () = assert!(FRAME_BYTES_MAX <= u32::MAX as usize);
 const _: () = assert!(LOG_RECORD_BYTES_MAX <= u32::MAX as usize);
-const _: () = assert!(LOG_RECORD_BYTES_MAX <= LOG_READ_CHUNK_BYTES * 4);
 const _: () = assert!(RECONNECT_BACKOFF_MS_MIN <= RECONNECT_BACKOFF_MS_MAX);
 const _: () = assert!(OUTBOUND_IDLE_MS_MAX < INBOUND_IDLE_MS_MAX);
 const _: () = assert!(VOTERS_MAX >= 1 && APPEND_ENTRIES_PER_RPC_MAX >= 1);

@@ -35,8 +35,8 @@ use tokio::time::Instant;
 
 use crate::codec::CodecError;
 use crate::limits::{
-    CONNECT_TIMEOUT_MS, FRAME_BYTES_MAX, IDLE_CONNECTIONS_PER_PEER_MAX, OUTBOUND_IDLE_MS_MAX,
-    RECONNECT_BACKOFF_MS_MAX, RECONNECT_BACKOFF_MS_MIN,
+    APPEND_ENTRIES_BYTES_MAX, CONNECT_TIMEOUT_MS, IDLE_CONNECTIONS_PER_PEER_MAX,
+    OUTBOUND_IDLE_MS_MAX, RECONNECT_BACKOFF_MS_MAX, RECONNECT_BACKOFF_MS_MIN,
 };
 use crate::types::TypeConfig;
 use crate::wire::{self, Hello, HelloReply, Reply, Request, PROTOCOL_VERSION};
@@ -322,16 +322,21 @@ impl RaftNetwork<TypeConfig> for PeerClient {
     ) -> Result<AppendEntriesResponse<u64>, RpcErr> {
         let entries = rpc.entries.len() as u64;
         let ttl = option.hard_ttl();
-        match self.send(&Request::AppendEntries(rpc), ttl).await {
+        let req = Request::AppendEntries(rpc);
+        if entries > 1 {
+            let len = wire::encoded_len(&req).unwrap_or(usize::MAX);
+            if len > APPEND_ENTRIES_BYTES_MAX {
+                // Ask openraft to resend fewer entries: as many as would fit, at most half.
+                let fit = (entries as u128 * APPEND_ENTRIES_BYTES_MAX as u128 / len.max(1) as u128)
+                    as u64;
+                let hint = fit.clamp(1, entries / 2);
+                return Err(PayloadTooLarge::new_entries_hint(hint).into());
+            }
+        }
+        match self.send(&req, ttl).await {
             Ok(Reply::AppendEntries(Ok(r))) => Ok(r),
             Ok(Reply::AppendEntries(Err(e))) => Err(RemoteError::new(self.target, e).into()),
             Ok(other) => Err(Self::unexpected(other)),
-            Err(CallError::TooLarge { len }) if entries > 1 => {
-                // Ask openraft to resend fewer entries: as many as would fit, at most half.
-                let fit = (entries as u128 * FRAME_BYTES_MAX as u128 / len.max(1) as u128) as u64;
-                let hint = fit.clamp(1, entries / 2);
-                Err(PayloadTooLarge::new_entries_hint(hint).into())
-            }
             Err(e) => Err(self.rpc_error(RPCTypes::AppendEntries, ttl, e)),
         }
     }

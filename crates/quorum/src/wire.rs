@@ -105,6 +105,12 @@ pub fn encode_frame<T: Serialize>(value: &T) -> Result<Vec<u8>, CodecError> {
     Ok(out)
 }
 
+/// The length `value` encodes to, without keeping the bytes.
+pub fn encoded_len<T: Serialize>(value: &T) -> Result<usize, CodecError> {
+    let size = postcard::ser_flavors::Size::default();
+    Ok(postcard::serialize_with_flavor(value, size)?)
+}
+
 /// Why a frame could not be read.
 #[derive(Debug, thiserror::Error)]
 pub enum FrameError {
@@ -148,6 +154,14 @@ pub async fn write_frame<W: AsyncWrite + Unpin>(w: &mut W, frame: &[u8]) -> std:
 mod tests {
     use super::*;
 
+    fn hello_again() -> Hello {
+        Hello {
+            version: PROTOCOL_VERSION,
+            from: 300,
+            voters: vec![1, 2, 300],
+        }
+    }
+
     #[tokio::test]
     async fn frames_round_trip_and_bad_frames_are_errors() {
         let hello = Hello {
@@ -172,6 +186,10 @@ mod tests {
             read_frame::<Hello, _>(&mut huge).await,
             Err(FrameError::TooLarge(_))
         ));
+        assert_eq!(
+            encoded_len(&hello_again()).unwrap() + 4,
+            encode_frame(&hello_again()).unwrap().len()
+        );
         // Garbage body.
         let mut garbage: &[u8] = &[0, 0, 0, 3, 0xff, 0xff, 0xff];
         assert!(matches!(

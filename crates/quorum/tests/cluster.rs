@@ -207,3 +207,26 @@ async fn concurrent_first_starts_form_one_cluster() {
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lagging_voter_catches_up_through_appends_split_to_fit_a_frame() {
+    let (mut c, listeners) = Cluster::new(&[1, 2, 3], &[], fast).await;
+    c.start_all(listeners).await;
+    let leader = c.agreed_leader(ELECT).await;
+    let lagging = c.running().map(|n| n.id).find(|id| *id != leader).unwrap();
+    c.stop(lagging).await;
+    // 20 entries of 1 MiB: more than one frame (FRAME_BYTES_MAX, 16 MiB) can carry, and fewer
+    // than openraft's batch (APPEND_ENTRIES_PER_RPC_MAX), so catching up needs split requests.
+    let big = millrace_quorum::limits::ENTRY_PAYLOAD_BYTES_MAX;
+    let mut expected = Vec::new();
+    for i in 0..20u8 {
+        let p = vec![i; big];
+        c.nodes[&leader].q().propose(p.clone()).await.unwrap();
+        expected.push(p);
+    }
+    c.start(lagging, None).await;
+    c.all_applied(&expected, Duration::from_secs(30)).await;
+    for id in [1, 2, 3] {
+        c.stop(id).await;
+    }
+}
