@@ -448,17 +448,21 @@ async fn publish_status(
     cancel: CancellationToken,
 ) {
     let mut committed_open = true;
-    loop {
+    let cancelled = loop {
         publish(&tx, &metrics, &committed);
         tokio::select! {
-            _ = cancel.cancelled() => break,
-            r = metrics.changed() => if r.is_err() { break },
+            _ = cancel.cancelled() => break true,
+            r = metrics.changed() => if r.is_err() { break false },
             r = committed.changed(), if committed_open => committed_open = r.is_ok(),
         }
-    }
+    };
     tx.send_modify(|s| {
         s.state = NodeState::Shutdown;
         s.is_leader = false;
+        if !cancelled && s.error.is_none() {
+            // openraft's core ended without being asked to (a panic inside openraft).
+            s.error = Some("the Raft core stopped unexpectedly".into());
+        }
     });
 }
 

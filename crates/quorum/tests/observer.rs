@@ -70,6 +70,13 @@ async fn an_observer_follows_the_committed_log_and_never_votes() {
     record_states(&c, 4, seen.clone());
     c.all_applied(&expected, WAIT).await;
 
+    // An observer whose directory is lost starts empty and receives the whole log again.
+    c.stop(4).await;
+    std::fs::remove_dir_all(&c.nodes[&4].dir).unwrap();
+    c.start(4, None).await;
+    record_states(&c, 4, seen.clone());
+    c.all_applied(&expected, WAIT).await;
+
     for n in c.running() {
         let s = n.status();
         assert_eq!(s.voters, [1, 2, 3].into(), "node {}: {s:?}", n.id);
