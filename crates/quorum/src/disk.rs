@@ -1,0 +1,168 @@
+//! The file operations the quorum's storage uses, behind one trait so that tests can cut the
+//! power (drop everything not fsynced) or make fsync fail.
+//!
+//! Every read and every mutation of the metadata log directory goes through [`Disk`] and
+//! [`DiskFile`]: open/create, positioned read and write, set_len, fdatasync, rename, remove and
+//! directory fsync. [`OsDisk`] is the real file system; `testing::MemDisk` is an in-memory one
+//! that keeps, per file and per directory, what was made durable, so a test can "lose power".
+//!
+//! Also here: [`write_atomic`] (tmp → fsync → rename → fsync dir, the only way the vote and the
+//! snapshot are replaced) and [`read_small`] (a whole small file, bounded before allocating).
+//! Nothing here knows Raft.
+
+use std::fmt;
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+/// File-system operations on the metadata log directory.
+pub trait Disk: Send + Sync + fmt::Debug + 'static {
+    /// Creates a directory and its parents (existing is not an error).
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()>;
+    /// Opens `path` for reading and writing; with `create`, creates it if missing (the new name
+    /// is durable only after `sync_dir` of its directory). Missing without `create`: NotFound.
+    fn open(&self, path: &Path, create: bool) -> io::Result<Box<dyn DiskFile>>;
+    /// Atomic rename (durable after `sync_dir`).
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
+    /// Removes a file; missing is not an error.
+    fn remove_file(&self, path: &Path) -> io::Result<()>;
+    /// fsync of a directory: makes creates, renames and removes in it durable.
+    fn sync_dir(&self, dir: &Path) -> io::Result<()>;
+}
+
+/// One open file.
+pub trait DiskFile: Send + Sync + fmt::Debug {
+    /// Current length in bytes.
+    fn size(&self) -> io::Result<u64>;
+    /// Reads exactly `buf.len()` bytes at `offset` (UnexpectedEof past the end).
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()>;
+    /// Writes all of `buf` at `offset`.
+    fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()>;
+    /// Truncates or extends the file.
+    fn set_len(&self, len: u64) -> io::Result<()>;
+    /// fdatasync: the file's data and length are durable when this returns `Ok`.
+    fn sync_data(&self) -> io::Result<()>;
+}
+
+/// The real file system.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct OsDisk;
+
+#[derive(Debug)]
+struct OsFile(File);
+
+impl Disk for OsDisk {
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
+        std::fs::create_dir_all(dir)
+    }
+    fn open(&self, path: &Path, create: bool) -> io::Result<Box<dyn DiskFile>> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(create)
+            .truncate(false)
+            .open(path)?;
+        Ok(Box::new(OsFile(file)))
+    }
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        std::fs::rename(from, to)
+    }
+    fn remove_file(&self, path: &Path) -> io::Result<()> {
+        match std::fs::remove_file(path) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            other => other,
+        }
+    }
+    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        File::open(dir)?.sync_all()
+    }
+}
+
+impl DiskFile for OsFile {
+    fn size(&self) -> io::Result<u64> {
+        Ok(self.0.metadata()?.len())
+    }
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        self.0.read_exact_at(buf, offset)
+    }
+    fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        self.0.write_all_at(buf, offset)
+    }
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        self.0.set_len(len)
+    }
+    fn sync_data(&self) -> io::Result<()> {
+        self.0.sync_data()
+    }
+}
+
+/// The temporary name a file is written under before it replaces `path`.
+pub fn tmp_path(path: &Path) -> PathBuf {
+    let mut name = path
+        .file_name()
+        .map(|n| n.to_os_string())
+        .unwrap_or_default();
+    name.push(".tmp");
+    path.with_file_name(name)
+}
+
+/// Replaces `path` with `parts` (concatenated) durably: write `path.tmp`, fdatasync it, rename it
+/// over `path`, fsync the directory. When this returns `Ok`, a power loss leaves the new content;
+/// before, it leaves the old content or the new one, never a mix.
+pub fn write_atomic(disk: &dyn Disk, path: &Path, parts: &[&[u8]]) -> io::Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let tmp = tmp_path(path);
+    let file = disk.open(&tmp, true)?;
+    file.set_len(0)?;
+    let mut offset = 0u64;
+    for part in parts {
+        file.write_all_at(part, offset)?;
+        offset = offset.saturating_add(part.len() as u64);
+    }
+    file.sync_data()?;
+    drop(file);
+    disk.rename(&tmp, path)?;
+    disk.sync_dir(dir)
+}
+
+/// Reads a whole file of at most `max` bytes; `Ok(None)` when it does not exist.
+pub fn read_small(disk: &dyn Disk, path: &Path, max: usize) -> io::Result<Option<Vec<u8>>> {
+    let file = match disk.open(path, false) {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let len = file.size()?;
+    let len = usize::try_from(len)
+        .ok()
+        .filter(|l| *l <= max)
+        .ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("{} is {len} bytes, more than {max}", path.display()),
+            )
+        })?;
+    let mut buf = vec![0u8; len];
+    file.read_exact_at(&mut buf, 0)?;
+    Ok(Some(buf))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn atomic_write_replaces_and_read_small_bounds() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("vote");
+        write_atomic(&OsDisk, &path, &[b"one"]).unwrap();
+        write_atomic(&OsDisk, &path, &[b"tw", b"o!"]).unwrap();
+        assert_eq!(read_small(&OsDisk, &path, 16).unwrap().unwrap(), b"two!");
+        assert!(!tmp_path(&path).exists());
+        assert!(read_small(&OsDisk, &path, 3).is_err());
+        assert!(read_small(&OsDisk, &dir.path().join("none"), 3)
+            .unwrap()
+            .is_none());
+    }
+}
