@@ -20,6 +20,7 @@ pub mod messages;
 pub mod partition_change;
 pub mod placement;
 pub mod quorum;
+pub mod raft;
 pub mod service;
 
 pub use client::ControllerClient;
