@@ -19,6 +19,11 @@ use crate::config::{BrokerConfig, ConfigError, TopicConfigs};
 use crate::metadata::{ClusterMetadata, MetadataError, TopicMetadata};
 use crate::topic_name::validate_topic_name;
 
+/// The store's form of a topic id.
+pub fn topic_id(id: uuid::Uuid) -> millrace_store::TopicId {
+    millrace_store::TopicId::from_bytes(id.into_bytes())
+}
+
 /// Where clients reach a broker.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BrokerEndpoint {
@@ -129,7 +134,11 @@ impl Cluster {
                     Some(log) => log.update_config(log_config.clone()),
                     None => {
                         warn!(partition = %tp, "partition log missing at start; creating it empty");
-                        self.store.create_partition(&tp, log_config.clone())?;
+                        self.store.create_partition(
+                            &tp,
+                            log_config.clone(),
+                            topic_id(topic.topic_id),
+                        )?;
                     }
                 }
                 wanted.insert(tp);
@@ -300,7 +309,7 @@ impl Cluster {
             .metadata
             .create_topic(&new.name, partitions, rf, configs)?;
         for p in 0..partitions {
-            self.ensure_log(&topic.name, p, &log_config)?;
+            self.ensure_log(&topic, p, &log_config)?;
         }
         info!(topic = %topic.name, partitions, topic_id = %topic.topic_id, "created topic");
         Ok(topic)
@@ -308,15 +317,18 @@ impl Cluster {
 
     fn ensure_log(
         &self,
-        topic: &str,
+        topic: &TopicMetadata,
         partition: i32,
         config: &millrace_store::LogConfig,
     ) -> Result<(), AdminError> {
         let tp = TopicPartition {
-            topic: topic.to_string(),
+            topic: topic.name.clone(),
             partition,
         };
-        match self.store.create_partition(&tp, config.clone()) {
+        match self
+            .store
+            .create_partition(&tp, config.clone(), topic_id(topic.topic_id))
+        {
             Ok(_) | Err(StoreError::AlreadyExists(_)) => Ok(()),
             Err(e) => Err(e.into()),
         }
@@ -378,7 +390,7 @@ impl Cluster {
         self.metadata.set_partition_count(name, count)?;
         let log_config = self.config.log_config(&topic.configs);
         for p in topic.partitions..count {
-            self.ensure_log(name, p, &log_config)?;
+            self.ensure_log(&topic, p, &log_config)?;
         }
         info!(topic = %name, from = topic.partitions, to = count, "added partitions");
         Ok(())

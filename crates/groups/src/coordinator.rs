@@ -1231,6 +1231,7 @@ mod tests {
                     .create_partition(
                         &TopicPartition::new("__consumer_offsets", p),
                         LogConfig::default(),
+                        millrace_store::TopicId::from_bytes([7; 16]),
                     )
                     .expect("partition")
             })

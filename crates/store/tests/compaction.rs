@@ -134,7 +134,11 @@ fn compaction_keeps_latest_per_key_and_tombstones_for_retention() {
     let store = open(dir.path(), FlushPolicy::Never);
     let t = tp("__consumer_offsets", 7);
     let log = store
-        .create_partition(&t, compact_config())
+        .create_partition(
+            &t,
+            compact_config(),
+            millrace_store::TopicId::from_bytes([7; 16]),
+        )
         .expect("create");
     let mut latest = BTreeMap::new();
     write_updates(&log, 10, 12, NOW - HOUR, &mut latest);
@@ -195,6 +199,7 @@ fn min_compaction_lag_protects_recent_segments() {
                 min_compaction_lag_ms: HOUR,
                 ..compact_config()
             },
+            millrace_store::TopicId::from_bytes([7; 16]),
         )
         .expect("create");
     let mut latest = BTreeMap::new();
@@ -214,7 +219,11 @@ fn idempotent_state_survives_compaction() {
     let store = open(dir.path(), FlushPolicy::Never);
     let t = tp("idem-compact", 0);
     let log = store
-        .create_partition(&t, compact_config())
+        .create_partition(
+            &t,
+            compact_config(),
+            millrace_store::TopicId::from_bytes([7; 16]),
+        )
         .expect("create");
     let v = [b'v'; 100];
     for seq in 0..40 {
@@ -250,7 +259,11 @@ fn compacted_topics_reject_keyless_records() {
     let dir = tempfile::tempdir().expect("tmp");
     let store = open(dir.path(), FlushPolicy::Never);
     let log = store
-        .create_partition(&tp("keys", 0), compact_config())
+        .create_partition(
+            &tp("keys", 0),
+            compact_config(),
+            millrace_store::TopicId::from_bytes([7; 16]),
+        )
         .expect("create");
     let keyless = encode_batch(
         &[(Some(b"k"), Some(b"v"), NOW), (None, Some(b"v"), NOW)],

@@ -45,6 +45,7 @@ fn workload(store: &Store, now: i64) -> Acked {
                 index_interval_bytes: 100,
                 ..LogConfig::default()
             },
+            millrace_store::TopicId::from_bytes([7; 16]),
         )?;
         let compact = store.create_partition(
             &compact_tp(),
@@ -59,6 +60,7 @@ fn workload(store: &Store, now: i64) -> Acked {
                 delete_retention_ms: HOUR,
                 ..LogConfig::default()
             },
+            millrace_store::TopicId::from_bytes([7; 16]),
         )?;
         for round in 0..4 {
             for i in 0..6 {

@@ -33,6 +33,7 @@ fn fixture() -> Fixture {
                     index_interval_bytes: 100,
                     ..LogConfig::default()
                 },
+                millrace_store::TopicId::from_bytes([7; 16]),
             )
             .expect("create");
         for i in 0..30 {
