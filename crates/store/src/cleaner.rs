@@ -223,10 +223,10 @@ fn choose(logs: &[Arc<PartitionLog>], now_ms: i64) -> Option<Arc<PartitionLog>> 
             continue;
         };
         let (mut clean, mut dirty) = (0u64, 0u64);
-        for seg in view.segments {
+        for (i, seg) in view.segments.iter().enumerate() {
             if seg.base_offset < view.cleaner_point {
                 clean += seg.size;
-            } else if lag_passed(&config, &seg, now_ms) {
+            } else if lag_passed(&config, seg, now_ms) && view.segment_end(i) <= view.clean_below {
                 dirty += seg.size;
             } else {
                 break;
@@ -256,14 +256,17 @@ fn start_pass(
     let mut map_bytes = 0usize;
     let mut read = 0u64;
     let mut dirty_end = cleaner_point;
-    for seg in view
-        .segments
-        .iter()
-        .filter(|s| s.base_offset >= cleaner_point)
-    {
+    for (i, seg) in view.segments.iter().enumerate() {
+        if seg.base_offset < cleaner_point {
+            continue;
+        }
         let full =
             map.len() >= CLEANER_KEYS_MAX || map_bytes >= CLEANER_MAP_BYTES_MAX || read >= budget;
-        if !lag_passed(&config, seg, now_ms) || (full && dirty_end > cleaner_point) {
+        let seg_end = view.segment_end(i);
+        if !lag_passed(&config, seg, now_ms)
+            || seg_end > view.clean_below
+            || (full && dirty_end > cleaner_point)
+        {
             break;
         }
         let base = seg.base_offset;
@@ -299,12 +302,7 @@ fn start_pass(
             break;
         }
         read += size;
-        // The next segment's base (or the active segment's) ends this one.
-        dirty_end = view
-            .segments
-            .iter()
-            .find(|s| s.base_offset > base)
-            .map_or(view.active_base_offset, |s| s.base_offset);
+        dirty_end = seg_end;
     }
     if dirty_end <= cleaner_point {
         return Ok((None, read));

@@ -213,13 +213,45 @@ pub(crate) fn load_partition(
             }
         }
     }
-    let log_end_offset = segments.values().next_back().map_or(0, |s| s.next_offset);
-    let first_base = segments.keys().next().copied().unwrap_or(0);
-    let log_start_offset = ckpt
-        .log_start_offset
-        .unwrap_or(first_base)
-        .max(first_base)
-        .min(log_end_offset);
+    let mut log_end_offset = segments.values().next_back().map_or(0, |s| s.next_offset);
+    let mut first_base = segments.keys().next().copied().unwrap_or(0);
+    let mut active_base = active_base;
+    let checkpointed_start = ckpt.log_start_offset.unwrap_or(first_base).max(first_base);
+    let started_over = checkpointed_start > log_end_offset;
+    if started_over {
+        // Everything left lies below a log start offset that was acknowledged (DeleteRecords,
+        // retention) and checkpointed, while the end of the log was lost (flush policy `never`
+        // and a power cut). Kafka's rule: start the log over at the log start offset, so offsets
+        // below it are never handed out again.
+        tracing::warn!(partition = %tp, log_start = checkpointed_start, log_end = log_end_offset, "log ends below its log start offset; starting it over at the log start offset");
+        let doomed: Vec<i64> = segments.keys().rev().copied().collect();
+        for base in doomed {
+            for suffix in [LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX] {
+                let p = segment::segment_path(dir, base, suffix);
+                shared.cache.invalidate(&p);
+                storage
+                    .remove_file(&p)
+                    .map_err(|e| io_err(format!("remove {}", p.display()), e))?;
+            }
+        }
+        segments.clear();
+        recovered_bases.clear();
+        let path = segment::segment_path(dir, checkpointed_start, LOG_SUFFIX);
+        shared
+            .cache
+            .get(&path, true)
+            .map_err(|e| io_err(format!("create {}", path.display()), e))?;
+        segments.insert(
+            checkpointed_start,
+            Segment::new_empty(checkpointed_start, &config, now),
+        );
+        log_end_offset = checkpointed_start;
+        first_base = checkpointed_start;
+        active_base = checkpointed_start;
+        epoch_headers.clear();
+        first_recovered_offset = None;
+    }
+    let log_start_offset = checkpointed_start.min(log_end_offset);
 
     // Leader epoch cache.
     let stored = checkpoint::read_bounded(&dir.join(LEADER_EPOCH_FILE))
@@ -317,7 +349,7 @@ pub(crate) fn load_partition(
             epochs,
             cleaner_point,
             unsynced,
-            sync_dir: !clean,
+            sync_dir: !clean || started_over,
         },
     )
 }

@@ -26,6 +26,20 @@ pub(crate) struct CleanerView {
     pub(crate) cleaner_point: i64,
     pub(crate) generation: u64,
     pub(crate) active_base_offset: i64,
+    /// The cleaner may only use records below this offset, both to decide what to keep and to
+    /// rewrite: the high watermark (Kafka's rule: what consumers may not have seen yet stays)
+    /// and the recovery point (a record that a power cut may take back must not be the reason
+    /// an older, durable record of its key is deleted).
+    pub(crate) clean_below: i64,
+}
+
+impl CleanerView {
+    /// Offset after sealed segment `i` (the next one's base, or the active segment's).
+    pub(crate) fn segment_end(&self, i: usize) -> i64 {
+        self.segments
+            .get(i + 1)
+            .map_or(self.active_base_offset, |s| s.base_offset)
+    }
 }
 
 impl PartitionLog {
@@ -58,7 +72,15 @@ impl PartitionLog {
             cleaner_point: inner.cleaner_point,
             generation: inner.generation,
             active_base_offset: active,
+            clean_below: active
+                .min(self.offsets.high_watermark())
+                .min(self.offsets.recovery_point()),
         })
+    }
+
+    /// Base offset of the active segment (the one appends go to; never cleaned or deleted).
+    pub fn active_segment_base_offset(&self) -> i64 {
+        self.inner.lock().active_base()
     }
 
     /// Bumped by every truncation; a cleaning pass started at another generation is stale.

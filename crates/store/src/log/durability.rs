@@ -93,14 +93,18 @@ impl FlushTarget for PartitionLog {
             }
             Ok(())
         })();
+        let mut inner = self.inner.lock();
         if let Err(e) = result {
             if !self.is_deleted() {
                 self.shared.mark_offline(e.to_string());
             }
+            // Nothing of this round counts as synced: its work stays pending, so that no later
+            // round claims it (a round with nothing to sync would otherwise raise the recovery
+            // point past the segments this one failed to sync).
+            inner.pending.take_back(pending);
             return;
         }
-        let mut inner = self.inner.lock();
-        if inner.generation != generation {
+        if inner.generation != generation || self.shared.offline_reason().is_some() {
             return;
         }
         let synced_to = if sync_active {
@@ -164,6 +168,13 @@ impl PartitionLog {
         if offset > old {
             self.shared.data_available.notify_waiters();
         }
+    }
+
+    /// The recovery point: everything below it has been fsynced (segment files, their indexes,
+    /// the leader-epoch checkpoint), whatever the flush policy. Recovery after a crash validates
+    /// only from the segment that holds it.
+    pub fn recovery_point(&self) -> i64 {
+        self.offsets.recovery_point()
     }
 
     /// Everything below this offset is as durable as the flush policy promises.

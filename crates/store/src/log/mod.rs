@@ -127,6 +127,19 @@ struct Pending {
 }
 
 impl Pending {
+    /// Puts back the work of a flush round that failed, before anything queued since.
+    fn take_back(&mut self, mut earlier: Pending) {
+        earlier.sync_paths.append(&mut self.sync_paths);
+        self.sync_paths = earlier.sync_paths;
+        earlier.snapshots.append(&mut self.snapshots);
+        self.snapshots = earlier.snapshots;
+        self.sync_dir |= earlier.sync_dir;
+        self.flush_active |= earlier.flush_active;
+        if self.epochs.is_none() {
+            self.epochs = earlier.epochs;
+        }
+    }
+
     fn is_empty(&self) -> bool {
         self.sync_paths.is_empty()
             && !self.sync_dir
