@@ -12,6 +12,7 @@
 
 pub mod config;
 pub mod metadata;
+pub mod recover;
 pub mod topic_name;
 
 pub use config::{
