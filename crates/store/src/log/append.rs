@@ -10,7 +10,7 @@
 
 use bytes::BytesMut;
 
-use super::{now_ms, LogInner, PartitionLog};
+use super::{now_ms, AppendInfo, LogInner, PartitionLog};
 use crate::batch::{self, BatchError, BatchHeader};
 use crate::config::{FlushPolicy, LogConfig, TimestampType};
 use crate::error::{AppendError, StoreError};
@@ -102,7 +102,7 @@ impl PartitionLog {
         &self,
         mut records: BytesMut,
         leader_epoch: i32,
-    ) -> Result<crate::AppendInfo, AppendError> {
+    ) -> Result<AppendInfo, AppendError> {
         self.writable()?;
         let config = self.config();
         let ts_type = config.message_timestamp_type;
@@ -131,7 +131,7 @@ impl PartitionLog {
                     "duplicate batch mixed with new batches in one request".into(),
                 ));
             }
-            return Ok(crate::AppendInfo {
+            return Ok(AppendInfo {
                 base_offset: first.first_offset,
                 last_offset: last.last_offset,
                 log_append_time_ms: if ts_type == TimestampType::LogAppendTime {
@@ -167,7 +167,7 @@ impl PartitionLog {
         if queue {
             self.enqueue_flush();
         }
-        Ok(crate::AppendInfo {
+        Ok(AppendInfo {
             base_offset,
             last_offset: next - 1,
             log_append_time_ms: if ts_type == TimestampType::LogAppendTime {

@@ -8,11 +8,11 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use super::{LogInner, PartitionLog};
+use super::{ReadResult, ReadUpperBound};
 use crate::batch;
 use crate::error::{ReadError, StoreError};
 use crate::limits::LOG_OVERHEAD_BYTES;
 use crate::segment::ChunkReader;
-use crate::{ReadResult, ReadUpperBound};
 
 impl PartitionLog {
     /// Batches starting with the one containing `fetch_offset`; see `API.md`.
