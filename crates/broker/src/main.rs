@@ -4,8 +4,14 @@
 //! SIGTERM/SIGINT (stop accepting, answer parked group requests, finish in-flight requests, write
 //! the group snapshot, flush, write the clean-shutdown marker, exit 0).
 //!
-//! Exit codes: 0 after a clean stop, 2 for a settings error (one line naming the key), 1 for any
-//! other failure to start or stop.
+//! Exit codes: 0 after a clean stop, 2 for a settings error (one line naming the key) or a data
+//! dir whose cluster metadata file is missing while its partition directories contradict each
+//! other (one line naming the file and what to do; checked before anything is opened, so nothing
+//! is changed), 1 for any other failure to start or stop.
+//!
+//! Test knob (not a config key): `MILLRACE_TEST_FAIL_SYNC=<text>` makes every fdatasync of a file
+//! whose path contains `<text>` fail (`millrace_store::storage::FaultStorage`), so integration
+//! tests can drive a failing disk through the real binary.
 
 mod settings;
 
@@ -15,7 +21,9 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use clap::Parser;
-use millrace_cluster::{BrokerConfig, BrokerEndpoint, Cluster, NewTopic, LEADER_EPOCH};
+use millrace_cluster::{
+    AdminError, BrokerConfig, BrokerEndpoint, Cluster, MetadataError, NewTopic, LEADER_EPOCH,
+};
 use millrace_frontend::BrokerContext;
 use millrace_groups::{
     CoordinatorConfig, GroupConfig, GroupCoordinator, OffsetsPartition, OFFSETS_TOPIC,
@@ -29,19 +37,30 @@ use crate::settings::{Cli, Settings};
 
 /// Exit code for bad settings (as `sysexits`' EX_USAGE is to shells: "you asked for something wrong").
 const EXIT_BAD_SETTINGS: u8 = 2;
+/// Exit code for a data dir the broker will not guess about (missing metadata file, contradicting
+/// partition directories): like bad settings, the operator must act before a retry can work.
+const EXIT_AMBIGUOUS_DATA_DIR: u8 = 2;
+/// Environment variable of the fsync-failure test knob (see the module comment).
+const FAIL_SYNC_KNOB: &str = "MILLRACE_TEST_FAIL_SYNC";
 /// Upper bound between two maintenance ticks (retention, compaction, time-based rolls).
 const MAINTENANCE_TICK_MAX: Duration = Duration::from_secs(1);
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging();
-    let settings = match Settings::resolve(&cli, std::env::vars()) {
+    let fail_sync_of = std::env::var(FAIL_SYNC_KNOB).ok();
+    let env = std::env::vars().filter(|(k, _)| k != FAIL_SYNC_KNOB);
+    let settings = match Settings::resolve(&cli, env) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("millrace: {e}");
             return ExitCode::from(EXIT_BAD_SETTINGS);
         }
     };
+    if let Err(e) = millrace_cluster::node::check_data_dir(&settings.config, &settings.data_dir) {
+        eprintln!("millrace: {e}");
+        return ExitCode::from(EXIT_AMBIGUOUS_DATA_DIR);
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -52,8 +71,18 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(run(settings, shutdown_signal())) {
+    match runtime.block_on(run(settings, fail_sync_of, shutdown_signal())) {
         Ok(()) => ExitCode::SUCCESS,
+        Err(e)
+            if matches!(
+                e.downcast_ref::<AdminError>(),
+                Some(AdminError::Metadata(MetadataError::Ambiguous { .. }))
+            ) =>
+        {
+            error!("{e:#}");
+            eprintln!("millrace: {e:#}");
+            ExitCode::from(EXIT_AMBIGUOUS_DATA_DIR)
+        }
         Err(e) => {
             error!("{e:#}");
             eprintln!("millrace: {e:#}");
@@ -100,6 +129,7 @@ async fn shutdown_signal() {
 /// Runs a broker until `shutdown` resolves. The trigger is a parameter so tests can pass their own.
 async fn run(
     settings: Settings,
+    fail_sync_of: Option<String>,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> anyhow::Result<()> {
     use anyhow::Context;
@@ -121,13 +151,23 @@ async fn run(
         (host, bound.port())
     });
 
-    let store = Store::open(StoreConfig {
+    let store_config = StoreConfig {
         data_dir: settings.data_dir.clone(),
         flush_policy: config.flush_policy(),
         flush_interval: config.flush_batch_interval(),
         max_open_files: config.max_open_files(),
         high_watermark_follows_durable: true,
-    })
+    };
+    let store = match fail_sync_of {
+        None => Store::open(store_config),
+        Some(text) => {
+            warn!(knob = FAIL_SYNC_KNOB, files = %text, "test knob: every fdatasync of matching files fails");
+            Store::open_with_storage(
+                store_config,
+                Arc::new(millrace_store::storage::FaultStorage::failing_sync_of(text)),
+            )
+        }
+    }
     .with_context(|| format!("cannot open the store in {}", settings.data_dir.display()))?;
     let endpoint = BrokerEndpoint {
         node_id: config.node_id(),

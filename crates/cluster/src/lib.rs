@@ -14,6 +14,7 @@ pub mod config;
 pub mod image;
 pub mod metadata;
 pub mod records;
+pub mod recover;
 pub mod topic_name;
 
 pub use config::{

@@ -4,7 +4,10 @@
 //! Persistence: one JSON checkpoint (`cluster-metadata.json` in the data directory), written
 //! tmp → fsync → rename → fsync dir, so a crash leaves either the old or the new image. The image
 //! is the source of truth for which topics exist; the broker reconciles the store against it at
-//! start (creating missing partition logs, deleting logs of topics that are gone).
+//! start (creating missing partition logs, setting aside directories it does not name, deleting
+//! only those a DeleteTopics asked for: the image remembers a topic being deleted, by topic id,
+//! until its logs are gone). A missing file is not an empty image: the caller rebuilds one from
+//! the partition directories (`recover.rs`) or, on an empty data dir, starts a new cluster.
 //!
 //! Locking: one `RwLock` around the image; writers persist while holding it, so two admin
 //! requests cannot interleave their checkpoints. Readers get clones of small structs.
@@ -44,6 +47,11 @@ pub enum MetadataError {
     },
     #[error("metadata checkpoint {path} is corrupt: {reason}")]
     Corrupt { path: PathBuf, reason: String },
+    #[error("{} is missing and the partition directories do not say unambiguously what it held: {reason}. Nothing was changed; restore the file from a backup, or move the partition directories that do not belong out of {}, then start again", path.display(), path.parent().map_or_else(String::new, |d| d.display().to_string()))]
+    Ambiguous {
+        path: PathBuf,
+        reason: crate::recover::RebuildError,
+    },
 }
 
 /// One topic as the cluster knows it.
@@ -64,6 +72,10 @@ struct Image {
     /// First producer id not yet handed out in a block; ids below it are never reused.
     #[serde(default)]
     next_producer_id: i64,
+    /// Topics a DeleteTopics removed whose logs may still be on disk: topic id → name. Reconcile
+    /// deletes (rather than sets aside) their directories, then forgets them.
+    #[serde(default)]
+    deleting: BTreeMap<Uuid, String>,
 }
 
 /// The cluster metadata image plus its checkpoint file.
@@ -74,9 +86,9 @@ pub struct ClusterMetadata {
 }
 
 impl ClusterMetadata {
-    /// Loads the checkpoint from `data_dir`, or starts a new cluster (new cluster id) if there is
-    /// none yet.
-    pub fn open(data_dir: &Path) -> Result<Self, MetadataError> {
+    /// Loads the checkpoint from `data_dir`; `None` if there is none (the caller decides between
+    /// a new cluster and a rebuild: a missing file never means "no topics").
+    pub fn load(data_dir: &Path) -> Result<Option<Self>, MetadataError> {
         let path = data_dir.join(METADATA_FILE);
         let image = match fs::read(&path) {
             Ok(bytes) => {
@@ -85,21 +97,44 @@ impl ClusterMetadata {
                     reason: e.to_string(),
                 })?
             }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                let image = Image {
-                    cluster_id: new_cluster_id(),
-                    topics: BTreeMap::new(),
-                    next_producer_id: 0,
-                };
-                write_checkpoint(&path, &image)?;
-                image
-            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(source) => return Err(MetadataError::Io { path, source }),
         };
+        Ok(Some(Self {
+            path,
+            image: RwLock::new(image),
+        }))
+    }
+
+    /// Starts a new cluster (new cluster id, no topics) and writes its checkpoint.
+    pub fn create_new(data_dir: &Path) -> Result<Self, MetadataError> {
+        Self::create(data_dir, Vec::new(), 0)
+    }
+
+    /// Writes a new image (new cluster id) holding `topics`, handing out producer ids from
+    /// `next_producer_id` (a rebuild from the partition directories).
+    pub fn create(
+        data_dir: &Path,
+        topics: Vec<TopicMetadata>,
+        next_producer_id: i64,
+    ) -> Result<Self, MetadataError> {
+        let path = data_dir.join(METADATA_FILE);
+        let image = Image {
+            cluster_id: new_cluster_id(),
+            topics: topics.into_iter().map(|t| (t.name.clone(), t)).collect(),
+            next_producer_id,
+            deleting: BTreeMap::new(),
+        };
+        write_checkpoint(&path, &image)?;
         Ok(Self {
             path,
             image: RwLock::new(image),
         })
+    }
+
+    /// The checkpoint file.
+    pub fn path(&self) -> &Path {
+        &self.path
     }
 
     pub fn cluster_id(&self) -> String {
@@ -151,7 +186,9 @@ impl ClusterMetadata {
         Ok(topic)
     }
 
-    /// Removes a topic durably and returns what it was.
+    /// Removes a topic durably and returns what it was. The image remembers it as being deleted
+    /// until `finish_deletion`, so that its logs are deleted, not set aside, if a crash leaves
+    /// them behind.
     pub fn delete_topic(&self, name: &str) -> Result<TopicMetadata, MetadataError> {
         let mut image = self.image.write();
         let mut next = image.clone();
@@ -159,9 +196,35 @@ impl ClusterMetadata {
             .topics
             .remove(name)
             .ok_or_else(|| MetadataError::UnknownTopic(name.to_string()))?;
+        next.deleting.insert(topic.topic_id, topic.name.clone());
         write_checkpoint(&self.path, &next)?;
         *image = next;
         Ok(topic)
+    }
+
+    /// Topics being deleted whose logs may remain: (topic id, name).
+    pub fn pending_deletions(&self) -> Vec<(Uuid, String)> {
+        self.image
+            .read()
+            .deleting
+            .iter()
+            .map(|(id, name)| (*id, name.clone()))
+            .collect()
+    }
+
+    /// Forgets deletions whose logs are gone (durably).
+    pub fn finish_deletions(&self, topic_ids: &[Uuid]) -> Result<(), MetadataError> {
+        let mut image = self.image.write();
+        if !topic_ids.iter().any(|id| image.deleting.contains_key(id)) {
+            return Ok(());
+        }
+        let mut next = image.clone();
+        for id in topic_ids {
+            next.deleting.remove(id);
+        }
+        write_checkpoint(&self.path, &next)?;
+        *image = next;
+        Ok(())
     }
 
     /// Grows a topic to `count` partitions durably; returns the previous count.
@@ -275,12 +338,13 @@ mod tests {
     #[test]
     fn cluster_id_and_topic_ids_survive_reopen() {
         let dir = tempfile::tempdir().unwrap();
-        let m = ClusterMetadata::open(dir.path()).unwrap();
+        assert!(ClusterMetadata::load(dir.path()).unwrap().is_none());
+        let m = ClusterMetadata::create_new(dir.path()).unwrap();
         let id = m.cluster_id();
         assert_eq!(id.len(), 22);
         let t = m.create_topic("a", 3, 1, TopicConfigs::default()).unwrap();
         drop(m);
-        let m = ClusterMetadata::open(dir.path()).unwrap();
+        let m = ClusterMetadata::load(dir.path()).unwrap().unwrap();
         assert_eq!(m.cluster_id(), id);
         assert_eq!(m.topic("a").unwrap().topic_id, t.topic_id);
         assert_eq!(m.topic_by_id(t.topic_id).unwrap().name, "a");
@@ -289,19 +353,19 @@ mod tests {
     #[test]
     fn producer_id_blocks_never_repeat_across_reopen() {
         let dir = tempfile::tempdir().unwrap();
-        let m = ClusterMetadata::open(dir.path()).unwrap();
+        let m = ClusterMetadata::create_new(dir.path()).unwrap();
         assert_eq!(m.allocate_producer_ids(1000).unwrap(), 0);
         assert_eq!(m.allocate_producer_ids(1000).unwrap(), 1000);
         drop(m);
-        let m = ClusterMetadata::open(dir.path()).unwrap();
+        let m = ClusterMetadata::load(dir.path()).unwrap().unwrap();
         assert_eq!(m.allocate_producer_ids(1000).unwrap(), 2000);
     }
 
     #[test]
     fn create_delete_grow() {
         let dir = tempfile::tempdir().unwrap();
-        let m = ClusterMetadata::open(dir.path()).unwrap();
-        m.create_topic("a", 1, 1, TopicConfigs::default()).unwrap();
+        let m = ClusterMetadata::create_new(dir.path()).unwrap();
+        let a = m.create_topic("a", 1, 1, TopicConfigs::default()).unwrap();
         assert!(matches!(
             m.create_topic("a", 1, 1, TopicConfigs::default()),
             Err(MetadataError::TopicAlreadyExists(_))
@@ -314,6 +378,9 @@ mod tests {
         assert_eq!(m.topic("a").unwrap().partitions, 4);
         m.delete_topic("a").unwrap();
         assert!(m.topic("a").is_none());
+        assert_eq!(m.pending_deletions(), vec![(a.topic_id, "a".to_string())]);
+        m.finish_deletions(&[a.topic_id]).unwrap();
+        assert!(m.pending_deletions().is_empty());
         assert!(matches!(
             m.delete_topic("a"),
             Err(MetadataError::UnknownTopic(_))

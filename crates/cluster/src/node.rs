@@ -3,7 +3,14 @@
 //!
 //! Ordering, so that a crash at any point is repaired at the next start by [`Cluster::open`]:
 //! create = image first, then partition logs (missing logs are created at start);
-//! delete = image first, then logs (logs of unknown topics are deleted at start).
+//! delete = image first (the topic leaves it and is remembered as being deleted), then logs, then
+//! the image forgets the deletion (logs of a topic being deleted are deleted at start).
+//!
+//! **Invariant:** the image is never a reason to delete data. At start, a partition directory the
+//! image does not name is set aside (`<dir>.<nanos>.orphaned`), not deleted — unless a
+//! DeleteTopics asked for that topic id; a directory whose topic id is not the image's is set
+//! aside too; and a missing image is rebuilt from the directories (`recover.rs`) instead of
+//! starting empty, or, where the directories contradict each other, the broker refuses to start.
 //!
 //! Locking: `admin` serialises topic operations so that two CreateTopics for the same name cannot
 //! both create logs; reads (Metadata, Produce, Fetch) never take it.
@@ -14,10 +21,70 @@ use std::sync::Arc;
 use millrace_store::{PartitionLog, Store, StoreError, TopicPartition};
 use parking_lot::Mutex;
 use tracing::{info, warn};
+use uuid::Uuid;
 
 use crate::config::{BrokerConfig, ConfigError, TopicConfigs};
-use crate::metadata::{ClusterMetadata, MetadataError, TopicMetadata};
+use crate::metadata::{ClusterMetadata, MetadataError, TopicMetadata, METADATA_FILE};
+use crate::recover;
 use crate::topic_name::validate_topic_name;
+
+/// Writes an image rebuilt from the store's partition directories (the checkpoint was missing),
+/// with one log line saying so.
+fn rebuild_metadata(
+    config: &BrokerConfig,
+    store: &Store,
+    data_dir: &std::path::Path,
+) -> Result<ClusterMetadata, AdminError> {
+    let facts = recover::facts_from_store(store);
+    let rebuilt = recover::rebuild_image(&facts, config).map_err(|reason| {
+        AdminError::Metadata(MetadataError::Ambiguous {
+            path: data_dir.join(METADATA_FILE),
+            reason,
+        })
+    })?;
+    let topics: Vec<String> = rebuilt
+        .topics
+        .iter()
+        .map(|t| format!("{} ({} partitions)", t.name, t.partitions))
+        .collect();
+    warn!(
+        file = %data_dir.join(METADATA_FILE).display(),
+        directories = facts.len(),
+        topics = %topics.join(", "),
+        guesses = %rebuilt.notes.join("; "),
+        "cluster metadata file missing: rebuilt the metadata image from the partition directories (new cluster id); every record is kept"
+    );
+    Ok(ClusterMetadata::create(
+        data_dir,
+        rebuilt.topics,
+        rebuilt.next_producer_id,
+    )?)
+}
+
+/// Refuses (before anything is opened or changed) a data dir whose cluster metadata file is
+/// missing while its partition directories contradict each other; `Ok` otherwise. The broker
+/// calls it before opening the store, so that a refusal leaves every file untouched.
+pub fn check_data_dir(
+    config: &BrokerConfig,
+    data_dir: &std::path::Path,
+) -> Result<(), MetadataError> {
+    let path = data_dir.join(METADATA_FILE);
+    if path.exists() || !data_dir.exists() {
+        return Ok(());
+    }
+    let facts = recover::facts_from_disk(data_dir).map_err(|reason| MetadataError::Ambiguous {
+        path: path.clone(),
+        reason,
+    })?;
+    recover::rebuild_image(&facts, config)
+        .map(|_| ())
+        .map_err(|reason| MetadataError::Ambiguous { path, reason })
+}
+
+/// The store's form of a topic id.
+pub fn topic_id(id: uuid::Uuid) -> millrace_store::TopicId {
+    millrace_store::TopicId::from_bytes(id.into_bytes())
+}
 
 /// Where clients reach a broker.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -96,13 +163,19 @@ pub struct Cluster {
 
 impl Cluster {
     /// Opens the metadata image in the store's data directory and reconciles the store with it.
+    /// Without an image: a new cluster on an empty data dir, else an image rebuilt from the
+    /// partition directories (`MetadataError::Ambiguous` where they contradict each other).
     pub fn open(
         config: BrokerConfig,
         store: Arc<Store>,
         data_dir: &std::path::Path,
         endpoint: BrokerEndpoint,
     ) -> Result<Self, AdminError> {
-        let metadata = ClusterMetadata::open(data_dir)?;
+        let metadata = match ClusterMetadata::load(data_dir)? {
+            Some(metadata) => metadata,
+            None if store.partitions().is_empty() => ClusterMetadata::create_new(data_dir)?,
+            None => rebuild_metadata(&config, &store, data_dir)?,
+        };
         let cluster = Self {
             config,
             metadata,
@@ -115,32 +188,64 @@ impl Cluster {
         Ok(cluster)
     }
 
-    /// Makes the store hold exactly the partitions the image names.
+    /// Makes the store hold exactly the partitions the image names: creates missing logs, records
+    /// topic ids in directories that have none, sets aside directories the image does not name
+    /// (or names with another topic id), deletes those of topics being deleted.
     fn reconcile(&self) -> Result<(), AdminError> {
+        let deleting = self.metadata.pending_deletions();
         let mut wanted = BTreeSet::new();
         for topic in self.metadata.topics() {
             let log_config = self.config.log_config(&topic.configs);
+            let id = topic_id(topic.topic_id);
             for p in 0..topic.partitions {
                 let tp = TopicPartition {
                     topic: topic.name.clone(),
                     partition: p,
                 };
-                match self.store.partition(&tp) {
+                let mut log = self.store.partition(&tp);
+                if let Some(existing) = &log {
+                    match existing.topic_id() {
+                        None => existing.assign_topic_id(id)?,
+                        Some(on_disk) if on_disk == id => {}
+                        Some(on_disk) => {
+                            let aside = self.store.set_aside_partition(&tp)?;
+                            warn!(partition = %tp, topic_id = %id, %on_disk, moved_to = %aside.display(), "partition directory belongs to another topic id; moved aside (nothing deleted)");
+                            log = None;
+                        }
+                    }
+                }
+                match log {
                     Some(log) => log.update_config(log_config.clone()),
                     None => {
                         warn!(partition = %tp, "partition log missing at start; creating it empty");
-                        self.store.create_partition(&tp, log_config.clone())?;
+                        self.store.create_partition(&tp, log_config.clone(), id)?;
                     }
                 }
                 wanted.insert(tp);
             }
         }
         for tp in self.store.partitions() {
-            if !wanted.contains(&tp) {
-                info!(partition = %tp, "deleting log of a topic that no longer exists");
+            if wanted.contains(&tp) {
+                continue;
+            }
+            let on_disk = self
+                .store
+                .partition(&tp)
+                .and_then(|l| l.topic_id())
+                .map(|id| Uuid::from_bytes(*id.as_bytes()));
+            let asked = deleting.iter().any(|(id, name)| {
+                *name == tp.topic && on_disk.is_none_or(|on_disk| on_disk == *id)
+            });
+            if asked {
+                info!(partition = %tp, "deleting the log of a deleted topic");
                 self.store.delete_partition(&tp)?;
+            } else {
+                let aside = self.store.set_aside_partition(&tp)?;
+                warn!(partition = %tp, moved_to = %aside.display(), "partition directory is not in the cluster metadata; moved aside (nothing deleted)");
             }
         }
+        let done: Vec<Uuid> = deleting.iter().map(|(id, _)| *id).collect();
+        self.metadata.finish_deletions(&done)?;
         Ok(())
     }
 
@@ -300,7 +405,7 @@ impl Cluster {
             .metadata
             .create_topic(&new.name, partitions, rf, configs)?;
         for p in 0..partitions {
-            self.ensure_log(&topic.name, p, &log_config)?;
+            self.ensure_log(&topic, p, &log_config)?;
         }
         info!(topic = %topic.name, partitions, topic_id = %topic.topic_id, "created topic");
         Ok(topic)
@@ -308,15 +413,18 @@ impl Cluster {
 
     fn ensure_log(
         &self,
-        topic: &str,
+        topic: &TopicMetadata,
         partition: i32,
         config: &millrace_store::LogConfig,
     ) -> Result<(), AdminError> {
         let tp = TopicPartition {
-            topic: topic.to_string(),
+            topic: topic.name.clone(),
             partition,
         };
-        match self.store.create_partition(&tp, config.clone()) {
+        match self
+            .store
+            .create_partition(&tp, config.clone(), topic_id(topic.topic_id))
+        {
             Ok(_) | Err(StoreError::AlreadyExists(_)) => Ok(()),
             Err(e) => Err(e.into()),
         }
@@ -339,6 +447,7 @@ impl Cluster {
                 Err(e) => return Err(e.into()),
             }
         }
+        self.metadata.finish_deletions(&[topic.topic_id])?;
         info!(topic = %name, "deleted topic");
         Ok(topic)
     }
@@ -378,7 +487,7 @@ impl Cluster {
         self.metadata.set_partition_count(name, count)?;
         let log_config = self.config.log_config(&topic.configs);
         for p in topic.partitions..count {
-            self.ensure_log(name, p, &log_config)?;
+            self.ensure_log(&topic, p, &log_config)?;
         }
         info!(topic = %name, from = topic.partitions, to = count, "added partitions");
         Ok(())

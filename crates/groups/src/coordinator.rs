@@ -12,11 +12,17 @@
 //! releases it before awaiting anything. No lock is held across an `.await`.
 //!
 //! Invariants:
-//! - an OffsetCommit, a group metadata change that answers a SyncGroup, and a deletion are
-//!   answered only after their records are durable (`PartitionLog::wait_durable`);
+//! - an OffsetCommit, a group metadata change that answers a JoinGroup/SyncGroup, and a deletion
+//!   are answered with success only after their records are durable
+//!   (`PartitionLog::wait_durable`); when a group's metadata record cannot be appended or does not
+//!   become durable, the replies waiting for it become COORDINATOR_NOT_AVAILABLE (Kafka's answer
+//!   to a failed append) and the group goes back to rebalancing (`Group::metadata_not_durable`);
 //! - a shard answers COORDINATOR_LOAD_IN_PROGRESS until its replay is done;
 //! - after [`GroupCoordinator::shutdown`] every parked request has been answered and every new
 //!   one gets COORDINATOR_NOT_AVAILABLE.
+//!
+//! Record batches are encoded and decoded with the store's codec (`millrace_store::records`), the
+//! one v2 codec of the workspace.
 //!
 //! Not here: wire types, sockets, topic existence checks (the front end asks the cluster).
 
@@ -25,24 +31,24 @@ use std::future::Future;
 use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::{Bytes, BytesMut};
+use millrace_store::records::{self as store_records, BatchFields, Record};
 use millrace_store::{PartitionLog, ReadUpperBound};
 use parking_lot::Mutex;
 use tokio::sync::oneshot;
 use tracing::{debug, info, warn};
 
-use crate::batch;
 use crate::error::GroupError;
 use crate::group::{
     CommittedOffset, Effect, Group, GroupConfig, GroupState, JoinRequest, JoinResponse,
     LeaveResult, Outcome, SyncRequest, SyncResponse,
 };
 use crate::limits::{
-    COMMIT_PARTITIONS_MAX, GROUP_ID_BYTES_MAX, OFFSET_METADATA_BYTES_MAX, REPLAY_READ_BYTES,
-    TIMER_TICK_MS,
+    COMMIT_PARTITIONS_MAX, GROUP_ID_BYTES_MAX, OFFSET_METADATA_BYTES_MAX, RECORD_BYTES_MAX,
+    REPLAY_READ_BYTES, TIMER_TICK_MS,
 };
 use crate::records::{self, OffsetValue, RecordKey, RecordValue};
 use crate::snapshot::{PartitionSnapshot, SnapshotStore};
@@ -171,32 +177,55 @@ struct Shard {
     groups: BTreeMap<String, GroupEntry>,
 }
 
-/// Replies to send once `durable` (if any) is reached.
+/// Replies to send once the group's metadata record (if one was written) is durable.
 #[derive(Default)]
 struct Deliveries {
     joins: Vec<(oneshot::Sender<JoinResponse>, JoinResponse)>,
     syncs: Vec<(oneshot::Sender<SyncResponse>, SyncResponse)>,
+    /// The record's log and the offset that must become durable.
     durable: Option<(Arc<PartitionLog>, i64)>,
+    /// Why the record could not be appended at all, if it could not.
+    append_failed: Option<String>,
+    /// Whose record it is (coordinator, group id, generation), to put the group back into
+    /// rebalancing if the record does not become durable.
+    owner: Option<(Weak<GroupCoordinator>, String, i32)>,
+}
+
+/// What a reply that waits for a group metadata record waits on.
+enum Persisted {
+    /// No record was written.
+    Nothing,
+    /// Appended; durable once this offset of this log is.
+    Appended(Arc<PartitionLog>, i64),
+    /// The append failed, for this reason.
+    Failed(String),
 }
 
 impl Deliveries {
-    fn is_empty(&self) -> bool {
-        self.joins.is_empty() && self.syncs.is_empty()
+    fn persisted(&self) -> Persisted {
+        match (&self.append_failed, &self.durable) {
+            (Some(reason), _) => Persisted::Failed(reason.clone()),
+            (None, Some((log, end))) => Persisted::Appended(log.clone(), *end),
+            (None, None) => Persisted::Nothing,
+        }
     }
 
-    /// Sends now if nothing must become durable first, else from a task once it has.
+    /// Sends now if no record was written; once it is durable if one was; and if it cannot be
+    /// made durable, answers every reply with COORDINATOR_NOT_AVAILABLE and returns the group to
+    /// rebalancing.
     fn send(self) {
-        if self.is_empty() {
+        if let Some(reason) = self.append_failed.clone() {
+            self.fail(reason);
             return;
         }
         match self.durable.clone() {
             None => self.send_now(),
             Some((log, end)) => {
                 tokio::spawn(async move {
-                    if let Err(e) = log.wait_durable(end).await {
-                        warn!(error = %e, "group metadata did not become durable");
+                    match log.wait_durable(end).await {
+                        Ok(()) => self.send_now(),
+                        Err(e) => self.fail(e.to_string()),
                     }
-                    self.send_now();
                 });
             }
         }
@@ -210,10 +239,89 @@ impl Deliveries {
             let _ = tx.send(r);
         }
     }
+
+    fn fail(self, reason: String) {
+        warn!(group = ?self.owner.as_ref().map(|o| &o.1), %reason, "group metadata did not become durable; answering COORDINATOR_NOT_AVAILABLE");
+        for (tx, r) in self.joins {
+            let _ = tx.send(JoinResponse::error(
+                GroupError::Storage(reason.clone()),
+                &r.member_id,
+            ));
+        }
+        for (tx, _) in self.syncs {
+            let _ = tx.send(SyncResponse::error(GroupError::Storage(reason.clone())));
+        }
+        if let Some((coordinator, group_id, generation)) = self.owner {
+            if let Some(c) = coordinator.upgrade() {
+                c.metadata_not_durable(&group_id, generation);
+            }
+        }
+    }
+}
+
+/// Encodes `records` (key, value) as one uncompressed v2 batch with the store's codec: base offset
+/// 0 (the store assigns offsets), no producer id, every record stamped `timestamp_ms`.
+fn encode_batch(records: &[(Bytes, Option<Bytes>)], timestamp_ms: i64) -> BytesMut {
+    let recs: Vec<Record> = records
+        .iter()
+        .enumerate()
+        .map(|(i, (key, value))| Record {
+            offset: i as i64,
+            timestamp: timestamp_ms,
+            key: Some(key.clone()),
+            value: value.clone(),
+            headers: Vec::new(),
+        })
+        .collect();
+    let fields = BatchFields {
+        base_offset: 0,
+        partition_leader_epoch: -1,
+        attributes: 0,
+        last_offset_delta: i32::try_from(records.len().saturating_sub(1)).unwrap_or(i32::MAX),
+        base_timestamp: timestamp_ms,
+        max_timestamp: timestamp_ms,
+        producer_id: -1,
+        producer_epoch: -1,
+        base_sequence: -1,
+    };
+    store_records::encode_records(&fields, &recs)
+}
+
+/// The data records in `bytes` (whole batches, as a log read returns them; control batches are
+/// skipped), the offset after the last batch read (`None` if none), and why anything was skipped.
+/// Stops at the first batch that does not validate.
+fn decode_batches(bytes: &[u8]) -> (Vec<Record>, Option<i64>, Vec<String>) {
+    let mut out = Vec::new();
+    let mut errors = Vec::new();
+    let mut next = None;
+    let mut pos = 0usize;
+    while let Some(rest) = bytes.get(pos..).filter(|r| !r.is_empty()) {
+        let h = match millrace_store::batch::validate_stored(rest) {
+            Ok(h) => h,
+            Err(e) => {
+                errors.push(format!("batch at byte {pos}: {e}"));
+                break;
+            }
+        };
+        next = Some(h.next_offset());
+        if !h.is_control() {
+            match store_records::decode_records(rest.get(..h.total_size()).unwrap_or(&[])) {
+                Ok((_, recs)) => out.extend(recs.into_iter().filter(|r| {
+                    let fits =
+                        |b: &Option<Bytes>| b.as_ref().is_none_or(|b| b.len() <= RECORD_BYTES_MAX);
+                    fits(&r.key) && fits(&r.value)
+                })),
+                Err(e) => errors.push(format!("batch at offset {}: {e}", h.base_offset)),
+            }
+        }
+        pos += h.total_size();
+    }
+    (out, next, errors)
 }
 
 /// The group coordinator of one broker.
 pub struct GroupCoordinator {
+    me: Weak<GroupCoordinator>,
     config: CoordinatorConfig,
     shards: Vec<Mutex<Shard>>,
     snapshot: Option<SnapshotStore>,
@@ -239,7 +347,8 @@ impl GroupCoordinator {
                 })
             })
             .collect();
-        Arc::new(Self {
+        Arc::new_cyclic(|me| Self {
+            me: me.clone(),
             config,
             shards,
             snapshot,
@@ -351,7 +460,7 @@ impl GroupCoordinator {
                     break;
                 }
             };
-            let (raw, next, errors) = batch::decode(&read.records);
+            let (raw, next, errors) = decode_batches(&read.records);
             for e in errors {
                 warn!(partition = shard.partition, error = %e, "skipping unreadable batch in __consumer_offsets");
             }
@@ -466,7 +575,7 @@ impl GroupCoordinator {
         shard: &mut Shard,
         records: &[(Bytes, Option<Bytes>)],
     ) -> Result<i64, GroupError> {
-        let batch: BytesMut = batch::encode(records, now_ms());
+        let batch: BytesMut = encode_batch(records, now_ms());
         let info = shard
             .log
             .append(batch, self.config.leader_epoch)
@@ -514,8 +623,13 @@ impl GroupCoordinator {
                 });
                 match self.append(shard, &[(key, Some(value))]) {
                     Ok(end) => out.durable = Some((shard.log.clone(), end)),
-                    Err(e) => warn!(group = %group_id, error = %e, "cannot write group metadata"),
+                    Err(e) => out.append_failed = Some(e.to_string()),
                 }
+                let generation = shard
+                    .groups
+                    .get(group_id)
+                    .map_or(0, |e| e.group.generation());
+                out.owner = Some((self.me.clone(), group_id.to_string(), generation));
             }
         }
         out
@@ -564,7 +678,7 @@ impl GroupCoordinator {
         if created && leftover {
             shard.groups.remove(&req.group_id);
         }
-        let durable = deliveries.durable.clone();
+        let persisted = deliveries.persisted();
         drop(shard);
         deliveries.send();
         match rx {
@@ -573,7 +687,12 @@ impl GroupCoordinator {
                     JoinResponse::error(GroupError::CoordinatorNotAvailable, &member_id)
                 })
             }),
-            Err(response) => after_durable(durable, response),
+            Err(response) => {
+                let member_id = response.member_id.clone();
+                after_durable(persisted, response, move |reason| {
+                    JoinResponse::error(GroupError::Storage(reason), &member_id)
+                })
+            }
         }
     }
 
@@ -600,7 +719,7 @@ impl GroupCoordinator {
             }
         };
         let deliveries = self.apply_effects(&mut shard, &req.group_id, effects);
-        let durable = deliveries.durable.clone();
+        let persisted = deliveries.persisted();
         drop(shard);
         deliveries.send();
         match rx {
@@ -608,8 +727,30 @@ impl GroupCoordinator {
                 rx.await
                     .unwrap_or_else(|_| SyncResponse::error(GroupError::CoordinatorNotAvailable))
             }),
-            Err(response) => after_durable(durable, response),
+            Err(response) => after_durable(persisted, response, |reason| {
+                SyncResponse::error(GroupError::Storage(reason))
+            }),
         }
+    }
+
+    /// The group's metadata record of `generation` did not become durable: if the group is still
+    /// in that generation it forgets the assignment and rebalances (Kafka's
+    /// resetAndPropagateAssignmentError + prepareRebalance), answering what it must.
+    fn metadata_not_durable(&self, group_id: &str, generation: i32) {
+        let now = now_ms();
+        let Ok(shard) = self.shard(group_id) else {
+            return;
+        };
+        let mut shard = shard.lock();
+        let Some(entry) = shard.groups.get_mut(group_id) else {
+            return;
+        };
+        let before = (entry.group.state(), entry.group.generation());
+        let effects = entry.group.metadata_not_durable(generation, now);
+        log_transition(&entry.group, before);
+        let deliveries = self.apply_effects(&mut shard, group_id, effects);
+        drop(shard);
+        deliveries.send();
     }
 
     pub fn heartbeat(
@@ -860,19 +1001,21 @@ impl GroupCoordinator {
     pub fn delete_groups(&self, group_ids: Vec<String>) -> Reply<Vec<Result<(), GroupError>>> {
         let mut results = Vec::with_capacity(group_ids.len());
         let mut waits = Vec::new();
-        for group_id in group_ids {
-            match self.delete_group(&group_id) {
+        for (i, group_id) in group_ids.iter().enumerate() {
+            match self.delete_group(group_id) {
                 Ok(wait) => {
-                    waits.push(wait);
+                    waits.push((i, wait));
                     results.push(Ok(()));
                 }
                 Err(e) => results.push(Err(e)),
             }
         }
         Box::pin(async move {
-            for (log, end) in waits {
+            for (i, (log, end)) in waits {
                 if let Err(e) = log.wait_durable(end).await {
-                    warn!(error = %e, "group deletion did not become durable");
+                    if let Some(r) = results.get_mut(i) {
+                        *r = Err(GroupError::Storage(e.to_string()));
+                    }
                 }
             }
             results
@@ -1138,17 +1281,20 @@ fn ready<T: Send + 'static>(value: T) -> Reply<T> {
     Box::pin(std::future::ready(value))
 }
 
+/// `value` once the record it waits for is durable; `on_failure(reason)` if it cannot become so.
 fn after_durable<T: Send + 'static>(
-    durable: Option<(Arc<PartitionLog>, i64)>,
+    persisted: Persisted,
     value: T,
+    on_failure: impl FnOnce(String) -> T + Send + 'static,
 ) -> Reply<T> {
-    match durable {
-        None => ready(value),
-        Some((log, end)) => Box::pin(async move {
-            if let Err(e) = log.wait_durable(end).await {
-                warn!(error = %e, "group metadata did not become durable");
+    match persisted {
+        Persisted::Nothing => ready(value),
+        Persisted::Failed(reason) => ready(on_failure(reason)),
+        Persisted::Appended(log, end) => Box::pin(async move {
+            match log.wait_durable(end).await {
+                Ok(()) => value,
+                Err(e) => on_failure(e.to_string()),
             }
-            value
         }),
     }
 }
@@ -1231,6 +1377,7 @@ mod tests {
                     .create_partition(
                         &TopicPartition::new("__consumer_offsets", p),
                         LogConfig::default(),
+                        millrace_store::TopicId::from_bytes([7; 16]),
                     )
                     .expect("partition")
             })
@@ -1423,6 +1570,114 @@ mod tests {
         again.load();
         assert_eq!(offset_of(&again, "old", "t", 0), None);
         assert!(again.list_groups(&[]).expect("list").is_empty());
+    }
+
+    /// A store whose fdatasync fails for every segment: JoinGroup succeeds (it writes nothing),
+    /// the SyncGroup that would make the group Stable writes its metadata record, which never
+    /// becomes durable, so it is answered with a storage error (COORDINATOR_NOT_AVAILABLE on the
+    /// wire), never with an assignment, and the group goes back to rebalancing.
+    #[tokio::test]
+    async fn sync_group_is_refused_when_the_group_record_is_not_durable() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = Store::open_with_storage(
+            StoreConfig {
+                data_dir: dir.path().to_path_buf(),
+                flush_policy: millrace_store::FlushPolicy::Batch,
+                flush_interval: Duration::from_millis(2),
+                max_open_files: 16,
+                high_watermark_follows_durable: true,
+            },
+            Arc::new(millrace_store::storage::FaultStorage::failing_sync_of(
+                ".log",
+            )),
+        )
+        .expect("store");
+        let logs: Vec<_> = (0..N)
+            .map(|p| {
+                store
+                    .create_partition(
+                        &TopicPartition::new("__consumer_offsets", p),
+                        LogConfig::default(),
+                        millrace_store::TopicId::from_bytes([7; 16]),
+                    )
+                    .expect("partition")
+            })
+            .collect();
+        let config = CoordinatorConfig {
+            group: GroupConfig {
+                initial_rebalance_delay_ms: 0,
+                ..GroupConfig::default()
+            },
+            offsets_retention_ms: 1000,
+            leader_epoch: 0,
+            snapshot_dir: None,
+        };
+        let partitions = logs
+            .iter()
+            .enumerate()
+            .map(|(i, log)| OffsetsPartition {
+                partition: i as i32,
+                log: log.clone(),
+            })
+            .collect();
+        let c = GroupCoordinator::new(config, partitions);
+        c.load();
+        let join = |member_id: &str| JoinRequest {
+            group_id: "g".into(),
+            session_timeout_ms: 10_000,
+            rebalance_timeout_ms: 30_000,
+            member_id: member_id.into(),
+            group_instance_id: None,
+            protocol_type: "consumer".into(),
+            protocols: vec![crate::group::Protocol {
+                name: "range".into(),
+                metadata: Bytes::from_static(b"m"),
+            }],
+            client_id: "c".into(),
+            client_host: "/127.0.0.1".into(),
+            require_known_member_id: false,
+        };
+        let ten_s = Duration::from_secs(10);
+        let joined = tokio::time::timeout(ten_s, c.join(join("")))
+            .await
+            .expect("join answered");
+        assert_eq!(joined.error, None);
+        let synced = tokio::time::timeout(
+            ten_s,
+            c.sync(SyncRequest {
+                group_id: "g".into(),
+                generation_id: joined.generation_id,
+                member_id: joined.member_id.clone(),
+                group_instance_id: None,
+                protocol_type: Some("consumer".into()),
+                protocol_name: Some("range".into()),
+                assignments: vec![(joined.member_id.clone(), Bytes::from_static(b"A"))],
+            }),
+        )
+        .await
+        .expect("sync answered");
+        assert!(
+            matches!(synced.error, Some(GroupError::Storage(_))),
+            "{synced:?}"
+        );
+        assert!(synced.assignment.is_empty());
+        assert!(
+            store.offline_reason().is_some(),
+            "the failed fsync took the dir offline"
+        );
+        // The group left Stable: its members must rejoin.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while c.describe_group("g").expect("describe").state != GroupState::PreparingRebalance {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "group never went back to rebalancing"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert_eq!(
+            c.heartbeat("g", &joined.member_id, None, joined.generation_id),
+            Err(GroupError::RebalanceInProgress)
+        );
     }
 
     #[test]

@@ -317,6 +317,26 @@ impl Group {
         self.state_timestamp_ms = now_ms;
     }
 
+    /// The metadata record written at `generation` did not become durable (Kafka's
+    /// resetAndPropagateAssignmentError, then prepareRebalance): if the group is still in that
+    /// generation with members, every assignment is forgotten and the group rebalances, so that
+    /// no member keeps working with an assignment a restart would not know. The caller has
+    /// already answered the replies that waited for the record.
+    pub fn metadata_not_durable(&mut self, generation: i32, now_ms: i64) -> Vec<Effect> {
+        if generation != self.generation {
+            return Vec::new();
+        }
+        match self.state {
+            GroupState::Stable | GroupState::CompletingRebalance => {
+                for m in self.members.values_mut() {
+                    m.assignment = Bytes::new();
+                }
+                self.prepare_rebalance(now_ms)
+            }
+            GroupState::Empty | GroupState::PreparingRebalance | GroupState::Dead => Vec::new(),
+        }
+    }
+
     /// Marks the group removed (DeleteGroups, expiry); later requests see COORDINATOR_NOT_AVAILABLE.
     pub fn mark_dead(&mut self, now_ms: i64) {
         self.set_state(GroupState::Dead, now_ms);
@@ -1467,6 +1487,25 @@ mod tests {
     fn two_members_join_sync_and_become_stable() {
         let g = stable_pair();
         assert_eq!(g.member_count(), 2);
+    }
+
+    #[test]
+    fn metadata_not_durable_returns_the_group_to_rebalancing() {
+        let mut g = stable_pair();
+        let generation = g.generation();
+        // A stale generation changes nothing.
+        assert!(g.metadata_not_durable(generation - 1, 10).is_empty());
+        assert_eq!(g.state(), GroupState::Stable);
+        g.metadata_not_durable(generation, 10);
+        assert_eq!(g.state(), GroupState::PreparingRebalance);
+        assert!(g.members().all(|m| m.assignment.is_empty()));
+        assert_eq!(
+            g.heartbeat("m1", None, generation, 11),
+            Err(GroupError::RebalanceInProgress)
+        );
+        // Idempotent: a second report for the same generation changes nothing more.
+        assert!(g.metadata_not_durable(generation, 12).is_empty());
+        assert_eq!(g.state(), GroupState::PreparingRebalance);
     }
 
     #[test]

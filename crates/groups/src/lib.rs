@@ -4,7 +4,7 @@
 //!
 //! Data flow: the front end decodes a group request, converts it into this crate's request
 //! structs and calls [`GroupCoordinator`]; the coordinator steps the pure state machine in
-//! [`group`], appends records ([`records`], [`batch`]) to `__consumer_offsets` partition
+//! [`group`], appends records ([`records`], in batches of the store's codec) to `__consumer_offsets` partition
 //! `partition_for(group) % N` through the store, and answers once they are durable. At start,
 //! [`GroupCoordinator::load`] replays each partition (after the sled [`snapshot`]) into memory.
 //!
@@ -14,7 +14,6 @@
 //! Types to read first: [`group::Group`], [`coordinator::GroupCoordinator`],
 //! [`records::RecordKey`].
 
-pub mod batch;
 pub mod coordinator;
 pub mod error;
 pub mod group;

@@ -43,7 +43,7 @@ pub const COMMIT_PARTITIONS_MAX: usize = 100_000;
 pub const REPLAY_READ_BYTES: usize = 4 * 1024 * 1024;
 
 /// Bytes of one record key or value accepted during replay or snapshot load; anything longer is
-/// skipped as corrupt. Enforced in `records::decode_*` and `batch::decode`.
+/// skipped as corrupt. Enforced in `records::decode_*` and the coordinator's replay.
 pub const RECORD_BYTES_MAX: usize = 64 * 1024 * 1024;
 
 /// Entries (members, protocols) in one decoded group metadata record. Enforced in

@@ -52,7 +52,11 @@ fn main() {
     };
     let store = Store::open_with_storage(config, Arc::new(DiscardWrites(OsStorage))).expect("open");
     let log = store
-        .create_partition(&TopicPartition::new("cpu", 0), LogConfig::default())
+        .create_partition(
+            &TopicPartition::new("cpu", 0),
+            LogConfig::default(),
+            millrace_store::TopicId::from_bytes([7; 16]),
+        )
         .expect("create");
     let one = millrace_store::testing::encode_filler_batch(1, 1024 - 73, 1);
     let n: u32 = 300_000;

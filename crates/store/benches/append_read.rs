@@ -66,7 +66,11 @@ fn store(
     let s = Store::open(config).expect("open");
     let tp = TopicPartition::new("bench", 0);
     let log = s
-        .create_partition(&tp, LogConfig::default())
+        .create_partition(
+            &tp,
+            LogConfig::default(),
+            millrace_store::TopicId::from_bytes([7; 16]),
+        )
         .expect("create");
     let bytes: u64 = data.iter().map(|b| b.len() as u64).sum();
     let owned: Vec<BytesMut> = data.to_vec();

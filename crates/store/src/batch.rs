@@ -24,6 +24,8 @@ pub const ATTR_DELETE_HORIZON: i16 = 0x40;
 /// Producer id meaning "not idempotent".
 pub const NO_PRODUCER_ID: i64 = -1;
 
+/// Byte of the magic (format version), the same in every format (legacy message sets too).
+const MAGIC_OFFSET: usize = 16;
 const CRC_OFFSET: usize = 17;
 const CRC_COVERED_FROM: usize = 21;
 
@@ -61,6 +63,45 @@ impl std::fmt::Display for BatchError {
             }
             BatchError::BadCount(s) => write!(f, "bad record count: {s}"),
         }
+    }
+}
+
+/// What the first 17 bytes of any batch say, whatever its format (v2 batches and legacy v0/v1
+/// message-set entries share this prefix): its length and its magic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchPrefix {
+    /// Bytes after the 12-byte prefix (`batchLength`, a legacy entry's `size`).
+    pub batch_length: i32,
+    /// Format version (2 for record batches).
+    pub magic: i8,
+}
+
+impl BatchPrefix {
+    /// Parses the prefix; `Truncated` if fewer than 17 bytes, `BadLength` if the length is
+    /// negative.
+    pub fn parse(buf: &[u8]) -> Result<BatchPrefix, BatchError> {
+        let Some(&magic) = buf.get(MAGIC_OFFSET) else {
+            return Err(BatchError::Truncated(format!(
+                "{} bytes, a batch prefix needs {}",
+                buf.len(),
+                MAGIC_OFFSET + 1
+            )));
+        };
+        let batch_length = be_i32(buf, 8);
+        if batch_length < 0 {
+            return Err(BatchError::BadLength(format!(
+                "batchLength {batch_length} < 0"
+            )));
+        }
+        Ok(BatchPrefix {
+            batch_length,
+            magic: magic as i8,
+        })
+    }
+
+    /// Whole batch size in bytes, including the 12-byte prefix.
+    pub fn total_size(&self) -> usize {
+        LOG_OVERHEAD_BYTES + self.batch_length.max(0) as usize
     }
 }
 
@@ -131,7 +172,7 @@ impl BatchHeader {
             base_offset: be_i64(buf, 0),
             batch_length: be_i32(buf, 8),
             partition_leader_epoch: be_i32(buf, 12),
-            magic: buf.get(16).copied().unwrap_or(0) as i8,
+            magic: buf.get(MAGIC_OFFSET).copied().unwrap_or(0) as i8,
             crc: be_i32(buf, CRC_OFFSET) as u32,
             attributes: be_i16(buf, 21),
             last_offset_delta: be_i32(buf, 23),

@@ -23,12 +23,13 @@
 //! the lock. Loading finishes a committed swap (`finish_interrupted_swaps`) and deletes `.cleaned`.
 //!
 //! Locking: reading and writing segment data happens outside the partition lock (sealed segments
-//! are immutable); the lock is held only to snapshot segment lists and for the renames. A
-//! truncation during a pass (generation change) or a deleted partition aborts the pass.
+//! are immutable); the log takes its lock to hand out segment lists and files, and around the
+//! renames (`PartitionLog::replace_sealed_segment`). A truncation during a pass (generation
+//! change) or a deleted partition aborts the pass. This module never touches the log's insides:
+//! it decides what to keep, the log applies the swap and the cleaner point.
 
 use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -41,9 +42,10 @@ use crate::limits::{
     CLEANER_BYTES_PER_TICK, CLEANER_KEYS_MAX, CLEANER_MAP_BYTES_MAX, CLEANER_PASSES_PER_TICK,
     CLEANER_WRITE_CHUNK_BYTES, SEGMENT_BYTES_MAX,
 };
-use crate::log::PartitionLog;
+use crate::log::{PartitionLog, SealedSegment};
 use crate::records::{self, BatchFields, Record};
 use crate::segment::{self, Segment, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX};
+use crate::shared::StoreShared;
 use crate::storage::Storage;
 
 /// Partition file holding the cleaner point (one decimal offset).
@@ -126,7 +128,13 @@ pub(crate) struct CleanerState {
 impl std::fmt::Debug for CleanerState {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CleanerState")
-            .field("in_pass", &self.pass.as_ref().map(|p| p.log.tp.to_string()))
+            .field(
+                "in_pass",
+                &self
+                    .pass
+                    .as_ref()
+                    .map(|p| p.log.topic_partition().to_string()),
+            )
             .finish()
     }
 }
@@ -135,6 +143,7 @@ impl CleanerState {
     /// Cleans what is due within this tick's budget → (passes finished, bytes read).
     pub(crate) fn run(
         &mut self,
+        shared: &StoreShared,
         logs: &[Arc<PartitionLog>],
         now_ms: i64,
     ) -> Result<(usize, u64), StoreError> {
@@ -153,7 +162,7 @@ impl CleanerState {
                 };
                 let (pass, read) = match start_pass(Arc::clone(&log), now_ms, budget) {
                     Ok(r) => r,
-                    Err(_) if log.deleted.load(Ordering::SeqCst) => (None, 0),
+                    Err(_) if log.is_deleted() => (None, 0),
                     Err(e) => return Err(e),
                 };
                 budget = budget.saturating_sub(read);
@@ -168,17 +177,15 @@ impl CleanerState {
             let Some(pass) = self.pass.as_mut() else {
                 break;
             };
-            if pass.log.deleted.load(Ordering::SeqCst)
-                || pass.log.inner.lock().generation != pass.generation
-            {
+            if pass.log.is_deleted() || pass.log.generation() != pass.generation {
                 self.pass = None;
                 continue;
             }
             match pass.remaining.pop_front() {
                 Some(base) => {
-                    let read = match clean_segment(pass, base, now_ms) {
+                    let read = match clean_segment(shared, pass, base, now_ms) {
                         Ok(read) => read,
-                        Err(_) if pass.log.deleted.load(Ordering::SeqCst) => {
+                        Err(_) if pass.log.is_deleted() => {
                             self.pass = None;
                             continue;
                         }
@@ -188,7 +195,7 @@ impl CleanerState {
                     bytes += read;
                 }
                 None => {
-                    finish_pass(pass)?;
+                    finish_pass(shared, pass)?;
                     finished += 1;
                     self.pass = None;
                 }
@@ -198,32 +205,10 @@ impl CleanerState {
     }
 }
 
-/// (base offset, size, largest timestamp) of one sealed segment.
-type SegInfo = (i64, u64, i64);
-
-/// Sealed segments of a compacted log, the cleaner point and the generation, under the lock.
-fn sealed_segments(
-    log: &PartitionLog,
-    config: &LogConfig,
-) -> Result<(Vec<SegInfo>, i64, u64), StoreError> {
-    let mut inner = log.inner.lock();
-    let active = inner.active_base();
-    let need_ts = config.min_compaction_lag_ms > 0;
-    let mut out = Vec::new();
-    for (base, seg) in inner.segments.range_mut(..active) {
-        if need_ts {
-            let path = seg.log_path(&log.dir);
-            let file = log
-                .shared
-                .cache
-                .get(&path, false)
-                .map_err(|e| io(format!("open {}", path.display()), e))?;
-            seg.ensure_loaded(&log.dir, &file, config)
-                .map_err(|e| io(format!("load {}", path.display()), e))?;
-        }
-        out.push((*base, seg.size, seg.max_timestamp));
-    }
-    Ok((out, inner.cleaner_point, inner.generation))
+/// Whether `min.compaction.lag.ms` lets the cleaner touch `seg`.
+fn lag_passed(config: &LogConfig, seg: &SealedSegment, now_ms: i64) -> bool {
+    config.min_compaction_lag_ms <= 0
+        || seg.max_timestamp <= now_ms.saturating_sub(config.min_compaction_lag_ms)
 }
 
 /// The compacted partition with the highest dirty ratio at or above its threshold.
@@ -231,20 +216,18 @@ fn choose(logs: &[Arc<PartitionLog>], now_ms: i64) -> Option<Arc<PartitionLog>> 
     let mut best: Option<(f64, &Arc<PartitionLog>)> = None;
     for log in logs {
         let config = log.config();
-        if !config.cleanup_policy.compact || log.deleted.load(Ordering::SeqCst) {
+        if !config.cleanup_policy.compact || log.is_deleted() {
             continue;
         }
-        let Ok((segs, cleaner_point, _)) = sealed_segments(log, &config) else {
+        let Ok(view) = log.cleaner_view(&config, config.min_compaction_lag_ms > 0) else {
             continue;
         };
         let (mut clean, mut dirty) = (0u64, 0u64);
-        for (base, size, max_ts) in segs {
-            if base < cleaner_point {
-                clean += size;
-            } else if config.min_compaction_lag_ms <= 0
-                || max_ts <= now_ms.saturating_sub(config.min_compaction_lag_ms)
-            {
-                dirty += size;
+        for (i, seg) in view.segments.iter().enumerate() {
+            if seg.base_offset < view.cleaner_point {
+                clean += seg.size;
+            } else if lag_passed(&config, seg, now_ms) && view.segment_end(i) <= view.clean_below {
+                dirty += seg.size;
             } else {
                 break;
             }
@@ -267,25 +250,29 @@ fn start_pass(
     budget: u64,
 ) -> Result<(Option<Pass>, u64), StoreError> {
     let config = log.config();
-    let (segs, cleaner_point, generation) = sealed_segments(&log, &config)?;
+    let view = log.cleaner_view(&config, config.min_compaction_lag_ms > 0)?;
+    let cleaner_point = view.cleaner_point;
     let mut map: HashMap<Box<[u8]>, i64> = HashMap::new();
     let mut map_bytes = 0usize;
     let mut read = 0u64;
     let mut dirty_end = cleaner_point;
-    for (base, size, max_ts) in segs.iter().copied().filter(|(b, _, _)| *b >= cleaner_point) {
-        let lag_ok = config.min_compaction_lag_ms <= 0
-            || max_ts <= now_ms.saturating_sub(config.min_compaction_lag_ms);
+    for (i, seg) in view.segments.iter().enumerate() {
+        if seg.base_offset < cleaner_point {
+            continue;
+        }
         let full =
             map.len() >= CLEANER_KEYS_MAX || map_bytes >= CLEANER_MAP_BYTES_MAX || read >= budget;
-        if !lag_ok || (full && dirty_end > cleaner_point) {
+        let seg_end = view.segment_end(i);
+        if !lag_passed(&config, seg, now_ms)
+            || seg_end > view.clean_below
+            || (full && dirty_end > cleaner_point)
+        {
             break;
         }
-        let path = segment::segment_path(&log.dir, base, LOG_SUFFIX);
-        let file = log
-            .shared
-            .cache
-            .get(&path, false)
-            .map_err(|e| io(format!("open {}", path.display()), e))?;
+        let base = seg.base_offset;
+        let Some((file, size)) = log.sealed_segment_file(base)? else {
+            break;
+        };
         let mut error = None;
         segment::scan_batches(&file, 0, size, base, base, |_, h, bytes| {
             if h.is_control() || error.is_some() {
@@ -304,31 +291,32 @@ fn start_pass(
                 Err(e) => error = Some(e.to_string()),
             }
         })
-        .map_err(|e| io(format!("scan {}", path.display()), e))?;
+        .map_err(|e| {
+            io(
+                format!("scan segment {base} of {}", log.topic_partition()),
+                e,
+            )
+        })?;
         if let Some(e) = error {
-            tracing::warn!(partition = %log.tp, segment = base, error = %e, "cleaner cannot decode a batch; stopping the pass before it");
+            tracing::warn!(partition = %log.topic_partition(), segment = base, error = %e, "cleaner cannot decode a batch; stopping the pass before it");
             break;
         }
         read += size;
-        // The next segment's base (or the active segment's) ends this one.
-        dirty_end = segs
-            .iter()
-            .find(|(b, _, _)| *b > base)
-            .map(|(b, _, _)| *b)
-            .unwrap_or_else(|| log.inner.lock().active_base());
+        dirty_end = seg_end;
     }
     if dirty_end <= cleaner_point {
         return Ok((None, read));
     }
-    let remaining = segs
+    let remaining = view
+        .segments
         .iter()
-        .map(|(b, _, _)| *b)
+        .map(|s| s.base_offset)
         .filter(|b| *b < dirty_end)
         .collect();
     Ok((
         Some(Pass {
             log,
-            generation,
+            generation: view.generation,
             map,
             dirty_end,
             remaining,
@@ -401,26 +389,19 @@ fn filler(base: i64, last: &BatchHeader) -> bytes::BytesMut {
 }
 
 /// Rewrites one sealed segment → bytes read.
-fn clean_segment(pass: &mut Pass, base: i64, now_ms: i64) -> Result<u64, StoreError> {
+fn clean_segment(
+    shared: &StoreShared,
+    pass: &mut Pass,
+    base: i64,
+    now_ms: i64,
+) -> Result<u64, StoreError> {
     let log = Arc::clone(&pass.log);
     let config = log.config();
-    let storage = &*log.shared.storage;
-    let (file, size) = {
-        let inner = log.inner.lock();
-        match inner.segments.get(&base) {
-            Some(seg) if base != inner.active_base() => {
-                let path = seg.log_path(&log.dir);
-                let file = log
-                    .shared
-                    .cache
-                    .get(&path, false)
-                    .map_err(|e| io(format!("open {}", path.display()), e))?;
-                (file, seg.size)
-            }
-            _ => return Ok(0),
-        }
+    let storage = &*shared.storage;
+    let Some((file, size)) = log.sealed_segment_file(base)? else {
+        return Ok(0);
     };
-    let log_path = segment::segment_path(&log.dir, base, LOG_SUFFIX);
+    let log_path = segment::segment_path(log.dir(), base, LOG_SUFFIX);
     let cleaned_path = with_suffix(&log_path, ".cleaned");
     let swap_path = with_suffix(&log_path, ".swap");
     let out_file = storage
@@ -475,7 +456,7 @@ fn clean_segment(pass: &mut Pass, base: i64, now_ms: i64) -> Result<u64, StoreEr
     };
     if let Some(e) = failure {
         abandon(storage);
-        tracing::warn!(partition = %log.tp, segment = base, error = %e, "skipping segment in cleaning");
+        tracing::warn!(partition = %log.topic_partition(), segment = base, error = %e, "skipping segment in cleaning");
         return Ok(size);
     }
     if scan.valid_end != size || !changed {
@@ -492,48 +473,31 @@ fn clean_segment(pass: &mut Pass, base: i64, now_ms: i64) -> Result<u64, StoreEr
     out.segment.size = out.written;
     out.segment.finish_time_index();
 
-    // Swap under the lock, re-checking that nothing replaced or removed the segment meanwhile.
-    {
-        let mut inner = log.inner.lock();
-        let still_there = inner.generation == pass.generation
-            && inner.segments.get(&base).is_some_and(|s| s.size == size)
-            && base != inner.active_base();
-        if !still_there {
-            drop(inner);
-            abandon(storage);
-            return Ok(size);
-        }
+    // Swap under the log's lock, which re-checks that nothing replaced or removed the segment
+    // meanwhile. The rename to `.swap` is the commit point (see the module comment).
+    let cleaned = std::mem::replace(&mut out.segment, Segment::new_empty(base, &config, now_ms));
+    let dir = log.dir().to_path_buf();
+    let swapped = log.replace_sealed_segment(base, size, pass.generation, cleaned, |storage| {
         storage
             .rename(&cleaned_path, &swap_path)
             .map_err(|e| io(format!("rename {}", cleaned_path.display()), e))?;
         for suffix in [INDEX_SUFFIX, TIME_INDEX_SUFFIX] {
-            let p = segment::segment_path(&log.dir, base, suffix);
-            log.shared.cache.invalidate(&p);
+            let p = segment::segment_path(&dir, base, suffix);
             storage
                 .remove_file(&p)
                 .map_err(|e| io(format!("remove {}", p.display()), e))?;
         }
         storage
             .rename(&swap_path, &log_path)
-            .map_err(|e| io(format!("rename {}", swap_path.display()), e))?;
-        log.shared.cache.invalidate(&log_path);
-        let mut seg =
-            std::mem::replace(&mut out.segment, Segment::new_empty(base, &config, now_ms));
-        seg.created_ms = inner.segments.get(&base).map_or(now_ms, |s| s.created_ms);
-        if let Some((index, time_index)) = seg.encoded_indexes() {
-            for (suffix, bytes) in [(INDEX_SUFFIX, index), (TIME_INDEX_SUFFIX, time_index)] {
-                let p = segment::segment_path(&log.dir, base, suffix);
-                segment::write_index_file(storage, &p, &bytes)
-                    .map_err(|e| io(format!("write {}", p.display()), e))?;
-                inner.pending.sync_paths.push(p);
-            }
-        }
-        inner.segments.insert(base, seg);
+            .map_err(|e| io(format!("rename {}", swap_path.display()), e))
+    })?;
+    if !swapped {
+        abandon(storage);
+        return Ok(size);
     }
     storage
-        .sync_dir(&log.dir)
-        .map_err(|e| io(format!("fsync {}", log.dir.display()), e))?;
-    log.enqueue_flush();
+        .sync_dir(&dir)
+        .map_err(|e| io(format!("fsync {}", dir.display()), e))?;
     Ok(size)
 }
 
@@ -609,18 +573,14 @@ fn filter_batch(
 }
 
 /// Moves the cleaner point to the end of the pass and checkpoints it.
-fn finish_pass(pass: &Pass) -> Result<(), StoreError> {
+fn finish_pass(shared: &StoreShared, pass: &Pass) -> Result<(), StoreError> {
     let log = &pass.log;
-    {
-        let mut inner = log.inner.lock();
-        if inner.generation != pass.generation {
-            return Ok(());
-        }
-        inner.cleaner_point = inner.cleaner_point.max(pass.dirty_end);
+    if !log.advance_cleaner_point(pass.generation, pass.dirty_end) {
+        return Ok(());
     }
-    let path = log.dir.join(CLEANER_POINT_FILE);
+    let path = log.dir().join(CLEANER_POINT_FILE);
     checkpoint::write_atomic(
-        &*log.shared.storage,
+        &*shared.storage,
         &path,
         pass.dirty_end.to_string().as_bytes(),
     )

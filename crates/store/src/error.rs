@@ -27,6 +27,16 @@ pub enum StoreError {
     /// A file on disk failed validation and could not be repaired.
     #[error("corrupt data: {0}")]
     Corrupt(String),
+    /// The partition directory records another topic id than the one asked for.
+    #[error("partition {partition} belongs to topic id {on_disk}, not {expected}")]
+    TopicIdMismatch {
+        /// The partition.
+        partition: TopicPartition,
+        /// The topic id in its `partition.metadata`.
+        on_disk: String,
+        /// The topic id the caller expected.
+        expected: String,
+    },
 }
 
 impl StoreError {

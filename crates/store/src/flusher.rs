@@ -8,7 +8,10 @@
 //! the store owns it, the high watermark). Rounds start at most once per `flush_interval`.
 //!
 //! Locking: the queue has its own short mutex + condvar; partition locks are taken only briefly
-//! to collect what to sync and to publish the result.
+//! (by `FlushTarget::flush_pending`) to collect what to sync and to publish the result.
+//!
+//! Not here: what a partition syncs. The queue holds `FlushTarget`s, which `log/` implements, so
+//! this module does not depend on the log.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -16,21 +19,27 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
-use crate::log::PartitionLog;
-
 use crate::limits::FLUSHER_THREADS;
+
+/// A partition with deferred durability work.
+pub(crate) trait FlushTarget: Send + Sync {
+    /// Does the partition's pending work: fsyncs outside its lock, then publishes offsets.
+    fn flush_pending(&self);
+}
+
+type Target = Arc<dyn FlushTarget>;
 
 /// Queue of partitions with unsynced data or deferred roll work.
 #[derive(Default)]
 pub(crate) struct FlushQueue {
-    queue: Mutex<Vec<Arc<PartitionLog>>>,
+    queue: Mutex<Vec<Target>>,
     wake: Condvar,
     stop: AtomicBool,
 }
 
 impl FlushQueue {
     /// Queues a partition (the caller guarantees it is not already queued).
-    pub(crate) fn push(&self, log: Arc<PartitionLog>) {
+    pub(crate) fn push(&self, log: Target) {
         let mut q = self.queue.lock();
         q.push(log);
         self.wake.notify_one();
@@ -45,7 +54,7 @@ impl FlushQueue {
 
     /// The next round, or `None` once stopped. Work still queued at stop is dropped: `shutdown`
     /// flushes every partition itself, and a dropped store is an unclean stop anyway.
-    fn take(&self) -> Option<Vec<Arc<PartitionLog>>> {
+    fn take(&self) -> Option<Vec<Target>> {
         let mut q = self.queue.lock();
         loop {
             if self.stop.load(Ordering::SeqCst) {
@@ -84,7 +93,7 @@ impl Countdown {
     }
 }
 
-type Job = (Vec<Arc<PartitionLog>>, Arc<Countdown>);
+type Job = (Vec<Target>, Arc<Countdown>);
 
 /// Body of the flusher thread: takes whole rounds (so each round is one group commit, at most one
 /// per `interval`) and spreads a round over `FLUSHER_THREADS - 1` long-lived helper threads plus
@@ -122,11 +131,7 @@ pub(crate) fn run(queue: Arc<FlushQueue>, interval: Duration) {
     }
 }
 
-fn flush_round(
-    mut round: Vec<Arc<PartitionLog>>,
-    helpers: &std::sync::mpsc::Sender<Job>,
-    n_helpers: usize,
-) {
+fn flush_round(mut round: Vec<Target>, helpers: &std::sync::mpsc::Sender<Job>, n_helpers: usize) {
     if round.len() <= 1 || n_helpers == 0 {
         for log in round {
             log.flush_pending();

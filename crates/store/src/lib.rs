@@ -7,15 +7,23 @@
 //!
 //! Read first: `Store` (this file), `log::PartitionLog`, `segment::Segment`, `recovery`.
 //!
-//! Invariants: one directory `<topic>-<partition>` per partition under `data_dir`; every file
-//! mutation goes through `storage::Storage`; the clean-shutdown marker exists only between a
-//! successful `shutdown` and the next `open`; a data dir that saw an I/O error of unknown outcome
-//! goes offline (appends fail with `StoreError::Offline`) instead of panicking.
+//! Module layers, each using only those before it (no cycles): file formats and parts (`batch`,
+//! `records`, `compression`, `checkpoint`, `partition_dir`, `index`, `time_index`,
+//! `leader_epoch`, `producer_state`, `segment`, `storage`, `file_cache`, `config`, `limits`,
+//! `error`) → `flusher`, `shared` → `log` (the one owner of a partition's state) → `recovery`,
+//! `retention`, `cleaner` (which call methods on the log) → `Store` (this file).
+//!
+//! Invariants: one directory `<topic>-<partition>` per partition under `data_dir`, holding its
+//! topic id (`partition.metadata`); every file mutation goes through `storage::Storage`; the
+//! clean-shutdown marker exists only between a successful `shutdown` and the next `open`; a data
+//! dir that saw an I/O error of unknown outcome goes offline (appends fail with
+//! `StoreError::Offline`) instead of panicking; the store deletes a partition directory only when
+//! asked to (`delete_partition`); `set_aside_partition` renames, never deletes.
 //!
 //! Locking: a `RwLock` around the partition map (held briefly); one mutex per partition
-//! (`log.rs`); the flusher queue's own mutex (`flusher.rs`); the file cache's mutex
-//! (`file_cache.rs`). Lock order: partition map → partition → file cache; the flusher queue is a
-//! leaf.
+//! (`log/`); the flusher queue's own mutex (`flusher.rs`); the file cache's mutex
+//! (`file_cache.rs`); the offline state and checkpoint table in `shared.rs`. Lock order:
+//! partition map → partition → file cache → shared's locks; the flusher queue is a leaf.
 
 pub mod batch;
 mod checkpoint;
@@ -29,18 +37,19 @@ mod index;
 mod leader_epoch;
 pub mod limits;
 mod log;
+mod partition_dir;
 mod producer_state;
 pub mod records;
 mod recovery;
 mod retention;
 mod segment;
+mod shared;
 pub mod storage;
 pub mod testing;
 mod time_index;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
@@ -52,12 +61,15 @@ pub use config::{
 };
 pub use error::{AppendError, ReadError, StoreError};
 pub use log::{AppendInfo, PartitionLog, ReadResult, ReadUpperBound};
+pub use partition_dir::{
+    inspect_partition_dir, partition_dirs, PartitionDirInfo, TopicId, ORPHANED_SUFFIX,
+};
 pub use producer_state::{BatchMetadata, ProducerStateEntry};
 
 use checkpoint::{CLEAN_SHUTDOWN_FILE, HIGH_WATERMARK_FILE, LOG_START_FILE, RECOVERY_POINT_FILE};
-use file_cache::FileCache;
-use flusher::FlushQueue;
+use partition_dir::DELETE_SUFFIX;
 use recovery::PartitionCheckpoints;
+use shared::StoreShared;
 use storage::{OsStorage, Storage};
 
 /// What one `run_maintenance` tick did.
@@ -73,106 +85,20 @@ pub struct MaintenanceReport {
     pub bytes_cleaned: u64,
 }
 
-/// State shared by the store, its partitions and the flusher.
-pub(crate) struct StoreShared {
-    pub(crate) config: StoreConfig,
-    pub(crate) storage: Arc<dyn Storage>,
-    pub(crate) cache: FileCache,
-    pub(crate) data_available: Arc<Notify>,
-    pub(crate) flusher: Arc<FlushQueue>,
-    pub(crate) partitions: RwLock<HashMap<TopicPartition, Arc<PartitionLog>>>,
-    offline: Mutex<Option<String>>,
-    offline_flag: AtomicBool,
-    shut_down: AtomicBool,
-    /// Serializes checkpoint writers; holds what was last written, to skip unchanged rewrites.
-    checkpoint_lock: Mutex<Option<CheckpointMaps>>,
-}
-
-/// Recovery points, log start offsets and high watermarks, as last written.
-type CheckpointMaps = [BTreeMap<TopicPartition, i64>; 3];
-
-impl StoreShared {
-    pub(crate) fn check_writable(&self) -> Result<(), StoreError> {
-        if self.offline_flag.load(Ordering::SeqCst) {
-            return Err(StoreError::Offline(self.offline_reason()));
-        }
-        if self.shut_down.load(Ordering::SeqCst) {
-            return Err(StoreError::ShutDown);
-        }
-        Ok(())
-    }
-
-    pub(crate) fn offline_reason(&self) -> String {
-        self.offline.lock().clone().unwrap_or_default()
-    }
-
-    /// Takes the data dir offline: later appends fail with `Offline`, waiters are woken.
-    pub(crate) fn mark_offline(&self, reason: String) {
-        {
-            let mut offline = self.offline.lock();
-            if offline.is_some() {
-                return;
-            }
-            tracing::error!(data_dir = %self.config.data_dir.display(), %reason, "log directory going offline");
-            *offline = Some(reason);
-            self.offline_flag.store(true, Ordering::SeqCst);
-        }
-        for log in self.partitions.read().values() {
-            log.fail_waiters(log::Failure::Offline);
-        }
-    }
-
-    /// Writes the three data-dir offset checkpoint files (those that changed since last time).
-    pub(crate) fn write_offset_checkpoints(&self) -> Result<(), StoreError> {
-        let mut last = self.checkpoint_lock.lock();
-        let mut rp = BTreeMap::new();
-        let mut ls = BTreeMap::new();
-        let mut hw = BTreeMap::new();
-        for (tp, log) in self.partitions.read().iter() {
-            rp.insert(tp.clone(), log.recovery_point.load(Ordering::SeqCst));
-            ls.insert(tp.clone(), log.log_start_offset());
-            hw.insert(tp.clone(), log.high_watermark());
-        }
-        let maps: CheckpointMaps = [rp, ls, hw];
-        let names = [RECOVERY_POINT_FILE, LOG_START_FILE, HIGH_WATERMARK_FILE];
-        for (i, (name, map)) in names.iter().zip(maps.iter()).enumerate() {
-            if last.as_ref().and_then(|l| l.get(i)) == Some(map) {
-                continue;
-            }
-            let path = self.config.data_dir.join(name);
-            if let Err(e) =
-                checkpoint::write_atomic(&*self.storage, &path, &checkpoint::encode_offsets(map))
-            {
-                *last = None;
-                return Err(StoreError::io(format!("write {}", path.display()), e));
-            }
-        }
-        *last = Some(maps);
-        Ok(())
-    }
-
-    fn read_offset_checkpoint(&self, name: &str) -> BTreeMap<TopicPartition, i64> {
-        let path = self.config.data_dir.join(name);
-        match checkpoint::read_bounded(&path) {
-            Ok(Some(bytes)) => checkpoint::decode_offsets(&bytes).unwrap_or_else(|| {
-                tracing::warn!(file = %path.display(), "malformed offset checkpoint ignored");
-                BTreeMap::new()
-            }),
-            Ok(None) => BTreeMap::new(),
-            Err(e) => {
-                tracing::warn!(file = %path.display(), error = %e, "unreadable offset checkpoint ignored");
-                BTreeMap::new()
-            }
-        }
-    }
-}
-
 /// The store: all partition logs of one data dir. `Send + Sync`, used as `Arc<Store>`.
 pub struct Store {
     shared: Arc<StoreShared>,
+    partitions: RwLock<HashMap<TopicPartition, Arc<PartitionLog>>>,
     flusher_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
     create_lock: Mutex<()>,
     maintenance: Mutex<cleaner::CleanerState>,
+}
+
+fn unix_nanos() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0)
 }
 
 impl Store {
@@ -192,46 +118,30 @@ impl Store {
             .map_err(|e| StoreError::io(format!("create {}", data_dir.display()), e))?;
         let marker = data_dir.join(CLEAN_SHUTDOWN_FILE);
         let clean = marker.exists();
-        let shared = Arc::new(StoreShared {
-            cache: FileCache::new(config.max_open_files, Arc::clone(&storage)),
-            storage,
-            data_available: Arc::new(Notify::new()),
-            flusher: Arc::new(FlushQueue::default()),
-            partitions: RwLock::new(HashMap::new()),
-            offline: Mutex::new(None),
-            offline_flag: AtomicBool::new(false),
-            shut_down: AtomicBool::new(false),
-            checkpoint_lock: Mutex::new(None),
-            config,
-        });
+        let shared = Arc::new(StoreShared::new(config, storage));
         let recovery_points = shared.read_offset_checkpoint(RECOVERY_POINT_FILE);
         let log_starts = shared.read_offset_checkpoint(LOG_START_FILE);
         let high_watermarks = shared.read_offset_checkpoint(HIGH_WATERMARK_FILE);
         let entries = std::fs::read_dir(&data_dir)
             .map_err(|e| StoreError::io(format!("list {}", data_dir.display()), e))?;
-        let mut dirs: Vec<(TopicPartition, PathBuf)> = Vec::new();
         for entry in entries {
             let entry =
                 entry.map_err(|e| StoreError::io(format!("list {}", data_dir.display()), e))?;
             let path = entry.path();
-            if !path.is_dir() {
-                continue;
-            }
-            let Ok(name) = entry.file_name().into_string() else {
-                continue;
-            };
-            if name.ends_with("-delete") {
+            let is_doomed = entry
+                .file_name()
+                .to_str()
+                .is_some_and(|n| n.ends_with(DELETE_SUFFIX));
+            if is_doomed && path.is_dir() {
                 shared
                     .storage
                     .remove_dir_all(&path)
                     .map_err(|e| StoreError::io(format!("remove {}", path.display()), e))?;
-                continue;
-            }
-            if let Some(tp) = TopicPartition::from_dir_name(&name) {
-                dirs.push((tp, path));
             }
         }
-        dirs.sort();
+        let dirs = partition_dirs(&data_dir)
+            .map_err(|e| StoreError::io(format!("list {}", data_dir.display()), e))?;
+        let mut partitions = HashMap::new();
         for (tp, dir) in dirs {
             let ckpt = PartitionCheckpoints {
                 recovery_point: recovery_points.get(&tp).copied(),
@@ -239,7 +149,7 @@ impl Store {
                 high_watermark: high_watermarks.get(&tp).copied(),
             };
             let log = recovery::load_partition(&shared, tp.clone(), &dir, ckpt, clean)?;
-            shared.partitions.write().insert(tp, log);
+            partitions.insert(tp, log);
         }
         if clean {
             shared
@@ -259,6 +169,7 @@ impl Store {
             .map_err(|e| StoreError::io("spawn flusher thread", e))?;
         Ok(Arc::new(Store {
             shared,
+            partitions: RwLock::new(partitions),
             flusher_thread: Mutex::new(Some(handle)),
             create_lock: Mutex::new(()),
             maintenance: Mutex::new(cleaner::CleanerState::default()),
@@ -266,18 +177,20 @@ impl Store {
     }
 
     fn partition_dir(&self, tp: &TopicPartition) -> PathBuf {
-        self.shared.config.data_dir.join(tp.to_string())
+        self.shared.data_dir().join(tp.to_string())
     }
 
-    /// Creates an empty partition; `AlreadyExists` if present.
+    /// Creates an empty partition of the topic `topic_id` (recorded in its directory as
+    /// `partition.metadata`); `AlreadyExists` if present.
     pub fn create_partition(
         &self,
         tp: &TopicPartition,
         config: LogConfig,
+        topic_id: TopicId,
     ) -> Result<Arc<PartitionLog>, StoreError> {
         self.shared.check_writable()?;
         let _guard = self.create_lock.lock();
-        if self.shared.partitions.read().contains_key(tp) {
+        if self.partitions.read().contains_key(tp) {
             return Err(StoreError::AlreadyExists(tp.clone()));
         }
         if !config::is_legal_topic_name(&tp.topic)
@@ -292,12 +205,14 @@ impl Store {
         let storage = &*self.shared.storage;
         let dir = self.partition_dir(tp);
         let io = |what: &str, e| StoreError::io(format!("{what} {}", dir.display()), e);
-        // A directory left by a crashed create or an unloadable partition: start afresh.
+        // A directory left by a crashed create (never loaded, so never acknowledged anything):
+        // start afresh.
         if dir.exists() {
             storage.remove_dir_all(&dir).map_err(|e| io("remove", e))?;
         }
         storage.create_dir_all(&dir).map_err(|e| io("create", e))?;
-        log::write_config(storage, &dir, &config, false)?;
+        partition_dir::write_config(storage, &dir, &config, false)?;
+        partition_dir::write_topic_id(storage, &dir, topic_id, false)?;
         let seg_path = segment::segment_path(&dir, 0, segment::LOG_SUFFIX);
         self.shared
             .cache
@@ -305,77 +220,60 @@ impl Store {
             .map_err(|e| StoreError::io(format!("create {}", seg_path.display()), e))?;
         storage.sync_dir(&dir).map_err(|e| io("fsync", e))?;
         storage
-            .sync_dir(&self.shared.config.data_dir)
+            .sync_dir(self.shared.data_dir())
             .map_err(|e| io("fsync parent of", e))?;
-        let mut segments = BTreeMap::new();
-        segments.insert(0, segment::Segment::new_empty(0, &config, log::now_ms()));
-        let parts = log::LogParts {
-            segments,
-            log_start_offset: 0,
-            log_end_offset: 0,
-            high_watermark: 0,
-            recovery_point: 0,
-            producers: Default::default(),
-            epochs: Default::default(),
-            pending: Default::default(),
-            cleaner_point: 0,
-        };
-        let log =
-            PartitionLog::from_parts(tp.clone(), dir, Arc::clone(&self.shared), config, parts);
-        self.shared
-            .partitions
-            .write()
-            .insert(tp.clone(), Arc::clone(&log));
+        let log = PartitionLog::create(Arc::clone(&self.shared), tp.clone(), dir, config, topic_id);
+        self.partitions.write().insert(tp.clone(), Arc::clone(&log));
         Ok(log)
+    }
+
+    /// Takes a partition out of the store and renames its directory to `<dir><suffix>`, fsyncing
+    /// the data dir. Returns the new path.
+    fn remove_from_store(&self, tp: &TopicPartition, suffix: &str) -> Result<PathBuf, StoreError> {
+        self.shared.check_writable()?;
+        let Some(log) = self.partitions.write().remove(tp) else {
+            return Err(StoreError::UnknownPartition(tp.clone()));
+        };
+        log.mark_deleted();
+        let dir = self.partition_dir(tp);
+        let target = self.shared.data_dir().join(format!("{tp}{suffix}"));
+        let storage = &*self.shared.storage;
+        storage
+            .rename(&dir, &target)
+            .map_err(|e| StoreError::io(format!("rename {}", dir.display()), e))?;
+        storage.sync_dir(self.shared.data_dir()).map_err(|e| {
+            StoreError::io(format!("fsync {}", self.shared.data_dir().display()), e)
+        })?;
+        self.shared.cache.invalidate_dir(&dir);
+        Ok(target)
     }
 
     /// Deletes a partition crash-safely: rename to `<dir>.<nanos>-delete`, fsync, remove.
     pub fn delete_partition(&self, tp: &TopicPartition) -> Result<(), StoreError> {
-        self.shared.check_writable()?;
         let _guard = self.create_lock.lock();
-        let Some(log) = self.shared.partitions.write().remove(tp) else {
-            return Err(StoreError::UnknownPartition(tp.clone()));
-        };
-        log.deleted.store(true, Ordering::SeqCst);
-        let _inner = log.inner.lock();
-        log.fail_waiters(log::Failure::Deleted);
-        let dir = self.partition_dir(tp);
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0);
-        let doomed = self
-            .shared
-            .config
-            .data_dir
-            .join(format!("{tp}.{nanos}-delete"));
-        let storage = &*self.shared.storage;
-        storage
-            .rename(&dir, &doomed)
-            .map_err(|e| StoreError::io(format!("rename {}", dir.display()), e))?;
-        storage
-            .sync_dir(&self.shared.config.data_dir)
-            .map_err(|e| {
-                StoreError::io(
-                    format!("fsync {}", self.shared.config.data_dir.display()),
-                    e,
-                )
-            })?;
-        self.shared.cache.invalidate_dir(&dir);
-        storage
+        let doomed = self.remove_from_store(tp, &format!(".{}{DELETE_SUFFIX}", unix_nanos()))?;
+        self.shared
+            .storage
             .remove_dir_all(&doomed)
-            .map_err(|e| StoreError::io(format!("remove {}", doomed.display()), e))?;
-        Ok(())
+            .map_err(|e| StoreError::io(format!("remove {}", doomed.display()), e))
+    }
+
+    /// Sets a partition aside without deleting anything: its directory is renamed to
+    /// `<dir>.<nanos>.orphaned` (which no later `open` loads) and the partition leaves the store.
+    /// For directories the cluster metadata does not name. Returns the new path.
+    pub fn set_aside_partition(&self, tp: &TopicPartition) -> Result<PathBuf, StoreError> {
+        let _guard = self.create_lock.lock();
+        self.remove_from_store(tp, &format!(".{}{ORPHANED_SUFFIX}", unix_nanos()))
     }
 
     /// The partition's log, if hosted here.
     pub fn partition(&self, tp: &TopicPartition) -> Option<Arc<PartitionLog>> {
-        self.shared.partitions.read().get(tp).cloned()
+        self.partitions.read().get(tp).cloned()
     }
 
     /// All hosted partitions, sorted.
     pub fn partitions(&self) -> Vec<TopicPartition> {
-        let mut v: Vec<TopicPartition> = self.shared.partitions.read().keys().cloned().collect();
+        let mut v: Vec<TopicPartition> = self.partitions.read().keys().cloned().collect();
         v.sort();
         v
     }
@@ -387,7 +285,7 @@ impl Store {
 
     /// Whether the data dir is offline, and why.
     pub fn offline_reason(&self) -> Option<String> {
-        self.shared.offline.lock().clone()
+        self.shared.offline_reason()
     }
 
     /// One bounded tick of background work: retention, compaction, segment.ms rolls, flush.ms,
@@ -395,8 +293,7 @@ impl Store {
     pub fn run_maintenance(&self, now_ms: i64) -> Result<MaintenanceReport, StoreError> {
         self.shared.check_writable()?;
         let mut cleaner = self.maintenance.lock();
-        let logs: Vec<Arc<PartitionLog>> =
-            self.shared.partitions.read().values().cloned().collect();
+        let logs: Vec<Arc<PartitionLog>> = self.partitions.read().values().cloned().collect();
         let mut report = MaintenanceReport::default();
         for log in &logs {
             let result = (|| -> Result<(), StoreError> {
@@ -409,11 +306,11 @@ impl Store {
             })();
             match result {
                 // Deleted during this tick: its files are gone, nothing to maintain.
-                Err(_) if log.deleted.load(Ordering::SeqCst) => {}
+                Err(_) if log.is_deleted() => {}
                 other => other?,
             }
         }
-        let (cleaned, bytes) = cleaner.run(&logs, now_ms)?;
+        let (cleaned, bytes) = cleaner.run(&self.shared, &logs, now_ms)?;
         report.partitions_cleaned += cleaned;
         report.bytes_cleaned += bytes;
         self.shared.write_offset_checkpoints()?;
@@ -423,7 +320,7 @@ impl Store {
     /// Flushes everything, writes checkpoints and the clean-shutdown marker. After this, appends
     /// fail with `ShutDown`. Idempotent.
     pub fn shutdown(&self) -> Result<(), StoreError> {
-        if self.shared.shut_down.swap(true, Ordering::SeqCst) {
+        if self.shared.set_shut_down() {
             return Ok(());
         }
         // Let a running maintenance tick (retention, a cleaner swap) finish first.
@@ -432,13 +329,12 @@ impl Store {
         if let Some(reason) = self.offline_reason() {
             return Err(StoreError::Offline(reason));
         }
-        let logs: Vec<Arc<PartitionLog>> =
-            self.shared.partitions.read().values().cloned().collect();
+        let logs: Vec<Arc<PartitionLog>> = self.partitions.read().values().cloned().collect();
         for log in &logs {
             log.close()?;
         }
         self.shared.write_offset_checkpoints()?;
-        let marker = self.shared.config.data_dir.join(CLEAN_SHUTDOWN_FILE);
+        let marker = self.shared.data_dir().join(CLEAN_SHUTDOWN_FILE);
         checkpoint::write_atomic(&*self.shared.storage, &marker, b"")
             .map_err(|e| StoreError::io(format!("write {}", marker.display()), e))?;
         for log in &logs {
@@ -458,8 +354,6 @@ impl Store {
 impl Drop for Store {
     fn drop(&mut self) {
         self.stop_flusher();
-        // Break the partition ↔ shared reference cycle.
-        self.shared.partitions.write().clear();
     }
 }
 
@@ -478,7 +372,11 @@ mod tests {
         let dir = tempfile::tempdir().expect("tmp");
         let store = super::Store::open(super::StoreConfig::new(dir.path())).expect("open");
         let log = store
-            .create_partition(&super::TopicPartition::new("t", 0), Default::default())
+            .create_partition(
+                &super::TopicPartition::new("t", 0),
+                Default::default(),
+                super::TopicId::from_bytes([1; 16]),
+            )
             .expect("create");
         send(&log.wait_durable(0));
     }

@@ -12,10 +12,14 @@ pub const LOG_OVERHEAD_BYTES: usize = 12;
 /// Bytes: smallest legal `batchLength` (the header after the 12-byte prefix, no records).
 pub const BATCH_LENGTH_MIN: usize = BATCH_HEADER_BYTES - LOG_OVERHEAD_BYTES;
 
-/// Bytes: largest batch the store ever reads back from disk during recovery or a scan. Larger
-/// `batchLength` values on disk are treated as corruption. Enforced by `batch::BatchHeader::parse`
-/// callers in `recovery` and `segment`.
-pub const BATCH_BYTES_MAX: usize = 64 * 1024 * 1024;
+/// Bytes: largest batch (with its 12-byte prefix) the store accepts on append and reads back in
+/// recovery, 100 MiB: Kafka's default `socket.request.max.bytes`, so every batch that fits a
+/// default request fits here. Append refuses a larger batch with `MessageTooLarge` whatever the
+/// topic's `max.message.bytes` says (`log::append`), and a scan (recovery, index rebuild)
+/// treats a larger `batchLength` on disk as corruption (`segment::scan_batches`), so the two
+/// agree: recovery accepts every batch append could have accepted. The broker's
+/// `message.max.bytes`/`max.message.bytes` settings are validated against it at start.
+pub const BATCH_BYTES_MAX: usize = 100 * 1024 * 1024;
 
 /// Bytes: largest output of one decompression (compaction, exact timestamp lookup). A batch that
 /// inflates beyond this is refused as a decompression bomb. Enforced by `compression::decompress`.

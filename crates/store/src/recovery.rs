@@ -10,21 +10,21 @@
 //! its last index entry is checked, and sealed segments are loaded lazily on first use.
 //!
 //! Runs before the partition is shared, so no locking concerns except the store's file cache.
+//! It only reads and repairs files; the `PartitionLog` it hands what it found to
+//! (`PartitionLog::open`) owns the partition from then on (and rebuilds producer state itself).
 
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
 use crate::checkpoint::{self, LEADER_EPOCH_FILE};
-use crate::config::{LogConfig, TopicPartition};
+use crate::config::TopicPartition;
 use crate::error::StoreError;
 use crate::leader_epoch::LeaderEpochCache;
-use crate::log::{
-    list_snapshots, now_ms, snapshot_path, LogInner, LogParts, PartitionLog, Pending,
-};
-use crate::producer_state::ProducerStates;
+use crate::log::{list_snapshots, now_ms, snapshot_path, LoadedLog, PartitionLog};
+use crate::partition_dir;
 use crate::segment::{self, Segment, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX};
-use crate::StoreShared;
+use crate::shared::StoreShared;
 
 /// What the data-dir checkpoints say about one partition.
 #[derive(Debug, Clone, Copy, Default)]
@@ -46,7 +46,8 @@ pub(crate) fn load_partition(
     ckpt: PartitionCheckpoints,
     clean: bool,
 ) -> Result<Arc<PartitionLog>, StoreError> {
-    let config = read_config(dir);
+    let persisted_config = partition_dir::read_config(dir);
+    let config = persisted_config.clone().unwrap_or_default();
     let storage = &*shared.storage;
     crate::cleaner::finish_interrupted_swaps(storage, dir)?;
 
@@ -212,13 +213,45 @@ pub(crate) fn load_partition(
             }
         }
     }
-    let log_end_offset = segments.values().next_back().map_or(0, |s| s.next_offset);
-    let first_base = segments.keys().next().copied().unwrap_or(0);
-    let log_start_offset = ckpt
-        .log_start_offset
-        .unwrap_or(first_base)
-        .max(first_base)
-        .min(log_end_offset);
+    let mut log_end_offset = segments.values().next_back().map_or(0, |s| s.next_offset);
+    let mut first_base = segments.keys().next().copied().unwrap_or(0);
+    let mut active_base = active_base;
+    let checkpointed_start = ckpt.log_start_offset.unwrap_or(first_base).max(first_base);
+    let started_over = checkpointed_start > log_end_offset;
+    if started_over {
+        // Everything left lies below a log start offset that was acknowledged (DeleteRecords,
+        // retention) and checkpointed, while the end of the log was lost (flush policy `never`
+        // and a power cut). Kafka's rule: start the log over at the log start offset, so offsets
+        // below it are never handed out again.
+        tracing::warn!(partition = %tp, log_start = checkpointed_start, log_end = log_end_offset, "log ends below its log start offset; starting it over at the log start offset");
+        let doomed: Vec<i64> = segments.keys().rev().copied().collect();
+        for base in doomed {
+            for suffix in [LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX] {
+                let p = segment::segment_path(dir, base, suffix);
+                shared.cache.invalidate(&p);
+                storage
+                    .remove_file(&p)
+                    .map_err(|e| io_err(format!("remove {}", p.display()), e))?;
+            }
+        }
+        segments.clear();
+        recovered_bases.clear();
+        let path = segment::segment_path(dir, checkpointed_start, LOG_SUFFIX);
+        shared
+            .cache
+            .get(&path, true)
+            .map_err(|e| io_err(format!("create {}", path.display()), e))?;
+        segments.insert(
+            checkpointed_start,
+            Segment::new_empty(checkpointed_start, &config, now),
+        );
+        log_end_offset = checkpointed_start;
+        first_base = checkpointed_start;
+        active_base = checkpointed_start;
+        epoch_headers.clear();
+        first_recovered_offset = None;
+    }
+    let log_start_offset = checkpointed_start.min(log_end_offset);
 
     // Leader epoch cache.
     let stored = checkpoint::read_bounded(&dir.join(LEADER_EPOCH_FILE))
@@ -288,129 +321,35 @@ pub(crate) fn load_partition(
             .unwrap_or(log_start_offset)
             .clamp(log_start_offset, log_end_offset)
     };
-    let mut pending = Pending::default();
+    let mut unsynced = Vec::new();
     if !clean {
         // What recovery read may still be only in the page cache: let the flusher sync it.
         for base in &recovered_bases {
             if segments.contains_key(base) {
                 for suffix in [LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX] {
                     if *base != active_base || suffix == LOG_SUFFIX {
-                        pending
-                            .sync_paths
-                            .push(segment::segment_path(dir, *base, suffix));
+                        unsynced.push(segment::segment_path(dir, *base, suffix));
                     }
                 }
             }
         }
-        pending.sync_dir = true;
     }
-    let parts = LogParts {
-        segments,
-        log_start_offset,
-        log_end_offset,
-        high_watermark,
-        recovery_point,
-        producers: ProducerStates::default(),
-        epochs,
-        pending,
-        cleaner_point: log_start_offset,
-    };
-    let log = PartitionLog::from_parts(
-        tp,
-        dir.to_path_buf(),
+    let cleaner_point = crate::cleaner::read_cleaner_point(dir).unwrap_or(log_start_offset);
+    PartitionLog::open(
         Arc::clone(shared),
-        config.clone(),
-        parts,
-    );
-    {
-        let mut inner = log.inner.lock();
-        inner.producers = rebuild_producer_state(&log, &mut inner, &config)?;
-        inner.cleaner_point = crate::cleaner::read_cleaner_point(dir)
-            .unwrap_or(log_start_offset)
-            .clamp(log_start_offset, log_end_offset);
-    }
-    if !clean {
-        log.enqueue_flush();
-    }
-    Ok(log)
-}
-
-/// Reads `config.json`; defaults if missing or unreadable.
-pub(crate) fn read_config(dir: &Path) -> LogConfig {
-    match checkpoint::read_bounded(&dir.join(checkpoint::CONFIG_FILE)) {
-        Ok(Some(bytes)) => serde_json::from_slice(&bytes).unwrap_or_else(|e| {
-            tracing::warn!(dir = %dir.display(), error = %e, "unreadable config.json; using defaults");
-            LogConfig::default()
-        }),
-        _ => LogConfig::default(),
-    }
-}
-
-/// Producer state as of the log end: newest valid snapshot at or below it, plus the batch headers
-/// after the snapshot. Forgets producers whose batches are all below the log start offset.
-pub(crate) fn rebuild_producer_state(
-    log: &PartitionLog,
-    inner: &mut LogInner,
-    config: &LogConfig,
-) -> Result<ProducerStates, StoreError> {
-    let leo = inner.log_end_offset;
-    let lso = log.log_start.load(std::sync::atomic::Ordering::SeqCst);
-    let mut snaps = list_snapshots(&log.dir);
-    snaps.sort_unstable();
-    let mut state = ProducerStates::default();
-    let mut from = i64::MIN;
-    for snap in snaps.into_iter().rev().filter(|s| *s <= leo) {
-        let loaded = checkpoint::read_bounded(&snapshot_path(&log.dir, snap))
-            .ok()
-            .flatten()
-            .and_then(|bytes| {
-                let (offset, payload) = checkpoint::decode_snapshot(&bytes)?;
-                (offset == snap)
-                    .then(|| ProducerStates::decode(payload))
-                    .flatten()
-            });
-        if let Some(s) = loaded {
-            state = s;
-            from = snap;
-            break;
-        }
-        tracing::warn!(partition = %log.tp, snapshot = snap, "ignoring unreadable producer snapshot");
-    }
-    let bases: Vec<i64> = inner.segments.keys().copied().collect();
-    for (i, base) in bases.iter().enumerate() {
-        let next_base = bases.get(i + 1).copied().unwrap_or(i64::MAX);
-        if next_base <= from {
-            continue;
-        }
-        let Some(seg) = inner.segments.get_mut(base) else {
-            continue;
-        };
-        let path = seg.log_path(&log.dir);
-        let file = log
-            .shared
-            .cache
-            .get(&path, false)
-            .map_err(|e| io_err(format!("open {}", path.display()), e))?;
-        seg.ensure_loaded(&log.dir, &file, config)
-            .map_err(|e| io_err(format!("load {}", path.display()), e))?;
-        let start = match seg.indexes.as_ref() {
-            Some((index, _)) if from > seg.base_offset => u64::from(index.lookup(from).position),
-            _ => 0,
-        };
-        segment::scan_batches(
-            &file,
-            start,
-            seg.size,
-            seg.base_offset,
-            i64::MIN,
-            |_, h, _| {
-                if h.base_offset >= from {
-                    state.update(h, h.base_offset, h.max_timestamp);
-                }
-            },
-        )
-        .map_err(|e| io_err(format!("scan {}", path.display()), e))?;
-    }
-    state.remove_before(lso);
-    Ok(state)
+        LoadedLog {
+            tp,
+            dir: dir.to_path_buf(),
+            topic_id: partition_dir::read_topic_id(dir),
+            config: persisted_config,
+            segments,
+            log_start_offset,
+            high_watermark,
+            recovery_point,
+            epochs,
+            cleaner_point,
+            unsynced,
+            sync_dir: !clean || started_over,
+        },
+    )
 }

@@ -134,7 +134,11 @@ fn compaction_keeps_latest_per_key_and_tombstones_for_retention() {
     let store = open(dir.path(), FlushPolicy::Never);
     let t = tp("__consumer_offsets", 7);
     let log = store
-        .create_partition(&t, compact_config())
+        .create_partition(
+            &t,
+            compact_config(),
+            millrace_store::TopicId::from_bytes([7; 16]),
+        )
         .expect("create");
     let mut latest = BTreeMap::new();
     write_updates(&log, 10, 12, NOW - HOUR, &mut latest);
@@ -142,6 +146,7 @@ fn compaction_keeps_latest_per_key_and_tombstones_for_retention() {
     write_updates(&log, 4, 3, NOW - HOUR / 2, &mut latest);
     let size_before = log.size_bytes();
     let end_before = log.log_end_offset();
+    settle(&log);
     let report = store.run_maintenance(NOW).expect("maintenance");
     assert!(report.partitions_cleaned >= 1, "{report:?}");
     assert!(
@@ -168,6 +173,7 @@ fn compaction_keeps_latest_per_key_and_tombstones_for_retention() {
 
     // Two hours later, with new dirty data: the tombstone's horizon passed, it goes.
     write_updates(&log, 10, 6, NOW + 2 * HOUR, &mut latest);
+    settle(&log);
     store.run_maintenance(NOW + 3 * HOUR).expect("maintenance");
     let records = read_records(&store, &t);
     assert!(
@@ -195,14 +201,17 @@ fn min_compaction_lag_protects_recent_segments() {
                 min_compaction_lag_ms: HOUR,
                 ..compact_config()
             },
+            millrace_store::TopicId::from_bytes([7; 16]),
         )
         .expect("create");
     let mut latest = BTreeMap::new();
     write_updates(&log, 5, 10, NOW - 10, &mut latest);
     let size = log.size_bytes();
+    settle(&log);
     let report = store.run_maintenance(NOW).expect("maintenance");
     assert_eq!(report.partitions_cleaned, 0);
     assert_eq!(log.size_bytes(), size);
+    settle(&log);
     store.run_maintenance(NOW + 2 * HOUR).expect("maintenance");
     assert!(log.size_bytes() < size);
     check_compacted(&store, &t, &latest, active_base(dir.path(), &t));
@@ -214,7 +223,11 @@ fn idempotent_state_survives_compaction() {
     let store = open(dir.path(), FlushPolicy::Never);
     let t = tp("idem-compact", 0);
     let log = store
-        .create_partition(&t, compact_config())
+        .create_partition(
+            &t,
+            compact_config(),
+            millrace_store::TopicId::from_bytes([7; 16]),
+        )
         .expect("create");
     let v = [b'v'; 100];
     for seq in 0..40 {
@@ -222,6 +235,7 @@ fn idempotent_state_survives_compaction() {
         log.append(b, 0).expect("append");
     }
     let before = log.producer_states();
+    settle(&log);
     store.run_maintenance(NOW).expect("maintenance");
     assert!(log.size_bytes() < 40 * 100);
     assert_eq!(log.producer_states(), before);
@@ -250,7 +264,11 @@ fn compacted_topics_reject_keyless_records() {
     let dir = tempfile::tempdir().expect("tmp");
     let store = open(dir.path(), FlushPolicy::Never);
     let log = store
-        .create_partition(&tp("keys", 0), compact_config())
+        .create_partition(
+            &tp("keys", 0),
+            compact_config(),
+            millrace_store::TopicId::from_bytes([7; 16]),
+        )
         .expect("create");
     let keyless = encode_batch(
         &[(Some(b"k"), Some(b"v"), NOW), (None, Some(b"v"), NOW)],

@@ -24,6 +24,7 @@ fn appends_reads_and_maintenance_in_parallel() {
                 retention_bytes: 64 * 1024,
                 ..LogConfig::default()
             },
+            millrace_store::TopicId::from_bytes([7; 16]),
         )
         .expect("create");
     let compact = store
@@ -38,6 +39,7 @@ fn appends_reads_and_maintenance_in_parallel() {
                 min_cleanable_dirty_ratio: 0.2,
                 ..LogConfig::default()
             },
+            millrace_store::TopicId::from_bytes([7; 16]),
         )
         .expect("create");
     let stop = Arc::new(AtomicBool::new(false));

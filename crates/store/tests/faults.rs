@@ -81,7 +81,11 @@ fn transient_write_error_is_rolled_back() {
             .expect("open");
     let t = tp("flaky", 0);
     let log = store
-        .create_partition(&t, LogConfig::default())
+        .create_partition(
+            &t,
+            LogConfig::default(),
+            millrace_store::TopicId::from_bytes([7; 16]),
+        )
         .expect("create");
     log.append(batch(2, 1), 0).expect("append");
     flaky.fail_writes.store(1, Ordering::SeqCst);
@@ -109,7 +113,11 @@ fn failed_rollback_takes_the_dir_offline_and_reads_keep_working() {
             .expect("open");
     let t = tp("offline", 0);
     let log = store
-        .create_partition(&t, LogConfig::default())
+        .create_partition(
+            &t,
+            LogConfig::default(),
+            millrace_store::TopicId::from_bytes([7; 16]),
+        )
         .expect("create");
     log.append(batch(2, 1), 0).expect("append");
     flaky.fail_writes.store(1, Ordering::SeqCst);
@@ -124,7 +132,11 @@ fn failed_rollback_takes_the_dir_offline_and_reads_keep_working() {
         Err(AppendError::Store(StoreError::Offline(_)))
     ));
     assert!(matches!(
-        store.create_partition(&tp("other", 0), LogConfig::default()),
+        store.create_partition(
+            &tp("other", 0),
+            LogConfig::default(),
+            millrace_store::TopicId::from_bytes([7; 16])
+        ),
         Err(StoreError::Offline(_))
     ));
     // Reads still serve the whole batches, never the torn tail.
@@ -152,7 +164,11 @@ async fn failed_fsync_fails_waiters_and_goes_offline() {
         let store = Store::open_with_storage(store_config(dir.path(), policy), flaky.clone())
             .expect("open");
         let log = store
-            .create_partition(&tp("sync", 0), LogConfig::default())
+            .create_partition(
+                &tp("sync", 0),
+                LogConfig::default(),
+                millrace_store::TopicId::from_bytes([7; 16]),
+            )
             .expect("create");
         flaky.fail_syncs.store(1, Ordering::SeqCst);
         let result = log.append(batch(1, 1), 0);

@@ -52,7 +52,7 @@ proptest! {
         {
             let store = open(dir.path(), FlushPolicy::Never);
             let log = store
-                .create_partition(&t, LogConfig { index_interval_bytes: interval, segment_bytes, ..LogConfig::default() })
+                .create_partition(&t, LogConfig { index_interval_bytes: interval, segment_bytes, ..LogConfig::default() }, millrace_store::TopicId::from_bytes([7; 16]))
                 .expect("create");
             for (i, (count, value_bytes)) in batches.iter().enumerate() {
                 let b = millrace_store::testing::encode_filler_batch(*count, *value_bytes, i as i64);

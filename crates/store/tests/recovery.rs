@@ -33,6 +33,7 @@ fn fixture() -> Fixture {
                     index_interval_bytes: 100,
                     ..LogConfig::default()
                 },
+                millrace_store::TopicId::from_bytes([7; 16]),
             )
             .expect("create");
         for i in 0..30 {
@@ -186,17 +187,130 @@ fn corrupt_sealed_segment_after_clean_shutdown_is_never_served() {
     std::fs::write(&first_log, bytes).expect("write");
     let store = open(dir.path(), FlushPolicy::Never);
     let log = store.partition(&f.t).expect("partition");
+    let (first, corrupt) = (f.batches[0], f.batches[1]);
+    assert_eq!(
+        log.log_end_offset(),
+        f.batches.last().expect("batches").1 + 1
+    );
     for offset in 0..log.log_end_offset() {
         let r = log
             .read(offset, 1 << 20, ReadUpperBound::LogEnd, true)
             .expect("read");
+        let mut served = Vec::new();
         let mut pos = 0;
         while pos < r.records.len() {
             let h = millrace_store::batch::validate_stored(&r.records[pos..])
                 .expect("only valid batches are served");
+            served.push((h.base_offset, h.last_offset()));
             pos += h.total_size();
         }
+        if (corrupt.0..=corrupt.1).contains(&offset) {
+            // The damaged batch is never served, and nothing is served in its place.
+            assert!(served.is_empty(), "offset {offset}: served {served:?}");
+        } else {
+            // Every other offset is served, starting with the batch that holds it.
+            let head = served.first().copied();
+            assert!(
+                head.is_some_and(|(b, l)| b <= offset && offset <= l),
+                "offset {offset}: served {served:?}"
+            );
+            if offset <= first.1 {
+                assert_eq!(head, Some(first), "offset {offset}");
+            }
+        }
     }
+}
+
+/// A data dir whose log start offset checkpoint lies past everything its segments still hold
+/// (flush policy `never` and a power cut took the tail): recovery starts the log over at the log
+/// start offset, so offsets below it are never handed out again (Kafka's rule).
+#[test]
+fn log_that_ends_below_its_log_start_starts_over_there() {
+    let f = fixture();
+    let dir = tempfile::tempdir().expect("tmp");
+    copy_dir(f.template.path(), dir.path());
+    let lso = 5;
+    {
+        let store = open(dir.path(), FlushPolicy::Never);
+        let log = store.partition(&f.t).expect("partition");
+        assert_eq!(log.delete_records_before(lso).expect("delete records"), lso);
+    }
+    // Lose every segment's bytes, as a power cut under `never` may.
+    let pdir = dir.path().join(f.t.to_string());
+    for e in std::fs::read_dir(&pdir).expect("ls") {
+        let p = e.expect("entry").path();
+        if p.extension().is_some_and(|e| e == "log") {
+            std::fs::write(&p, b"").expect("empty the segment");
+        }
+    }
+    let store = open(dir.path(), FlushPolicy::Never);
+    let log = store.partition(&f.t).expect("partition");
+    assert_eq!(log.log_start_offset(), lso);
+    assert_eq!(log.log_end_offset(), lso);
+    assert_eq!(log.append(batch(1, 9), 3).expect("append").base_offset, lso);
+    drop(log);
+    drop(store);
+    let store = open(dir.path(), FlushPolicy::Never);
+    assert_eq!(read_all(&store, &f.t), vec![(lso, lso)]);
+}
+
+/// The largest batch append accepts (`BATCH_BYTES_MAX`, whatever `max.message.bytes` says) is read
+/// back by recovery after an unclean stop; one byte more is refused with MESSAGE_TOO_LARGE.
+#[test]
+fn largest_accepted_batch_survives_recovery() {
+    use millrace_store::limits::BATCH_BYTES_MAX;
+    use millrace_store::AppendError;
+    let dir = tempfile::tempdir().expect("tmp");
+    let t = tp("big", 0);
+    let config = LogConfig {
+        max_message_bytes: u32::MAX,
+        ..LogConfig::default()
+    };
+    {
+        let store = open(dir.path(), FlushPolicy::Always);
+        let log = store
+            .create_partition(&t, config, millrace_store::TopicId::from_bytes([3; 16]))
+            .expect("create");
+        let too_big = batch_of_size(BATCH_BYTES_MAX + 1);
+        assert!(matches!(
+            log.append(too_big, 0),
+            Err(AppendError::MessageTooLarge { size, max })
+                if size == BATCH_BYTES_MAX + 1 && max == BATCH_BYTES_MAX
+        ));
+        let largest = batch_of_size(BATCH_BYTES_MAX);
+        assert_eq!(
+            log.append(largest, 0).expect("largest batch").base_offset,
+            0
+        );
+        assert_eq!(
+            log.append(batch(1, 5), 0).expect("small batch").base_offset,
+            1
+        );
+        // Dropped without shutdown: the next open recovers.
+    }
+    let store = open(dir.path(), FlushPolicy::Always);
+    let log = store.partition(&t).expect("partition");
+    assert_eq!(log.log_end_offset(), 2, "recovery kept both batches");
+    let r = log
+        .read(0, 1, ReadUpperBound::LogEnd, true)
+        .expect("read the big batch");
+    let h = millrace_store::batch::validate_stored(&r.records).expect("valid");
+    assert_eq!((h.base_offset, h.total_size()), (0, BATCH_BYTES_MAX));
+}
+
+/// One uncompressed batch of exactly `size` bytes (one record, its value sized to fit).
+fn batch_of_size(size: usize) -> bytes::BytesMut {
+    let mut value_len = size - 100;
+    for _ in 0..16 {
+        let value = vec![b'v'; value_len];
+        let b = millrace_store::testing::encode_batch(&[(None, Some(&value[..]), 7)], -1, -1, -1);
+        match b.len().cmp(&size) {
+            std::cmp::Ordering::Equal => return b,
+            std::cmp::Ordering::Less => value_len += size - b.len(),
+            std::cmp::Ordering::Greater => value_len -= b.len() - size,
+        }
+    }
+    panic!("no batch of exactly {size} bytes");
 }
 
 #[test]

@@ -29,7 +29,9 @@ fn retention_by_time_uses_largest_timestamp() {
         retention_ms: 60_000,
         ..LogConfig::default()
     };
-    let log = store.create_partition(&t, config).expect("create");
+    let log = store
+        .create_partition(&t, config, millrace_store::TopicId::from_bytes([7; 16]))
+        .expect("create");
     // 20 old batches (2 hours ago), then 10 recent ones.
     for i in 0..20 {
         log.append(keyed(NOW - 7_200_000 + i), 0).expect("append");
@@ -78,7 +80,9 @@ fn retention_by_size_keeps_active_segment() {
         retention_ms: -1,
         ..LogConfig::default()
     };
-    let log = store.create_partition(&t, config).expect("create");
+    let log = store
+        .create_partition(&t, config, millrace_store::TopicId::from_bytes([7; 16]))
+        .expect("create");
     for i in 0..40 {
         log.append(keyed(NOW + i), 0).expect("append");
     }
@@ -116,7 +120,9 @@ fn compact_only_topics_are_not_deleted_by_retention() {
         },
         ..LogConfig::default()
     };
-    let log = store.create_partition(&t, config).expect("create");
+    let log = store
+        .create_partition(&t, config, millrace_store::TopicId::from_bytes([7; 16]))
+        .expect("create");
     for i in 0..20 {
         log.append(keyed(NOW - 7_200_000 + i), 0).expect("append");
     }

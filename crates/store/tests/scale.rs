@@ -42,7 +42,11 @@ fn ten_thousand_partitions_with_bounded_open_files() {
         for p in 0..PARTITIONS {
             let t = tp(&format!("scale.topic-{}", p % 7), p);
             let log = store
-                .create_partition(&t, LogConfig::default())
+                .create_partition(
+                    &t,
+                    LogConfig::default(),
+                    millrace_store::TopicId::from_bytes([7; 16]),
+                )
                 .expect("create");
             log.append(batch(1 + (p as usize % 3), p as i64), 0)
                 .expect("append");

@@ -15,10 +15,18 @@ fn append_read_offsets() {
     let store = open(dir.path(), FlushPolicy::Never);
     let t = tp("orders.v1-x", 0);
     let log = store
-        .create_partition(&t, LogConfig::default())
+        .create_partition(
+            &t,
+            LogConfig::default(),
+            millrace_store::TopicId::from_bytes([7; 16]),
+        )
         .expect("create");
     assert!(matches!(
-        store.create_partition(&t, LogConfig::default()),
+        store.create_partition(
+            &t,
+            LogConfig::default(),
+            millrace_store::TopicId::from_bytes([7; 16])
+        ),
         Err(StoreError::AlreadyExists(_))
     ));
     let a = log.append(batch(3, 1000), 5).expect("append");
@@ -62,7 +70,11 @@ fn append_read_offsets() {
     for bad in [tp("a/b", 0), tp("..", 0), tp("ok", -1)] {
         assert!(
             matches!(
-                store.create_partition(&bad, LogConfig::default()),
+                store.create_partition(
+                    &bad,
+                    LogConfig::default(),
+                    millrace_store::TopicId::from_bytes([7; 16])
+                ),
                 Err(StoreError::Io(_))
             ),
             "{bad:?}"
@@ -82,6 +94,7 @@ fn validation_errors() {
                 max_message_bytes: 200,
                 ..LogConfig::default()
             },
+            millrace_store::TopicId::from_bytes([7; 16]),
         )
         .expect("create");
     let good = batch(1, 1);
@@ -123,7 +136,11 @@ fn idempotent_producer() {
     let store = open(dir.path(), FlushPolicy::Never);
     let t = tp("idem", 0);
     let log = store
-        .create_partition(&t, LogConfig::default())
+        .create_partition(
+            &t,
+            LogConfig::default(),
+            millrace_store::TopicId::from_bytes([7; 16]),
+        )
         .expect("create");
     let rec = [(None, Some(&b"v"[..]), 1)];
     let b0 = encode_batch(&[rec[0], rec[0]], 42, 0, 0);
@@ -185,7 +202,11 @@ fn log_append_time_rewrites_batch() {
         ..LogConfig::default()
     };
     let log = store
-        .create_partition(&tp("lat", 0), config)
+        .create_partition(
+            &tp("lat", 0),
+            config,
+            millrace_store::TopicId::from_bytes([7; 16]),
+        )
         .expect("create");
     let info = log.append(batch(2, 5), 0).expect("append");
     assert!(info.log_append_time_ms > 1_600_000_000_000);
@@ -206,7 +227,11 @@ fn rolls_and_restarts() {
         {
             let store = open(dir.path(), FlushPolicy::Batch);
             let log = store
-                .create_partition(&t, small_segments())
+                .create_partition(
+                    &t,
+                    small_segments(),
+                    millrace_store::TopicId::from_bytes([7; 16]),
+                )
                 .expect("create");
             for i in 0..100 {
                 log.append(batch(1 + i % 3, 1000 + i as i64), 1)
@@ -249,7 +274,11 @@ async fn durability_policies() {
         let dir = tempfile::tempdir().expect("tmp");
         let store = open(dir.path(), policy);
         let log = store
-            .create_partition(&tp("d", 0), LogConfig::default())
+            .create_partition(
+                &tp("d", 0),
+                LogConfig::default(),
+                millrace_store::TopicId::from_bytes([7; 16]),
+            )
             .expect("create");
         let notify = store.data_available();
         let notified = notify.notified();
@@ -275,7 +304,11 @@ fn timestamps_and_truncation() {
     let store = open(dir.path(), FlushPolicy::Never);
     let t = tp("ts", 0);
     let log = store
-        .create_partition(&t, small_segments())
+        .create_partition(
+            &t,
+            small_segments(),
+            millrace_store::TopicId::from_bytes([7; 16]),
+        )
         .expect("create");
     for i in 0..50i64 {
         let recs = [
@@ -328,7 +361,11 @@ fn delete_partition_is_gone_after_restart() {
     let store = open(dir.path(), FlushPolicy::Never);
     let t = tp("gone", 0);
     let log = store
-        .create_partition(&t, LogConfig::default())
+        .create_partition(
+            &t,
+            LogConfig::default(),
+            millrace_store::TopicId::from_bytes([7; 16]),
+        )
         .expect("create");
     log.append(batch(1, 1), 0).expect("append");
     store.delete_partition(&t).expect("delete");
@@ -342,6 +379,10 @@ fn delete_partition_is_gone_after_restart() {
     let store = open(dir.path(), FlushPolicy::Never);
     assert!(store.partitions().is_empty());
     store
-        .create_partition(&t, LogConfig::default())
+        .create_partition(
+            &t,
+            LogConfig::default(),
+            millrace_store::TopicId::from_bytes([7; 16]),
+        )
         .expect("recreate");
 }

@@ -6,7 +6,9 @@
 //! it). Only the durability wait is left to the returned future.
 //!
 //! Protocol checks here (Kafka's `ProduceRequest.validateRecords`): exactly one record batch per
-//! partition, magic 2, no zstd below v7. The store checks the rest (CRC, lengths, counts, size).
+//! partition, magic 2, no zstd below v7, read with the store's batch parsing
+//! (`millrace_store::batch`, the workspace's one v2 codec). The store checks the rest (CRC,
+//! lengths, counts, size).
 //! Records for internal topics (`__consumer_offsets`) are refused with INVALID_TOPIC_EXCEPTION, as
 //! Kafka does for clients. Both acks=1 and acks=-1 wait for durability: on a single node "the leader has it" and "the ISR
 //! has it" mean the same thing.
@@ -21,6 +23,7 @@ use kafka_protocol::messages::produce_response::{
 };
 use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
 use millrace_cluster::LEADER_EPOCH;
+use millrace_store::batch::{BatchHeader, BatchPrefix};
 use millrace_store::PartitionLog;
 
 use super::str_bytes;
@@ -32,13 +35,7 @@ use crate::error_codes::{
 use crate::limits::PRODUCE_TIMEOUT_MS_MAX;
 use crate::BrokerContext;
 
-/// Size of the fixed part of a v2 record batch that precedes `batchLength`'s payload.
-const BATCH_LOG_OVERHEAD: usize = 12;
-/// Offset of the magic byte in a record batch.
-const MAGIC_OFFSET: usize = 16;
-/// Offset of the attributes (i16) in a v2 record batch.
-const ATTRIBUTES_OFFSET: usize = 21;
-/// Compression codec id of zstd in the attributes' low three bits.
+/// Compression codec id of zstd (`BatchHeader::compression`).
 const CODEC_ZSTD: u8 = 4;
 /// First Produce version that may carry zstd batches.
 const ZSTD_VERSION_MIN: i16 = 7;
@@ -176,35 +173,35 @@ fn check_single_batch(records: &[u8], version: i16) -> Result<(), KafkaError> {
     }
     let mut position = 0usize;
     let mut batches = 0usize;
-    while position < records.len() {
-        let header = records
-            .get(position..position + BATCH_LOG_OVERHEAD)
-            .ok_or_else(|| KafkaError::new(CORRUPT_MESSAGE, "truncated record batch header"))?;
-        let length = i32::from_be_bytes([header[8], header[9], header[10], header[11]]);
-        let end = usize::try_from(length)
-            .ok()
-            .and_then(|l| (position + BATCH_LOG_OVERHEAD).checked_add(l))
-            .filter(|&end| end <= records.len())
-            .ok_or_else(|| KafkaError::new(CORRUPT_MESSAGE, "record batch length out of bounds"))?;
-        let magic = *records
-            .get(position + MAGIC_OFFSET)
-            .ok_or_else(|| KafkaError::new(CORRUPT_MESSAGE, "truncated record batch"))?;
-        if magic != 2 {
+    while let Some(rest) = records.get(position..).filter(|r| !r.is_empty()) {
+        let corrupt = |e: millrace_store::batch::BatchError| {
+            KafkaError::new(CORRUPT_MESSAGE, format!("record batch {batches}: {e}"))
+        };
+        let prefix = BatchPrefix::parse(rest).map_err(corrupt)?;
+        if prefix.total_size() > rest.len() {
             return Err(KafkaError::new(
-                INVALID_RECORD,
-                format!("Produce requests with version {version} must have magic 2, not {magic}"),
+                CORRUPT_MESSAGE,
+                "record batch length out of bounds",
             ));
         }
-        if let Some(&codec) = records.get(position + ATTRIBUTES_OFFSET + 1) {
-            if codec & 0x07 == CODEC_ZSTD && version < ZSTD_VERSION_MIN {
-                return Err(KafkaError::new(
-                    UNSUPPORTED_COMPRESSION_TYPE,
-                    "zstd needs Produce v7 or later",
-                ));
-            }
+        if prefix.magic != 2 {
+            return Err(KafkaError::new(
+                INVALID_RECORD,
+                format!(
+                    "Produce requests with version {version} must have magic 2, not {}",
+                    prefix.magic
+                ),
+            ));
+        }
+        let header = BatchHeader::parse(rest).map_err(corrupt)?;
+        if header.compression() == CODEC_ZSTD && version < ZSTD_VERSION_MIN {
+            return Err(KafkaError::new(
+                UNSUPPORTED_COMPRESSION_TYPE,
+                "zstd needs Produce v7 or later",
+            ));
         }
         batches += 1;
-        position = end;
+        position += prefix.total_size();
     }
     if batches != 1 {
         return Err(KafkaError::new(

@@ -134,3 +134,62 @@ pub fn compress_batch(batch: &[u8], codec: u8) -> BytesMut {
     millrace_store::batch::rewrite_crc(&mut out);
     out
 }
+
+/// The real file system without fsyncs, for test phases whose durability does not matter (the
+/// checks after a simulated crash, which end in a `kill -9`-style drop at most): on a busy
+/// machine each real fsync can take tens of milliseconds.
+#[derive(Debug, Default)]
+pub struct NoSync;
+
+impl millrace_store::storage::Storage for NoSync {
+    fn open(&self, p: &Path, create: bool) -> std::io::Result<std::fs::File> {
+        millrace_store::storage::OsStorage.open(p, create)
+    }
+    fn write_at(&self, f: &std::fs::File, buf: &[u8], off: u64) -> std::io::Result<()> {
+        millrace_store::storage::OsStorage.write_at(f, buf, off)
+    }
+    fn sync(&self, _: &std::fs::File) -> std::io::Result<()> {
+        Ok(())
+    }
+    fn sync_dir(&self, _: &Path) -> std::io::Result<()> {
+        Ok(())
+    }
+    fn rename(&self, a: &Path, b: &Path) -> std::io::Result<()> {
+        millrace_store::storage::OsStorage.rename(a, b)
+    }
+    fn remove_file(&self, p: &Path) -> std::io::Result<()> {
+        millrace_store::storage::OsStorage.remove_file(p)
+    }
+    fn remove_dir_all(&self, p: &Path) -> std::io::Result<()> {
+        millrace_store::storage::OsStorage.remove_dir_all(p)
+    }
+    fn create_dir_all(&self, p: &Path) -> std::io::Result<()> {
+        millrace_store::storage::OsStorage.create_dir_all(p)
+    }
+    fn set_len(&self, f: &std::fs::File, len: u64) -> std::io::Result<()> {
+        millrace_store::storage::OsStorage.set_len(f, len)
+    }
+}
+
+/// Opens the store in `dir` over `NoSync`.
+pub fn open_without_fsync(dir: &Path, policy: FlushPolicy) -> Arc<Store> {
+    Store::open_with_storage(store_config(dir, policy), Arc::new(NoSync)).expect("open store")
+}
+
+/// Waits (at most 10 s) until the flusher has synced `log`'s sealed segments and, per policy, its
+/// appends: the cleaner only works below the recovery point.
+pub fn settle(log: &millrace_store::PartitionLog) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !(log.recovery_point() >= log.active_segment_base_offset()
+        && log.durable_offset() >= log.log_end_offset())
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{}: recovery point {} still below the active segment {} after 10 s",
+            log.topic_partition(),
+            log.recovery_point(),
+            log.active_segment_base_offset()
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}

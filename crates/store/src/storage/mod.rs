@@ -4,15 +4,27 @@
 //! Every mutation made by append, roll, checkpoint, retention, compaction, recovery and partition
 //! create/delete goes through `Storage`: create, positioned write, fdatasync, directory fsync,
 //! rename, remove, truncate. Reads use the returned `File` directly (`pread`). `OsStorage` is the
-//! real implementation; `CrashStorage` counts operations and "crashes" at the N-th one: that
-//! operation fails (a write may first land a torn prefix) and so does every later one, as if the
-//! process had died there. What already reached the file system stays, exactly like `kill -9`.
+//! real implementation. The others model failures, each named by what it models:
+//! - `CrashStorage` — `kill -9`: counts operations and "crashes" at the N-th one: that operation
+//!   fails (a write may first land a torn prefix) and so does every later one, as if the process
+//!   had died there. What already reached the file system stays (the page cache survives).
+//! - `PowerLossStorage` (`power_loss.rs`) — a power cut: the same crash point, and then
+//!   `power_loss()` takes back, file by file and directory by directory, everything that was not
+//!   made durable by an fsync (seeded: dropped, torn or zero-filled).
+//! - `FaultStorage` (`fault.rs`) — a disk that refuses fdatasync on chosen files, for tests that
+//!   drive a whole broker.
 
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+mod fault;
+mod power_loss;
+
+pub use fault::FaultStorage;
+pub use power_loss::PowerLossStorage;
 
 /// File-system mutations used by the store.
 pub trait Storage: Send + Sync + std::fmt::Debug {
@@ -82,8 +94,9 @@ impl Storage for OsStorage {
     }
 }
 
-/// A `Storage` that dies at the N-th mutating operation (1-based). Operation N fails (a write
-/// first writes half of its buffer: a torn write), and so does every operation after it.
+/// A `Storage` that dies at the N-th mutating operation (1-based), modelling `kill -9`. Operation
+/// N fails (a write first writes half of its buffer: a torn write), and so does every operation
+/// after it.
 #[derive(Debug)]
 pub struct CrashStorage {
     ops: AtomicU64,
@@ -152,13 +165,13 @@ impl Storage for CrashStorage {
             Err(false) => Err(crash_error()),
         }
     }
-    fn sync(&self, file: &File) -> io::Result<()> {
-        self.step().map_err(|_| crash_error())?;
-        self.real.sync(file)
+    // No real fsync: under `kill -9` the page cache survives, so it changes nothing the model
+    // sees, and on a busy disk each one costs milliseconds per crash point.
+    fn sync(&self, _file: &File) -> io::Result<()> {
+        self.step().map_err(|_| crash_error())
     }
-    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
-        self.step().map_err(|_| crash_error())?;
-        self.real.sync_dir(dir)
+    fn sync_dir(&self, _dir: &Path) -> io::Result<()> {
+        self.step().map_err(|_| crash_error())
     }
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
         self.step().map_err(|_| crash_error())?;

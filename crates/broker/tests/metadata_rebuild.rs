@@ -1,0 +1,185 @@
+//! Goal: a missing `cluster-metadata.json` is never a reason to delete data: after a clean stop
+//! and the file's removal, the broker rebuilds the image from the partition directories and still
+//! serves the topic, its topic id and every one of its 1,000 acknowledged records; where the
+//! directories contradict each other it refuses to start (exit 2, one line naming the file) and
+//! leaves every file as it was.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+use rdkafka::message::Message;
+use rdkafka::producer::FutureRecord;
+use rdkafka::Offset;
+
+const METADATA_FILE: &str = "cluster-metadata.json";
+const RECORDS: usize = 1000;
+const TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Produces `RECORDS` records with acks=all to partition 0 of `topic`; returns (offset, value).
+async fn produce_acked(broker: &Broker, topic: &str) -> Vec<(i64, String)> {
+    let producer = producer(broker, &[("acks", "all"), ("linger.ms", "5")]);
+    let values: Vec<String> = (0..RECORDS).map(|i| format!("keep-{i}")).collect();
+    let mut futures = Vec::new();
+    for v in &values {
+        let record: FutureRecord<'_, str, str> = FutureRecord::to(topic)
+            .partition(0)
+            .key(v.as_str())
+            .payload(v.as_str());
+        futures.push(producer.send_result(record).expect("enqueue"));
+    }
+    let mut acked = Vec::new();
+    for (i, f) in futures.into_iter().enumerate() {
+        let d = tokio::time::timeout(TIMEOUT, f)
+            .await
+            .unwrap_or_else(|_| panic!("delivery #{i} timed out"))
+            .expect("not cancelled")
+            .unwrap_or_else(|(e, _)| panic!("delivery #{i} failed: {e:?}"));
+        acked.push((d.offset, values[i].clone()));
+    }
+    acked.sort();
+    acked
+}
+
+/// The topic id the broker reports for `topic`.
+async fn topic_id(broker: &Broker, topic: &str) -> String {
+    let response = ensure_topics(broker.addr(), &[topic]).await;
+    response
+        .topics
+        .iter()
+        .find(|t| t.name.as_ref().map(|n| n.0.as_str()) == Some(topic))
+        .map(|t| t.topic_id.to_string())
+        .expect("topic in metadata")
+}
+
+/// Every file under `dir` with its bytes, to compare before and after a refused start.
+fn snapshot(dir: &Path) -> BTreeMap<String, Vec<u8>> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).expect("ls") {
+            let p = e.expect("entry").path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                let rel = p
+                    .strip_prefix(dir)
+                    .expect("under dir")
+                    .display()
+                    .to_string();
+                out.insert(rel, std::fs::read(&p).expect("read"));
+            }
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_removed_metadata_file_keeps_the_topic_and_its_records() {
+    let mut broker = Broker::start_with(&["num.partitions=1"]);
+    let topic = "keep";
+    let acked = produce_acked(&broker, topic).await;
+    let offsets: Vec<i64> = acked.iter().map(|(o, _)| *o).collect();
+    assert_eq!(offsets, (0..RECORDS as i64).collect::<Vec<_>>());
+    let id_before = topic_id(&broker, topic).await;
+
+    let status = broker.terminate();
+    assert!(status.success(), "clean stop: {status:?}");
+    std::fs::remove_file(broker.data_dir().join(METADATA_FILE)).expect("remove the metadata file");
+    broker.restart();
+
+    assert!(
+        broker
+            .stderr_tail(100)
+            .contains("rebuilt the metadata image"),
+        "one line says the image was rebuilt; stderr:\n{}",
+        broker.stderr_tail(40)
+    );
+    assert!(
+        broker.data_dir().join(format!("{topic}-0")).is_dir(),
+        "the partition directory is still there"
+    );
+    assert_eq!(
+        topic_id(&broker, topic).await,
+        id_before,
+        "the topic id survives"
+    );
+    let consumer = consumer(&broker, &[]);
+    assign(&consumer, topic, &[(0, Offset::Beginning)]);
+    let got = recv_n(&consumer, RECORDS, TIMEOUT).await;
+    let served: Vec<(i64, String)> = got
+        .iter()
+        .map(|m| {
+            let v = String::from_utf8(m.payload().expect("value").to_vec()).expect("utf8");
+            (m.offset(), v)
+        })
+        .collect();
+    assert_eq!(
+        served, acked,
+        "every acknowledged record is served after the rebuild"
+    );
+    assert_no_message(&consumer, Duration::from_millis(500)).await;
+
+    // The rebuilt image is written: the next restart is an ordinary one.
+    assert!(broker.data_dir().join(METADATA_FILE).exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn contradicting_partition_directories_refuse_to_start_and_change_nothing() {
+    let mut broker = Broker::start_with(&["num.partitions=2"]);
+    let topic = "split";
+    ensure_topics(broker.addr(), &[topic]).await;
+    let status = broker.terminate();
+    assert!(status.success(), "clean stop: {status:?}");
+    let data = broker.data_dir().to_path_buf();
+    // Partition 1 now claims another topic id than partition 0, and the image is gone.
+    std::fs::write(
+        data.join(format!("{topic}-1")).join("partition.metadata"),
+        "version: 0\ntopic_id: AAAAAAAAAAAAAAAAAAAAAQ\n",
+    )
+    .expect("rewrite partition.metadata");
+    std::fs::remove_file(data.join(METADATA_FILE)).expect("remove the metadata file");
+    let before = snapshot(&data);
+
+    let mut child = Command::new(env!("CARGO_BIN_EXE_millrace"))
+        .arg("--data-dir")
+        .arg(&data)
+        .arg("--listen")
+        .arg("127.0.0.1:0")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn millrace");
+    let deadline = Instant::now() + TIMEOUT;
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("the broker did not refuse to start within {TIMEOUT:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().expect("stderr"), &mut stderr)
+        .expect("read stderr");
+    assert_eq!(status.code(), Some(2), "exit 2; stderr:\n{stderr}");
+    let line = stderr
+        .lines()
+        .find(|l| l.starts_with("millrace: "))
+        .unwrap_or_else(|| panic!("one line for the operator; stderr:\n{stderr}"));
+    assert!(
+        line.contains(METADATA_FILE)
+            && line.contains("different topic ids")
+            && line.contains("restore"),
+        "names the file, the contradiction and what to do: {line}"
+    );
+    assert_eq!(snapshot(&data), before, "a refused start changes no file");
+}

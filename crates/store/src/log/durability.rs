@@ -1,0 +1,324 @@
+//! Durability: what is fsynced when, and the offsets that follow it. The flusher calls
+//! `flush_pending` (fsyncs outside the partition lock, then publishes); the durable offset, the
+//! recovery point and (when the store owns it) the high watermark only move after the fsyncs that
+//! justify them; `wait_durable` resolves once the durable offset passes an offset, or fails when
+//! the data dir goes offline, the store shuts down or the partition is deleted.
+//!
+//! Crash model (`docs/log-format.md` §6-7): the recovery point covers the segment files below it,
+//! their index files and the leader-epoch checkpoint; the durable offset covers the log bytes only.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+
+use super::{now_ms, Failure, PartitionLog};
+use crate::checkpoint::{self, LEADER_EPOCH_FILE, SNAPSHOT_SUFFIX};
+use crate::config::FlushPolicy;
+use crate::error::StoreError;
+use crate::flusher::FlushTarget;
+use crate::limits::PRODUCER_SNAPSHOTS_KEPT;
+use crate::segment::{self, LOG_SUFFIX};
+
+pub(crate) fn snapshot_path(dir: &Path, offset: i64) -> PathBuf {
+    segment::segment_path(dir, offset, SNAPSHOT_SUFFIX)
+}
+
+/// Offsets of the producer snapshots in `dir`.
+pub(crate) fn list_snapshots(dir: &Path) -> Vec<i64> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            match segment::parse_segment_name(&name) {
+                Some((off, SNAPSHOT_SUFFIX)) => Some(off),
+                _ => None,
+            }
+        })
+        .collect()
+}
+
+impl FlushTarget for PartitionLog {
+    /// One flusher step for this partition: fsync sealed files, the directory and (per policy)
+    /// the active segment outside the lock; write snapshots and the epoch checkpoint; then publish
+    /// the recovery point and (Batch) the durable offset.
+    fn flush_pending(&self) {
+        self.queued.store(false, Ordering::SeqCst);
+        let policy = self.shared.config.flush_policy;
+        let (pending, active_path, target, generation, active_base) = {
+            let mut inner = self.inner.lock();
+            let pending = std::mem::take(&mut inner.pending);
+            let active_base = inner.active_base();
+            (
+                pending,
+                segment::segment_path(&self.dir, active_base, LOG_SUFFIX),
+                inner.log_end_offset,
+                inner.generation,
+                active_base,
+            )
+        };
+        let sync_active = policy == FlushPolicy::Batch || pending.flush_active;
+        let storage = &*self.shared.storage;
+        let result = (|| -> Result<(), StoreError> {
+            for path in &pending.sync_paths {
+                match self.shared.cache.get(path, false) {
+                    Ok(f) => storage
+                        .sync(&f)
+                        .map_err(|e| StoreError::io(format!("fdatasync {}", path.display()), e))?,
+                    // Deleted meanwhile (retention, truncation): nothing to sync.
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => return Err(StoreError::io(format!("open {}", path.display()), e)),
+                }
+            }
+            if sync_active {
+                let f =
+                    self.shared.cache.get(&active_path, false).map_err(|e| {
+                        StoreError::io(format!("open {}", active_path.display()), e)
+                    })?;
+                storage.sync(&f).map_err(|e| {
+                    StoreError::io(format!("fdatasync {}", active_path.display()), e)
+                })?;
+            }
+            if pending.sync_dir {
+                storage
+                    .sync_dir(&self.dir)
+                    .map_err(|e| StoreError::io(format!("fsync {}", self.dir.display()), e))?;
+            }
+            for (offset, payload) in &pending.snapshots {
+                self.write_snapshot(*offset, payload)?;
+            }
+            if let Some(entries) = &pending.epochs {
+                self.write_epoch_checkpoint(entries)?;
+            }
+            Ok(())
+        })();
+        let mut inner = self.inner.lock();
+        if let Err(e) = result {
+            if !self.is_deleted() {
+                self.shared.mark_offline(e.to_string());
+            }
+            // Nothing of this round counts as synced: its work stays pending, so that no later
+            // round claims it (a round with nothing to sync would otherwise raise the recovery
+            // point past the segments this one failed to sync).
+            inner.pending.take_back(pending);
+            return;
+        }
+        if inner.generation != generation || self.shared.offline_reason().is_some() {
+            return;
+        }
+        let synced_to = if sync_active {
+            target
+        } else {
+            active_base.min(target)
+        };
+        self.offsets
+            .recovery_point_atomic()
+            .fetch_max(synced_to, Ordering::SeqCst);
+        if sync_active {
+            inner.messages_since_flush = 0;
+            inner.last_flush_ms = now_ms();
+        }
+        if policy == FlushPolicy::Batch {
+            self.publish_durable(target);
+        }
+    }
+}
+
+impl PartitionLog {
+    /// Raises the durable offset (never beyond the log end) and, when the store owns it, the
+    /// high watermark; wakes long-polling fetches. The high watermark moves first: whoever waits
+    /// on `durable` (a Produce about to be acknowledged) must find its data already visible.
+    pub(super) fn publish_durable(&self, offset: i64) {
+        if self.shared.config.high_watermark_follows_durable {
+            self.raise_high_watermark(offset);
+        }
+        self.durable.send_if_modified(|d| {
+            if offset > d.offset {
+                d.offset = offset;
+                true
+            } else {
+                false
+            }
+        });
+    }
+
+    fn raise_high_watermark(&self, offset: i64) {
+        let offset = offset.min(self.log_end.load(Ordering::SeqCst));
+        if self
+            .offsets
+            .high_watermark_atomic()
+            .fetch_max(offset, Ordering::SeqCst)
+            < offset
+        {
+            self.shared.data_available.notify_waiters();
+        }
+    }
+
+    /// Sets the high watermark (replication); clamped to `[log start, log end]`.
+    pub fn set_high_watermark(&self, offset: i64) {
+        let _inner = self.inner.lock();
+        let offset = offset
+            .min(self.log_end.load(Ordering::SeqCst))
+            .max(self.offsets.log_start());
+        let old = self
+            .offsets
+            .high_watermark_atomic()
+            .swap(offset, Ordering::SeqCst);
+        if offset > old {
+            self.shared.data_available.notify_waiters();
+        }
+    }
+
+    /// The recovery point: everything below it has been fsynced (segment files, their indexes,
+    /// the leader-epoch checkpoint), whatever the flush policy. Recovery after a crash validates
+    /// only from the segment that holds it.
+    pub fn recovery_point(&self) -> i64 {
+        self.offsets.recovery_point()
+    }
+
+    /// Everything below this offset is as durable as the flush policy promises.
+    pub fn durable_offset(&self) -> i64 {
+        self.durable.borrow().offset
+    }
+
+    /// Resolves once `durable_offset() >= offset`. Errors if the log dir went offline, the store
+    /// shut down first or the partition was deleted.
+    pub async fn wait_durable(&self, offset: i64) -> Result<(), StoreError> {
+        let mut durable = self.durable.subscribe();
+        let mut offline = self.shared.offline_watch();
+        loop {
+            let d = *durable.borrow_and_update();
+            if d.offset >= offset {
+                return Ok(());
+            }
+            match d.failure {
+                Some(Failure::Deleted) => {
+                    return Err(StoreError::UnknownPartition(self.tp.clone()))
+                }
+                Some(Failure::ShutDown) => return Err(StoreError::ShutDown),
+                None => {}
+            }
+            if *offline.borrow_and_update() {
+                return Err(StoreError::Offline(
+                    self.shared.offline_reason().unwrap_or_default(),
+                ));
+            }
+            tokio::select! {
+                changed = durable.changed() => {
+                    if changed.is_err() {
+                        return Err(StoreError::ShutDown);
+                    }
+                }
+                changed = offline.changed() => {
+                    if changed.is_err() {
+                        return Err(StoreError::ShutDown);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Releases every `wait_durable` with `failure`.
+    pub(crate) fn fail_waiters(&self, failure: Failure) {
+        self.durable.send_modify(|d| d.failure = Some(failure));
+    }
+
+    pub(super) fn enqueue_flush(&self) {
+        if !self.queued.swap(true, Ordering::SeqCst) {
+            if let Some(me) = self.me.upgrade() {
+                self.shared.flusher.push(me);
+            }
+        }
+    }
+
+    /// Writes a producer snapshot at `offset` and deletes all but the newest few.
+    fn write_snapshot(&self, offset: i64, payload: &[u8]) -> Result<(), StoreError> {
+        let path = snapshot_path(&self.dir, offset);
+        let bytes = checkpoint::encode_snapshot(offset, payload);
+        checkpoint::write_atomic(&*self.shared.storage, &path, &bytes)
+            .map_err(|e| StoreError::io(format!("write {}", path.display()), e))?;
+        let mut snapshots = list_snapshots(&self.dir);
+        snapshots.sort_unstable();
+        let excess = snapshots.len().saturating_sub(PRODUCER_SNAPSHOTS_KEPT);
+        for old in snapshots.iter().take(excess) {
+            let p = snapshot_path(&self.dir, *old);
+            self.shared
+                .storage
+                .remove_file(&p)
+                .map_err(|e| StoreError::io(format!("remove {}", p.display()), e))?;
+        }
+        Ok(())
+    }
+
+    fn write_epoch_checkpoint(&self, entries: &[(i32, i64)]) -> Result<(), StoreError> {
+        let path = self.dir.join(LEADER_EPOCH_FILE);
+        let bytes = checkpoint::encode_epochs(entries);
+        checkpoint::write_atomic(&*self.shared.storage, &path, &bytes)
+            .map_err(|e| StoreError::io(format!("write {}", path.display()), e))
+    }
+
+    /// Flushes everything and writes the active indexes and a producer snapshot (shutdown).
+    pub(crate) fn close(&self) -> Result<(), StoreError> {
+        let mut inner = self.inner.lock();
+        let storage = &*self.shared.storage;
+        let active_base = inner.active_base();
+        let pending = std::mem::take(&mut inner.pending);
+        for path in &pending.sync_paths {
+            if let Ok(f) = self.shared.cache.get(path, false) {
+                storage
+                    .sync(&f)
+                    .map_err(|e| StoreError::io(format!("fdatasync {}", path.display()), e))?;
+            }
+        }
+        for (offset, payload) in &pending.snapshots {
+            self.write_snapshot(*offset, payload)?;
+        }
+        if let Some(entries) = &pending.epochs {
+            self.write_epoch_checkpoint(entries)?;
+        }
+        if let Some(seg) = inner.segments.get_mut(&active_base) {
+            seg.finish_time_index();
+        }
+        if let Some(seg) = inner.segments.get(&active_base) {
+            for (p, f) in self.write_index_files(seg)? {
+                storage
+                    .sync(&f)
+                    .map_err(|e| StoreError::io(format!("fdatasync {}", p.display()), e))?;
+            }
+            let path = seg.log_path(&self.dir);
+            let f = self
+                .shared
+                .cache
+                .get(&path, true)
+                .map_err(|e| StoreError::io(format!("open {}", path.display()), e))?;
+            storage
+                .sync(&f)
+                .map_err(|e| StoreError::io(format!("fdatasync {}", path.display()), e))?;
+        }
+        let leo = inner.log_end_offset;
+        self.write_snapshot(leo, &inner.producers.encode())?;
+        storage
+            .sync_dir(&self.dir)
+            .map_err(|e| StoreError::io(format!("fsync {}", self.dir.display()), e))?;
+        self.offsets
+            .recovery_point_atomic()
+            .store(leo, Ordering::SeqCst);
+        self.publish_durable(leo);
+        Ok(())
+    }
+
+    /// `flush.ms`: under `Never`, queue an fsync of the active segment when it is due.
+    pub(crate) fn maybe_flush_for_time(&self, now: i64) {
+        let flush_ms = self.config.read().flush_ms;
+        let mut inner = self.inner.lock();
+        let due = flush_ms != i64::MAX
+            && now.saturating_sub(inner.last_flush_ms) >= flush_ms
+            && self.offsets.recovery_point() < inner.log_end_offset;
+        if due {
+            inner.pending.flush_active = true;
+            drop(inner);
+            self.enqueue_flush();
+        }
+    }
+}

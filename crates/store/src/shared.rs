@@ -1,0 +1,221 @@
+//! What the store, every partition log and the flusher share: the store config, the `Storage`
+//! every file mutation goes through, the open-file cache, the flusher queue, the "data available"
+//! notification, whether the data dir is offline or shut down, and the table behind the three
+//! data-dir offset checkpoints.
+//!
+//! Where it sits: below `log` (each `PartitionLog` holds an `Arc<StoreShared>`), above the file
+//! formats. It knows no partition log: the checkpoint table holds each partition's
+//! `PartitionOffsets` (the very atomics its log updates), and waiters learn that the data dir went
+//! offline from a watch channel, so `log` → `shared` is the only direction.
+//!
+//! Invariants: once offline, offline until the process restarts; a checkpoint written from the
+//! table never claims more than the logs' own offsets did while it was written (the log lowers its
+//! recovery point before it truncates, and raises it only after the fsyncs that justify it).
+//!
+//! Locking: the offline state and the checkpoint table each have their own lock, taken last (no
+//! other store lock is taken while holding them). The table's lock is held across the checkpoint
+//! file writes so that two writers never interleave.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use tokio::sync::{watch, Notify};
+
+use crate::checkpoint::{self, HIGH_WATERMARK_FILE, LOG_START_FILE, RECOVERY_POINT_FILE};
+use crate::config::{StoreConfig, TopicPartition};
+use crate::error::StoreError;
+use crate::file_cache::FileCache;
+use crate::flusher::FlushQueue;
+use crate::storage::Storage;
+
+/// The offsets of one partition that the data-dir checkpoints record. Written only by the
+/// partition's own log (`log/`); read by the checkpoint writer.
+#[derive(Debug)]
+pub(crate) struct PartitionOffsets {
+    log_start: AtomicI64,
+    high_watermark: AtomicI64,
+    recovery_point: AtomicI64,
+}
+
+impl PartitionOffsets {
+    pub(crate) fn new(log_start: i64, high_watermark: i64, recovery_point: i64) -> Self {
+        PartitionOffsets {
+            log_start: AtomicI64::new(log_start),
+            high_watermark: AtomicI64::new(high_watermark),
+            recovery_point: AtomicI64::new(recovery_point),
+        }
+    }
+
+    pub(crate) fn log_start(&self) -> i64 {
+        self.log_start.load(Ordering::SeqCst)
+    }
+
+    pub(crate) fn high_watermark(&self) -> i64 {
+        self.high_watermark.load(Ordering::SeqCst)
+    }
+
+    pub(crate) fn recovery_point(&self) -> i64 {
+        self.recovery_point.load(Ordering::SeqCst)
+    }
+
+    /// The log's own atomics, for its single writer (`log/`).
+    pub(crate) fn log_start_atomic(&self) -> &AtomicI64 {
+        &self.log_start
+    }
+
+    pub(crate) fn high_watermark_atomic(&self) -> &AtomicI64 {
+        &self.high_watermark
+    }
+
+    pub(crate) fn recovery_point_atomic(&self) -> &AtomicI64 {
+        &self.recovery_point
+    }
+}
+
+/// Recovery points, log start offsets and high watermarks, as last written.
+type CheckpointMaps = [BTreeMap<TopicPartition, i64>; 3];
+
+#[derive(Default)]
+struct CheckpointTable {
+    partitions: BTreeMap<TopicPartition, Arc<PartitionOffsets>>,
+    last_written: Option<CheckpointMaps>,
+}
+
+/// State shared by the store, its partitions and the flusher.
+pub(crate) struct StoreShared {
+    pub(crate) config: StoreConfig,
+    pub(crate) storage: Arc<dyn Storage>,
+    pub(crate) cache: FileCache,
+    pub(crate) data_available: Arc<Notify>,
+    pub(crate) flusher: Arc<FlushQueue>,
+    offline: Mutex<Option<String>>,
+    offline_flag: AtomicBool,
+    offline_watch: watch::Sender<bool>,
+    shut_down: AtomicBool,
+    checkpoints: Mutex<CheckpointTable>,
+}
+
+impl StoreShared {
+    pub(crate) fn new(config: StoreConfig, storage: Arc<dyn Storage>) -> StoreShared {
+        StoreShared {
+            cache: FileCache::new(config.max_open_files, Arc::clone(&storage)),
+            storage,
+            data_available: Arc::new(Notify::new()),
+            flusher: Arc::new(FlushQueue::default()),
+            offline: Mutex::new(None),
+            offline_flag: AtomicBool::new(false),
+            offline_watch: watch::Sender::new(false),
+            shut_down: AtomicBool::new(false),
+            checkpoints: Mutex::new(CheckpointTable::default()),
+            config,
+        }
+    }
+
+    pub(crate) fn data_dir(&self) -> &Path {
+        &self.config.data_dir
+    }
+
+    /// `Offline` or `ShutDown` if nothing may be written any more.
+    pub(crate) fn check_writable(&self) -> Result<(), StoreError> {
+        if self.offline_flag.load(Ordering::SeqCst) {
+            return Err(StoreError::Offline(
+                self.offline_reason().unwrap_or_default(),
+            ));
+        }
+        if self.shut_down.load(Ordering::SeqCst) {
+            return Err(StoreError::ShutDown);
+        }
+        Ok(())
+    }
+
+    pub(crate) fn offline_reason(&self) -> Option<String> {
+        self.offline.lock().clone()
+    }
+
+    /// Takes the data dir offline: later writes fail with `Offline`, and every `wait_durable`
+    /// (which watches `offline_watch`) wakes with an error.
+    pub(crate) fn mark_offline(&self, reason: String) {
+        {
+            let mut offline = self.offline.lock();
+            if offline.is_some() {
+                return;
+            }
+            tracing::error!(data_dir = %self.config.data_dir.display(), %reason, "log directory going offline");
+            *offline = Some(reason);
+            self.offline_flag.store(true, Ordering::SeqCst);
+        }
+        self.offline_watch.send_replace(true);
+    }
+
+    /// Becomes `true` when the data dir goes offline.
+    pub(crate) fn offline_watch(&self) -> watch::Receiver<bool> {
+        self.offline_watch.subscribe()
+    }
+
+    /// Marks the store shut down; returns whether it already was.
+    pub(crate) fn set_shut_down(&self) -> bool {
+        self.shut_down.swap(true, Ordering::SeqCst)
+    }
+
+    /// Adds a partition's offsets to the checkpoint table.
+    pub(crate) fn register_offsets(&self, tp: &TopicPartition, offsets: Arc<PartitionOffsets>) {
+        self.checkpoints
+            .lock()
+            .partitions
+            .insert(tp.clone(), offsets);
+    }
+
+    /// Removes a partition from the checkpoint table (deleted or set aside).
+    pub(crate) fn unregister_offsets(&self, tp: &TopicPartition) {
+        self.checkpoints.lock().partitions.remove(tp);
+    }
+
+    /// Writes the three data-dir offset checkpoint files (those that changed since last time).
+    pub(crate) fn write_offset_checkpoints(&self) -> Result<(), StoreError> {
+        let mut table = self.checkpoints.lock();
+        let mut rp = BTreeMap::new();
+        let mut ls = BTreeMap::new();
+        let mut hw = BTreeMap::new();
+        for (tp, offsets) in &table.partitions {
+            rp.insert(tp.clone(), offsets.recovery_point());
+            ls.insert(tp.clone(), offsets.log_start());
+            hw.insert(tp.clone(), offsets.high_watermark());
+        }
+        let maps: CheckpointMaps = [rp, ls, hw];
+        let names = [RECOVERY_POINT_FILE, LOG_START_FILE, HIGH_WATERMARK_FILE];
+        for (i, (name, map)) in names.iter().zip(maps.iter()).enumerate() {
+            if table.last_written.as_ref().and_then(|l| l.get(i)) == Some(map) {
+                continue;
+            }
+            let path = self.config.data_dir.join(name);
+            if let Err(e) =
+                checkpoint::write_atomic(&*self.storage, &path, &checkpoint::encode_offsets(map))
+            {
+                table.last_written = None;
+                return Err(StoreError::io(format!("write {}", path.display()), e));
+            }
+        }
+        table.last_written = Some(maps);
+        Ok(())
+    }
+
+    /// One of the data-dir offset checkpoints; empty if missing or malformed (recovery then does
+    /// more work, never loses data).
+    pub(crate) fn read_offset_checkpoint(&self, name: &str) -> BTreeMap<TopicPartition, i64> {
+        let path = self.config.data_dir.join(name);
+        match checkpoint::read_bounded(&path) {
+            Ok(Some(bytes)) => checkpoint::decode_offsets(&bytes).unwrap_or_else(|| {
+                tracing::warn!(file = %path.display(), "malformed offset checkpoint ignored");
+                BTreeMap::new()
+            }),
+            Ok(None) => BTreeMap::new(),
+            Err(e) => {
+                tracing::warn!(file = %path.display(), error = %e, "unreadable offset checkpoint ignored");
+                BTreeMap::new()
+            }
+        }
+    }
+}
