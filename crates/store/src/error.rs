@@ -74,6 +74,15 @@ pub enum AppendError {
         /// The topic's `max.message.bytes`.
         max: usize,
     },
+    /// A follower append whose first new batch does not start at the log end → the replica
+    /// restarts its log at `base_offset` (never reaches a client).
+    #[error(
+        "replicated batch at offset {base_offset} does not continue the log end {log_end_offset}"
+    )]
+    UnexpectedOffset {
+        base_offset: i64,
+        log_end_offset: i64,
+    },
     /// Sequence gap or new producer epoch not starting at 0 → OUT_OF_ORDER_SEQUENCE_NUMBER (45).
     #[error("out of order sequence: {0}")]
     OutOfOrderSequence(String),

@@ -50,6 +50,14 @@ impl LeaderEpochCache {
         before != self.entries.len()
     }
 
+    /// Removes entries starting after `offset` (recovery: an entry starting exactly at the log
+    /// end is an epoch begun there with no record yet, and stays).
+    pub(crate) fn truncate_past(&mut self, offset: i64) -> bool {
+        let before = self.entries.len();
+        self.entries.retain(|(_, s)| *s <= offset);
+        before != self.entries.len()
+    }
+
     /// The latest epoch and its start offset.
     pub(crate) fn latest(&self) -> Option<(i32, i64)> {
         self.entries.last().copied()

@@ -60,11 +60,12 @@ pub use config::{
     TopicPartition,
 };
 pub use error::{AppendError, ReadError, StoreError};
-pub use log::{AppendInfo, PartitionLog, ReadResult, ReadUpperBound};
+pub use log::{AppendInfo, PartitionLog, ReadResult, ReadUpperBound, ReplicatedAppend};
 pub use partition_dir::{
     inspect_partition_dir, partition_dirs, PartitionDirInfo, TopicId, ORPHANED_SUFFIX,
 };
 pub use producer_state::{BatchMetadata, ProducerStateEntry};
+pub use shared::DurableListener;
 
 use checkpoint::{CLEAN_SHUTDOWN_FILE, HIGH_WATERMARK_FILE, LOG_START_FILE, RECOVERY_POINT_FILE};
 use partition_dir::DELETE_SUFFIX;
@@ -281,6 +282,13 @@ impl Store {
     /// Notified (`notify_waiters`) every time any partition's high watermark advances.
     pub fn data_available(&self) -> Arc<Notify> {
         Arc::clone(&self.shared.data_available)
+    }
+
+    /// Calls `listener` (from the flusher thread, with no store lock held) each time a flush round
+    /// made a partition's appended data durable under `log.flush.policy=batch`. Under `always` and
+    /// `never` the durable offset moves inside `append` itself, and the caller steps after it.
+    pub fn set_durable_listener(&self, listener: DurableListener) {
+        self.shared.set_durable_listener(listener);
     }
 
     /// Whether the data dir is offline, and why.

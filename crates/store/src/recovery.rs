@@ -280,12 +280,25 @@ pub(crate) fn load_partition(
         None => LeaderEpochCache::default(),
     };
     if let Some(from) = first_recovered_offset {
+        let begun: Vec<(i32, i64)> = epochs
+            .entries()
+            .iter()
+            .copied()
+            .filter(|(_, s)| *s >= from)
+            .collect();
         epochs.truncate_from_end(from);
         for (epoch, offset) in epoch_headers {
             epochs.assign(epoch, offset);
         }
+        // An epoch a leader began at the log end has no batch to rebuild it from; it stays if
+        // the log still ends where it began (`begin_leader_epoch` wrote it before returning).
+        for (epoch, start) in begun {
+            if start == log_end_offset {
+                epochs.assign(epoch, start);
+            }
+        }
     }
-    epochs.truncate_from_end(log_end_offset);
+    epochs.truncate_past(log_end_offset);
     // Rewrite the checkpoint only if recovery changed it (saves an fsync per partition).
     if stored_entries.as_deref() != Some(epochs.entries()) {
         let bytes = checkpoint::encode_epochs(epochs.entries());

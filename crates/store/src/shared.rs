@@ -96,7 +96,12 @@ pub(crate) struct StoreShared {
     offline_watch: watch::Sender<bool>,
     shut_down: AtomicBool,
     checkpoints: Mutex<CheckpointTable>,
+    durable_listener: parking_lot::RwLock<Option<DurableListener>>,
 }
+
+/// Called by the flusher after a partition's durable offset moved (see
+/// `Store::set_durable_listener`).
+pub type DurableListener = Arc<dyn Fn(&TopicPartition) + Send + Sync>;
 
 impl StoreShared {
     pub(crate) fn new(config: StoreConfig, storage: Arc<dyn Storage>) -> StoreShared {
@@ -110,7 +115,20 @@ impl StoreShared {
             offline_watch: watch::Sender::new(false),
             shut_down: AtomicBool::new(false),
             checkpoints: Mutex::new(CheckpointTable::default()),
+            durable_listener: parking_lot::RwLock::new(None),
             config,
+        }
+    }
+
+    pub(crate) fn set_durable_listener(&self, listener: DurableListener) {
+        *self.durable_listener.write() = Some(listener);
+    }
+
+    /// Tells the listener that `tp`'s durable offset moved. Called with no store lock held.
+    pub(crate) fn notify_durable(&self, tp: &TopicPartition) {
+        let listener = self.durable_listener.read().clone();
+        if let Some(l) = listener {
+            l(tp);
         }
     }
 

@@ -185,7 +185,7 @@ impl PartitionLog {
     /// carries its leader epoch. Rolls if needed, writes them with one `pwrite` (cut back on
     /// failure), indexes them, updates producer state and the leader-epoch cache from their
     /// headers and applies the flush policy. Returns whether the flusher must be queued.
-    fn write_batches(
+    pub(super) fn write_batches(
         &self,
         inner: &mut LogInner,
         records: &[u8],

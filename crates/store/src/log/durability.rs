@@ -121,6 +121,9 @@ impl FlushTarget for PartitionLog {
         }
         if policy == FlushPolicy::Batch {
             self.publish_durable(target);
+            drop(inner);
+            // Outside every store lock: the listener (replication) takes its own.
+            self.shared.notify_durable(&self.tp);
         }
     }
 }
@@ -251,7 +254,7 @@ impl PartitionLog {
         Ok(())
     }
 
-    fn write_epoch_checkpoint(&self, entries: &[(i32, i64)]) -> Result<(), StoreError> {
+    pub(super) fn write_epoch_checkpoint(&self, entries: &[(i32, i64)]) -> Result<(), StoreError> {
         let path = self.dir.join(LEADER_EPOCH_FILE);
         let bytes = checkpoint::encode_epochs(entries);
         checkpoint::write_atomic(&*self.shared.storage, &path, &bytes)

@@ -153,11 +153,32 @@ impl PartitionLog {
         Ok(())
     }
 
-    /// Removes every batch at or after the batch containing `offset` (follower truncation).
+    /// Removes every batch at or after the batch containing `offset` (follower truncation), and
+    /// every leader-epoch entry that starts at or past the new log end — also when no batch goes
+    /// (`offset` at or past the log end): a replica that began a leader epoch and appended
+    /// nothing drops that epoch when a leader says its log diverges there (Kafka's
+    /// `UnifiedLog.truncateTo` does the same; found by the simulator, see docs/reliability.md).
     pub fn truncate_to(&self, offset: i64) -> Result<(), StoreError> {
+        self.truncate(offset, false)
+    }
+
+    /// Removes everything and restarts the log at `offset` (see `truncate_fully_and_start_at`).
+    pub(super) fn restart_at(&self, offset: i64) -> Result<(), StoreError> {
+        self.truncate(offset, true)
+    }
+
+    fn truncate(&self, offset: i64, fully: bool) -> Result<(), StoreError> {
         self.writable()?;
         let mut inner = self.inner.lock();
-        if offset >= inner.log_end_offset {
+        if !fully && offset >= inner.log_end_offset {
+            let leo = inner.log_end_offset;
+            if inner.epochs.truncate_from_end(leo) {
+                let entries = inner.epochs.entries().to_vec();
+                self.write_epoch_checkpoint(&entries)?;
+                inner.pending.epochs = Some(entries);
+                drop(inner);
+                self.enqueue_flush();
+            }
             return Ok(());
         }
         let config = self.config();
@@ -168,7 +189,12 @@ impl PartitionLog {
         self.offsets
             .recovery_point_atomic()
             .fetch_min(offset.max(0), Ordering::SeqCst);
-        if offset <= lso {
+        if fully {
+            // The epochs describe records that are all gone.
+            inner.epochs.truncate_from_end(i64::MIN);
+            inner.pending.epochs = Some(Vec::new());
+        }
+        if fully || offset <= lso {
             // Everything goes; start over at `offset` (Kafka's truncateFullyAndStartAt).
             let bases: Vec<i64> = inner.segments.keys().rev().copied().collect();
             for base in bases {
@@ -188,6 +214,10 @@ impl PartitionLog {
             self.offsets
                 .log_start_atomic()
                 .store(new_base, Ordering::SeqCst);
+            // Restarted past its old end: nothing below the new start exists to wait for.
+            self.offsets
+                .high_watermark_atomic()
+                .fetch_max(new_base, Ordering::SeqCst);
         } else {
             // Newest first, so a crash leaves a prefix of the segments.
             let doomed: Vec<i64> = inner

@@ -36,6 +36,7 @@
 mod append;
 mod compaction;
 mod durability;
+mod follower;
 mod log_start;
 mod read;
 mod timestamps;
@@ -59,6 +60,7 @@ use crate::shared::{PartitionOffsets, StoreShared};
 
 pub(crate) use compaction::SealedSegment;
 pub(crate) use durability::{list_snapshots, snapshot_path};
+pub use follower::ReplicatedAppend;
 
 /// Result of a successful append.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,0 +1,126 @@
+//! What replication needs of a log beyond the leader append: the follower append (the leader's
+//! batches as the leader stored them, offsets and leader epochs kept), the start of a leader epoch
+//! at the log end, and restarting a log at an offset (a follower behind the leader's log start).
+//!
+//! Rules:
+//! - A follower append validates structure, CRC and the store's size bound (not the topic's
+//!   `max.message.bytes`, which may have been lowered after the leader accepted the batch; nor the
+//!   compacted-topic key rule, which the leader applied), requires the batches to continue the log
+//!   exactly, and goes through the same write path as the leader append (`write_batches`): the
+//!   producer state and the leader-epoch cache are rebuilt from the batch headers, the flush
+//!   policy applies.
+//! - Batches entirely below the log end are skipped (the leader answers from the batch that
+//!   *contains* the fetch offset); a batch that straddles it is refused (`UnexpectedOffset`), and
+//!   the caller restarts the log at that batch.
+//! - `begin_leader_epoch` writes the leader-epoch checkpoint before it returns (KIP-101: the epoch
+//!   start must survive a crash of the new leader).
+
+use bytes::Bytes;
+
+use super::{now_ms, PartitionLog};
+use crate::batch::{self, BatchError, BatchHeader};
+use crate::error::{AppendError, StoreError};
+use crate::limits::{BATCHES_PER_APPEND_MAX, BATCH_BYTES_MAX};
+
+/// What a follower append wrote.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReplicatedAppend {
+    /// First offset written (the log end before the append); equals `next_offset` when every
+    /// batch was already there.
+    pub first_offset: i64,
+    /// The log end after the append.
+    pub next_offset: i64,
+}
+
+fn structural(e: BatchError) -> AppendError {
+    AppendError::CorruptMessage(format!("replicated batch: {e}"))
+}
+
+impl PartitionLog {
+    /// Appends batches copied from the leader, keeping their offsets and leader epochs.
+    pub fn append_replicated(&self, records: Bytes) -> Result<ReplicatedAppend, AppendError> {
+        self.writable()?;
+        let config = self.config();
+        let mut batches: Vec<(usize, BatchHeader)> = Vec::new();
+        let mut pos = 0usize;
+        while pos < records.len() {
+            let rest = records.get(pos..).unwrap_or(&[]);
+            if let Ok(h) = BatchHeader::parse(rest) {
+                if h.total_size() > BATCH_BYTES_MAX {
+                    return Err(AppendError::MessageTooLarge {
+                        size: h.total_size(),
+                        max: BATCH_BYTES_MAX,
+                    });
+                }
+            }
+            let h = batch::validate_stored(rest).map_err(structural)?;
+            batches.push((pos, h));
+            pos += h.total_size();
+            if batches.len() > BATCHES_PER_APPEND_MAX {
+                return Err(AppendError::InvalidRecord(format!(
+                    "more than {BATCHES_PER_APPEND_MAX} batches in one append"
+                )));
+            }
+        }
+        let mut inner = self.inner.lock();
+        self.writable()?;
+        let leo = inner.log_end_offset;
+        // Skip what we already have; refuse a batch that straddles our end.
+        let skip = batches
+            .iter()
+            .take_while(|(_, h)| h.next_offset() <= leo)
+            .count();
+        let batches = batches.split_off(skip);
+        let Some((start, first)) = batches.first().copied() else {
+            return Ok(ReplicatedAppend {
+                first_offset: leo,
+                next_offset: leo,
+            });
+        };
+        if first.base_offset != leo {
+            return Err(AppendError::UnexpectedOffset {
+                base_offset: first.base_offset,
+                log_end_offset: leo,
+            });
+        }
+        let bytes = records.get(start..).unwrap_or(&[]);
+        let batches: Vec<(usize, BatchHeader)> =
+            batches.into_iter().map(|(p, h)| (p - start, h)).collect();
+        let queue = self.write_batches(&mut inner, bytes, &batches, now_ms(), &config)?;
+        let next = inner.log_end_offset;
+        drop(inner);
+        if queue {
+            self.enqueue_flush();
+        }
+        Ok(ReplicatedAppend {
+            first_offset: leo,
+            next_offset: next,
+        })
+    }
+
+    /// Records that leader epoch `epoch` starts at the log end; the leader-epoch checkpoint is on
+    /// disk when this returns. A no-op if the log already knows `epoch` or a later one.
+    pub fn begin_leader_epoch(&self, epoch: i32) -> Result<(), StoreError> {
+        self.writable()?;
+        let mut inner = self.inner.lock();
+        let leo = inner.log_end_offset;
+        if !inner.epochs.assign(epoch, leo) {
+            return Ok(());
+        }
+        let entries = inner.epochs.entries().to_vec();
+        self.write_epoch_checkpoint(&entries)?;
+        // A flush round already under way may write an older list after this one; the next
+        // round writes this one again.
+        inner.pending.epochs = Some(entries);
+        drop(inner);
+        self.enqueue_flush();
+        Ok(())
+    }
+
+    /// Removes every record and restarts the log at `offset` (log start = log end = `offset`), as
+    /// a follower whose log ends below the leader's log start must (Kafka's
+    /// `truncateFullyAndStartAt`).
+    pub fn truncate_fully_and_start_at(&self, offset: i64) -> Result<(), StoreError> {
+        self.restart_at(offset.max(0))
+    }
+}
