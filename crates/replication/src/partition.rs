@@ -34,7 +34,11 @@ pub trait ReplicaLog {
     fn latest_leader_epoch(&self) -> Option<i32>;
     /// Records that leader epoch `epoch` starts at the log end (durably, before returning).
     fn begin_leader_epoch(&self, epoch: i32) -> Result<(), String>;
-    /// Removes every record at or above `offset`.
+    /// Removes every record at or above `offset`, then every leader-epoch entry that starts at or
+    /// past the new log end — also when no record goes (`offset` at or past the log end): a
+    /// replica that began a leader epoch and appended nothing must drop that epoch when a leader
+    /// says its log diverges there, or its next fetch carries the same epoch and diverges again,
+    /// forever (Kafka's `UnifiedLog.truncateTo` truncates the epoch cache in that case too).
     fn truncate_to(&self, offset: i64) -> Result<(), String>;
     /// Removes every record and restarts the log at `offset` (a follower behind the leader's
     /// log start).

@@ -16,8 +16,9 @@
 //!   surviving records. `begin_leader_epoch` is durable when it returns (a checkpoint write).
 //! - the high watermark restarts from its last checkpoint, clamped to the surviving log.
 //!
-//! Truncation follows the store: `truncate_to(offset)` at or past the log end changes nothing,
-//! and the truncation itself is durable.
+//! Truncation follows the `ReplicaLog` contract: `truncate_to(offset)` also drops epoch entries
+//! that start at or past the log end when no record goes (the store's `truncate_to` returns early
+//! there; see docs/reliability.md, "Simulation"), and the truncation itself is durable.
 //!
 //! Interior mutability: the trait's writers take `&self` (the store locks inside); one
 //! `RefCell`, never borrowed across a call out.
@@ -232,10 +233,7 @@ impl ReplicaLog for SimLog {
 
     fn truncate_to(&self, offset: i64) -> Result<(), String> {
         let mut s = self.inner.borrow_mut();
-        if offset >= s.leo() {
-            return Ok(());
-        }
-        let at = offset.max(s.start);
+        let at = offset.clamp(s.start, s.leo());
         s.cut_to(at);
         Ok(())
     }
@@ -319,6 +317,13 @@ mod tests {
         assert_eq!(log.end_offset_for_leader_epoch(-1), None);
         log.truncate_to(5).unwrap();
         assert_eq!(log.log_end_offset(), 2);
+        log.begin_leader_epoch(4).unwrap();
+        log.truncate_to(2).unwrap();
+        assert_eq!(
+            log.latest_leader_epoch(),
+            Some(2),
+            "an epoch begun at the log end goes even when no record does"
+        );
         log.truncate_to(1).unwrap();
         assert_eq!(log.log_end_offset(), 1);
         assert_eq!(log.latest_leader_epoch(), Some(0));
