@@ -956,6 +956,21 @@ impl World {
             f.in_flight = Some(fetch_id);
         }
         let broker_epoch = b.registration.map_or(-1, |r| r.broker_epoch);
+        self.trace(|| {
+            let pos: Vec<String> = parts
+                .iter()
+                .map(|fp| {
+                    format!(
+                        "p{}@{}/e{}",
+                        fp.partition, fp.fetch_offset, fp.last_fetched_epoch
+                    )
+                })
+                .collect();
+            format!(
+                "broker {id}: fetch {fetch_id} from {leader}: {}",
+                pos.join(" ")
+            )
+        });
         self.send(
             id,
             leader,
@@ -1056,6 +1071,28 @@ impl World {
         for (p, actions) in acts {
             self.handle_actions(id, p, actions);
         }
+        self.trace(|| {
+            let rs: Vec<String> = results
+                .iter()
+                .map(|(fp, r)| match r {
+                    FetchResult::Records {
+                        records,
+                        high_watermark,
+                        ..
+                    } => format!(
+                        "p{}: {} records, hw {high_watermark}",
+                        fp.partition,
+                        records.len()
+                    ),
+                    other => format!("p{}: {other:?}", fp.partition),
+                })
+                .collect();
+            format!(
+                "broker {id}: answers fetch {} of {follower}: {}",
+                req.fetch_id,
+                rs.join(" ")
+            )
+        });
         let body = Body::FetchResponse(FetchResponse {
             fetch_id: req.fetch_id,
             partitions: results,

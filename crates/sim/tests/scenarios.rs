@@ -70,3 +70,139 @@ fn a_replica_that_began_an_epoch_and_appended_nothing_catches_up_after_losing_it
     assert_eq!(two.log.log_end_offset(), 3, "nothing below 3 was lost");
     assert_eq!(two.log.latest_leader_epoch(), Some(0));
 }
+
+mod isr_changes {
+    use millrace_replication::replica::AlterPartitionError;
+    use millrace_replication::{Action, Event, PartitionReplica, PartitionState, ReplicaConfig};
+
+    const LAG_MS: i64 = 5_000;
+    const CONFIG: ReplicaConfig = ReplicaConfig {
+        replica_lag_time_max_ms: LAG_MS,
+        min_insync_replicas: 2,
+    };
+
+    fn state(partition_epoch: i32, isr: &[i32]) -> PartitionState {
+        PartitionState {
+            leader: 1,
+            leader_epoch: 0,
+            partition_epoch,
+            isr: isr.to_vec(),
+            replicas: vec![1, 2, 3],
+        }
+    }
+
+    fn leader(isr: &[i32], leo: i64) -> PartitionReplica {
+        let mut r = PartitionReplica::new(1, CONFIG);
+        r.step(Event::Metadata {
+            state: state(0, isr),
+            log_end_offset: leo,
+            durable_end_offset: leo,
+            high_watermark: 0,
+            config: CONFIG,
+            now_ms: 0,
+        });
+        r
+    }
+
+    fn fetch(
+        r: &mut PartitionReplica,
+        replica: i32,
+        offset: i64,
+        leader_leo: i64,
+        now_ms: i64,
+    ) -> Vec<Action> {
+        r.step(Event::FollowerFetch {
+            replica_id: replica,
+            broker_epoch: 10 + i64::from(replica),
+            fetch_offset: offset,
+            eligible: true,
+            leader_log_end_offset: leader_leo,
+            now_ms,
+        })
+    }
+
+    fn proposals(actions: &[Action]) -> Vec<Vec<i32>> {
+        actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::AlterPartition { isr, .. } => Some(isr.iter().map(|(b, _)| *b).collect()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Found by seed 1022: leader 1 proposes adding 3 (at 40) to the ISR; the answer is lost (the
+    /// call times out: outcome unknown) although the controller committed it. The leader must keep
+    /// counting 3 for the HW until the metadata settles the outcome — otherwise its HW passes 3's
+    /// log end while 3 is a committed ISR member, and electing 3 would lose committed records.
+    #[test]
+    fn an_expansion_with_an_unknown_outcome_still_bounds_the_hw_and_is_sent_again() {
+        let mut r = leader(&[1, 2], 30);
+        r.step(Event::LocalDurable {
+            durable_end_offset: 50,
+        });
+        fetch(&mut r, 2, 40, 50, 1);
+        assert_eq!(r.high_watermark(), 40);
+        let actions = fetch(&mut r, 3, 40, 50, 2);
+        assert_eq!(proposals(&actions), vec![vec![1, 2, 3]]);
+        // The answer never comes: the broker's request times out.
+        r.step(Event::AlterPartitionDone {
+            result: Err(AlterPartitionError::Retriable),
+            now_ms: 3_000,
+        });
+        fetch(&mut r, 2, 50, 50, 3_001);
+        assert_eq!(
+            r.high_watermark(),
+            40,
+            "3 may be a committed ISR member at 40: the HW must wait for it"
+        );
+        // Retried, the same change is sent again.
+        let actions = r.step(Event::Tick { now_ms: 4_000 });
+        assert_eq!(proposals(&actions), vec![vec![1, 2, 3]]);
+        // The first attempt had committed: the retry is refused as stale; still pending.
+        r.step(Event::AlterPartitionDone {
+            result: Err(AlterPartitionError::Stale),
+            now_ms: 4_001,
+        });
+        fetch(&mut r, 2, 50, 50, 4_002);
+        assert_eq!(r.high_watermark(), 40);
+        // The metadata settles it: 3 is in; the HW follows 3.
+        r.step(Event::Metadata {
+            state: state(1, &[1, 2, 3]),
+            log_end_offset: 50,
+            durable_end_offset: 50,
+            high_watermark: 40,
+            config: CONFIG,
+            now_ms: 4_003,
+        });
+        assert_eq!(r.isr(), Some(&[1, 2, 3][..]));
+        fetch(&mut r, 3, 50, 50, 4_004);
+        assert_eq!(r.high_watermark(), 50);
+    }
+
+    /// Also from seed 1022: follower 3 dies after its last fetch. Shrunk out of the ISR after the
+    /// lag, it must not be proposed again from its stale fetch state — that made the ISR flap
+    /// every tick (two metadata entries per round, and an HW held back by a dead member).
+    #[test]
+    fn a_follower_that_stopped_fetching_is_not_added_back_after_its_shrink() {
+        let mut r = leader(&[1, 2, 3], 10);
+        fetch(&mut r, 2, 10, 10, 1);
+        fetch(&mut r, 3, 10, 10, 1);
+        assert_eq!(r.high_watermark(), 10);
+        let mut changes = Vec::new();
+        let mut partition_epoch = 0;
+        for t in (2..4 * LAG_MS).step_by(100) {
+            let mut actions = fetch(&mut r, 2, 10, 10, t);
+            actions.extend(r.step(Event::Tick { now_ms: t }));
+            for isr in proposals(&actions) {
+                partition_epoch += 1;
+                changes.push(isr.clone());
+                r.step(Event::AlterPartitionDone {
+                    result: Ok(state(partition_epoch, &isr)),
+                    now_ms: t,
+                });
+            }
+        }
+        assert_eq!(changes, vec![vec![1, 2]], "one shrink, no flapping");
+    }
+}

@@ -13,6 +13,12 @@ const SEEDS: &[(u64, &str)] = &[
     (7, "same livelock"),
     (9, "same livelock"),
     (19, "same livelock"),
+    (
+        1022,
+        "an ISR expansion whose answer was lost (committed by the controller) stopped counting \
+         for the HW: the leader's HW passed a committed ISR member's durable log end; and a dead \
+         follower flapped in and out of the ISR from its stale fetch state",
+    ),
 ];
 
 #[test]
