@@ -1131,6 +1131,7 @@ impl World {
         let mut appended = false;
         let mut acts = Vec::new();
         let mut truncations = Vec::new();
+        let mut resets = Vec::new();
         let mut storage_error = None;
         for (fp, result) in resp.partitions {
             let Some(h) = b.hosted.get_mut(&fp.partition) else {
@@ -1153,7 +1154,7 @@ impl World {
                 FetchResult::Records {
                     records,
                     high_watermark,
-                    ..
+                    log_start_offset,
                 } => {
                     if !records.is_empty()
                         && h.partition.log.append_replicated(fp.fetch_offset, &records)
@@ -1164,6 +1165,8 @@ impl World {
                         fp.partition,
                         h.partition.on_leader_high_watermark(high_watermark),
                     ));
+                    // Kafka's follower follows the leader's log start (never past its own HW).
+                    h.partition.log.delete_records_before(log_start_offset);
                 }
                 FetchResult::Diverging { epoch, end_offset } => {
                     let before = h.partition.log.log_end_offset();
@@ -1175,8 +1178,12 @@ impl World {
                     }
                 }
                 FetchResult::Error(PartitionErrorCode::OffsetOutOfRange { log_start_offset }) => {
+                    let before = h.partition.log.log_start_offset();
                     if let Err(e) = h.partition.on_fetch_out_of_range(log_start_offset) {
                         storage_error = Some(format!("{e:?}"));
+                    }
+                    if h.partition.log.log_start_offset() != before {
+                        resets.push((fp.partition, log_start_offset));
                     }
                 }
                 FetchResult::Error(_) => failed += 1,
@@ -1195,6 +1202,12 @@ impl World {
         }
         if let Some(e) = storage_error {
             self.fail(format!("broker {id}: follower truncation failed: {e}"));
+        }
+        for (p, start) in resets {
+            self.stats.log_resets += 1;
+            self.trace(|| {
+                format!("broker {id}: p{p} behind {leader}'s log start: log restarted at {start}")
+            });
         }
         for (p, epoch, end_offset, before, after) in truncations {
             self.stats.divergence_truncations += 1;

@@ -1,6 +1,7 @@
 //! The clients: one `acks=all` producer per partition and the admin client.
 //!
-//! A producer asks a random broker for metadata, sends its next request (1 to
+//! A producer asks a random broker for metadata (a crashed one refuses the connection at once),
+//! sends its next request (1 to
 //! `PRODUCE_RECORDS_MAX` records, each with a value no other record has) to the leader that
 //! broker named, and on any error or timeout forgets the leader and asks again. An answer with a
 //! base offset is an acknowledgement: the checker records (partition, offset, value) for each
@@ -115,6 +116,21 @@ impl World {
             Some(_) => (0..count).map(|_| self.new_value()).collect(),
             None => Vec::new(),
         };
+        let to = leader.unwrap_or(target);
+        if !self.brokers.get(&to).is_some_and(|b| b.alive) {
+            // Nothing listens there: the connection is refused at once.
+            if let Some(pr) = self.producers.get_mut(&p) {
+                pr.leader = None;
+            }
+            self.after(
+                CLIENT_BACKOFF_MS,
+                Ev::Producer {
+                    partition: p,
+                    timer: ProducerTimer::Send,
+                },
+            );
+            return;
+        }
         let Some(pr) = self.producers.get_mut(&p) else {
             return;
         };

@@ -74,7 +74,13 @@ impl SimConfig {
         let heartbeat_interval_ms = session_timeout_ms * 2 / 9;
         let link_lo = r.range(1, 5);
         let link_hi = link_lo + r.range(0, 20);
-        let flush_lo = r.range(1, 5);
+        let flush_lo = r.range(1, 10);
+        // Half the seeds have a slow disk: a wide window in which appends are not yet durable.
+        let flush_spread = if r.chance(500) {
+            r.range(0, 20)
+        } else {
+            r.range(20, 250)
+        };
         Self {
             seed,
             brokers,
@@ -91,7 +97,7 @@ impl SimConfig {
             link_delay_ms: (link_lo, link_hi),
             jitter_ms: r.range(0, 15),
             loss_per_mille: [0, 0, 5, 20, 50][r.below(5) as usize],
-            flush_delay_ms: (flush_lo, flush_lo + r.range(0, 20)),
+            flush_delay_ms: (flush_lo, flush_lo + flush_spread),
             metadata_delay_ms: (1, r.range(5, 80)),
             commit_latency_ms: (1, r.range(3, 30)),
             unclean_restarts: r.chance(100),

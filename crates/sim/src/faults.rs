@@ -2,9 +2,12 @@
 //! disk), pauses (SIGSTOP, some longer than the session timeout), network partitions (one broker
 //! isolated, a one-way cut, a split of the brokers in two, a producer cut from a broker),
 //! controller failovers, leader kills (sometimes back to back: the new leader is killed before
-//! it settles), controlled shutdowns and preferred-leader elections. At the end of the fault
+//! it settles), controlled shutdowns, preferred-leader elections and record deletion on a leader
+//! (retention / DeleteRecords, which sends lagging followers down the out-of-range path). At the end of the fault
 //! phase everything heals: cuts are lifted, paused brokers resume, crashed ones restart, the
 //! producers stop; then the cluster must converge.
+
+use millrace_replication::ReplicaLog;
 
 use crate::limits::{ADMIN_NODE, DRAIN_CHECK_MS, DRAIN_MAX_MS, PRODUCER_NODE_BASE};
 use crate::world::{Ev, Phase, World};
@@ -47,9 +50,12 @@ impl World {
             .count()
     }
 
-    /// At least one broker stays up.
-    fn may_impair(&self) -> bool {
-        self.impaired() + 1 < self.brokers.len()
+    /// Whether one more broker may go down: never the last one running, and a second (or third)
+    /// at a time only now and then, so that runs see double failures and lost quorums without
+    /// spending most of their time in them.
+    fn may_impair(&mut self) -> bool {
+        let impaired = self.impaired();
+        impaired + 1 < self.brokers.len() && (impaired == 0 || self.rng.chance(250))
     }
 
     pub fn fault(&mut self, f: Fault) {
@@ -109,7 +115,7 @@ impl World {
         if let Some(b) = self.brokers.get_mut(&id) {
             b.restart_scheduled = true;
         }
-        let down = self.rng.range(200, 12_000);
+        let down = self.rng.range(200, 8_000);
         self.after(down, Ev::Fault(Fault::Restart { broker: id }));
     }
 
@@ -208,7 +214,33 @@ impl World {
                 self.stats.controlled_shutdowns += 1;
                 self.begin_controlled_shutdown(id);
             }
-            // Preferred-leader election.
+            // Retention / DeleteRecords on a leader, up to a point at or below its HW.
+            90..=99 => {
+                let p =
+                    i32::try_from(self.rng.below(self.cfg.partitions.max(1) as u64)).unwrap_or(0);
+                let leader = self
+                    .quorum
+                    .image
+                    .partition(crate::broker::TOPIC, p)
+                    .map_or(-1, |r| r.leader);
+                let Some(h) = self
+                    .brokers
+                    .get(&leader)
+                    .filter(|b| b.running())
+                    .and_then(|b| b.hosted.get(&p))
+                else {
+                    return;
+                };
+                let log = &h.partition.log;
+                let (start, hw) = (log.log_start_offset(), log.high_watermark());
+                let target = self.rng.range(start, hw);
+                let new_start = log.delete_records_before(target);
+                self.stats.deletions += 1;
+                self.trace(|| {
+                    format!("fault: delete records of p{p} below {new_start} on leader {leader}")
+                });
+            }
+            // Preferred-leader election (85..=89).
             _ => {
                 self.stats.preferred_elections += 1;
                 self.trace(|| "fault: preferred leader election".to_string());

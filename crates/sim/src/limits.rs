@@ -72,11 +72,12 @@ pub const HW_CHECKPOINT_MS: i64 = 1_000;
 pub const METADATA_RETRY_MS: i64 = 100;
 
 /// Milliseconds an `acks=all` produce waits in the leader's purgatory before REQUEST_TIMED_OUT
-/// (`request.timeout.ms`, shortened).
-pub const PRODUCE_TIMEOUT_MS: i64 = 5_000;
+/// (`request.timeout.ms`, shortened to the scale of a simulated run).
+pub const PRODUCE_TIMEOUT_MS: i64 = 1_500;
 
 /// Milliseconds a client waits for any answer; past it the outcome is unknown (Jepsen's `info`).
-pub const CLIENT_REQUEST_TIMEOUT_MS: i64 = 6_000;
+/// A crashed broker refuses the connection at once instead.
+pub const CLIENT_REQUEST_TIMEOUT_MS: i64 = 2_000;
 const _: () = assert!(CLIENT_REQUEST_TIMEOUT_MS > PRODUCE_TIMEOUT_MS);
 
 /// Milliseconds a client backs off after an error before it asks for metadata again.

@@ -136,6 +136,22 @@ impl SimLog {
         s.records.get(i).copied()
     }
 
+    /// Retention or DeleteRecords (the store's `delete_records_before`): moves the log start to
+    /// `offset`, never past the high watermark, dropping the records below; the epoch cache is
+    /// left as it is (as the store does); checkpointed before it returns. Returns the new start.
+    pub fn delete_records_before(&self, offset: i64) -> i64 {
+        let mut s = self.inner.borrow_mut();
+        let target = offset.min(s.hw);
+        if target > s.start {
+            let n = usize::try_from(target - s.start)
+                .unwrap_or(0)
+                .min(s.records.len());
+            s.records.drain(..n);
+            s.start = target;
+        }
+        s.start
+    }
+
     /// The group-commit fsync: everything written is durable.
     pub fn sync(&self) -> bool {
         let mut s = self.inner.borrow_mut();
@@ -286,6 +302,23 @@ mod tests {
         );
         assert_eq!(log.take_rewritten_from(), Some(4));
         assert_eq!(log.take_rewritten_from(), None);
+    }
+
+    #[test]
+    fn delete_records_stops_at_the_high_watermark() {
+        let log = SimLog::default();
+        log.append_as_leader(0, &[1, 2, 3, 4]);
+        log.set_high_watermark(2);
+        assert_eq!(log.delete_records_before(3), 2);
+        assert_eq!(log.log_start_offset(), 2);
+        assert_eq!(log.read(0, 10), vec![]);
+        assert_eq!(log.read(2, 10).len(), 2);
+        assert_eq!(log.record(3).map(|r| r.value), Some(4));
+        assert_eq!(
+            log.end_offset_for_leader_epoch(0),
+            Some((0, 4)),
+            "epochs stay"
+        );
     }
 
     #[test]

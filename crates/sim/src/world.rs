@@ -119,12 +119,14 @@ pub struct Stats {
     pub leader_kills: u64,
     pub controlled_shutdowns: u64,
     pub preferred_elections: u64,
+    pub deletions: u64,
     pub metadata_entries: u64,
     pub leader_changes: u64,
     pub produce_requests: u64,
     pub produce_refused: u64,
     pub acked_records: u64,
     pub divergence_truncations: u64,
+    pub log_resets: u64,
     pub messages: u64,
     pub messages_dropped: u64,
     pub offline_partitions_at_end: u64,
@@ -139,6 +141,7 @@ impl Stats {
             + self.leader_kills
             + self.controlled_shutdowns
             + self.preferred_elections
+            + self.deletions
     }
 
     pub fn add(&mut self, o: &Stats) {
@@ -155,15 +158,57 @@ impl Stats {
         self.leader_kills += o.leader_kills;
         self.controlled_shutdowns += o.controlled_shutdowns;
         self.preferred_elections += o.preferred_elections;
+        self.deletions += o.deletions;
         self.metadata_entries += o.metadata_entries;
         self.leader_changes += o.leader_changes;
         self.produce_requests += o.produce_requests;
         self.produce_refused += o.produce_refused;
         self.acked_records += o.acked_records;
         self.divergence_truncations += o.divergence_truncations;
+        self.log_resets += o.log_resets;
         self.messages += o.messages;
         self.messages_dropped += o.messages_dropped;
         self.offline_partitions_at_end += o.offline_partitions_at_end;
+    }
+}
+
+impl fmt::Display for Stats {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} steps, {} s simulated, {} faults ({} crashes of which {} power losses losing {} \
+             unsynced records, {} pauses of which {} past the session timeout, {} partitions, {} \
+             controller failovers losing {} proposals, {} leader kills, {} controlled shutdowns, {} \
+             preferred elections, {} record deletions), {} metadata entries, {} leader changes, {} \
+             divergence truncations, {} out-of-range log restarts, {} produce requests ({} \
+             refused), {} records acknowledged, {} messages ({} dropped), {} partitions offline at \
+             the end",
+            self.steps,
+            self.sim_ms / 1000,
+            self.faults(),
+            self.crashes,
+            self.power_losses,
+            self.records_lost_to_power_loss,
+            self.pauses,
+            self.long_pauses,
+            self.partitions,
+            self.controller_failovers,
+            self.lost_proposals,
+            self.leader_kills,
+            self.controlled_shutdowns,
+            self.preferred_elections,
+            self.deletions,
+            self.metadata_entries,
+            self.leader_changes,
+            self.divergence_truncations,
+            self.log_resets,
+            self.produce_requests,
+            self.produce_refused,
+            self.acked_records,
+            self.messages,
+            self.messages_dropped,
+            self.offline_partitions_at_end,
+        )
     }
 }
 

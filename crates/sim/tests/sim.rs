@@ -70,36 +70,8 @@ fn every_seed_holds_every_invariant() {
     let started = Instant::now();
     let (stats, failures) = run_many(first, count);
     eprintln!(
-        "simulated {count} seeds from {first} in {:.1} s: {} steps, {} s simulated, {} faults \
-         ({} crashes of which {} power losses losing {} unsynced records, {} pauses of which {} past \
-         the session timeout, {} partitions, {} controller failovers losing {} proposals, {} leader \
-         kills, {} controlled shutdowns, {} preferred elections), {} metadata entries, {} leader \
-         changes, {} divergence truncations, {} produce requests ({} refused), {} records \
-         acknowledged, {} messages ({} dropped), {} partitions offline at the end",
-        started.elapsed().as_secs_f64(),
-        stats.steps,
-        stats.sim_ms / 1000,
-        stats.faults(),
-        stats.crashes,
-        stats.power_losses,
-        stats.records_lost_to_power_loss,
-        stats.pauses,
-        stats.long_pauses,
-        stats.partitions,
-        stats.controller_failovers,
-        stats.lost_proposals,
-        stats.leader_kills,
-        stats.controlled_shutdowns,
-        stats.preferred_elections,
-        stats.metadata_entries,
-        stats.leader_changes,
-        stats.divergence_truncations,
-        stats.produce_requests,
-        stats.produce_refused,
-        stats.acked_records,
-        stats.messages,
-        stats.messages_dropped,
-        stats.offline_partitions_at_end,
+        "simulated {count} seeds from {first} in {:.1} s: {stats}",
+        started.elapsed().as_secs_f64()
     );
     for f in &failures {
         if let Some(f) = &f.failure {
