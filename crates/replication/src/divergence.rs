@@ -58,7 +58,9 @@ pub fn check_follower_fetch(
 /// Where the follower truncates after the leader said its log diverges at (`epoch`, `end_offset`):
 /// the smaller of the leader's end for that epoch and our own end for it (or the leader's end
 /// when we have no such epoch), never past our log end. The next fetch carries our new last epoch,
-/// so a deeper divergence is found on the next round.
+/// so a deeper divergence is found on the next round. (`epoch < 0` — the leader knows none of our
+/// epochs — is not a truncation point: our last epoch would survive it and the question repeat;
+/// `Partition::on_diverging_epoch` restarts the log at the leader's log start instead.)
 pub fn follower_truncation_offset(
     log_end_offset: i64,
     own_end_offset_for: impl Fn(i32) -> Option<(i32, i64)>,

@@ -71,6 +71,55 @@ fn a_replica_that_began_an_epoch_and_appended_nothing_catches_up_after_losing_it
     assert_eq!(two.log.latest_leader_epoch(), Some(0));
 }
 
+/// Found by seed 60 once retention was simulated: broker 1 fell behind the leader's log start
+/// and restarted its log at 76 (its epoch cache emptied), then was elected (epoch 1 begins at
+/// 76). Broker 2 holds records of epoch 0 up to 76; fetching with last fetched epoch 0 it hears
+/// "diverging, epoch -1 (the leader knows no epoch that old), offset 76". Truncating to 76 — its
+/// own log end — kept epoch 0, so it asked the same again, forever.
+#[test]
+fn a_follower_whose_epochs_the_leader_never_saw_starts_over_at_the_leaders_log_start() {
+    let mut one = Partition::new(1, SimLog::default(), CONFIG);
+    let mut two = Partition::new(2, SimLog::default(), CONFIG);
+    two.on_metadata(state(2, 0, 0), CONFIG, 0).unwrap();
+    two.log.append_as_leader(0, &[10, 11, 12, 13, 14]);
+    one.log.truncate_fully_and_start_at(5).unwrap();
+    one.on_metadata(state(1, 1, 1), CONFIG, 1).unwrap();
+    two.on_metadata(state(1, 1, 1), CONFIG, 1).unwrap();
+    assert_eq!(one.log.latest_leader_epoch(), Some(1));
+
+    let mut rounds = 0;
+    loop {
+        rounds += 1;
+        assert!(
+            rounds <= 3,
+            "broker 2 keeps diverging with an epoch the leader never saw"
+        );
+        let pos = two.fetch_position().unwrap();
+        let (decision, _) = one
+            .on_follower_fetch(
+                2,
+                7,
+                pos.leader_epoch,
+                pos.fetch_offset,
+                pos.last_fetched_epoch,
+                true,
+                2,
+            )
+            .unwrap();
+        match decision {
+            FollowerFetchDecision::Serve { .. } => break,
+            FollowerFetchDecision::Diverging { epoch, end_offset } => {
+                two.on_diverging_epoch(epoch, end_offset).unwrap();
+            }
+        }
+    }
+    assert_eq!(two.log.log_start_offset(), 5);
+    assert!(
+        two.log.high_watermark() <= 5,
+        "nothing above the leader's start counts as committed"
+    );
+}
+
 mod isr_changes {
     use millrace_replication::replica::AlterPartitionError;
     use millrace_replication::{Action, Event, PartitionReplica, PartitionState, ReplicaConfig};

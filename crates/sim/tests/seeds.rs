@@ -1,5 +1,7 @@
 //! Goal: every seed that ever failed while the simulator was built passes now — each entry names
-//! the bug it found and the fix (scripted reproductions are in `scenarios.rs`).
+//! the bug it found. A seed replays the run it found only with the simulator of its day (the
+//! commit that fixed the bug names it); as the simulator grows, the same seed explores another
+//! run, so every bug also has a scripted reproduction in `scenarios.rs` that does not drift.
 
 use millrace_sim::run_seed;
 
@@ -18,6 +20,11 @@ const SEEDS: &[(u64, &str)] = &[
         "an ISR expansion whose answer was lost (committed by the controller) stopped counting \
          for the HW: the leader's HW passed a committed ISR member's durable log end; and a dead \
          follower flapped in and out of the ISR from its stale fetch state",
+    ),
+    (
+        60,
+        "livelock: followers whose leader epochs the leader never saw (its log restarted past \
+         them) truncated to their own log end and asked with the same epoch forever",
     ),
 ];
 
