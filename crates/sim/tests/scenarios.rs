@@ -255,3 +255,50 @@ mod isr_changes {
         assert_eq!(changes, vec![vec![1, 2]], "one shrink, no flapping");
     }
 }
+
+mod elections {
+    use millrace_cluster::image::PartitionRegistration;
+    use millrace_controller::partition_change::{ElectionOutcome, PartitionChange};
+    use uuid::Uuid;
+
+    fn reg(isr: &[i32], elr: &[i32], leader: i32) -> PartitionRegistration {
+        PartitionRegistration {
+            replicas: vec![4, 1, 3],
+            isr: isr.to_vec(),
+            elr: elr.to_vec(),
+            last_known_elr: Vec::new(),
+            leader,
+            leader_epoch: 2,
+            partition_epoch: 7,
+            adding_replicas: Vec::new(),
+            removing_replicas: Vec::new(),
+        }
+    }
+
+    /// Found by seed 631 (min.insync.replicas=1): leader 4 and follower 1 are fenced together,
+    /// ISR [] and ELR [4, 1]. Broker 1 comes back and is elected from the ELR with ISR [1] — at
+    /// min ISR, so the HW advances again and 4 soon lacks committed records. Left in the ELR, 4
+    /// was elected later and its stale tail replaced records that had been acknowledged.
+    #[test]
+    fn an_election_from_the_elr_that_reaches_min_isr_empties_the_elr() {
+        let current = reg(&[], &[4, 1], -1);
+        let change = PartitionChange::new(Uuid::nil(), 2, &current, 1);
+        let (record, outcome) = change.build(|b| b == 1);
+        assert_eq!(outcome, ElectionOutcome::FromElr(1));
+        let mut next = current.clone();
+        next.apply_change(&record.unwrap());
+        assert_eq!((next.leader, next.isr.clone()), (1, vec![1]));
+        assert_eq!(
+            next.elr,
+            Vec::<i32>::new(),
+            "4 may miss what 1 commits from now on"
+        );
+
+        // With min.insync.replicas=2 the HW stays frozen at ISR [1], so 4 remains eligible.
+        let change = PartitionChange::new(Uuid::nil(), 2, &current, 2);
+        let (record, _) = change.build(|b| b == 1);
+        let mut next = current.clone();
+        next.apply_change(&record.unwrap());
+        assert_eq!(next.elr, vec![4]);
+    }
+}

@@ -26,6 +26,11 @@ const SEEDS: &[(u64, &str)] = &[
         "livelock: followers whose leader epochs the leader never saw (its log restarted past \
          them) truncated to their own log end and asked with the same epoch forever",
     ),
+    (
+        631,
+        "replicas differed below the HW: an election from the ELR reached min ISR but left the \
+         other ELR member eligible; elected later, its stale tail replaced committed records",
+    ),
 ];
 
 #[test]
