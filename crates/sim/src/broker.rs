@@ -719,7 +719,7 @@ impl World {
         let Some(topic) = b.image.topic(TOPIC).cloned() else {
             return;
         };
-        let current = b.is_current();
+        let current = b.is_current() || self.cfg.broken == Some(Broken::LeadWithoutRegistration);
         for (index, reg) in topic.partitions.iter().enumerate() {
             let p = i32::try_from(index).unwrap_or(i32::MAX);
             if !reg.replicas.contains(&id) {

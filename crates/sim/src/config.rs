@@ -15,6 +15,9 @@ pub enum Broken {
     /// Followers fetch again before what they appended is durable, so the leader counts offsets a
     /// power loss takes back: the high watermark can pass the ISR's durable log end.
     FetchBeforeDurable,
+    /// A restarted broker leads what its freshly replayed image says it leads, without waiting to
+    /// see *this incarnation* registered and unfenced: two incarnations lead one leader epoch.
+    LeadWithoutRegistration,
 }
 
 /// The settings of one run.
@@ -114,7 +117,7 @@ impl SimConfig {
                 c.min_insync_replicas = 1;
                 c.replication_factor = 3;
             }
-            Broken::FetchBeforeDurable => {}
+            Broken::FetchBeforeDurable | Broken::LeadWithoutRegistration => {}
         }
         c
     }

@@ -47,6 +47,7 @@ pub fn run(cfg: SimConfig, tracing: bool) -> Outcome {
             digest: 0,
             failure: Some(Failure {
                 seed: cfg.seed,
+                broken: cfg.broken,
                 step: 0,
                 now_ms: 0,
                 what: format!("invalid configuration: {e}"),

@@ -216,6 +216,8 @@ impl fmt::Display for Stats {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Failure {
     pub seed: u64,
+    /// The deliberately broken setting the run had, if any.
+    pub broken: Option<crate::config::Broken>,
     pub step: u64,
     pub now_ms: i64,
     pub what: String,
@@ -225,9 +227,21 @@ impl fmt::Display for Failure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "seed {} failed at step {} (t={} ms): {}\n  rerun with a trace: MILLRACE_SIM_SEED={} cargo test -p millrace-sim --test sim -- --nocapture",
-            self.seed, self.step, self.now_ms, self.what, self.seed
-        )
+            "seed {} failed at step {} (t={} ms): {}",
+            self.seed, self.step, self.now_ms, self.what
+        )?;
+        match self.broken {
+            None => write!(
+                f,
+                "\n  rerun with a trace: MILLRACE_SIM_SEED={} cargo test -p millrace-sim --test sim -- --nocapture",
+                self.seed
+            ),
+            Some(b) => write!(
+                f,
+                "\n  (broken on purpose: {b:?}; rerun with millrace_sim::run(SimConfig::broken({}, Broken::{b:?}), true))",
+                self.seed
+            ),
+        }
     }
 }
 
@@ -395,6 +409,7 @@ impl World {
             digest: self.digest,
             failure: self.failure.take().map(|what| Failure {
                 seed: self.cfg.seed,
+                broken: self.cfg.broken,
                 step: self.step,
                 now_ms: self.now,
                 what,

@@ -1,7 +1,7 @@
 //! Goal: the simulator's checks fire — a deliberately broken configuration (unclean leader
-//! election with min.insync.replicas=1; followers fetching before their appends are durable) must
-//! be caught within a few seeds, naming the invariant it broke. A checker that never fires proves
-//! nothing.
+//! election with min.insync.replicas=1; followers fetching before their appends are durable; a
+//! restarted broker leading before its new registration is seen) must be caught within a few
+//! seeds, naming the invariant it broke. A checker that never fires proves nothing.
 
 use millrace_sim::{run, Broken, SimConfig};
 
@@ -40,5 +40,15 @@ fn fetching_before_durability_lets_the_hw_pass_the_durable_end_and_is_caught() {
             .iter()
             .any(|f| f.contains("exceeds the durable log end")),
         "no seed of 200 caught followers fetching before durability: {found:#?}"
+    );
+}
+
+#[test]
+fn leading_without_a_current_registration_makes_two_leaders_of_one_epoch_and_is_caught() {
+    let found = failures(Broken::LeadWithoutRegistration, 200, 5);
+    eprintln!("{found:#?}");
+    assert!(
+        found.iter().any(|f| f.contains("two leaders of")),
+        "no seed of 200 caught two incarnations leading one epoch: {found:#?}"
     );
 }
