@@ -277,7 +277,8 @@ impl<L: ReplicaLog> Partition<L> {
                 |e| self.log.end_offset_for_leader_epoch(e),
                 epoch,
                 end_offset,
-            );
+            )
+            .max(self.log.log_start_offset());
             self.log
                 .truncate_to(at)
                 .map_err(|_| PartitionError::Storage)?;

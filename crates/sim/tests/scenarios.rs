@@ -120,6 +120,48 @@ fn a_follower_whose_epochs_the_leader_never_saw_starts_over_at_the_leaders_log_s
     );
 }
 
+/// Found by seed 6194: broker 2 led epoch 1 and wrote offset 0, which nobody else got; broker 3
+/// holds offset 0 from epoch 0 and leads again in epoch 2. Broker 2 fetches with last fetched
+/// epoch 1 and hears "diverging at (epoch 0, offset 1)". It knows no epoch at or below 0 — every
+/// record it has is newer than anything the leader has there — so all of it must go; truncating
+/// to the leader's end offset (its own log end) changed nothing, forever.
+#[test]
+fn a_follower_without_the_leaders_diverging_epoch_truncates_everything() {
+    let mut three = Partition::new(3, SimLog::default(), CONFIG);
+    let mut two = Partition::new(2, SimLog::default(), CONFIG);
+    three.on_metadata(state(3, 0, 0), CONFIG, 0).unwrap();
+    three.log.append_as_leader(0, &[10]);
+    two.on_metadata(state(2, 1, 1), CONFIG, 1).unwrap();
+    two.log.append_as_leader(1, &[20]);
+    three.on_metadata(state(3, 2, 2), CONFIG, 2).unwrap();
+    two.on_metadata(state(3, 2, 2), CONFIG, 2).unwrap();
+
+    let mut rounds = 0;
+    loop {
+        rounds += 1;
+        assert!(rounds <= 3, "broker 2 keeps diverging at its own log end");
+        let pos = two.fetch_position().unwrap();
+        let (decision, _) = three
+            .on_follower_fetch(
+                2,
+                7,
+                pos.leader_epoch,
+                pos.fetch_offset,
+                pos.last_fetched_epoch,
+                true,
+                3,
+            )
+            .unwrap();
+        match decision {
+            FollowerFetchDecision::Serve { .. } => break,
+            FollowerFetchDecision::Diverging { epoch, end_offset } => {
+                two.on_diverging_epoch(epoch, end_offset).unwrap();
+            }
+        }
+    }
+    assert_eq!(two.log.log_end_offset(), 0, "its epoch-1 record at 0 went");
+}
+
 mod isr_changes {
     use millrace_replication::replica::AlterPartitionError;
     use millrace_replication::{Action, Event, PartitionReplica, PartitionState, ReplicaConfig};

@@ -31,6 +31,11 @@ const SEEDS: &[(u64, &str)] = &[
         "replicas differed below the HW: an election from the ELR reached min ISR but left the \
          other ELR member eligible; elected later, its stale tail replaced committed records",
     ),
+    (
+        6194,
+        "livelock: a follower that knew no epoch as old as the leader's diverging epoch truncated \
+         to the leader's end offset (its own log end) and kept its newer epoch",
+    ),
 ];
 
 #[test]
