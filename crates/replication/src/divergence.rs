@@ -57,11 +57,11 @@ pub fn check_follower_fetch(
 
 /// Where the follower truncates after the leader said its log diverges at (`epoch`, `end_offset`):
 /// the smaller of the leader's end for that epoch and our own end for it (or 0 — everything —
-/// when we know no epoch that old), never past our log end (the caller keeps it at or above its
-/// log start). The next fetch carries our new last epoch,
-/// so a deeper divergence is found on the next round. (`epoch < 0` — the leader knows none of our
-/// epochs — is not a truncation point: our last epoch would survive it and the question repeat;
-/// `Partition::on_diverging_epoch` restarts the log at the leader's log start instead.)
+/// when we know no epoch that old), never past our log end; the caller keeps it at or above its
+/// log start. The next fetch carries our new last epoch, so a deeper divergence is found on the
+/// next round. (`epoch < 0` — the leader knows none of our epochs — is no truncation point: our
+/// last epoch would survive it and the question repeat; `Partition::on_diverging_epoch` restarts
+/// the log at the leader's log start instead.)
 pub fn follower_truncation_offset(
     log_end_offset: i64,
     own_end_offset_for: impl Fn(i32) -> Option<(i32, i64)>,

@@ -16,9 +16,10 @@
 //! failing seed is its own reproduction ([`run`] with tracing prints every step).
 //!
 //! What it deliberately does not model: the bytes of record batches (a record is a leader epoch
-//! and a unique value), idempotent producers, consumers and groups, retention, reassignment,
-//! and the Raft protocol of the metadata quorum (modelled as one linearizable log with leader
-//! changes and lost or unanswered proposals; see [`quorum`]).
+//! and a unique value), idempotent producers, consumers and groups, reassignment, and the Raft
+//! protocol of the metadata quorum (modelled as one linearizable log with leader changes and lost
+//! or unanswered proposals; see [`quorum`]). docs/reliability.md ("Simulation") describes the
+//! model, the faults, the invariants and how to rerun a seed.
 //!
 //! Read first: [`world`] (the loop), [`broker`] (the wiring under test), [`check`] (the
 //! invariants), [`faults`].

@@ -78,11 +78,6 @@ impl Rng {
         let x = -u.ln() * mean_ms as f64;
         (x as i64).clamp(1, mean_ms.saturating_mul(20).max(1))
     }
-
-    /// An independent stream (for a subsystem whose draws must not shift the others').
-    pub fn fork(&mut self) -> Rng {
-        Rng::new(self.next_u64())
-    }
 }
 
 #[cfg(test)]
