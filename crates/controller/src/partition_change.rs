@@ -10,7 +10,8 @@
 //!   still holds every committed record: ELR = (ELR ∪ current ISR) − target ISR − replicas that
 //!   restarted uncleanly.
 //! - Election order: keep a valid current leader; else the first replica (assignment order) in the
-//!   target ISR; else, when the ISR is empty, the first active ELR member (the ISR becomes just it);
+//!   target ISR; else, when the ISR is empty, the first active ELR member (the ISR becomes just it,
+//!   and if that meets `min.insync.replicas` the ELR empties: the HW advances again without them);
 //!   else, with unclean election, the first active replica (ISR becomes just it, ELR cleared);
 //!   else a partition with a single replica elects that replica when it is active (nothing better
 //!   can ever come back); else no leader.
@@ -162,11 +163,16 @@ impl<'a> PartitionChange<'a> {
                 }
             }
         }
-        let last_known_elr = if matches!(outcome, ElectionOutcome::Unclean(_)) {
-            Vec::new()
-        } else {
-            last_known_elr
-        };
+        // The ELR rule holds for the ISR the election produced: an election from the ELR may
+        // bring the ISR back to min ISR, and from then on the HW advances without the replicas
+        // left in the ELR, which soon lack committed records (an unclean election clears it
+        // anyway).
+        let (elr, last_known_elr) =
+            if matches!(outcome, ElectionOutcome::Unclean(_)) || isr.len() >= self.min_isr {
+                (Vec::new(), Vec::new())
+            } else {
+                (elr, last_known_elr)
+            };
 
         let mut change = MetadataRecord::partition_change(self.topic_id, self.partition);
         if leader != current.leader {

@@ -56,9 +56,12 @@ pub fn check_follower_fetch(
 }
 
 /// Where the follower truncates after the leader said its log diverges at (`epoch`, `end_offset`):
-/// the smaller of the leader's end for that epoch and our own end for it (or the leader's end
-/// when we have no such epoch), never past our log end. The next fetch carries our new last epoch,
-/// so a deeper divergence is found on the next round.
+/// the smaller of the leader's end for that epoch and our own end for it (or 0 — everything —
+/// when we know no epoch that old), never past our log end; the caller keeps it at or above its
+/// log start. The next fetch carries our new last epoch, so a deeper divergence is found on the
+/// next round. (`epoch < 0` — the leader knows none of our epochs — is no truncation point: our
+/// last epoch would survive it and the question repeat; `Partition::on_diverging_epoch` restarts
+/// the log at the leader's log start instead.)
 pub fn follower_truncation_offset(
     log_end_offset: i64,
     own_end_offset_for: impl Fn(i32) -> Option<(i32, i64)>,
@@ -70,7 +73,10 @@ pub fn follower_truncation_offset(
     } else {
         match own_end_offset_for(epoch) {
             Some((_, own_end)) => own_end.min(end_offset),
-            None => end_offset,
+            // We know no epoch at or below the leader's: every record we hold is of an epoch the
+            // leader does not have below `end_offset`, so none of them agrees (Kafka's
+            // `endOffsetFor` answers the start of our first epoch). Everything goes.
+            None => 0,
         }
     };
     target.clamp(0, log_end_offset.max(0))
@@ -155,6 +161,23 @@ mod tests {
         );
         let check = check_follower_fetch(100, 120, end_offset_for(&leader, 120), 30, -1);
         assert_eq!(check, FollowerFetchCheck::OutOfRange);
+    }
+
+    #[test]
+    fn a_follower_that_knows_no_epoch_as_old_as_the_leaders_truncates_everything() {
+        // Leader: epoch 0 at 0, epoch 2 from 1. Follower: only epoch 1, written at 0 by a leader
+        // whose record nobody else got.
+        let leader = [(0, 0), (2, 1)];
+        let check = check_follower_fetch(0, 5, end_offset_for(&leader, 5), 1, 1);
+        assert_eq!(
+            check,
+            FollowerFetchCheck::Diverging {
+                epoch: 0,
+                end_offset: 1
+            }
+        );
+        let at = follower_truncation_offset(1, end_offset_for(&[(1, 0)], 1), 0, 1);
+        assert_eq!(at, 0);
     }
 
     #[test]

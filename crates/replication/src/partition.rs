@@ -34,7 +34,11 @@ pub trait ReplicaLog {
     fn latest_leader_epoch(&self) -> Option<i32>;
     /// Records that leader epoch `epoch` starts at the log end (durably, before returning).
     fn begin_leader_epoch(&self, epoch: i32) -> Result<(), String>;
-    /// Removes every record at or above `offset`.
+    /// Removes every record at or above `offset`, then every leader-epoch entry that starts at or
+    /// past the new log end — also when no record goes (`offset` at or past the log end): a
+    /// replica that began a leader epoch and appended nothing must drop that epoch when a leader
+    /// says its log diverges there, or its next fetch carries the same epoch and diverges again,
+    /// forever (Kafka's `UnifiedLog.truncateTo` truncates the epoch cache in that case too).
     fn truncate_to(&self, offset: i64) -> Result<(), String>;
     /// Removes every record and restarts the log at `offset` (a follower behind the leader's
     /// log start).
@@ -251,20 +255,34 @@ impl<L: ReplicaLog> Partition<L> {
     }
 
     /// As follower: the leader says our log diverges; truncate. Returns the new log end.
+    ///
+    /// A negative `epoch` means the leader knows none of our leader epochs (every epoch it holds
+    /// is newer; `end_offset` is its log start): nothing we hold can be matched against its log,
+    /// and truncating to an offset would keep our last epoch, so the next fetch would ask the same
+    /// question forever. The log starts over at the leader's log start instead, as after an
+    /// out-of-range fetch (Kafka answers such a fetch with the first epoch it knows, which
+    /// `ReplicaLog` cannot ask for; starting over is always sound, it only costs a re-fetch).
     pub fn on_diverging_epoch(
         &mut self,
         epoch: i32,
         end_offset: i64,
     ) -> Result<i64, PartitionError> {
-        let at = follower_truncation_offset(
-            self.log.log_end_offset(),
-            |e| self.log.end_offset_for_leader_epoch(e),
-            epoch,
-            end_offset,
-        );
-        self.log
-            .truncate_to(at)
-            .map_err(|_| PartitionError::Storage)?;
+        if epoch < 0 {
+            self.log
+                .truncate_fully_and_start_at(end_offset)
+                .map_err(|_| PartitionError::Storage)?;
+        } else {
+            let at = follower_truncation_offset(
+                self.log.log_end_offset(),
+                |e| self.log.end_offset_for_leader_epoch(e),
+                epoch,
+                end_offset,
+            )
+            .max(self.log.log_start_offset());
+            self.log
+                .truncate_to(at)
+                .map_err(|_| PartitionError::Storage)?;
+        }
         self.replica.step(Event::Truncated {
             log_end_offset: self.log.log_end_offset(),
         });

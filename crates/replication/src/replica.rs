@@ -15,7 +15,12 @@
 //!   broker epoch) and whose log end is at or past both the HW and the start of this leader epoch.
 //! - ISR shrink: a committed ISR member that has not caught up for `replica.lag.time.max.ms`.
 //! - One ISR change in flight at a time; it is used for the HW only as "maximal ISR" until the
-//!   controller commits it (never compute a HW from an uncommitted shrink).
+//!   controller commits it (never compute a HW from an uncommitted shrink). While its outcome is
+//!   unknown (a lost or stale answer: an earlier attempt may have been committed) it keeps
+//!   counting, and a lost one is sent again; only a committed state or INELIGIBLE_REPLICA ends it.
+//! - ISR expansion also requires the follower to have caught up within `replica.lag.time.max.ms`
+//!   (what the shrink rule checks), so a follower known only from stale fetch state is not added
+//!   back and shrunk again on every tick.
 //!
 //! Pure: no I/O, no clock; `step` takes an event and returns actions. Read first:
 //! [`PartitionReplica::step`].
@@ -143,8 +148,11 @@ struct LeaderState {
     epoch_start_offset: i64,
     durable_end_offset: i64,
     followers: BTreeMap<i32, FollowerState>,
-    /// The ISR proposed to the controller and not yet answered.
+    /// The ISR proposed to the controller whose outcome is not known yet: it counts as the
+    /// maximal ISR until an answer or the metadata settles it.
     pending_isr: Option<Vec<i32>>,
+    /// The last answer about `pending_isr` was lost or retriable: send the same change again.
+    resend_pending: bool,
     /// No new proposal before this time (after an ineligible/retriable failure).
     retry_after_ms: i64,
 }
@@ -285,23 +293,41 @@ impl PartitionReplica {
             }
             Event::AlterPartitionDone { result, now_ms } => {
                 if let Role::Leader(l) = &mut self.role {
-                    l.pending_isr = None;
                     match result {
                         Ok(state)
                             if state.leader == self.local_id
                                 && state.leader_epoch == l.state.leader_epoch
                                 && state.partition_epoch > l.state.partition_epoch =>
                         {
+                            l.pending_isr = None;
+                            l.resend_pending = false;
                             l.state = state;
                         }
-                        Ok(_) | Err(AlterPartitionError::Stale) => {}
-                        Err(AlterPartitionError::Ineligible | AlterPartitionError::Retriable) => {
+                        // Not newer than what the metadata already settled (which cleared the
+                        // change it answers); a change pending now is a later one.
+                        Ok(_) => {}
+                        // Not applied, but the partition moved — possibly by an earlier attempt of
+                        // this very change: keep counting it until the metadata says (Kafka:
+                        // "awaiting the latest metadata").
+                        Err(AlterPartitionError::Stale) => {}
+                        // Not applied and nothing moved (INELIGIBLE_REPLICA): the committed ISR
+                        // stands.
+                        Err(AlterPartitionError::Ineligible) => {
+                            l.pending_isr = None;
+                            l.resend_pending = false;
+                            l.retry_after_ms = now_ms.saturating_add(ALTER_PARTITION_RETRY_MS);
+                        }
+                        // Outcome unknown (lost answer, timeout, no controller): it may have been
+                        // committed, so it keeps counting; send the same change again.
+                        Err(AlterPartitionError::Retriable) => {
+                            l.resend_pending = l.pending_isr.is_some();
                             l.retry_after_ms = now_ms.saturating_add(ALTER_PARTITION_RETRY_MS);
                         }
                     }
                 }
             }
             Event::Tick { now_ms } => {
+                self.maybe_resend(now_ms, &mut actions);
                 self.maybe_shrink_isr(now_ms, &mut actions);
                 self.maybe_expand_isr(now_ms, &mut actions);
             }
@@ -356,6 +382,7 @@ impl PartitionReplica {
                 if state.partition_epoch > l.state.partition_epoch {
                     // Whether it is ours or not, a committed change settles the one in flight.
                     l.pending_isr = None;
+                    l.resend_pending = false;
                     for &r in &state.replicas {
                         if r != self.local_id {
                             l.followers
@@ -384,6 +411,7 @@ impl PartitionReplica {
                     durable_end_offset,
                     followers,
                     pending_isr: None,
+                    resend_pending: false,
                     retry_after_ms: 0,
                 });
             }
@@ -427,8 +455,24 @@ impl PartitionReplica {
         }
     }
 
+    /// Sends a change whose outcome is unknown again, once the retry time has come.
+    fn maybe_resend(&mut self, now_ms: i64, actions: &mut Vec<Action>) {
+        let local_id = self.local_id;
+        let Role::Leader(l) = &mut self.role else {
+            return;
+        };
+        if !l.resend_pending || now_ms < l.retry_after_ms {
+            return;
+        }
+        l.resend_pending = false;
+        if let Some(isr) = l.pending_isr.clone() {
+            Self::propose(local_id, l, isr, actions);
+        }
+    }
+
     fn maybe_expand_isr(&mut self, now_ms: i64, actions: &mut Vec<Action>) {
         let hw = self.high_watermark;
+        let lag = self.config.replica_lag_time_max_ms;
         let local_id = self.local_id;
         let Role::Leader(l) = &mut self.role else {
             return;
@@ -446,6 +490,9 @@ impl PartitionReplica {
                     && f.log_end_offset != UNKNOWN_OFFSET
                     && f.log_end_offset >= hw
                     && f.log_end_offset >= l.epoch_start_offset
+                    // What the shrink rule would remove at once (a follower that stopped
+                    // fetching, known only from stale state) is not proposed: no flapping.
+                    && now_ms.saturating_sub(f.last_caught_up_ms) <= lag
             })
             .map(|(b, _)| *b)
             .collect();

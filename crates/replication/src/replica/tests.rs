@@ -346,7 +346,7 @@ proptest! {
                         committed.isr = isr;
                         r.step(Event::AlterPartitionDone { result: Ok(committed.clone()), now_ms: now })
                     }
-                    Some(_) => r.step(Event::AlterPartitionDone { result: Err(AlterPartitionError::Stale), now_ms: now }),
+                    Some(_) => r.step(Event::AlterPartitionDone { result: Err(AlterPartitionError::Ineligible), now_ms: now }),
                     None => Vec::new(),
                 },
             };

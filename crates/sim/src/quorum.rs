@@ -1,0 +1,483 @@
+//! The metadata quorum and the active controller.
+//!
+//! The quorum is modelled, not simulated message by message: one linearizable log of committed
+//! [`MetadataBatch`]es, led by one of the voter brokers (the *host* of the active controller).
+//! An entry commits after a seeded latency while the host is running and in touch with a
+//! majority of voters. The active controller is a real [`Controller`], driven as
+//! `ControllerService` drives it: one decision at a time on the committed image, its records
+//! committed as one entry before it answers and takes the next; ticks every
+//! `CONTROLLER_TICK_MS` through the same queue.
+//!
+//! Failover (the host crashed, paused past the election timeout, cut from the majority, or a
+//! forced resignation): the proposals not yet committed are lost or survive (a random prefix,
+//! committed later by the next leader *without an answer*), queued requests are dropped (their
+//! brokers time out and retry), and after an election delay a new host runs a *fresh*
+//! `Controller` that commits a barrier entry and then calls `activate` — the service's
+//! activation, whose soft state (broker sessions) starts over.
+//!
+//! Brokers send controller requests to the current host (they follow the quorum's leader as the
+//! client does); a request that reaches a node that is not the host is answered NOT_CONTROLLER.
+
+use std::collections::VecDeque;
+
+use millrace_cluster::config::BrokerConfig;
+use millrace_cluster::image::MetadataImage;
+use millrace_cluster::records::{MetadataBatch, MetadataRecord};
+use millrace_controller::limits::CONTROLLER_TICK_MS;
+use millrace_controller::{
+    Controller, ControllerConfig, ControllerError, ControllerRequest, ControllerResponse,
+};
+use uuid::Uuid;
+
+use crate::config::SimConfig;
+use crate::limits::{
+    CONTROLLER_QUEUE_MAX, ELECTION_TIMEOUT_MAX_MS, ELECTION_TIMEOUT_MIN_MS, QUORUM_CHECK_MS,
+};
+use crate::net::Body;
+use crate::rng::{splitmix64, Rng};
+use crate::world::{Ev, World};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum QuorumTimer {
+    Commit,
+    Tick,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Reply {
+    to: i32,
+    to_incarnation: u64,
+    req_id: u64,
+}
+
+#[derive(Debug)]
+enum Purpose {
+    Barrier,
+    Bootstrap,
+    Decision {
+        reply: Reply,
+        response: ControllerResponse,
+    },
+    Tick,
+    /// Survived a failover: committed without an answer.
+    Carried,
+}
+
+#[derive(Debug)]
+struct Proposal {
+    batch: MetadataBatch,
+    purpose: Purpose,
+}
+
+#[derive(Debug)]
+enum Job {
+    Request {
+        reply: Reply,
+        req: ControllerRequest,
+    },
+    Tick,
+}
+
+/// The metadata log, its committed image and the active controller.
+pub(crate) struct Quorum {
+    /// Committed entries; entry `i` has log offset `i + 1`.
+    pub log: Vec<MetadataBatch>,
+    /// The committed image (what the active controller decides on).
+    pub image: MetadataImage,
+    /// The voter hosting the active controller.
+    pub host: Option<i32>,
+    /// Rises at every failover and election; timers of older generations are void.
+    pub generation: u64,
+    controller: Option<Controller>,
+    config: ControllerConfig,
+    activated: bool,
+    busy: bool,
+    uncommitted: VecDeque<Proposal>,
+    queue: VecDeque<Job>,
+    tick_queued: bool,
+    commit_scheduled: bool,
+    unhealthy_deadline: Option<i64>,
+    electing: bool,
+    id_state: u64,
+}
+
+impl Quorum {
+    pub fn new(cfg: &SimConfig, rng: &mut Rng) -> Self {
+        let config = ControllerConfig {
+            session_timeout_ms: cfg.session_timeout_ms,
+            broker: BrokerConfig::default(),
+        };
+        Self {
+            log: Vec::new(),
+            image: MetadataImage::default(),
+            host: None,
+            generation: 0,
+            controller: None,
+            config,
+            activated: false,
+            busy: false,
+            uncommitted: VecDeque::new(),
+            queue: VecDeque::new(),
+            tick_queued: false,
+            commit_scheduled: false,
+            unhealthy_deadline: None,
+            electing: false,
+            id_state: rng.next_u64(),
+        }
+    }
+
+    pub fn is_active(&self) -> bool {
+        self.host.is_some() && self.activated
+    }
+
+    pub fn idle(&self) -> bool {
+        self.uncommitted.is_empty() && !self.busy && self.queue.is_empty()
+    }
+}
+
+impl World {
+    /// Whether voter `h`, as quorum leader, reaches a majority of voters (itself included).
+    fn reaches_majority(&self, h: i32) -> bool {
+        if !self.brokers.get(&h).is_some_and(|b| b.running()) {
+            return false;
+        }
+        let reached = (1..=self.cfg.voters)
+            .filter(|&v| {
+                v == h
+                    || (self.brokers.get(&v).is_some_and(|b| b.running())
+                        && self.net.connected(h, v))
+            })
+            .count();
+        reached > usize::try_from(self.cfg.voters).unwrap_or(0) / 2
+    }
+
+    fn qtimer(&mut self, delay_ms: i64, timer: QuorumTimer) {
+        let generation = self.quorum.generation;
+        self.after(delay_ms, Ev::Quorum { generation, timer });
+    }
+
+    /// A controller request reached broker `at`.
+    pub fn controller_request(
+        &mut self,
+        at: i32,
+        from: i32,
+        from_incarnation: u64,
+        req_id: u64,
+        req: ControllerRequest,
+    ) {
+        let reply = Reply {
+            to: from,
+            to_incarnation: from_incarnation,
+            req_id,
+        };
+        if self.quorum.host != Some(at) || self.quorum.controller.is_none() {
+            let leader = self.quorum.host;
+            self.answer(
+                at,
+                reply,
+                ControllerResponse::Error {
+                    error: ControllerError::NotController { leader },
+                },
+            );
+            return;
+        }
+        if self.quorum.queue.len() >= CONTROLLER_QUEUE_MAX {
+            self.answer(
+                at,
+                reply,
+                ControllerResponse::Error {
+                    error: ControllerError::Timeout("the controller's queue is full".into()),
+                },
+            );
+            return;
+        }
+        self.quorum.queue.push_back(Job::Request { reply, req });
+        self.pump();
+    }
+
+    fn answer(&mut self, from: i32, reply: Reply, resp: ControllerResponse) {
+        self.reply(
+            from,
+            reply.to,
+            reply.to_incarnation,
+            Body::ControllerResponse {
+                req_id: reply.req_id,
+                resp,
+            },
+        );
+    }
+
+    /// Takes the next decision while none is in flight.
+    fn pump(&mut self) {
+        let now = self.now;
+        loop {
+            let Some(host) = self.quorum.host else {
+                return;
+            };
+            if self.quorum.busy || !self.quorum.activated {
+                return;
+            }
+            let Some(job) = self.quorum.queue.pop_front() else {
+                return;
+            };
+            let q = &mut self.quorum;
+            let Some(controller) = q.controller.as_mut() else {
+                return;
+            };
+            match job {
+                Job::Request { reply, req } => {
+                    let summary = if self.tracing {
+                        format!("{req:?}")
+                    } else {
+                        String::new()
+                    };
+                    let decision = controller.handle(&q.image, req, now);
+                    if decision.records.is_empty() {
+                        self.trace(|| {
+                            format!("controller@{host}: {summary} -> {:?}", decision.response)
+                        });
+                        self.answer(host, reply, decision.response);
+                        continue;
+                    }
+                    self.trace(|| {
+                        format!(
+                            "controller@{host}: {summary} -> propose {:?}",
+                            decision.records
+                        )
+                    });
+                    self.propose(
+                        decision.records,
+                        Purpose::Decision {
+                            reply,
+                            response: decision.response,
+                        },
+                    );
+                    self.quorum.busy = true;
+                    return;
+                }
+                Job::Tick => {
+                    q.tick_queued = false;
+                    let records = controller.tick(&q.image, now);
+                    if records.is_empty() {
+                        continue;
+                    }
+                    self.trace(|| format!("controller@{host}: tick -> propose {records:?}"));
+                    self.propose(records, Purpose::Tick);
+                    self.quorum.busy = true;
+                    return;
+                }
+            }
+        }
+    }
+
+    fn propose(&mut self, records: Vec<MetadataRecord>, purpose: Purpose) {
+        self.quorum.uncommitted.push_back(Proposal {
+            batch: MetadataBatch::new(records),
+            purpose,
+        });
+        if !self.quorum.commit_scheduled {
+            self.quorum.commit_scheduled = true;
+            let latency = self
+                .rng
+                .range(self.cfg.commit_latency_ms.0, self.cfg.commit_latency_ms.1);
+            self.qtimer(latency, QuorumTimer::Commit);
+        }
+    }
+
+    pub fn quorum_timer(&mut self, timer: QuorumTimer) {
+        match timer {
+            QuorumTimer::Commit => {
+                self.quorum.commit_scheduled = false;
+                if self.quorum.uncommitted.is_empty() {
+                    return;
+                }
+                let Some(host) = self.quorum.host else {
+                    return;
+                };
+                if !self.reaches_majority(host) {
+                    // Raft cannot commit; the health check fails the leader over.
+                    self.quorum.commit_scheduled = true;
+                    self.qtimer(QUORUM_CHECK_MS, QuorumTimer::Commit);
+                    return;
+                }
+                self.commit_all(host);
+            }
+            QuorumTimer::Tick => {
+                if self.quorum.activated && !self.quorum.tick_queued {
+                    self.quorum.tick_queued = true;
+                    self.quorum.queue.push_back(Job::Tick);
+                    self.pump();
+                }
+                self.qtimer(CONTROLLER_TICK_MS as i64, QuorumTimer::Tick);
+            }
+        }
+    }
+
+    fn commit_all(&mut self, host: i32) {
+        while let Some(p) = self.quorum.uncommitted.pop_front() {
+            let offset = self.quorum.log.len() as u64 + 1;
+            self.quorum.image.apply_batch(offset, &p.batch);
+            self.quorum.log.push(p.batch);
+            self.stats.metadata_entries += 1;
+            self.check_committed_image(offset);
+            match p.purpose {
+                Purpose::Barrier => {
+                    if self.quorum.image.cluster_id.is_none() {
+                        let cluster_id = format!("sim-{:016x}", self.rng.next_u64());
+                        self.trace(|| format!("controller@{host}: bootstrap {cluster_id}"));
+                        self.quorum.uncommitted.push_back(Proposal {
+                            batch: MetadataBatch::new(vec![MetadataRecord::Bootstrap {
+                                cluster_id,
+                            }]),
+                            purpose: Purpose::Bootstrap,
+                        });
+                    } else {
+                        self.activate(host);
+                    }
+                }
+                Purpose::Bootstrap => self.activate(host),
+                Purpose::Decision {
+                    reply,
+                    mut response,
+                } => {
+                    if let ControllerResponse::Registered { broker_epoch } = &mut response {
+                        if *broker_epoch < 0 {
+                            *broker_epoch = i64::try_from(offset).unwrap_or(i64::MAX);
+                        }
+                    }
+                    self.quorum.busy = false;
+                    self.answer(host, reply, response);
+                }
+                Purpose::Tick => self.quorum.busy = false,
+                Purpose::Carried => {}
+            }
+        }
+        self.trace(|| format!("quorum: committed up to {}", self.quorum.log.len()));
+        let ids: Vec<i32> = self.brokers.keys().copied().collect();
+        for id in ids {
+            self.schedule_metadata(id);
+        }
+        self.pump();
+    }
+
+    fn activate(&mut self, host: i32) {
+        let now = self.now;
+        let q = &mut self.quorum;
+        if let Some(c) = q.controller.as_mut() {
+            c.activate(&q.image, now);
+            q.activated = true;
+        }
+        self.trace(|| {
+            format!(
+                "controller@{host}: active (generation {})",
+                self.quorum.generation
+            )
+        });
+    }
+
+    /// The quorum's health check: elects a controller when there is none, fails an unhealthy one
+    /// over after the election timeout.
+    pub fn quorum_check(&mut self) {
+        match self.quorum.host {
+            None => {
+                if !self.quorum.electing {
+                    self.start_election();
+                }
+            }
+            Some(h) => {
+                if self.reaches_majority(h) {
+                    self.quorum.unhealthy_deadline = None;
+                } else {
+                    let timeout = self
+                        .rng
+                        .range(ELECTION_TIMEOUT_MIN_MS, ELECTION_TIMEOUT_MAX_MS);
+                    let deadline = *self
+                        .quorum
+                        .unhealthy_deadline
+                        .get_or_insert(self.now + timeout);
+                    if self.now >= deadline {
+                        self.fail_over("the active controller lost its quorum");
+                    }
+                }
+            }
+        }
+        self.after(QUORUM_CHECK_MS, Ev::QuorumCheck);
+    }
+
+    fn start_election(&mut self) {
+        self.quorum.electing = true;
+        let generation = self.quorum.generation;
+        let delay = self
+            .rng
+            .range(ELECTION_TIMEOUT_MIN_MS, ELECTION_TIMEOUT_MAX_MS);
+        self.after(delay, Ev::Elect { generation });
+    }
+
+    /// The active controller goes away: uncommitted proposals survive as a random prefix (to be
+    /// committed, unanswered, by the next leader) or are lost; queued requests are dropped.
+    pub fn fail_over(&mut self, why: &str) {
+        let Some(old) = self.quorum.host else {
+            return;
+        };
+        let q = &mut self.quorum;
+        let n = q.uncommitted.len();
+        let keep = usize::try_from(self.rng.range(0, n as i64)).unwrap_or(0);
+        q.uncommitted.truncate(keep);
+        for p in &mut q.uncommitted {
+            p.purpose = Purpose::Carried;
+        }
+        q.queue.clear();
+        q.controller = None;
+        q.activated = false;
+        q.busy = false;
+        q.tick_queued = false;
+        q.commit_scheduled = false;
+        q.unhealthy_deadline = None;
+        q.host = None;
+        q.generation += 1;
+        self.stats.controller_failovers += 1;
+        self.stats.lost_proposals += (n - keep) as u64;
+        self.trace(|| format!("quorum: controller@{old} replaced ({why}); {keep} of {n} uncommitted proposals survive"));
+        self.start_election();
+    }
+
+    pub fn elect(&mut self, generation: u64) {
+        if generation != self.quorum.generation || self.quorum.host.is_some() {
+            return;
+        }
+        let candidates: Vec<i32> = (1..=self.cfg.voters)
+            .filter(|&v| self.reaches_majority(v))
+            .collect();
+        let Some(h) = self.rng.pick(&candidates) else {
+            self.after(200, Ev::Elect { generation });
+            return;
+        };
+        let mut id_state = self.quorum.id_state;
+        self.quorum.id_state = splitmix64(&mut id_state);
+        let config = self.quorum.config.clone();
+        let controller = Controller::with_id_generator(
+            config,
+            Box::new(move || {
+                let hi = splitmix64(&mut id_state);
+                let lo = splitmix64(&mut id_state);
+                Uuid::from_u64_pair(hi, lo)
+            }),
+        );
+        let q = &mut self.quorum;
+        q.host = Some(h);
+        q.generation += 1;
+        q.electing = false;
+        q.controller = Some(controller);
+        q.activated = false;
+        q.busy = false;
+        self.trace(|| {
+            format!(
+                "quorum: broker {h} leads the quorum (generation {})",
+                self.quorum.generation
+            )
+        });
+        // The barrier: once it is committed the image holds every earlier entry.
+        self.propose(Vec::new(), Purpose::Barrier);
+        self.qtimer(CONTROLLER_TICK_MS as i64, QuorumTimer::Tick);
+    }
+}
