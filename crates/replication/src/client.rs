@@ -42,7 +42,11 @@ pub struct BrokerConnection {
 }
 
 impl BrokerConnection {
-    pub async fn connect(addr: &str, client_id: &str, timeout: Duration) -> Result<Self, ClientError> {
+    pub async fn connect(
+        addr: &str,
+        client_id: &str,
+        timeout: Duration,
+    ) -> Result<Self, ClientError> {
         let stream = tokio::time::timeout(timeout, TcpStream::connect(addr))
             .await
             .map_err(|_| ClientError::Timeout {
