@@ -13,6 +13,7 @@
 //! whose path contains `<text>` fail (`millrace_store::storage::FaultStorage`), so integration
 //! tests can drive a failing disk through the real binary.
 
+mod node;
 mod settings;
 
 use std::io::Write;
@@ -21,13 +22,10 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use clap::Parser;
-use millrace_cluster::{
-    AdminError, BrokerConfig, BrokerEndpoint, Cluster, MetadataError, NewTopic, LEADER_EPOCH,
-};
+use millrace_cluster::{BrokerConfig, BrokerEndpoint, Cluster, MetadataError};
+use millrace_controller::ProducerIdAllocator;
 use millrace_frontend::BrokerContext;
-use millrace_groups::{
-    CoordinatorConfig, GroupConfig, GroupCoordinator, OffsetsPartition, OFFSETS_TOPIC,
-};
+use millrace_groups::{CoordinatorConfig, GroupConfig, GroupCoordinator};
 use millrace_store::{Store, StoreConfig};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -42,6 +40,8 @@ const EXIT_BAD_SETTINGS: u8 = 2;
 const EXIT_AMBIGUOUS_DATA_DIR: u8 = 2;
 /// Environment variable of the fsync-failure test knob (see the module comment).
 const FAIL_SYNC_KNOB: &str = "MILLRACE_TEST_FAIL_SYNC";
+/// How long a controlled shutdown may wait for the controller to move this broker's leaderships.
+const CONTROLLED_SHUTDOWN_MAX: Duration = Duration::from_secs(10);
 /// Upper bound between two maintenance ticks (retention, compaction, time-based rolls).
 const MAINTENANCE_TICK_MAX: Duration = Duration::from_secs(1);
 
@@ -74,10 +74,12 @@ fn main() -> ExitCode {
     match runtime.block_on(run(settings, fail_sync_of, shutdown_signal())) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e)
-            if matches!(
-                e.downcast_ref::<AdminError>(),
-                Some(AdminError::Metadata(MetadataError::Ambiguous { .. }))
-            ) =>
+            if e.chain().any(|c| {
+                matches!(
+                    c.downcast_ref::<MetadataError>(),
+                    Some(MetadataError::Ambiguous { .. })
+                )
+            }) =>
         {
             error!("{e:#}");
             eprintln!("millrace: {e:#}");
@@ -132,6 +134,7 @@ async fn run(
     fail_sync_of: Option<String>,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> anyhow::Result<()> {
+    tokio::pin!(shutdown);
     use anyhow::Context;
     let config = settings.config.clone();
     std::fs::create_dir_all(&settings.data_dir)
@@ -156,7 +159,8 @@ async fn run(
         flush_policy: config.flush_policy(),
         flush_interval: config.flush_batch_interval(),
         max_open_files: config.max_open_files(),
-        high_watermark_follows_durable: true,
+        // Replication owns the high watermark (a quorum of one included).
+        high_watermark_follows_durable: false,
     };
     let store = match fail_sync_of {
         None => Store::open(store_config),
@@ -171,23 +175,28 @@ async fn run(
     .with_context(|| format!("cannot open the store in {}", settings.data_dir.display()))?;
     let endpoint = BrokerEndpoint {
         node_id: config.node_id(),
-        host,
+        host: host.clone(),
         port,
     };
-    let cluster = Arc::new(
-        Cluster::open(
-            config.clone(),
-            store.clone(),
-            &settings.data_dir,
-            endpoint.clone(),
-        )
-        .context("cannot open the cluster metadata")?,
-    );
-    let groups = open_group_coordinator(&cluster, &config, &settings.data_dir)
-        .context("cannot start the group coordinator")?;
     let token = CancellationToken::new();
+    let node = node::start(&settings, &config, &store, &host, port, &token).await?;
+    let cluster = Arc::new(Cluster::new(
+        config.clone(),
+        store.clone(),
+        node.image.clone(),
+        endpoint.clone(),
+        settings.quorum.is_none(),
+    ));
+    let groups = open_group_coordinator(&config, &settings.data_dir);
+    let producer_ids = Arc::new(ProducerIdAllocator::new(
+        node.controller.clone(),
+        node.lifecycle.clone(),
+    ));
     let ctx = Arc::new(BrokerContext {
         cluster: cluster.clone(),
+        replicas: node.replicas.clone(),
+        controller: node.controller.clone(),
+        producer_ids,
         data_dir: std::fs::canonicalize(&settings.data_dir)
             .unwrap_or_else(|_| settings.data_dir.clone())
             .display()
@@ -195,11 +204,6 @@ async fn run(
         groups: groups.clone(),
         shutdown: token.clone(),
     });
-    // Replay in the background: meanwhile group requests get COORDINATOR_LOAD_IN_PROGRESS.
-    let loader = {
-        let groups = groups.clone();
-        tokio::task::spawn_blocking(move || groups.load())
-    };
     let timers = {
         let stop = token.clone();
         tokio::spawn(
@@ -216,6 +220,14 @@ async fn run(
     );
     let server = tokio::spawn(millrace_frontend::server::run(listener, ctx));
 
+    // Ready once this process is registered, unfenced and its replicas follow the image.
+    let mut ready = node.ready.clone();
+    tokio::select! {
+        r = ready.wait_for(|r| *r) => { r.context("the node stopped before it was ready")?; }
+        _ = &mut shutdown => {
+            info!("stopped before ready");
+        }
+    }
     info!(
         node_id = endpoint.node_id,
         cluster_id = %cluster.cluster_id(),
@@ -236,6 +248,8 @@ async fn run(
     drop(out);
 
     shutdown.await;
+    info!("shutting down: moving leaderships away (controlled shutdown)");
+    controlled_shutdown(&node, &config).await;
     info!("shutting down: no new connections; finishing in-flight requests");
     token.cancel();
     // Parked JoinGroup/SyncGroup requests are answered now, so the drain does not wait on them.
@@ -245,7 +259,6 @@ async fn run(
     }
     let _ = maintenance.await;
     let _ = timers.await;
-    let _ = loader.await;
     {
         let groups = groups.clone();
         tokio::task::spawn_blocking(move || groups.write_final_snapshot())
@@ -256,19 +269,45 @@ async fn run(
         .await
         .context("store shutdown task")?
         .context("store shutdown")?;
+    if let Err(e) = node.quorum.quorum().shutdown().await {
+        warn!(error = %e, "metadata quorum shutdown failed");
+    }
     info!("clean shutdown complete");
     Ok(())
 }
 
-/// Creates `__consumer_offsets` if missing (compacted, offsets.topic.num.partitions partitions,
-/// offsets.topic.replication.factor capped to the live brokers) and builds the coordinator over
-/// its partitions. The topic's actual partition count wins over the setting, as in Kafka.
+/// Asks the controller to move this broker's leaderships away, and waits (bounded) until it did.
+async fn controlled_shutdown(node: &node::Node, config: &BrokerConfig) {
+    let enabled = config
+        .get("controlled.shutdown.enable")
+        .is_none_or(|v| v.trim().eq_ignore_ascii_case("true"));
+    if !enabled {
+        return;
+    }
+    node.lifecycle.begin_controlled_shutdown();
+    let mut watch = node.lifecycle.watch();
+    let done = tokio::time::timeout(CONTROLLED_SHUTDOWN_MAX, async {
+        loop {
+            if watch.borrow_and_update().is_some_and(|r| r.shut_down) {
+                return;
+            }
+            if watch.changed().await.is_err() {
+                return;
+            }
+        }
+    })
+    .await;
+    if done.is_err() {
+        warn!("controlled shutdown did not finish in time; stopping anyway");
+    }
+}
+
+/// The group coordinator. Until it follows `__consumer_offsets` leadership, it starts with no
+/// partition loaded.
 fn open_group_coordinator(
-    cluster: &Arc<Cluster>,
     config: &BrokerConfig,
     data_dir: &std::path::Path,
-) -> anyhow::Result<Arc<GroupCoordinator>> {
-    use anyhow::Context;
+) -> Arc<GroupCoordinator> {
     let long = |key: &str, fallback: i64| {
         config
             .get(key)
@@ -276,36 +315,6 @@ fn open_group_coordinator(
             .unwrap_or(fallback)
     };
     let clamp_i32 = |v: i64| v.clamp(0, i64::from(i32::MAX)) as i32;
-    if cluster.metadata.topic(OFFSETS_TOPIC).is_none() {
-        let brokers = cluster.brokers().len().max(1) as i64;
-        let rf = long("offsets.topic.replication.factor", 3).min(brokers);
-        let new = NewTopic {
-            name: OFFSETS_TOPIC.to_string(),
-            partitions: Some(clamp_i32(long("offsets.topic.num.partitions", 50)).max(1)),
-            replication_factor: Some(rf as i16),
-            assignments: Default::default(),
-            configs: [
-                ("cleanup.policy".to_string(), "compact".to_string()),
-                ("segment.bytes".to_string(), "104857600".to_string()),
-            ]
-            .into_iter()
-            .collect(),
-        };
-        cluster
-            .create_topic(&new)
-            .with_context(|| format!("cannot create {OFFSETS_TOPIC}"))?;
-    }
-    let topic = cluster
-        .metadata
-        .topic(OFFSETS_TOPIC)
-        .with_context(|| format!("{OFFSETS_TOPIC} vanished"))?;
-    let mut partitions = Vec::new();
-    for p in 0..topic.partitions {
-        let log = cluster
-            .partition_log(OFFSETS_TOPIC, p)
-            .with_context(|| format!("{OFFSETS_TOPIC}-{p} has no log"))?;
-        partitions.push(OffsetsPartition { partition: p, log });
-    }
     let group = GroupConfig {
         min_session_timeout_ms: clamp_i32(long("group.min.session.timeout.ms", 6_000)),
         max_session_timeout_ms: clamp_i32(long("group.max.session.timeout.ms", 1_800_000)),
@@ -315,10 +324,10 @@ fn open_group_coordinator(
     let coordinator = CoordinatorConfig {
         group,
         offsets_retention_ms: long("offsets.retention.minutes", 10_080).saturating_mul(60_000),
-        leader_epoch: LEADER_EPOCH,
+        leader_epoch: 0,
         snapshot_dir: Some(data_dir.join("group_snapshot.sled")),
     };
-    Ok(GroupCoordinator::new(coordinator, partitions))
+    GroupCoordinator::new(coordinator, Vec::new())
 }
 
 fn now_ms() -> i64 {

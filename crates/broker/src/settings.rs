@@ -11,6 +11,17 @@
 //! `MILLRACE_ADVERTISED_LISTENER` and `MILLRACE_CONFIG` are the flags' own variables;
 //! `MILLRACE_LOG` (log filter) and the test scripts' `MILLRACE_BIN`, `MILLRACE_START_TIMEOUT`,
 //! `MILLRACE_BUILD_TIMEOUT` and `MILLRACE_KEEP_WORK` are not config keys.
+//! `MILLRACE_CONTROLLER_LISTEN` and `MILLRACE_CONTROLLER_VOTERS` are the cluster flags' variables;
+//! `MILLRACE_TEST_PEER_ADDRESSES` (`2=host:port,3=host:port`: where this node reaches other
+//! brokers' Kafka listeners, for the fault-injection proxy) and `MILLRACE_TEST_FAIL_SYNC` are test
+//! knobs, not config keys.
+//!
+//! The cluster: with `--controller-voters 1@host:port,2@host:port,…` (Kafka's
+//! `controller.quorum.voters`) the node joins that controller quorum — as a voter when
+//! `process.roles` includes `controller` (the default), as an observer with
+//! `process.roles=broker` — and `--controller-listen host:port` is its controller listener
+//! (default: its own entry in the voters list). Without voters the broker is a single-node cluster,
+//! a quorum of one.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -35,6 +46,10 @@ const NON_CONFIG_ENV: &[&str] = &[
     "START_TIMEOUT",
     "BUILD_TIMEOUT",
     "KEEP_WORK",
+    "CONTROLLER_LISTEN",
+    "CONTROLLER_VOTERS",
+    "TEST_PEER_ADDRESSES",
+    "TEST_FAIL_SYNC",
 ];
 
 /// Millrace: a Kafka-wire-compatible broker. With no arguments, a single-node broker on
@@ -60,6 +75,24 @@ pub struct Cli {
     /// A server.properties-style file of broker configs.
     #[arg(long, env = "MILLRACE_CONFIG")]
     pub config: Option<PathBuf>,
+    /// host:port of this node's controller listener (the metadata quorum's traffic).
+    #[arg(long, env = "MILLRACE_CONTROLLER_LISTEN")]
+    pub controller_listen: Option<String>,
+    /// The controller quorum, `1@host:port,2@host:port,3@host:port` (Kafka's
+    /// controller.quorum.voters). Without it the broker is a single-node cluster.
+    #[arg(long, env = "MILLRACE_CONTROLLER_VOTERS")]
+    pub controller_voters: Option<String>,
+}
+
+/// This node in a controller quorum.
+#[derive(Debug, Clone)]
+pub struct QuorumSettings {
+    /// controller.quorum.voters: node id → host:port.
+    pub voters: BTreeMap<i32, String>,
+    /// Where this node's controller listener binds.
+    pub listen: SocketAddr,
+    /// A voter (process.roles includes controller) or an observer (broker only).
+    pub voter: bool,
 }
 
 /// Everything the broker needs to start.
@@ -70,6 +103,10 @@ pub struct Settings {
     pub listen: SocketAddr,
     /// `None` = advertise the bound address.
     pub advertised: Option<(String, u16)>,
+    /// `None` = a single-node cluster (a quorum of one, no controller listener).
+    pub quorum: Option<QuorumSettings>,
+    /// Test only: inter-broker addresses replacing the registered ones.
+    pub peer_addresses: BTreeMap<i32, String>,
 }
 
 /// A settings problem: always names the key or flag at fault.
@@ -164,7 +201,12 @@ impl Settings {
             }
             None => BTreeMap::new(),
         };
-        let env = env_layer(env);
+        let env: Vec<(String, String)> = env.collect();
+        let peer_addresses_var = env
+            .iter()
+            .find(|(k, _)| k == "MILLRACE_TEST_PEER_ADDRESSES")
+            .map(|(_, v)| v.clone());
+        let env = env_layer(env.into_iter());
         let mut sets = BTreeMap::new();
         for item in &cli.set {
             let (k, v) = item
@@ -175,6 +217,12 @@ impl Settings {
         let mut flags = BTreeMap::new();
         if let Some(id) = cli.node_id {
             flags.insert("node.id".to_string(), id.to_string());
+        }
+        if let Some(v) = &cli.controller_voters {
+            flags.insert("controller.quorum.voters".to_string(), v.clone());
+        }
+        if let Some(l) = &cli.controller_listen {
+            flags.insert("controller.listener".to_string(), l.clone());
         }
         let config = BrokerConfig::from_layers([&file, &env, &sets, &flags])?;
 
@@ -214,13 +262,122 @@ impl Settings {
             (None, Some(a)) => Some(parse_host_port("advertised.listeners", a)?),
             (None, None) => None,
         };
+        let quorum = quorum_settings(&config)?;
+        let peer_addresses = match peer_addresses_var {
+            Some(v) => parse_peer_addresses(&v)?,
+            None => BTreeMap::new(),
+        };
         Ok(Self {
             config,
             data_dir,
             listen,
             advertised,
+            quorum,
+            peer_addresses,
         })
     }
+}
+
+/// `1@host:port,2@host:port` → id → host:port.
+fn parse_voters(value: &str) -> Result<BTreeMap<i32, String>, SettingsError> {
+    let what = "controller.quorum.voters";
+    let mut voters = BTreeMap::new();
+    for entry in value.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+        let (id, addr) = entry
+            .split_once('@')
+            .ok_or_else(|| invalid(what, value, "expected id@host:port entries"))?;
+        let id: i32 = id
+            .trim()
+            .parse()
+            .ok()
+            .filter(|id| *id >= 0)
+            .ok_or_else(|| invalid(what, value, "a voter id is not a non-negative integer"))?;
+        let (host, port) = parse_host_port(what, addr)?;
+        if voters.insert(id, format!("{host}:{port}")).is_some() {
+            return Err(invalid(what, value, "a voter id appears twice"));
+        }
+    }
+    if voters.is_empty() {
+        return Err(invalid(what, value, "no voters"));
+    }
+    Ok(voters)
+}
+
+fn quorum_settings(config: &BrokerConfig) -> Result<Option<QuorumSettings>, SettingsError> {
+    let Some(voters_text) = config.explicit("controller.quorum.voters") else {
+        return Ok(None);
+    };
+    let voters = parse_voters(voters_text)?;
+    let node_id = config.node_id();
+    let voter = config
+        .get("process.roles")
+        .is_none_or(|r| r.contains("controller"));
+    if voter && !voters.contains_key(&node_id) {
+        return Err(invalid(
+            "controller.quorum.voters",
+            voters_text,
+            &format!("node.id {node_id} is a controller (process.roles) but not in the voters"),
+        ));
+    }
+    if !voter && voters.contains_key(&node_id) {
+        return Err(invalid(
+            "process.roles",
+            "broker",
+            &format!(
+                "node.id {node_id} is in controller.quorum.voters, so it must be a controller"
+            ),
+        ));
+    }
+    let listen_text = match (config.explicit("controller.listener"), voters.get(&node_id)) {
+        (Some(l), _) => l.to_string(),
+        (None, Some(own)) => own.clone(),
+        (None, None) => {
+            return Err(invalid(
+                "--controller-listen",
+                "",
+                "a broker-only node needs a controller listener to receive the metadata log",
+            ))
+        }
+    };
+    let (host, port) = parse_host_port("--controller-listen", &listen_text)?;
+    let listen: SocketAddr = format!("{host}:{port}")
+        .parse()
+        .or_else(|_| {
+            std::net::ToSocketAddrs::to_socket_addrs(&(host.as_str(), port))
+                .ok()
+                .and_then(|mut a| a.next())
+                .ok_or(())
+        })
+        .map_err(|_| {
+            invalid(
+                "--controller-listen",
+                &listen_text,
+                "not an address this host can bind",
+            )
+        })?;
+    Ok(Some(QuorumSettings {
+        voters,
+        listen,
+        voter,
+    }))
+}
+
+/// `2=host:port,3=host:port` (MILLRACE_TEST_PEER_ADDRESSES).
+fn parse_peer_addresses(value: &str) -> Result<BTreeMap<i32, String>, SettingsError> {
+    let what = "MILLRACE_TEST_PEER_ADDRESSES";
+    let mut out = BTreeMap::new();
+    for entry in value.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+        let (id, addr) = entry
+            .split_once('=')
+            .ok_or_else(|| invalid(what, value, "expected id=host:port entries"))?;
+        let id: i32 = id
+            .trim()
+            .parse()
+            .map_err(|_| invalid(what, value, "bad node id"))?;
+        let (host, port) = parse_host_port(what, addr)?;
+        out.insert(id, format!("{host}:{port}"));
+    }
+    Ok(out)
 }
 
 #[cfg(test)]

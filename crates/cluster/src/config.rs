@@ -212,6 +212,28 @@ pub static BROKER_CONFIGS: &[ConfigDef] = &[
     def("group.max.session.timeout.ms", "1800000", INT_NONNEG),
     def("group.initial.rebalance.delay.ms", "3000", INT_NONNEG),
     def("group.max.size", "2147483647", INT_POS),
+    // The cluster: roles, the controller quorum, broker sessions, replication.
+    def(
+        "process.roles",
+        "broker,controller",
+        ConfigType::OneOf(&["broker,controller", "controller,broker", "broker"]),
+    ),
+    nodef("controller.quorum.voters", ConfigType::Str),
+    nodef("controller.listener", ConfigType::Str),
+    nodef("broker.rack", ConfigType::Str),
+    def("broker.session.timeout.ms", "9000", INT_POS),
+    def("broker.heartbeat.interval.ms", "2000", INT_POS),
+    def("replica.lag.time.max.ms", "30000", LONG_POS),
+    def("replica.fetch.wait.max.ms", "500", INT_NONNEG),
+    def("replica.fetch.min.bytes", "1", INT_POS),
+    def("replica.fetch.max.bytes", "1048576", INT_NONNEG),
+    def("replica.fetch.response.max.bytes", "10485760", INT_NONNEG),
+    def("replica.fetch.backoff.ms", "1000", INT_NONNEG),
+    def("replica.socket.timeout.ms", "30000", INT_POS),
+    def("auto.leader.rebalance.enable", "true", ConfigType::Bool),
+    def("leader.imbalance.check.interval.seconds", "300", LONG_POS),
+    def("leader.imbalance.per.broker.percentage", "10", INT_NONNEG),
+    def("controlled.shutdown.enable", "true", ConfigType::Bool),
 ];
 
 /// One topic-level key and the broker key it falls back to.

@@ -29,4 +29,4 @@ pub use topic_name::validate_topic_name;
 pub const LEADER_EPOCH: i32 = 0;
 
 pub mod node;
-pub use node::{AdminError, BrokerEndpoint, Cluster, NewTopic};
+pub use node::{BrokerEndpoint, Cluster};

@@ -132,6 +132,11 @@ impl ClusterMetadata {
         })
     }
 
+    /// First producer id not yet handed out in a block.
+    pub fn next_producer_id(&self) -> i64 {
+        self.image.read().next_producer_id
+    }
+
     /// The checkpoint file.
     pub fn path(&self) -> &Path {
         &self.path

@@ -227,16 +227,27 @@ impl DecisionLoop {
         }
         let image = self.image.current();
         if image.cluster_id.is_none() {
-            let mut records = vec![MetadataRecord::Bootstrap {
-                cluster_id: new_cluster_id(),
-            }];
-            records.append(&mut self.bootstrap);
-            let topics = records.len() - 1;
+            // Seeded records may carry the cluster id of a migrated data directory.
+            let mut records = Vec::new();
+            if !matches!(
+                self.bootstrap.first(),
+                Some(MetadataRecord::Bootstrap { .. })
+            ) {
+                records.push(MetadataRecord::Bootstrap {
+                    cluster_id: new_cluster_id(),
+                });
+            }
+            records.extend(self.bootstrap.iter().cloned());
+            let topics = records
+                .iter()
+                .filter(|r| matches!(r, MetadataRecord::Topic { .. }))
+                .count();
             if let Err(e) = self.propose(MetadataBatch::new(records)).await {
                 warn!(error = %e, "could not commit the bootstrap records");
                 return false;
             }
-            info!(topic_records = topics, "bootstrapped a new cluster");
+            self.bootstrap.clear();
+            info!(topics, "bootstrapped a new cluster");
         }
         self.controller.activate(&self.image.current(), now_ms());
         self.active_term = Some(view.term);

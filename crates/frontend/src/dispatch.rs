@@ -117,7 +117,11 @@ pub fn dispatch(
         }
         ApiKey::Metadata => {
             let request: MetadataRequest = decode(&mut buf, route)?;
-            Ok(ready(route, api::metadata::handle(ctx, request, version)))
+            Ok(spawn(
+                route,
+                api::metadata::handle(ctx.clone(), request, version),
+                true,
+            ))
         }
         ApiKey::FindCoordinator => {
             let request: FindCoordinatorRequest = decode(&mut buf, route)?;
@@ -132,23 +136,26 @@ pub fn dispatch(
         }
         ApiKey::CreateTopics => {
             let request: CreateTopicsRequest = decode(&mut buf, route)?;
-            Ok(ready(
+            Ok(spawn(
                 route,
-                api::create_topics::handle(ctx, request, version),
+                api::create_topics::handle(ctx.clone(), request, version),
+                true,
             ))
         }
         ApiKey::DeleteTopics => {
             let request: DeleteTopicsRequest = decode(&mut buf, route)?;
-            Ok(ready(
+            Ok(spawn(
                 route,
-                api::delete_topics::handle(ctx, request, version),
+                api::delete_topics::handle(ctx.clone(), request, version),
+                true,
             ))
         }
         ApiKey::CreatePartitions => {
             let request: CreatePartitionsRequest = decode(&mut buf, route)?;
-            Ok(ready(
+            Ok(spawn(
                 route,
-                api::create_partitions::handle(ctx, request, version),
+                api::create_partitions::handle(ctx.clone(), request, version),
+                true,
             ))
         }
         ApiKey::DescribeCluster => {
@@ -160,9 +167,10 @@ pub fn dispatch(
         }
         ApiKey::InitProducerId => {
             let request: InitProducerIdRequest = decode(&mut buf, route)?;
-            Ok(ready(
+            Ok(spawn(
                 route,
-                api::init_producer_id::handle(ctx, request, version),
+                api::init_producer_id::handle(ctx.clone(), request, version),
+                true,
             ))
         }
         ApiKey::DescribeConfigs => {
@@ -174,16 +182,18 @@ pub fn dispatch(
         }
         ApiKey::AlterConfigs => {
             let request: AlterConfigsRequest = decode(&mut buf, route)?;
-            Ok(ready(
+            Ok(spawn(
                 route,
-                api::alter_configs::handle(ctx, request, version),
+                api::alter_configs::handle(ctx.clone(), request, version),
+                true,
             ))
         }
         ApiKey::IncrementalAlterConfigs => {
             let request: IncrementalAlterConfigsRequest = decode(&mut buf, route)?;
-            Ok(ready(
+            Ok(spawn(
                 route,
-                api::alter_configs::handle_incremental(ctx, request, version),
+                api::alter_configs::handle_incremental(ctx.clone(), request, version),
+                true,
             ))
         }
         ApiKey::DeleteRecords => {

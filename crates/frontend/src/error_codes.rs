@@ -3,8 +3,9 @@
 //! Anything without a specific mapping becomes UNKNOWN_SERVER_ERROR with a `warn!` naming the
 //! context, so that an unmapped case shows up in the logs instead of as a silent wrong answer.
 
-use millrace_cluster::AdminError;
+use millrace_controller::ControllerError;
 use millrace_groups::GroupError;
+use millrace_replication::{AckError, PartitionError, ReplicaError};
 use millrace_store::{AppendError, ReadError, StoreError};
 use tracing::warn;
 
@@ -14,6 +15,7 @@ pub const OFFSET_OUT_OF_RANGE: i16 = 1;
 pub const CORRUPT_MESSAGE: i16 = 2;
 pub const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
 pub const LEADER_NOT_AVAILABLE: i16 = 5;
+pub const NOT_LEADER_OR_FOLLOWER: i16 = 6;
 pub const REQUEST_TIMED_OUT: i16 = 7;
 pub const MESSAGE_TOO_LARGE: i16 = 10;
 pub const OFFSET_METADATA_TOO_LARGE: i16 = 12;
@@ -21,6 +23,9 @@ pub const COORDINATOR_LOAD_IN_PROGRESS: i16 = 14;
 pub const INVALID_TOPIC_EXCEPTION: i16 = 17;
 pub const INVALID_REQUIRED_ACKS: i16 = 21;
 pub const COORDINATOR_NOT_AVAILABLE: i16 = 15;
+pub const NOT_COORDINATOR: i16 = 16;
+pub const NOT_ENOUGH_REPLICAS: i16 = 19;
+pub const NOT_ENOUGH_REPLICAS_AFTER_APPEND: i16 = 20;
 pub const ILLEGAL_GENERATION: i16 = 22;
 pub const INCONSISTENT_GROUP_PROTOCOL: i16 = 23;
 pub const INVALID_GROUP_ID: i16 = 24;
@@ -33,12 +38,21 @@ pub const INVALID_PARTITIONS: i16 = 37;
 pub const INVALID_REPLICATION_FACTOR: i16 = 38;
 pub const INVALID_REPLICA_ASSIGNMENT: i16 = 39;
 pub const INVALID_CONFIG: i16 = 40;
+pub const NOT_CONTROLLER: i16 = 41;
 pub const INVALID_REQUEST: i16 = 42;
 pub const OUT_OF_ORDER_SEQUENCE_NUMBER: i16 = 45;
 pub const INVALID_PRODUCER_EPOCH: i16 = 47;
 pub const KAFKA_STORAGE_ERROR: i16 = 56;
 pub const FENCED_LEADER_EPOCH: i16 = 74;
 pub const UNKNOWN_LEADER_EPOCH: i16 = 75;
+pub const OFFSET_NOT_AVAILABLE: i16 = 78;
+pub const PREFERRED_LEADER_NOT_AVAILABLE: i16 = 80;
+pub const ELIGIBLE_LEADERS_NOT_AVAILABLE: i16 = 83;
+pub const ELECTION_NOT_NEEDED: i16 = 84;
+pub const INVALID_UPDATE_VERSION: i16 = 95;
+pub const STALE_BROKER_EPOCH: i16 = 77;
+pub const INELIGIBLE_REPLICA: i16 = 107;
+pub const DUPLICATE_BROKER_REGISTRATION: i16 = 101;
 pub const UNSUPPORTED_COMPRESSION_TYPE: i16 = 76;
 pub const INVALID_RECORD: i16 = 87;
 pub const TOPIC_DELETION_DISABLED: i16 = 73;
@@ -105,6 +119,10 @@ pub fn from_append(err: &AppendError, context: &str) -> KafkaError {
         }
         AppendError::InvalidProducerEpoch(m) => KafkaError::new(INVALID_PRODUCER_EPOCH, m.clone()),
         AppendError::Store(e) => from_store(e, context),
+        AppendError::UnexpectedOffset { .. } => {
+            warn!(%context, error = %err, "follower append error reached a client");
+            KafkaError::new(UNKNOWN_SERVER_ERROR, err.to_string())
+        }
     }
 }
 
@@ -132,22 +150,77 @@ pub fn from_store(err: &StoreError, context: &str) -> KafkaError {
     }
 }
 
-/// Maps a topic operation failure to its Kafka code.
-pub fn from_admin(err: &AdminError, context: &str) -> KafkaError {
+/// Maps a controller refusal (forwarded admin requests) to its Kafka code.
+pub fn from_controller(err: &ControllerError, context: &str) -> KafkaError {
     let message = err.to_string();
     let code = match err {
-        AdminError::InvalidTopic(_) => INVALID_TOPIC_EXCEPTION,
-        AdminError::TopicAlreadyExists(_) => TOPIC_ALREADY_EXISTS,
-        AdminError::UnknownTopic(_) => UNKNOWN_TOPIC_OR_PARTITION,
-        AdminError::InvalidPartitions(_) => INVALID_PARTITIONS,
-        AdminError::InvalidReplicationFactor(_) => INVALID_REPLICATION_FACTOR,
-        AdminError::InvalidReplicaAssignment(_) => INVALID_REPLICA_ASSIGNMENT,
-        AdminError::InvalidConfig(_) => INVALID_CONFIG,
-        AdminError::TopicDeletionDisabled => TOPIC_DELETION_DISABLED,
-        AdminError::Store(e) => return from_store(e, context),
-        AdminError::Metadata(_) => return unknown(err, context),
+        ControllerError::NotController { .. } => NOT_CONTROLLER,
+        ControllerError::InvalidTopic(_) => INVALID_TOPIC_EXCEPTION,
+        ControllerError::TopicAlreadyExists(_) => TOPIC_ALREADY_EXISTS,
+        ControllerError::UnknownTopicOrPartition(_) => UNKNOWN_TOPIC_OR_PARTITION,
+        ControllerError::InvalidPartitions(_) => INVALID_PARTITIONS,
+        ControllerError::InvalidReplicationFactor(_) => INVALID_REPLICATION_FACTOR,
+        ControllerError::InvalidReplicaAssignment(_) => INVALID_REPLICA_ASSIGNMENT,
+        ControllerError::InvalidConfig(_) => INVALID_CONFIG,
+        ControllerError::TopicDeletionDisabled => TOPIC_DELETION_DISABLED,
+        ControllerError::StaleBrokerEpoch => STALE_BROKER_EPOCH,
+        ControllerError::DuplicateBrokerRegistration(_) => DUPLICATE_BROKER_REGISTRATION,
+        ControllerError::FencedLeaderEpoch => FENCED_LEADER_EPOCH,
+        ControllerError::InvalidUpdateVersion => INVALID_UPDATE_VERSION,
+        ControllerError::IneligibleReplica(_) => INELIGIBLE_REPLICA,
+        ControllerError::NotLeaderOrFollower => NOT_LEADER_OR_FOLLOWER,
+        ControllerError::InvalidRequest(_) => INVALID_REQUEST,
+        ControllerError::ElectionNotNeeded => ELECTION_NOT_NEEDED,
+        ControllerError::PreferredLeaderNotAvailable => PREFERRED_LEADER_NOT_AVAILABLE,
+        ControllerError::EligibleLeadersNotAvailable => ELIGIBLE_LEADERS_NOT_AVAILABLE,
+        ControllerError::Timeout(_) => REQUEST_TIMED_OUT,
+        ControllerError::Internal(_) => return unknown(err, context),
     };
     KafkaError::new(code, message)
+}
+
+/// Maps a refusal of a partition operation (leadership, leader epochs, min ISR).
+pub fn from_partition(err: &PartitionError) -> KafkaError {
+    let code = match err {
+        PartitionError::NotLeader { .. } => NOT_LEADER_OR_FOLLOWER,
+        PartitionError::FencedLeaderEpoch => FENCED_LEADER_EPOCH,
+        PartitionError::UnknownLeaderEpoch => UNKNOWN_LEADER_EPOCH,
+        PartitionError::NotEnoughReplicas => NOT_ENOUGH_REPLICAS,
+        PartitionError::OffsetOutOfRange => OFFSET_OUT_OF_RANGE,
+        PartitionError::Storage => KAFKA_STORAGE_ERROR,
+    };
+    KafkaError::code(code)
+}
+
+/// Maps a replica manager failure on `context`. A partition this broker hosts no replica of is
+/// NOT_LEADER_OR_FOLLOWER when the topic exists (the client's metadata is stale) — the caller
+/// decides that; here it is UNKNOWN_TOPIC_OR_PARTITION.
+pub fn from_replica(err: &ReplicaError, context: &str) -> KafkaError {
+    match err {
+        ReplicaError::UnknownPartition(_) => KafkaError::code(UNKNOWN_TOPIC_OR_PARTITION),
+        ReplicaError::Partition(e) => from_partition(e),
+        ReplicaError::Append(e) => from_append(e, context),
+        ReplicaError::Read(e) => from_read(e, context),
+        ReplicaError::Store(e) => from_store(e, context),
+    }
+}
+
+/// Maps a failed wait for an acknowledgement.
+pub fn from_ack(err: AckError) -> KafkaError {
+    match err {
+        AckError::Timeout => KafkaError::new(
+            REQUEST_TIMED_OUT,
+            "the records were not replicated to the in-sync replicas within timeout_ms",
+        ),
+        AckError::NotLeader => KafkaError::new(
+            NOT_LEADER_OR_FOLLOWER,
+            "leadership moved before the records were committed",
+        ),
+        AckError::NotEnoughReplicasAfterAppend => {
+            KafkaError::code(NOT_ENOUGH_REPLICAS_AFTER_APPEND)
+        }
+        AckError::Storage => KafkaError::code(KAFKA_STORAGE_ERROR),
+    }
 }
 
 /// Maps a group coordinator refusal to its Kafka code. Storage failures become

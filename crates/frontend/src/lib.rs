@@ -24,12 +24,21 @@ pub mod versions;
 use std::sync::Arc;
 
 use millrace_cluster::Cluster;
+use millrace_controller::{ControllerClient, ProducerIdAllocator};
 use millrace_groups::GroupCoordinator;
+use millrace_replication::ReplicaManager;
 use tokio_util::sync::CancellationToken;
 
 /// Everything a request handler may touch. Shared by all connections.
 pub struct BrokerContext {
+    /// This node and the committed metadata image.
     pub cluster: Arc<Cluster>,
+    /// The partition replicas hosted here: appends, reads, follower fetches.
+    pub replicas: Arc<ReplicaManager>,
+    /// The active controller, for admin requests.
+    pub controller: Arc<ControllerClient>,
+    /// Producer ids for InitProducerId.
+    pub producer_ids: Arc<ProducerIdAllocator>,
     /// The data directory as DescribeLogDirs reports it.
     pub data_dir: String,
     /// Classic groups and committed offsets.

@@ -16,6 +16,11 @@ pub const FETCH_WAIT_MS_MAX: u64 = 60_000;
 /// `api::produce`.
 pub const PRODUCE_TIMEOUT_MS_MAX: u64 = 300_000;
 
+/// Milliseconds: the longest a forwarded admin request (CreateTopics, DeleteTopics, …) waits for
+/// the controller, whatever its `timeout_ms` asks (0 asks for this bound). Enforced by
+/// `api::forward::timeout`.
+pub const ADMIN_TIMEOUT_MS_MAX: u64 = 60_000;
+
 /// Most bytes one Fetch response may carry in records, whatever `max_bytes` says (Kafka's
 /// `fetch.max.bytes` broker default, 55 MiB).
 pub const FETCH_RESPONSE_BYTES_MAX: usize = 57_671_680;

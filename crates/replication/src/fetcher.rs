@@ -76,7 +76,12 @@ impl ReplicaManager {
     }
 }
 
-async fn run(manager: Arc<ReplicaManager>, leader: i32, wake: Arc<Notify>, stop: CancellationToken) {
+async fn run(
+    manager: Arc<ReplicaManager>,
+    leader: i32,
+    wake: Arc<Notify>,
+    stop: CancellationToken,
+) {
     let mut conn: Option<BrokerConnection> = None;
     let mut backoff_until: HashMap<TopicPartition, Instant> = HashMap::new();
     let client_id = format!("broker-{}-fetcher-{leader}", manager.node_id());
@@ -116,7 +121,13 @@ async fn run(manager: Arc<ReplicaManager>, leader: i32, wake: Arc<Notify>, stop:
             Some(c) => Some(c),
             None => match manager.broker_address(leader) {
                 Some(addr) => {
-                    match BrokerConnection::connect(&addr, &client_id, manager.config.replica_socket_timeout()).await {
+                    match BrokerConnection::connect(
+                        &addr,
+                        &client_id,
+                        manager.config.replica_socket_timeout(),
+                    )
+                    .await
+                    {
                         Ok(c) => Some(c),
                         Err(e) => {
                             debug!(leader, error = %e, "cannot reach the leader");
@@ -134,52 +145,80 @@ async fn run(manager: Arc<ReplicaManager>, leader: i32, wake: Arc<Notify>, stop:
         let request = build_request(&manager, &wanted);
         let timeout = manager.config.replica_socket_timeout()
             + Duration::from_millis(u64::try_from(request.max_wait_ms.max(0)).unwrap_or(0));
-        let response: FetchResponse =
-            match c.send(ApiKey::Fetch, REPLICA_FETCH_VERSION, &request, timeout).await {
-                Ok(r) => r,
-                Err(e) => {
-                    debug!(leader, error = %e, "replica fetch failed");
-                    pause(&stop, &wake, manager.config.replica_fetch_backoff()).await;
-                    continue;
-                }
-            };
+        let response: FetchResponse = match c
+            .send(ApiKey::Fetch, REPLICA_FETCH_VERSION, &request, timeout)
+            .await
+        {
+            Ok(r) => r,
+            Err(e) => {
+                debug!(leader, error = %e, "replica fetch failed");
+                pause(&stop, &wake, manager.config.replica_fetch_backoff()).await;
+                continue;
+            }
+        };
         conn = Some(c);
         let mut to_sync = Vec::new();
         for topic in response.responses {
             for pd in topic.partitions {
-                let Some((hosted, pos, _)) = wanted
-                    .iter()
-                    .find(|(h, _, _)| h.topic_id == topic.topic_id && h.tp.partition == pd.partition_index)
-                else {
+                let Some((hosted, pos, _)) = wanted.iter().find(|(h, _, _)| {
+                    h.topic_id == topic.topic_id && h.tp.partition == pd.partition_index
+                }) else {
                     continue;
                 };
                 let mut part = manager.lock_partition(hosted);
                 // The state may have moved while the request was out: act only on the same epoch.
                 match part.fetch_position() {
-                    Some(p) if p.leader == leader && p.leader_epoch == pos.leader_epoch && p.fetch_offset == pos.fetch_offset => {}
+                    Some(p)
+                        if p.leader == leader
+                            && p.leader_epoch == pos.leader_epoch
+                            && p.fetch_offset == pos.fetch_offset => {}
                     _ => continue,
                 }
                 match pd.error_code {
                     codes::NONE => {
                         if pd.diverging_epoch.epoch >= 0 || pd.diverging_epoch.end_offset >= 0 {
-                            match part.on_diverging_epoch(pd.diverging_epoch.epoch, pd.diverging_epoch.end_offset) {
-                                Ok(leo) => info!(partition = %hosted.tp, epoch = pd.diverging_epoch.epoch, end_offset = pd.diverging_epoch.end_offset, truncated_to = leo, "truncated a diverging log"),
-                                Err(e) => warn!(partition = %hosted.tp, error = ?e, "truncation failed"),
+                            match part.on_diverging_epoch(
+                                pd.diverging_epoch.epoch,
+                                pd.diverging_epoch.end_offset,
+                            ) {
+                                Ok(leo) => {
+                                    info!(partition = %hosted.tp, epoch = pd.diverging_epoch.epoch, end_offset = pd.diverging_epoch.end_offset, truncated_to = leo, "truncated a diverging log")
+                                }
+                                Err(e) => {
+                                    warn!(partition = %hosted.tp, error = ?e, "truncation failed")
+                                }
                             }
                             continue;
                         }
                         if let Some(records) = pd.records.filter(|r| !r.is_empty()) {
                             match hosted.log.append_replicated(records) {
-                                Ok(_) => to_sync.push((Arc::clone(hosted), hosted.log.log_end_offset())),
+                                Ok(_) => {
+                                    to_sync.push((Arc::clone(hosted), hosted.log.log_end_offset()))
+                                }
                                 Err(e) => {
                                     warn!(partition = %hosted.tp, error = %e, "appending replicated records failed");
-                                    backoff_until.insert(hosted.tp.clone(), Instant::now() + PARTITION_BACKOFF);
+                                    backoff_until.insert(
+                                        hosted.tp.clone(),
+                                        Instant::now() + PARTITION_BACKOFF,
+                                    );
                                     continue;
                                 }
                             }
                         }
                         let actions = part.on_leader_high_watermark(pd.high_watermark);
                         manager.process(hosted, &mut part, actions);
+                        // The leader's log start moved (retention, DeleteRecords): follow it, up to
+                        // what this replica knows is committed (Kafka's
+                        // maybeIncrementLogStartOffset).
+                        let log = &hosted.log;
+                        if pd.log_start_offset > log.log_start_offset() {
+                            let to = pd.log_start_offset.min(log.high_watermark());
+                            if to > log.log_start_offset() {
+                                if let Err(e) = log.delete_records_before(to) {
+                                    warn!(partition = %hosted.tp, error = %e, "following the leader's log start failed");
+                                }
+                            }
+                        }
                     }
                     codes::OFFSET_OUT_OF_RANGE => {
                         if let Err(e) = part.on_fetch_out_of_range(pd.log_start_offset) {

@@ -6,9 +6,16 @@
 
 pub mod client;
 pub mod divergence;
+pub mod fetcher;
 pub mod limits;
+pub mod manager;
 pub mod partition;
 pub mod replica;
+pub mod store_log;
 
+pub use manager::{
+    AckError, AckWait, FollowerRead, HostedPartition, LeadershipChange, Progress, ReplicaError,
+    ReplicaManager, ReplicaManagerConfig,
+};
 pub use partition::{FetchPosition, FollowerFetchDecision, Partition, PartitionError, ReplicaLog};
 pub use replica::{Action, Event, PartitionReplica, PartitionState, ReplicaConfig};

@@ -32,7 +32,7 @@ use millrace_controller::messages::ControllerError;
 use millrace_controller::{ControllerClient, ControllerRequest, ControllerResponse};
 use millrace_store::{
     AppendError, AppendInfo, PartitionLog, ReadError, ReadResult, ReadUpperBound, Store,
-    StoreError, TopicPartition,
+    StoreError, TopicId, TopicPartition,
 };
 use parking_lot::{Mutex, RwLock};
 use tokio::sync::{watch, Notify};
@@ -72,13 +72,19 @@ impl ReplicaManagerConfig {
     }
     /// replica.fetch.min.bytes (1)
     pub fn replica_fetch_min_bytes(&self) -> i32 {
-        i32::try_from(self.long("replica.fetch.min.bytes", 1).clamp(0, i64::from(i32::MAX)))
-            .unwrap_or(1)
+        i32::try_from(
+            self.long("replica.fetch.min.bytes", 1)
+                .clamp(0, i64::from(i32::MAX)),
+        )
+        .unwrap_or(1)
     }
     /// replica.fetch.max.bytes (1 MiB), per partition
     pub fn replica_fetch_max_bytes(&self) -> i32 {
-        i32::try_from(self.long("replica.fetch.max.bytes", 1_048_576).clamp(1, i64::from(i32::MAX)))
-            .unwrap_or(1_048_576)
+        i32::try_from(
+            self.long("replica.fetch.max.bytes", 1_048_576)
+                .clamp(1, i64::from(i32::MAX)),
+        )
+        .unwrap_or(1_048_576)
     }
     /// replica.fetch.response.max.bytes (10 MiB)
     pub fn replica_fetch_response_max_bytes(&self) -> i32 {
@@ -178,7 +184,7 @@ pub enum AckError {
 
 /// A leadership change of a hosted partition (the group coordinator loads and unloads
 /// `__consumer_offsets` partitions on these).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone)]
 pub enum LeadershipChange {
     Became {
         tp: TopicPartition,
@@ -188,12 +194,6 @@ pub enum LeadershipChange {
     Resigned {
         tp: TopicPartition,
     },
-}
-
-impl PartialEq for HostedPartition {
-    fn eq(&self, other: &Self) -> bool {
-        self.tp == other.tp
-    }
 }
 
 type LeadershipListener = Box<dyn Fn(LeadershipChange) + Send + Sync>;
@@ -253,11 +253,13 @@ impl ReplicaManager {
             stop,
         });
         let weak = Arc::downgrade(&manager);
-        manager.store.set_durable_listener(Arc::new(move |tp: &TopicPartition| {
-            if let Some(m) = weak.upgrade() {
-                m.on_durable(tp);
-            }
-        }));
+        manager
+            .store
+            .set_durable_listener(Arc::new(move |tp: &TopicPartition| {
+                if let Some(m) = weak.upgrade() {
+                    m.on_durable(tp);
+                }
+            }));
         let ticker = Arc::clone(&manager);
         tokio::spawn(async move { ticker.run_isr_checks().await });
         manager
@@ -293,7 +295,12 @@ impl ReplicaManager {
         let min_isr = image
             .topic(topic)
             .and_then(|t| t.configs.get("min.insync.replicas").map(str::to_string))
-            .or_else(|| self.config.broker.get("min.insync.replicas").map(str::to_string))
+            .or_else(|| {
+                self.config
+                    .broker
+                    .get("min.insync.replicas")
+                    .map(str::to_string)
+            })
             .and_then(|v| v.trim().parse::<usize>().ok())
             .unwrap_or(1);
         ReplicaConfig {
@@ -346,6 +353,17 @@ impl ReplicaManager {
                     Err(e) => warn!(partition = %tp, error = ?e, "cannot apply partition state"),
                 }
                 let is_leader = part.is_leader();
+                if is_leader {
+                    let inactive: Vec<i32> = p
+                        .replicas
+                        .iter()
+                        .copied()
+                        .filter(|&b| b != local && !image.is_active(b))
+                        .collect();
+                    if !inactive.is_empty() {
+                        part.mark_ineligible(inactive);
+                    }
+                }
                 let (leader_now, epoch_now) = part.replica().leader().unwrap_or((NO_LEADER, -1));
                 if !is_leader && leader_now >= 0 && leader_now != local {
                     following.entry(leader_now).or_default().insert(tp.clone());
@@ -426,14 +444,19 @@ impl ReplicaManager {
             .topic(&tp.topic)
             .map(|t| self.config.broker.log_config(&t.configs))
             .unwrap_or_default();
+        let id = TopicId::from_bytes(topic_id.into_bytes());
         let log = match self.store.partition(tp) {
-            Some(log) if log.topic_id().is_none_or(|id| id == topic_id) => log,
+            Some(log) if log.topic_id() == Some(id) => log,
+            Some(log) if log.topic_id().is_none() => {
+                log.assign_topic_id(id)?;
+                log
+            }
             Some(_) => {
                 warn!(partition = %tp, "log on disk belongs to another topic id; replacing it");
                 self.store.delete_partition(tp)?;
-                self.store.create_partition(tp, config, Some(topic_id))?
+                self.store.create_partition(tp, config, id)?
             }
-            None => self.store.create_partition(tp, config, Some(topic_id))?,
+            None => self.store.create_partition(tp, config, id)?,
         };
         let part = Partition::new(
             self.config.node_id,
@@ -480,7 +503,13 @@ impl ReplicaManager {
                     let _ = part;
                     tokio::spawn(async move {
                         manager
-                            .alter_partition(hosted, broker_epoch, leader_epoch, partition_epoch, isr)
+                            .alter_partition(
+                                hosted,
+                                broker_epoch,
+                                leader_epoch,
+                                partition_epoch,
+                                isr,
+                            )
                             .await;
                     });
                 }
@@ -588,7 +617,9 @@ impl ReplicaManager {
             .ok_or_else(|| ReplicaError::UnknownPartition(tp.clone()))?;
         let acks_all = acks == -1;
         let mut part = hosted.state.lock();
-        let epoch = part.check_append(acks_all).map_err(ReplicaError::Partition)?;
+        let epoch = part
+            .check_append(acks_all)
+            .map_err(ReplicaError::Partition)?;
         let info = hosted.log.append(records, epoch)?;
         if !info.duplicate {
             // Under `never` (or an already durable duplicate) the durable end moved here.
@@ -629,9 +660,12 @@ impl ReplicaManager {
         hosted
             .check_leader(current_leader_epoch)
             .map_err(ReplicaError::Partition)?;
-        Ok(hosted
-            .log
-            .read(fetch_offset, max_bytes, ReadUpperBound::HighWatermark, min_one_batch)?)
+        Ok(hosted.log.read(
+            fetch_offset,
+            max_bytes,
+            ReadUpperBound::HighWatermark,
+            min_one_batch,
+        )?)
     }
 
     /// The leader's side of a follower fetch: accounts the follower's position (which may move the
@@ -708,7 +742,12 @@ impl ReplicaManager {
 
     /// Follower partitions of `leader` with their positions.
     pub(crate) fn following(&self, leader: i32) -> Vec<Arc<HostedPartition>> {
-        let set = self.following.read().get(&leader).cloned().unwrap_or_default();
+        let set = self
+            .following
+            .read()
+            .get(&leader)
+            .cloned()
+            .unwrap_or_default();
         set.iter().filter_map(|tp| self.partition(tp)).collect()
     }
 

@@ -328,6 +328,11 @@ impl<L: ReplicaLog> Partition<L> {
         self.apply(actions)
     }
 
+    /// Brokers the metadata shows fenced, shutting down or gone: not eligible for the ISR.
+    pub fn mark_ineligible(&mut self, replicas: Vec<i32>) {
+        self.replica.step(Event::Ineligible { replicas });
+    }
+
     pub fn tick(&mut self, now_ms: i64) -> Vec<Action> {
         let actions = self.replica.step(Event::Tick { now_ms });
         self.apply(actions)

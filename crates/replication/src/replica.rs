@@ -94,6 +94,10 @@ pub enum Event {
     },
     /// Time passed (ISR shrink checks, retries).
     Tick { now_ms: i64 },
+    /// The metadata says these brokers are fenced, shutting down or unregistered: whatever their
+    /// last fetch said, they cannot join the ISR until they fetch again as an eligible broker
+    /// (Kafka checks eligibility against the metadata when it proposes, KIP-841).
+    Ineligible { replicas: Vec<i32> },
     /// The local log was truncated (follower divergence): the HW cannot exceed its new end.
     Truncated { log_end_offset: i64 },
     /// As a follower, a fetch answer arrived with the leader's HW; `log_end_offset` is ours after
@@ -325,6 +329,16 @@ impl PartitionReplica {
                         }
                     }
                 }
+            }
+            Event::Ineligible { replicas } => {
+                if let Role::Leader(l) = &mut self.role {
+                    for r in replicas {
+                        if let Some(f) = l.followers.get_mut(&r) {
+                            f.eligible = false;
+                        }
+                    }
+                }
+                return actions;
             }
             Event::Tick { now_ms } => {
                 self.maybe_resend(now_ms, &mut actions);

@@ -93,6 +93,8 @@ pub struct Store {
     flusher_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
     create_lock: Mutex<()>,
     maintenance: Mutex<cleaner::CleanerState>,
+    /// The clean-shutdown marker was there when the store opened.
+    opened_clean: bool,
 }
 
 fn unix_nanos() -> u128 {
@@ -174,7 +176,14 @@ impl Store {
             flusher_thread: Mutex::new(Some(handle)),
             create_lock: Mutex::new(()),
             maintenance: Mutex::new(cleaner::CleanerState::default()),
+            opened_clean: clean,
         }))
+    }
+
+    /// Whether the previous run of this data dir ended with a clean shutdown (the marker was
+    /// there when the store opened): recovery was skipped, nothing unflushed could be lost.
+    pub fn opened_after_clean_shutdown(&self) -> bool {
+        self.opened_clean
     }
 
     fn partition_dir(&self, tp: &TopicPartition) -> PathBuf {

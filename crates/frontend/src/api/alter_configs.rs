@@ -1,6 +1,7 @@
 //! AlterConfigs (key 33, replaces a topic's whole override set) and IncrementalAlterConfigs
-//! (key 44, SET/DELETE/APPEND/SUBTRACT per key). Topic configs take effect on the partition logs at
-//! once. Broker configs are static in Millrace: altering them is refused with INVALID_REQUEST.
+//! (key 44, SET/DELETE/APPEND/SUBTRACT per key), forwarded to the active controller; every broker
+//! applies the committed configs to its replicas' logs. Broker configs are static in Millrace:
+//! altering them is refused with INVALID_REQUEST.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -10,25 +11,28 @@ use kafka_protocol::messages::{
     AlterConfigsResponse, IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse,
 };
 use kafka_protocol::protocol::StrBytes;
-use millrace_cluster::{AdminError, ConfigChange, ConfigOp, TopicConfigs};
+use millrace_cluster::TopicConfigs;
+use millrace_controller::messages::ConfigChangeSpec;
+use millrace_controller::{ControllerRequest, ControllerResponse};
 
 use super::describe_configs::{RESOURCE_BROKER, RESOURCE_TOPIC};
-use super::str_bytes;
-use crate::error_codes::{self, INVALID_CONFIG, INVALID_REQUEST};
+use super::{forward, str_bytes};
+use crate::error_codes::{self, INVALID_CONFIG, INVALID_REQUEST, UNKNOWN_SERVER_ERROR};
+use crate::limits::ADMIN_TIMEOUT_MS_MAX;
 use crate::BrokerContext;
 
 type Outcome = Result<(), (i16, String)>;
 
-pub fn handle(
-    ctx: &Arc<BrokerContext>,
+pub async fn handle(
+    ctx: Arc<BrokerContext>,
     request: AlterConfigsRequest,
     _version: i16,
 ) -> AlterConfigsResponse {
-    let responses = request
-        .resources
-        .into_iter()
-        .map(|resource| {
-            let outcome = check_resource(resource.resource_type).and_then(|()| {
+    let mut responses = Vec::with_capacity(request.resources.len());
+    for resource in request.resources {
+        let outcome = match check_resource(resource.resource_type) {
+            Err(e) => Err(e),
+            Ok(()) => {
                 let entries: BTreeMap<String, String> = resource
                     .configs
                     .iter()
@@ -38,74 +42,76 @@ pub fn handle(
                             .map(|v| (c.name.to_string(), v.to_string()))
                     })
                     .collect();
-                let configs =
-                    TopicConfigs::new(entries).map_err(|e| (INVALID_CONFIG, e.to_string()))?;
-                apply(
-                    ctx,
-                    resource.resource_name.as_str(),
-                    configs,
-                    request.validate_only,
-                )
-            });
-            let (code, message) = split(outcome);
+                match TopicConfigs::new(entries.clone()) {
+                    Err(e) => Err((INVALID_CONFIG, e.to_string())),
+                    Ok(_) => {
+                        apply(
+                            &ctx,
+                            resource.resource_name.as_str(),
+                            ControllerRequest::SetTopicConfigs {
+                                name: resource.resource_name.to_string(),
+                                configs: entries,
+                                validate_only: request.validate_only,
+                            },
+                        )
+                        .await
+                    }
+                }
+            }
+        };
+        let (code, message) = split(outcome);
+        responses.push(
             alter_configs_response::AlterConfigsResourceResponse::default()
                 .with_resource_type(resource.resource_type)
                 .with_resource_name(resource.resource_name)
                 .with_error_code(code)
-                .with_error_message(message)
-        })
-        .collect();
+                .with_error_message(message),
+        );
+    }
     AlterConfigsResponse::default().with_responses(responses)
 }
 
-pub fn handle_incremental(
-    ctx: &Arc<BrokerContext>,
+pub async fn handle_incremental(
+    ctx: Arc<BrokerContext>,
     request: IncrementalAlterConfigsRequest,
     _version: i16,
 ) -> IncrementalAlterConfigsResponse {
-    let responses = request
-        .resources
-        .into_iter()
-        .map(|resource| {
-            let name = resource.resource_name.to_string();
-            let outcome = check_resource(resource.resource_type).and_then(|()| {
+    let mut responses = Vec::with_capacity(request.resources.len());
+    for resource in request.resources {
+        let name = resource.resource_name.to_string();
+        let outcome = match check_resource(resource.resource_type) {
+            Err(e) => Err(e),
+            Ok(()) => {
                 let changes = resource
                     .configs
                     .iter()
-                    .map(|c| {
-                        let op = ConfigOp::from_code(c.config_operation).ok_or_else(|| {
-                            (
-                                INVALID_REQUEST,
-                                format!("Unknown config operation {}", c.config_operation),
-                            )
-                        })?;
-                        Ok(ConfigChange {
-                            name: c.name.to_string(),
-                            op,
-                            value: c.value.as_ref().map(|v| v.to_string()),
-                        })
+                    .map(|c| ConfigChangeSpec {
+                        name: c.name.to_string(),
+                        op: c.config_operation,
+                        value: c.value.as_ref().map(|v| v.to_string()),
                     })
-                    .collect::<Result<Vec<_>, (i16, String)>>()?;
-                let current = ctx
-                    .cluster
-                    .metadata
-                    .topic(&name)
-                    .map(|t| t.configs)
-                    .ok_or_else(|| admin_error(&AdminError::UnknownTopic(name.clone()), &name))?;
-                let broker = &ctx.cluster.config;
-                let configs = current
-                    .with_changes(&changes, |key| broker.topic_default(key))
-                    .map_err(|e| (INVALID_CONFIG, e.to_string()))?;
-                apply(ctx, &name, configs, request.validate_only)
-            });
-            let (code, message) = split(outcome);
+                    .collect();
+                apply(
+                    &ctx,
+                    &name,
+                    ControllerRequest::AlterTopicConfigs {
+                        name: name.clone(),
+                        changes,
+                        validate_only: request.validate_only,
+                    },
+                )
+                .await
+            }
+        };
+        let (code, message) = split(outcome);
+        responses.push(
             incremental_alter_configs_response::AlterConfigsResourceResponse::default()
                 .with_resource_type(resource.resource_type)
                 .with_resource_name(resource.resource_name)
                 .with_error_code(code)
-                .with_error_message(message)
-        })
-        .collect();
+                .with_error_message(message),
+        );
+    }
     IncrementalAlterConfigsResponse::default().with_responses(responses)
 }
 
@@ -123,20 +129,24 @@ fn check_resource(resource_type: i8) -> Outcome {
     }
 }
 
-fn apply(
-    ctx: &Arc<BrokerContext>,
-    topic: &str,
-    configs: TopicConfigs,
-    validate_only: bool,
-) -> Outcome {
-    ctx.cluster
-        .set_topic_configs(topic, configs, validate_only)
-        .map_err(|e| admin_error(&e, topic))
-}
-
-fn admin_error(e: &AdminError, context: &str) -> (i16, String) {
-    let err = error_codes::from_admin(e, context);
-    (err.code, err.message.unwrap_or_default())
+async fn apply(ctx: &Arc<BrokerContext>, topic: &str, request: ControllerRequest) -> Outcome {
+    let timeout = std::time::Duration::from_millis(ADMIN_TIMEOUT_MS_MAX);
+    let before = ctx.cluster.image().topic(topic).map(|t| t.configs.clone());
+    match forward::forward(ctx, request, timeout).await {
+        Ok(ControllerResponse::Configs { result: Ok(()) }) => {
+            // Let this broker's image (and so DescribeConfigs here) catch up with the change.
+            forward::await_image(ctx, |image| {
+                image.topic(topic).map(|t| t.configs.clone()) != before
+            })
+            .await;
+            Ok(())
+        }
+        Ok(ControllerResponse::Configs { result: Err(e) }) | Err(e) => {
+            let err = error_codes::from_controller(&e, topic);
+            Err((err.code, err.message.unwrap_or_default()))
+        }
+        Ok(other) => Err((UNKNOWN_SERVER_ERROR, format!("unexpected answer {other:?}"))),
+    }
 }
 
 fn split(outcome: Outcome) -> (i16, Option<StrBytes>) {

@@ -1,47 +1,81 @@
-//! CreatePartitions (key 37): grow a topic's partition count, optionally with manual assignments.
+//! CreatePartitions (key 37): grow a topic's partition count, optionally with manual assignments,
+//! forwarded to the active controller.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
 use kafka_protocol::messages::{CreatePartitionsRequest, CreatePartitionsResponse};
+use millrace_controller::messages::PartitionsSpec;
+use millrace_controller::{ControllerError, ControllerRequest, ControllerResponse};
 
-use super::str_bytes;
+use super::{forward, str_bytes};
 use crate::error_codes;
 use crate::BrokerContext;
 
-pub fn handle(
-    ctx: &Arc<BrokerContext>,
+pub async fn handle(
+    ctx: Arc<BrokerContext>,
     request: CreatePartitionsRequest,
     _version: i16,
 ) -> CreatePartitionsResponse {
-    let cluster = &ctx.cluster;
+    let specs: Vec<PartitionsSpec> = request
+        .topics
+        .iter()
+        .map(|topic| PartitionsSpec {
+            name: topic.name.0.to_string(),
+            count: topic.count,
+            assignments: topic.assignments.as_ref().map(|list| {
+                list.iter()
+                    .map(|a| a.broker_ids.iter().map(|b| b.0).collect())
+                    .collect()
+            }),
+        })
+        .collect();
+    let wanted: Vec<(String, i32)> = specs.iter().map(|s| (s.name.clone(), s.count)).collect();
+    let outcome = match forward::forward(
+        &ctx,
+        ControllerRequest::CreatePartitions {
+            topics: specs,
+            validate_only: request.validate_only,
+        },
+        forward::timeout(request.timeout_ms),
+    )
+    .await
+    {
+        Ok(ControllerResponse::CreatePartitions { results }) => Ok(results),
+        Ok(other) => Err(ControllerError::Internal(format!(
+            "unexpected answer {other:?}"
+        ))),
+        Err(e) => Err(e),
+    };
+    if let (Ok(results), false) = (&outcome, request.validate_only) {
+        let grown: Vec<(String, i32)> = wanted
+            .iter()
+            .filter(|(n, _)| results.iter().any(|(rn, r)| rn == n && r.is_ok()))
+            .cloned()
+            .collect();
+        forward::await_image(&ctx, |image| {
+            grown
+                .iter()
+                .all(|(n, c)| image.topic(n).is_some_and(|t| t.partition_count() >= *c))
+        })
+        .await;
+    }
     let results = request
         .topics
         .into_iter()
         .map(|topic| {
             let name = topic.name.0.to_string();
-            let current = cluster.metadata.topic(&name).map_or(0, |t| t.partitions);
-            let assignments: Option<BTreeMap<i32, Vec<i32>>> =
-                topic.assignments.as_ref().map(|list| {
-                    list.iter()
-                        .enumerate()
-                        .map(|(i, a)| {
-                            (
-                                current + i as i32,
-                                a.broker_ids.iter().map(|b| b.0).collect(),
-                            )
-                        })
-                        .collect()
-                });
             let mut result = CreatePartitionsTopicResult::default().with_name(topic.name);
-            if let Err(e) = cluster.create_partitions(
-                &name,
-                topic.count,
-                assignments.as_ref(),
-                request.validate_only,
-            ) {
-                let err = error_codes::from_admin(&e, &name);
+            let one = match &outcome {
+                Ok(results) => results
+                    .iter()
+                    .find(|(n, _)| *n == name)
+                    .map(|(_, r)| r.clone())
+                    .unwrap_or_else(|| Err(ControllerError::Internal("no answer".into()))),
+                Err(e) => Err(e.clone()),
+            };
+            if let Err(e) = one {
+                let err = error_codes::from_controller(&e, &name);
                 result.error_code = err.code;
                 result.error_message = err.message.as_deref().map(str_bytes);
             }

@@ -1,5 +1,6 @@
 //! CreateTopics (key 19): name, partitions, replication factor (-1 = broker default), manual
-//! assignments and topic configs, validated by `cluster`; configs are stored with the topic.
+//! assignments and topic configs, forwarded to the active controller, which validates, places the
+//! replicas and commits the topic; the answer comes once committed (and seen by this broker).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -8,9 +9,11 @@ use kafka_protocol::messages::create_topics_response::{
     CreatableTopicConfigs, CreatableTopicResult,
 };
 use kafka_protocol::messages::{CreateTopicsRequest, CreateTopicsResponse};
-use millrace_cluster::{NewTopic, TopicConfigs};
+use millrace_cluster::TopicConfigs;
+use millrace_controller::messages::{CreatedTopic, TopicSpec};
+use millrace_controller::{ControllerError, ControllerRequest, ControllerResponse};
 
-use super::str_bytes;
+use super::{forward, str_bytes};
 use crate::error_codes::{self, INVALID_REQUEST};
 use crate::BrokerContext;
 
@@ -19,12 +22,11 @@ const DETAILS_VERSION_MIN: i16 = 5;
 /// First version whose result carries the topic id.
 const TOPIC_ID_VERSION_MIN: i16 = 7;
 
-pub fn handle(
-    ctx: &Arc<BrokerContext>,
+pub async fn handle(
+    ctx: Arc<BrokerContext>,
     request: CreateTopicsRequest,
     version: i16,
 ) -> CreateTopicsResponse {
-    let cluster = &ctx.cluster;
     let mut seen = BTreeSet::new();
     let duplicates: BTreeSet<String> = request
         .topics
@@ -32,6 +34,72 @@ pub fn handle(
         .map(|t| t.name.0.to_string())
         .filter(|n| !seen.insert(n.clone()))
         .collect();
+    let specs: Vec<TopicSpec> = request
+        .topics
+        .iter()
+        .filter(|t| !duplicates.contains(t.name.0.as_str()))
+        .map(|topic| TopicSpec {
+            name: topic.name.0.to_string(),
+            partitions: (topic.num_partitions != -1).then_some(topic.num_partitions),
+            replication_factor: (topic.replication_factor != -1)
+                .then_some(topic.replication_factor),
+            assignments: topic
+                .assignments
+                .iter()
+                .map(|a| {
+                    (
+                        a.partition_index,
+                        a.broker_ids.iter().map(|b| b.0).collect(),
+                    )
+                })
+                .collect(),
+            configs: topic
+                .configs
+                .iter()
+                .filter_map(|c| {
+                    c.value
+                        .as_ref()
+                        .map(|v| (c.name.to_string(), v.to_string()))
+                })
+                .collect::<BTreeMap<_, _>>(),
+        })
+        .collect();
+    let outcome: Result<BTreeMap<String, Result<CreatedTopic, ControllerError>>, ControllerError> =
+        if specs.is_empty() {
+            Ok(BTreeMap::new())
+        } else {
+            let forwarded = forward::forward(
+                &ctx,
+                ControllerRequest::CreateTopics {
+                    topics: specs,
+                    validate_only: request.validate_only,
+                },
+                forward::timeout(request.timeout_ms),
+            )
+            .await;
+            match forwarded {
+                Ok(ControllerResponse::CreateTopics { results }) => {
+                    Ok(results.into_iter().collect())
+                }
+                Ok(other) => Err(ControllerError::Internal(format!(
+                    "unexpected answer {other:?}"
+                ))),
+                Err(e) => Err(e),
+            }
+        };
+    if let Ok(results) = &outcome {
+        if !request.validate_only {
+            let created: Vec<String> = results
+                .iter()
+                .filter(|(_, r)| r.is_ok())
+                .map(|(n, _)| n.clone())
+                .collect();
+            forward::await_image(&ctx, |image| {
+                created.iter().all(|n| image.topic(n).is_some())
+            })
+            .await;
+        }
+    }
 
     let topics = request
         .topics
@@ -44,60 +112,26 @@ pub fn handle(
                 result.error_message = Some(str_bytes("Duplicate topic name in the request."));
                 return result;
             }
-            let new = NewTopic {
-                name: name.clone(),
-                partitions: (topic.num_partitions != -1).then_some(topic.num_partitions),
-                replication_factor: (topic.replication_factor != -1)
-                    .then_some(topic.replication_factor),
-                assignments: topic
-                    .assignments
-                    .iter()
-                    .map(|a| {
-                        (
-                            a.partition_index,
-                            a.broker_ids.iter().map(|b| b.0).collect(),
-                        )
-                    })
-                    .collect(),
-                configs: topic
-                    .configs
-                    .iter()
-                    .filter_map(|c| {
-                        c.value
-                            .as_ref()
-                            .map(|v| (c.name.to_string(), v.to_string()))
-                    })
-                    .collect::<BTreeMap<_, _>>(),
+            let one = match &outcome {
+                Ok(results) => results
+                    .get(&name)
+                    .cloned()
+                    .unwrap_or_else(|| Err(ControllerError::Internal("no answer".into()))),
+                Err(e) => Err(e.clone()),
             };
-            let outcome = if request.validate_only {
-                cluster
-                    .validate_new_topic(&new)
-                    .map(|(p, rf, configs)| (None, p, rf, configs))
-            } else {
-                cluster.create_topic(&new).map(|t| {
-                    (
-                        Some(t.topic_id),
-                        t.partitions,
-                        t.replication_factor,
-                        t.configs,
-                    )
-                })
-            };
-            match outcome {
-                Ok((topic_id, partitions, replication_factor, configs)) => {
+            match one {
+                Ok(created) => {
                     if version >= DETAILS_VERSION_MIN {
-                        result.num_partitions = partitions;
-                        result.replication_factor = replication_factor;
-                        result.configs = Some(describe_configs(ctx, &configs));
+                        result.num_partitions = created.partitions;
+                        result.replication_factor = created.replication_factor;
+                        result.configs = Some(describe_configs(&ctx, &created.configs));
                     }
-                    if version >= TOPIC_ID_VERSION_MIN {
-                        if let Some(id) = topic_id {
-                            result.topic_id = id;
-                        }
+                    if version >= TOPIC_ID_VERSION_MIN && !request.validate_only {
+                        result.topic_id = created.topic_id;
                     }
                 }
                 Err(e) => {
-                    let err = error_codes::from_admin(&e, &name);
+                    let err = error_codes::from_controller(&e, &name);
                     result.error_code = err.code;
                     if version >= 1 {
                         result.error_message = err.message.as_deref().map(str_bytes);

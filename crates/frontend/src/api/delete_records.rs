@@ -8,7 +8,7 @@ use kafka_protocol::messages::delete_records_response::{
 };
 use kafka_protocol::messages::{DeleteRecordsRequest, DeleteRecordsResponse};
 
-use crate::error_codes::{self, NONE, OFFSET_OUT_OF_RANGE, UNKNOWN_TOPIC_OR_PARTITION};
+use crate::error_codes::{self, NONE, OFFSET_OUT_OF_RANGE};
 use crate::BrokerContext;
 
 /// DeleteRecords' "up to the high watermark".
@@ -30,10 +30,14 @@ pub fn handle(
                 .map(|p| {
                     let out = DeleteRecordsPartitionResult::default()
                         .with_partition_index(p.partition_index);
-                    let Some(log) = ctx.cluster.partition_log(&name, p.partition_index) else {
-                        return out
-                            .with_low_watermark(-1)
-                            .with_error_code(UNKNOWN_TOPIC_OR_PARTITION);
+                    let tp = millrace_store::TopicPartition::new(&name, p.partition_index);
+                    let log = match super::leadership::leader_replica(ctx, &tp, -1) {
+                        Ok(hosted) => std::sync::Arc::clone(&hosted.log),
+                        Err(refusal) => {
+                            return out
+                                .with_low_watermark(-1)
+                                .with_error_code(refusal.error.code)
+                        }
                     };
                     let high_watermark = log.high_watermark();
                     let target = if p.offset == HIGH_WATERMARK {

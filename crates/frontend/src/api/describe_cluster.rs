@@ -21,7 +21,7 @@ pub fn handle(
     let cluster = &ctx.cluster;
     let mut response = DescribeClusterResponse::default()
         .with_cluster_id(str_bytes(&cluster.cluster_id()))
-        .with_controller_id(BrokerId(cluster.controller_id()));
+        .with_controller_id(BrokerId(super::metadata::controller_id(ctx)));
     if version >= 1 {
         response.endpoint_type = request.endpoint_type;
         if request.endpoint_type != ENDPOINT_TYPE_BROKERS {

@@ -38,7 +38,7 @@ pub fn handle(
                 .with_resource_name(resource.resource_name.clone());
             let name = resource.resource_name.as_str();
             let entries = match resource.resource_type {
-                RESOURCE_TOPIC => match cluster.metadata.topic(name) {
+                RESOURCE_TOPIC => match cluster.topic(name) {
                     Some(topic) => Ok(cluster.config.describe_topic(&topic.configs)),
                     None => Err((
                         UNKNOWN_TOPIC_OR_PARTITION,

@@ -25,37 +25,39 @@ pub fn handle(
             .map(|t| (t.topic.0.to_string(), t.partitions))
             .collect()
     });
-    let mut topics = Vec::new();
-    for topic in cluster.metadata.topics() {
-        let partitions: Vec<i32> = match &wanted {
-            None => (0..topic.partitions).collect(),
-            Some(w) => match w.get(&topic.name) {
-                Some(ps) => ps
-                    .iter()
-                    .copied()
-                    .filter(|p| (0..topic.partitions).contains(p))
-                    .collect(),
-                None => continue,
-            },
+    // The replicas hosted here, by topic.
+    let mut hosted: BTreeMap<String, Vec<DescribeLogDirsPartition>> = BTreeMap::new();
+    let _ = cluster;
+    let mut replicas = ctx.replicas.hosted();
+    replicas.sort_by(|a, b| a.tp.cmp(&b.tp));
+    for replica in replicas {
+        let tp = &replica.tp;
+        let wanted_here = match &wanted {
+            None => true,
+            Some(w) => w
+                .get(&tp.topic)
+                .is_some_and(|ps| ps.contains(&tp.partition)),
         };
-        let partitions = partitions
-            .into_iter()
-            .filter_map(|p| {
-                let log = cluster.partition_log(&topic.name, p)?;
-                Some(
-                    DescribeLogDirsPartition::default()
-                        .with_partition_index(p)
-                        .with_partition_size(log.size_bytes() as i64)
-                        .with_offset_lag(0),
-                )
-            })
-            .collect();
-        topics.push(
-            DescribeLogDirsTopic::default()
-                .with_name(topic_name(&topic.name))
-                .with_partitions(partitions),
+        if !wanted_here {
+            continue;
+        }
+        // Kafka's offset lag: how far this replica's log end is behind the high watermark.
+        let lag = (replica.log.high_watermark() - replica.log.log_end_offset()).max(0);
+        hosted.entry(tp.topic.clone()).or_default().push(
+            DescribeLogDirsPartition::default()
+                .with_partition_index(tp.partition)
+                .with_partition_size(replica.log.size_bytes() as i64)
+                .with_offset_lag(lag),
         );
     }
+    let topics: Vec<DescribeLogDirsTopic> = hosted
+        .into_iter()
+        .map(|(name, partitions)| {
+            DescribeLogDirsTopic::default()
+                .with_name(topic_name(&name))
+                .with_partitions(partitions)
+        })
+        .collect();
     let result = DescribeLogDirsResult::default()
         .with_log_dir(str_bytes(&ctx.data_dir))
         .with_topics(topics)

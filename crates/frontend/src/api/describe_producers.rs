@@ -9,7 +9,6 @@ use kafka_protocol::messages::describe_producers_response::{
 };
 use kafka_protocol::messages::{DescribeProducersRequest, DescribeProducersResponse, ProducerId};
 
-use crate::error_codes::UNKNOWN_TOPIC_OR_PARTITION;
 use crate::BrokerContext;
 
 pub fn handle(
@@ -27,8 +26,10 @@ pub fn handle(
                 .iter()
                 .map(|&p| {
                     let out = PartitionResponse::default().with_partition_index(p);
-                    let Some(log) = ctx.cluster.partition_log(&name, p) else {
-                        return out.with_error_code(UNKNOWN_TOPIC_OR_PARTITION);
+                    let tp = millrace_store::TopicPartition::new(&name, p);
+                    let log = match super::leadership::leader_replica(ctx, &tp, -1) {
+                        Ok(hosted) => std::sync::Arc::clone(&hosted.log),
+                        Err(refusal) => return out.with_error_code(refusal.error.code),
                     };
                     let producers = log
                         .producer_states()

@@ -10,7 +10,6 @@ use kafka_protocol::messages::describe_topic_partitions_response::{
 use kafka_protocol::messages::{
     BrokerId, DescribeTopicPartitionsRequest, DescribeTopicPartitionsResponse,
 };
-use millrace_cluster::LEADER_EPOCH;
 
 use super::metadata::INTERNAL_TOPICS;
 use super::topic_name;
@@ -26,16 +25,10 @@ pub fn handle(
     request: DescribeTopicPartitionsRequest,
     _version: i16,
 ) -> DescribeTopicPartitionsResponse {
-    let cluster = &ctx.cluster;
-    let node = BrokerId(cluster.node_id());
+    let image = ctx.cluster.image();
     let limit = (request.response_partition_limit.max(1) as usize).min(PARTITIONS_PER_RESPONSE_MAX);
     let mut names: Vec<String> = if request.topics.is_empty() {
-        cluster
-            .metadata
-            .topics()
-            .into_iter()
-            .map(|t| t.name)
-            .collect()
+        image.topics.keys().cloned().collect()
     } else {
         request
             .topics
@@ -63,7 +56,7 @@ pub fn handle(
         } else {
             0
         };
-        let Some(meta) = cluster.metadata.topic(&name) else {
+        let Some(meta) = image.topic(&name) else {
             topics.push(
                 DescribeTopicPartitionsResponseTopic::default()
                     .with_name(Some(topic_name(&name)))
@@ -79,17 +72,32 @@ pub fn handle(
             );
             break;
         }
-        let last = (first as usize + budget).min(meta.partitions as usize) as i32;
+        let count = meta.partition_count();
+        let last = (first as usize + budget).min(count as usize) as i32;
+        let ids = |v: &[i32]| v.iter().map(|&b| BrokerId(b)).collect::<Vec<_>>();
         let partitions = (first..last)
-            .map(|p| {
+            .filter_map(|p| meta.partition(p).map(|reg| (p, reg)))
+            .map(|(p, reg)| {
+                let offline: Vec<i32> = reg
+                    .replicas
+                    .iter()
+                    .copied()
+                    .filter(|b| image.broker(*b).is_none_or(|r| r.fenced))
+                    .collect();
                 DescribeTopicPartitionsResponsePartition::default()
                     .with_partition_index(p)
-                    .with_leader_id(node)
-                    .with_leader_epoch(LEADER_EPOCH)
-                    .with_replica_nodes(vec![node])
-                    .with_isr_nodes(vec![node])
-                    .with_eligible_leader_replicas(Some(Vec::new()))
-                    .with_last_known_elr(Some(Vec::new()))
+                    .with_error_code(if reg.has_leader() {
+                        0
+                    } else {
+                        crate::error_codes::LEADER_NOT_AVAILABLE
+                    })
+                    .with_leader_id(BrokerId(reg.leader))
+                    .with_leader_epoch(reg.leader_epoch)
+                    .with_replica_nodes(ids(&reg.replicas))
+                    .with_isr_nodes(ids(&reg.isr))
+                    .with_offline_replicas(ids(&offline))
+                    .with_eligible_leader_replicas(Some(ids(&reg.elr)))
+                    .with_last_known_elr(Some(ids(&reg.last_known_elr)))
             })
             .collect::<Vec<_>>();
         budget -= partitions.len();
@@ -100,7 +108,7 @@ pub fn handle(
                 .with_is_internal(INTERNAL_TOPICS.contains(&name.as_str()))
                 .with_partitions(partitions),
         );
-        if last < meta.partitions {
+        if last < count {
             next_cursor = Some(
                 Cursor::default()
                     .with_topic_name(topic_name(&name))

@@ -1,44 +1,72 @@
-//! Fetch (key 1): whole record batches from the partition logs, as stored, with long polling.
+//! Fetch (key 1): whole record batches from the partition logs, as stored, with long polling —
+//! for consumers, and for follower replicas copying the leader's log.
 //!
-//! A fetch returns at once when it has `min_bytes`, when any partition has an error, or when
-//! `max_wait_ms` is 0; otherwise it parks until an append advances some high watermark (the store's
-//! `data_available` notification — not a timer) or `max_wait_ms` passes, and reads again.
+//! Consumers (no replica id): only from the partition's leader, with a current leader epoch
+//! (KIP-320), up to the high watermark (with no transactions the last stable offset equals it, so
+//! `read_committed` needs nothing more). A fetch returns at once when it has `min_bytes`, when any
+//! partition has an error, or when `max_wait_ms` is 0; otherwise it parks until some high
+//! watermark advances (the store's `data_available` notification — not a timer) or `max_wait_ms`
+//! passes, and reads again. A partition this broker does not lead answers NOT_LEADER_OR_FOLLOWER
+//! with the current leader (v12+) and its endpoint (v16+, KIP-951).
+//!
+//! Followers (`replica_state.replica_id` >= 0, v15+; `replica_id` before): the leader accounts the
+//! follower's fetch offset (which may move the high watermark and the ISR), answers a diverging
+//! epoch when the follower's log disagrees (v12+), and otherwise sends records up to its log end;
+//! a follower's long poll wakes on leader appends.
 //!
 //! Size rules (KIP-74): each partition gets at most `partition_max_bytes` and the response at most
 //! `max_bytes`, except that the first batch of the first partition with data is returned whole even
-//! if it is larger. Consumers see data up to the high watermark; with no transactions the last
-//! stable offset equals it, so `read_committed` needs nothing more. Sessions are not kept: the
-//! response's session id is always 0, which clients treat as "full fetch every time".
+//! if it is larger. Sessions are not kept: the response's session id is always 0, which clients
+//! treat as "full fetch every time".
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
-use kafka_protocol::messages::{FetchRequest, FetchResponse, TopicName};
-use millrace_cluster::LEADER_EPOCH;
-use millrace_store::{PartitionLog, ReadError, ReadUpperBound};
+use kafka_protocol::messages::fetch_response::{
+    EpochEndOffset, FetchableTopicResponse, LeaderIdAndEpoch, NodeEndpoint, PartitionData,
+};
+use kafka_protocol::messages::{BrokerId, FetchRequest, FetchResponse, TopicName};
+use millrace_replication::ReplicaError;
+use millrace_store::{ReadError, TopicPartition};
+use tokio::sync::Notify;
 use tokio::time::Instant;
 use uuid::Uuid;
 
-use super::leader_epoch_error;
-use crate::error_codes::{
-    self, NONE, OFFSET_OUT_OF_RANGE, UNKNOWN_TOPIC_ID, UNKNOWN_TOPIC_OR_PARTITION,
-};
+use super::leadership::{self, LeaderHint, Refusal};
+use super::str_bytes;
+use crate::error_codes::{KafkaError, NONE, UNKNOWN_TOPIC_ID, UNKNOWN_TOPIC_OR_PARTITION};
 use crate::limits::{FETCH_RESPONSE_BYTES_MAX, FETCH_WAIT_MS_MAX};
 use crate::BrokerContext;
 
 /// First Fetch version that names topics by id.
 const TOPIC_ID_VERSION_MIN: i16 = 13;
+/// First Fetch version with `replica_state` (KIP-903).
+const REPLICA_STATE_VERSION_MIN: i16 = 15;
+/// First Fetch version with `current_leader` / `diverging_epoch` in partition data.
+const LEADER_FIELDS_VERSION_MIN: i16 = 12;
+/// First Fetch version with `node_endpoints` (KIP-951).
+const NODE_ENDPOINTS_VERSION_MIN: i16 = 16;
 /// `isolation_level` value of read_committed.
 const READ_COMMITTED: i8 = 1;
 
+/// Who is fetching.
+#[derive(Debug, Clone, Copy)]
+enum Fetcher {
+    Consumer,
+    Follower { replica_id: i32, broker_epoch: i64 },
+}
+
 /// One requested partition, resolved once per request.
 struct Wanted {
+    tp: Option<TopicPartition>,
     partition: i32,
     fetch_offset: i64,
+    current_leader_epoch: i32,
+    last_fetched_epoch: i32,
     partition_max_bytes: usize,
-    target: Result<Arc<PartitionLog>, i16>,
+    /// Set when the topic is unknown.
+    missing: Option<i16>,
 }
 
 struct WantedTopic {
@@ -53,17 +81,37 @@ pub async fn handle(ctx: Arc<BrokerContext>, request: FetchRequest, version: i16
     let min_bytes = request.min_bytes.max(0) as usize;
     let max_bytes = (request.max_bytes.max(0) as usize).min(FETCH_RESPONSE_BYTES_MAX);
     let read_committed = request.isolation_level == READ_COMMITTED;
+    let fetcher = if version >= REPLICA_STATE_VERSION_MIN {
+        match request.replica_state.replica_id.0 {
+            id if id >= 0 => Fetcher::Follower {
+                replica_id: id,
+                broker_epoch: request.replica_state.replica_epoch,
+            },
+            _ => Fetcher::Consumer,
+        }
+    } else if request.replica_id.0 >= 0 {
+        Fetcher::Follower {
+            replica_id: request.replica_id.0,
+            broker_epoch: -1,
+        }
+    } else {
+        Fetcher::Consumer
+    };
     let topics = resolve(&ctx, request, version);
-    let notify = ctx.cluster.store.data_available();
+    let notify: Arc<Notify> = match fetcher {
+        Fetcher::Consumer => ctx.cluster.store.data_available(),
+        Fetcher::Follower { .. } => ctx.replicas.appended(),
+    };
 
     loop {
-        // Register for the wake-up before reading, so an append between the read and the wait
-        // is not missed.
+        // Register for the wake-up before reading, so a change between the read and the wait is
+        // not missed.
         let notified = notify.notified();
         tokio::pin!(notified);
         notified.as_mut().enable();
 
-        let (response, bytes, any_error) = read_all(&topics, max_bytes, read_committed, version);
+        let (response, bytes, any_error) =
+            read_all(&ctx, &topics, fetcher, max_bytes, read_committed, version);
         let done = bytes >= min_bytes
             || any_error
             || Instant::now() >= deadline
@@ -80,15 +128,15 @@ pub async fn handle(ctx: Arc<BrokerContext>, request: FetchRequest, version: i16
 }
 
 fn resolve(ctx: &Arc<BrokerContext>, request: FetchRequest, version: i16) -> Vec<WantedTopic> {
-    let cluster = &ctx.cluster;
+    let image = ctx.cluster.image();
     request
         .topics
         .into_iter()
         .map(|topic| {
             let meta = if version >= TOPIC_ID_VERSION_MIN {
-                cluster.metadata.topic_by_id(topic.topic_id)
+                image.topic_by_id(topic.topic_id).cloned()
             } else {
-                cluster.metadata.topic(topic.topic.0.as_str())
+                image.topic(topic.topic.0.as_str()).cloned()
             };
             let missing = if version >= TOPIC_ID_VERSION_MIN {
                 UNKNOWN_TOPIC_ID
@@ -98,22 +146,16 @@ fn resolve(ctx: &Arc<BrokerContext>, request: FetchRequest, version: i16) -> Vec
             let partitions = topic
                 .partitions
                 .into_iter()
-                .map(|p| {
-                    let target = match &meta {
-                        None => Err(missing),
-                        Some(m) => match leader_epoch_error(p.current_leader_epoch, LEADER_EPOCH) {
-                            Some(code) => Err(code),
-                            None => cluster
-                                .partition_log(&m.name, p.partition)
-                                .ok_or(UNKNOWN_TOPIC_OR_PARTITION),
-                        },
-                    };
-                    Wanted {
-                        partition: p.partition,
-                        fetch_offset: p.fetch_offset,
-                        partition_max_bytes: p.partition_max_bytes.max(0) as usize,
-                        target,
-                    }
+                .map(|p| Wanted {
+                    tp: meta
+                        .as_ref()
+                        .map(|m| TopicPartition::new(&m.name, p.partition)),
+                    partition: p.partition,
+                    fetch_offset: p.fetch_offset,
+                    current_leader_epoch: p.current_leader_epoch,
+                    last_fetched_epoch: p.last_fetched_epoch,
+                    partition_max_bytes: p.partition_max_bytes.max(0) as usize,
+                    missing: meta.is_none().then_some(missing),
                 })
                 .collect();
             WantedTopic {
@@ -126,14 +168,18 @@ fn resolve(ctx: &Arc<BrokerContext>, request: FetchRequest, version: i16) -> Vec
 }
 
 /// One pass over every partition: the response, its record bytes, and whether any partition erred.
+#[allow(clippy::too_many_arguments)]
 fn read_all(
+    ctx: &Arc<BrokerContext>,
     topics: &[WantedTopic],
+    fetcher: Fetcher,
     max_bytes: usize,
     read_committed: bool,
     version: i16,
 ) -> (FetchResponse, usize, bool) {
     let mut total = 0usize;
     let mut any_error = false;
+    let mut hints: Vec<LeaderHint> = Vec::new();
     let mut responses = Vec::with_capacity(topics.len());
     for topic in topics {
         let mut partitions = Vec::with_capacity(topic.partitions.len());
@@ -145,27 +191,55 @@ fn read_all(
             if !read_committed {
                 data.aborted_transactions = None;
             }
-            match &wanted.target {
-                Err(code) => {
-                    data.error_code = *code;
-                    any_error = true;
-                }
-                Ok(log) => {
-                    let budget = wanted
-                        .partition_max_bytes
-                        .min(max_bytes.saturating_sub(total));
-                    let (code, records) =
-                        read_partition(log, wanted.fetch_offset, budget, total == 0);
-                    let high_watermark = log.high_watermark();
-                    data.error_code = code;
-                    data.high_watermark = high_watermark;
-                    data.last_stable_offset = high_watermark;
-                    if version >= 5 {
-                        data.log_start_offset = log.log_start_offset();
+            let budget = wanted
+                .partition_max_bytes
+                .min(max_bytes.saturating_sub(total));
+            let outcome = match (&wanted.tp, wanted.missing) {
+                (_, Some(code)) => Err(Refusal {
+                    error: KafkaError::code(code),
+                    hint: None,
+                }),
+                (None, None) => Err(Refusal {
+                    error: KafkaError::code(UNKNOWN_TOPIC_OR_PARTITION),
+                    hint: None,
+                }),
+                (Some(tp), None) => match fetcher {
+                    Fetcher::Consumer => {
+                        read_for_consumer(ctx, tp, wanted, budget, total == 0, &mut data)
                     }
-                    any_error |= code != NONE;
+                    Fetcher::Follower {
+                        replica_id,
+                        broker_epoch,
+                    } => read_for_follower(
+                        ctx,
+                        tp,
+                        wanted,
+                        replica_id,
+                        broker_epoch,
+                        budget,
+                        version,
+                        &mut data,
+                    ),
+                },
+            };
+            match outcome {
+                Ok(records) => {
                     total += records.len();
                     data.records = Some(records);
+                    // A follower told to truncate must hear it now, not after the long poll.
+                    any_error |= data.diverging_epoch.end_offset >= 0;
+                }
+                Err(Refusal { error, hint }) => {
+                    data.error_code = error.code;
+                    any_error |= error.code != NONE;
+                    if version >= LEADER_FIELDS_VERSION_MIN {
+                        if let Some(h) = hint {
+                            data.current_leader = LeaderIdAndEpoch::default()
+                                .with_leader_id(BrokerId(h.leader_id))
+                                .with_leader_epoch(h.leader_epoch);
+                            hints.push(h);
+                        }
+                    }
                 }
             }
             partitions.push(data);
@@ -178,33 +252,104 @@ fn read_all(
         }
         responses.push(response);
     }
-    (
-        FetchResponse::default().with_responses(responses),
-        total,
-        any_error,
-    )
+    let mut response = FetchResponse::default().with_responses(responses);
+    if version >= NODE_ENDPOINTS_VERSION_MIN {
+        response.node_endpoints = leadership::endpoints(ctx, hints)
+            .into_iter()
+            .map(|(id, host, port, rack)| {
+                NodeEndpoint::default()
+                    .with_node_id(BrokerId(id))
+                    .with_host(str_bytes(&host))
+                    .with_port(i32::from(port))
+                    .with_rack(rack.as_deref().map(str_bytes))
+            })
+            .collect();
+    }
+    (response, total, any_error)
 }
 
-fn read_partition(
-    log: &PartitionLog,
-    fetch_offset: i64,
+fn read_for_consumer(
+    ctx: &Arc<BrokerContext>,
+    tp: &TopicPartition,
+    wanted: &Wanted,
     budget: usize,
     first: bool,
-) -> (i16, Bytes) {
+    data: &mut PartitionData,
+) -> Result<Bytes, Refusal> {
+    let hosted = leadership::leader_replica(ctx, tp, wanted.current_leader_epoch)?;
+    let log = &hosted.log;
     let high_watermark = log.high_watermark();
+    data.high_watermark = high_watermark;
+    data.last_stable_offset = high_watermark;
+    data.log_start_offset = log.log_start_offset();
     // Offsets between the high watermark and the log end exist but are not yet visible.
-    if fetch_offset >= high_watermark && fetch_offset <= log.log_end_offset() {
-        return (NONE, Bytes::new());
+    if wanted.fetch_offset >= high_watermark && wanted.fetch_offset <= log.log_end_offset() {
+        return Ok(Bytes::new());
     }
     if budget == 0 && !first {
-        return (NONE, Bytes::new());
+        return Ok(Bytes::new());
     }
-    match log.read(fetch_offset, budget, ReadUpperBound::HighWatermark, first) {
-        Ok(read) => (NONE, read.records),
-        Err(e @ ReadError::OffsetOutOfRange { .. }) => {
-            tracing::debug!(error = %e, "fetch out of range");
-            (OFFSET_OUT_OF_RANGE, Bytes::new())
+    match ctx.replicas.read_for_consumer(
+        tp,
+        wanted.current_leader_epoch,
+        wanted.fetch_offset,
+        budget,
+        first,
+    ) {
+        Ok(read) => Ok(read.records),
+        Err(e @ ReplicaError::Read(ReadError::OffsetOutOfRange { .. })) => {
+            tracing::debug!(error = %e, partition = %tp, "fetch out of range");
+            Err(leadership::refusal(ctx, tp, &e))
         }
-        Err(e) => (error_codes::from_read(&e, "fetch").code, Bytes::new()),
+        Err(e) => Err(leadership::refusal(ctx, tp, &e)),
     }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn read_for_follower(
+    ctx: &Arc<BrokerContext>,
+    tp: &TopicPartition,
+    wanted: &Wanted,
+    replica_id: i32,
+    broker_epoch: i64,
+    budget: usize,
+    version: i16,
+    data: &mut PartitionData,
+) -> Result<Bytes, Refusal> {
+    // A long poll reads again on every wake-up; the follower's position is accounted each time
+    // (the same position: the machine sees nothing new after the first).
+    let read = ctx
+        .replicas
+        .read_for_follower(
+            tp,
+            replica_id,
+            broker_epoch,
+            wanted.current_leader_epoch,
+            wanted.fetch_offset,
+            wanted.last_fetched_epoch,
+            budget.max(1),
+        )
+        .map_err(|e| {
+            if let ReplicaError::Partition(millrace_replication::PartitionError::OffsetOutOfRange) =
+                e
+            {
+                data.log_start_offset = ctx
+                    .replicas
+                    .partition(tp)
+                    .map_or(-1, |h| h.log.log_start_offset());
+            }
+            leadership::refusal(ctx, tp, &e)
+        })?;
+    data.high_watermark = read.high_watermark;
+    data.last_stable_offset = read.high_watermark;
+    data.log_start_offset = read.log_start_offset;
+    if let Some((epoch, end_offset)) = read.diverging {
+        if version >= LEADER_FIELDS_VERSION_MIN {
+            data.diverging_epoch = EpochEndOffset::default()
+                .with_epoch(epoch)
+                .with_end_offset(end_offset);
+        }
+        return Ok(Bytes::new());
+    }
+    Ok(read.records)
 }

@@ -1,60 +1,93 @@
 //! FindCoordinator (key 10): the coordinator of group `g` is the leader of `__consumer_offsets`
-//! partition `partition_for(g)` (Kafka's `abs(hashCode) % N`); on a single node that is always this
-//! broker. While that partition is being replayed the answer is COORDINATOR_LOAD_IN_PROGRESS.
+//! partition `partition_for(g)` (Kafka's `abs(hashCode) % N`), as the committed image says. While
+//! that partition is replayed there the answer is COORDINATOR_LOAD_IN_PROGRESS; while it has no
+//! leader, COORDINATOR_NOT_AVAILABLE.
+//!
+//! `__consumer_offsets` is created on the first FindCoordinator, as Kafka does (compacted,
+//! `offsets.topic.num.partitions`, replication factor `offsets.topic.replication.factor`, 1 on a
+//! single-node broker): the creation goes to the controller in the background, and until it is
+//! committed — in a cluster, until that many brokers are alive — the answer is
+//! COORDINATOR_NOT_AVAILABLE and clients retry.
 //!
 //! Advertised from v0 because old librdkafka enables LZ4 only when FindCoordinator v0 is in range
 //! (checklist §2.3). Transaction coordinators (key type 1) are not served yet.
 
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use kafka_protocol::messages::find_coordinator_response::Coordinator;
 use kafka_protocol::messages::{BrokerId, FindCoordinatorRequest, FindCoordinatorResponse};
 use kafka_protocol::protocol::StrBytes;
+use millrace_cluster::image::NO_LEADER;
+use millrace_controller::messages::TopicSpec;
+use millrace_controller::{ControllerRequest, ControllerResponse};
+use millrace_groups::{partition_for, OFFSETS_TOPIC};
+use tracing::{info, warn};
 
 use super::str_bytes;
 use crate::error_codes::{self, COORDINATOR_NOT_AVAILABLE, INVALID_REQUEST, NONE};
 use crate::BrokerContext;
 
 const KEY_TYPE_GROUP: i8 = 0;
+/// How long the background creation of `__consumer_offsets` may wait for the controller.
+const CREATE_OFFSETS_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// At most one creation of `__consumer_offsets` in flight from this broker.
+static CREATING: AtomicBool = AtomicBool::new(false);
 
 pub fn handle(
     ctx: &Arc<BrokerContext>,
     request: FindCoordinatorRequest,
     version: i16,
 ) -> FindCoordinatorResponse {
-    let broker = ctx.cluster.brokers().into_iter().next();
-    let have_broker = broker.is_some();
-    let answer = |key: &StrBytes| -> (i16, Option<String>) {
+    let image = ctx.cluster.image();
+    let offsets = image.topic(OFFSETS_TOPIC).cloned();
+    if offsets.is_none() && request.key_type == KEY_TYPE_GROUP {
+        create_offsets_topic(ctx);
+    }
+    // (code, message, node, host, port)
+    let answer = |key: &StrBytes| -> (i16, Option<String>, i32, String, i32) {
+        let refuse = |code: i16, message: Option<String>| (code, message, -1, String::new(), -1);
         if request.key_type != KEY_TYPE_GROUP {
-            (
+            return refuse(
                 COORDINATOR_NOT_AVAILABLE,
                 Some("Transactions are not supported yet.".to_string()),
-            )
-        } else if key.is_empty() {
-            (INVALID_REQUEST, Some("Empty group id.".to_string()))
-        } else if !have_broker {
-            (COORDINATOR_NOT_AVAILABLE, None)
-        } else if let Err(e) = ctx.groups.check_coordinator(key) {
-            let e = error_codes::from_group(&e, "FindCoordinator");
-            (e.code, e.message)
-        } else {
-            (NONE, None)
+            );
         }
+        if key.is_empty() {
+            return refuse(INVALID_REQUEST, Some("Empty group id.".to_string()));
+        }
+        let Some(topic) = &offsets else {
+            return refuse(COORDINATOR_NOT_AVAILABLE, None);
+        };
+        let partition = partition_for(key, topic.partition_count());
+        let leader = topic.partition(partition).map_or(NO_LEADER, |p| p.leader);
+        let Some(broker) = image.broker(leader).filter(|b| !b.fenced) else {
+            return refuse(COORDINATOR_NOT_AVAILABLE, None);
+        };
+        if leader == ctx.cluster.node_id() {
+            if let Err(e) = ctx.groups.check_coordinator(key) {
+                let e = error_codes::from_group(&e, "FindCoordinator");
+                return refuse(e.code, e.message);
+            }
+        }
+        (
+            NONE,
+            None,
+            broker.node_id,
+            broker.host.clone(),
+            i32::from(broker.port),
+        )
     };
-    let (node_id, host, port) = broker
-        .map(|b| (b.node_id, b.host, i32::from(b.port)))
-        .unwrap_or((-1, String::new(), -1));
     if version < 4 {
-        let (code, message) = answer(&request.key);
-        let mut response = FindCoordinatorResponse::default().with_error_code(code);
-        if code == NONE {
-            response = response
-                .with_node_id(BrokerId(node_id))
-                .with_host(str_bytes(&host))
-                .with_port(port);
-        } else {
-            response = response.with_node_id(BrokerId(-1)).with_port(-1);
-        }
+        let (code, message, node_id, host, port) = answer(&request.key);
+        let mut response = FindCoordinatorResponse::default()
+            .with_error_code(code)
+            .with_node_id(BrokerId(node_id))
+            .with_host(str_bytes(&host))
+            .with_port(port);
         if version >= 1 {
             response.error_message = message.as_deref().map(str_bytes);
         }
@@ -64,19 +97,72 @@ pub fn handle(
         .coordinator_keys
         .iter()
         .map(|key| {
-            let (code, message) = answer(key);
-            let c = Coordinator::default()
+            let (code, message, node_id, host, port) = answer(key);
+            Coordinator::default()
                 .with_key(key.clone())
                 .with_error_code(code)
-                .with_error_message(message.as_deref().map(str_bytes));
-            if code == NONE {
-                c.with_node_id(BrokerId(node_id))
-                    .with_host(str_bytes(&host))
-                    .with_port(port)
-            } else {
-                c.with_node_id(BrokerId(-1)).with_port(-1)
-            }
+                .with_error_message(message.as_deref().map(str_bytes))
+                .with_node_id(BrokerId(node_id))
+                .with_host(str_bytes(&host))
+                .with_port(port)
         })
         .collect();
     FindCoordinatorResponse::default().with_coordinators(coordinators)
+}
+
+/// Asks the controller to create `__consumer_offsets`, once at a time, in the background.
+fn create_offsets_topic(ctx: &Arc<BrokerContext>) {
+    if CREATING.swap(true, Ordering::SeqCst) {
+        return;
+    }
+    let long = |key: &str, fallback: i64| {
+        ctx.cluster
+            .config
+            .get(key)
+            .and_then(|v| v.trim().parse::<i64>().ok())
+            .unwrap_or(fallback)
+    };
+    let partitions =
+        i32::try_from(long("offsets.topic.num.partitions", 50).clamp(1, 10_000)).unwrap_or(50);
+    let mut rf =
+        i16::try_from(long("offsets.topic.replication.factor", 3).clamp(1, 32)).unwrap_or(3);
+    if ctx.cluster.is_single_node() {
+        rf = 1;
+    }
+    let configs: BTreeMap<String, String> = [
+        ("cleanup.policy".to_string(), "compact".to_string()),
+        ("segment.bytes".to_string(), "104857600".to_string()),
+    ]
+    .into_iter()
+    .collect();
+    let request = ControllerRequest::CreateTopics {
+        topics: vec![TopicSpec {
+            name: OFFSETS_TOPIC.to_string(),
+            partitions: Some(partitions),
+            replication_factor: Some(rf),
+            assignments: BTreeMap::new(),
+            configs,
+        }],
+        validate_only: false,
+    };
+    let controller = Arc::clone(&ctx.controller);
+    tokio::spawn(async move {
+        match controller.request(request, CREATE_OFFSETS_TIMEOUT).await {
+            ControllerResponse::CreateTopics { results } => match results.first() {
+                Some((_, Ok(created))) => {
+                    info!(
+                        partitions = created.partitions,
+                        replication_factor = created.replication_factor,
+                        "created {OFFSETS_TOPIC}"
+                    );
+                }
+                Some((_, Err(e))) => {
+                    info!(error = %e, "{OFFSETS_TOPIC} not created yet");
+                }
+                None => {}
+            },
+            other => warn!(answer = ?other, "creating {OFFSETS_TOPIC} failed"),
+        }
+        CREATING.store(false, Ordering::SeqCst);
+    });
 }

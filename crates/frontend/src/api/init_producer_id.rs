@@ -2,7 +2,7 @@
 //!
 //! Without a transactional id Kafka hands out a new producer id with producer epoch 0 on every
 //! call, including the KIP-360 "bump" call that names the old id; Millrace does the same. Ids come
-//! from durable blocks in the cluster metadata, so they are never reused, even after a crash.
+//! from blocks the active controller committed to the metadata log, so they are never reused, even after a crash.
 //! Transactional ids are refused until transactions exist.
 
 use std::sync::Arc;
@@ -12,8 +12,8 @@ use kafka_protocol::messages::{InitProducerIdRequest, InitProducerIdResponse, Pr
 use crate::error_codes::{self, INVALID_REQUEST};
 use crate::BrokerContext;
 
-pub fn handle(
-    ctx: &Arc<BrokerContext>,
+pub async fn handle(
+    ctx: Arc<BrokerContext>,
     request: InitProducerIdRequest,
     _version: i16,
 ) -> InitProducerIdResponse {
@@ -23,10 +23,10 @@ pub fn handle(
     if request.transactional_id.is_some() {
         return response.with_error_code(INVALID_REQUEST);
     }
-    match ctx.cluster.next_producer_id() {
+    match ctx.producer_ids.next().await {
         Ok(id) => response
             .with_producer_id(ProducerId(id))
             .with_producer_epoch(0),
-        Err(e) => response.with_error_code(error_codes::from_admin(&e, "InitProducerId").code),
+        Err(e) => response.with_error_code(error_codes::from_controller(&e, "InitProducerId").code),
     }
 }

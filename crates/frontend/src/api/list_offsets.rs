@@ -1,7 +1,10 @@
 //! ListOffsets (key 2): earliest (-2), latest (-1), max timestamp (-3, v7+), or the first offset
 //! whose timestamp is at or after a given time.
 //!
-//! "Latest" is the high watermark (equal to the last stable offset, with no transactions).
+//! "Latest" is the high watermark (equal to the last stable offset, with no transactions). Only the
+//! partition's leader answers, with a current leader epoch (v4+, KIP-320); a new leader answers
+//! OFFSET_NOT_AVAILABLE for the latest offset until its high watermark reaches the start of its
+//! leader epoch (KIP-207: before that it may be lower than what the previous leader exposed).
 
 use std::sync::Arc;
 
@@ -9,10 +12,11 @@ use kafka_protocol::messages::list_offsets_response::{
     ListOffsetsPartitionResponse, ListOffsetsTopicResponse,
 };
 use kafka_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse};
-use millrace_cluster::LEADER_EPOCH;
-use millrace_store::PartitionLog;
+use millrace_replication::HostedPartition;
+use millrace_store::TopicPartition;
 
-use crate::error_codes::{self, UNKNOWN_TOPIC_OR_PARTITION, UNSUPPORTED_VERSION};
+use super::leadership;
+use crate::error_codes::{self, OFFSET_NOT_AVAILABLE, UNSUPPORTED_VERSION};
 use crate::BrokerContext;
 
 const LATEST: i64 = -1;
@@ -39,21 +43,23 @@ pub fn handle(
                 .map(|p| {
                     let mut out = ListOffsetsPartitionResponse::default()
                         .with_partition_index(p.partition_index);
-                    let answer = match ctx.cluster.partition_log(&name, p.partition_index) {
-                        None => Err(UNKNOWN_TOPIC_OR_PARTITION),
-                        Some(log) => lookup(
-                            &log,
-                            p.timestamp,
-                            version,
-                            &format!("{name}-{}", p.partition_index),
-                        ),
+                    let tp = TopicPartition::new(&name, p.partition_index);
+                    let expected = if version >= LEADER_EPOCH_VERSION_MIN {
+                        p.current_leader_epoch
+                    } else {
+                        -1
+                    };
+                    let answer = match leadership::leader_replica(ctx, &tp, expected) {
+                        Err(refusal) => Err(refusal.error.code),
+                        Ok(hosted) => lookup(&hosted, p.timestamp, version, &tp.to_string())
+                            .map(|found| (found, hosted.leader().map_or(-1, |(_, e)| e))),
                     };
                     match answer {
-                        Ok((offset, timestamp)) => {
+                        Ok(((offset, timestamp), leader_epoch)) => {
                             out.offset = offset;
                             out.timestamp = timestamp;
                             if version >= LEADER_EPOCH_VERSION_MIN && offset >= 0 {
-                                out.leader_epoch = LEADER_EPOCH;
+                                out.leader_epoch = leader_epoch;
                             }
                         }
                         Err(code) => out.error_code = code,
@@ -71,12 +77,17 @@ pub fn handle(
 
 /// (offset, timestamp) for one partition; -1/-1 when no record matches.
 fn lookup(
-    log: &PartitionLog,
+    hosted: &HostedPartition,
     timestamp: i64,
     version: i16,
     context: &str,
 ) -> Result<(i64, i64), i16> {
+    let log = &hosted.log;
+    let confirmed = hosted
+        .epoch_start_offset()
+        .is_none_or(|start| log.high_watermark() >= start);
     match timestamp {
+        LATEST | MAX_TIMESTAMP if !confirmed => Err(OFFSET_NOT_AVAILABLE),
         LATEST => Ok((log.high_watermark(), -1)),
         EARLIEST => Ok((log.log_start_offset(), -1)),
         MAX_TIMESTAMP if version < MAX_TIMESTAMP_VERSION_MIN => Err(UNSUPPORTED_VERSION),

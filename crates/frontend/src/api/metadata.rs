@@ -1,92 +1,120 @@
-//! Metadata (key 3): brokers, cluster id, controller, and topics with their partitions.
+//! Metadata (key 3): live brokers, cluster id, controller, and topics with their partitions'
+//! leaders, leader epochs, replicas, ISR and offline replicas — all from the committed metadata
+//! image, the same on every broker.
 //!
 //! `topics = null` (or an empty list at v0) means every topic; `[]` at v1+ means none. A missing
 //! topic is created when the request allows it (v4+ `allow_auto_topic_creation`, always before)
-//! and `auto.create.topics.enable` is on; otherwise UNKNOWN_TOPIC_OR_PARTITION. v12+ may name
-//! topics by id only. Every partition is led by this broker at leader epoch [`LEADER_EPOCH`].
+//! and `auto.create.topics.enable` is on: the controller commits it, and this answer says
+//! LEADER_NOT_AVAILABLE for it unless the image here already shows it (the client asks again, as
+//! with Kafka). v12+ may name topics by id only. A partition without a leader answers
+//! LEADER_NOT_AVAILABLE.
+//!
+//! `controller_id`: the active controller when it is a live broker, else this broker — as Kafka's
+//! KRaft brokers do, since clients send admin requests to any broker and brokers forward them.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use kafka_protocol::messages::metadata_response::{
     MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
 };
 use kafka_protocol::messages::{BrokerId, MetadataRequest, MetadataResponse};
-use millrace_cluster::{validate_topic_name, NewTopic, TopicMetadata, LEADER_EPOCH};
+use millrace_cluster::image::{MetadataImage, TopicImage};
+use millrace_cluster::validate_topic_name;
+use millrace_controller::messages::TopicSpec;
+use millrace_controller::{ControllerRequest, ControllerResponse};
 use uuid::Uuid;
 
 use super::{str_bytes, topic_name};
 use crate::error_codes::{
-    self, INVALID_TOPIC_EXCEPTION, UNKNOWN_TOPIC_ID, UNKNOWN_TOPIC_OR_PARTITION,
+    self, INVALID_TOPIC_EXCEPTION, LEADER_NOT_AVAILABLE, TOPIC_ALREADY_EXISTS, UNKNOWN_TOPIC_ID,
+    UNKNOWN_TOPIC_OR_PARTITION,
 };
 use crate::BrokerContext;
 
 /// Topics Kafka marks internal.
 pub const INTERNAL_TOPICS: &[&str] = &["__consumer_offsets", "__transaction_state"];
 
-pub fn handle(
-    ctx: &Arc<BrokerContext>,
+/// How long an auto-creation may wait for the controller before the answer goes out without it.
+const AUTO_CREATE_WAIT: Duration = Duration::from_secs(5);
+/// How long to wait for a just-created topic to reach this broker's image.
+const IMAGE_CATCH_UP_WAIT: Duration = Duration::from_millis(500);
+
+/// The `controller_id` clients see.
+pub fn controller_id(ctx: &BrokerContext) -> i32 {
+    let image = ctx.cluster.image();
+    match ctx.controller.controller_id() {
+        Some(id) if image.broker(id).is_some_and(|b| !b.fenced) => id,
+        _ => ctx.cluster.node_id(),
+    }
+}
+
+pub async fn handle(
+    ctx: Arc<BrokerContext>,
     request: MetadataRequest,
     version: i16,
 ) -> MetadataResponse {
-    let cluster = &ctx.cluster;
-    let node_id = cluster.node_id();
-    let mut response = MetadataResponse::default().with_brokers(
-        cluster
-            .brokers()
-            .into_iter()
-            .map(|b| {
-                MetadataResponseBroker::default()
-                    .with_node_id(BrokerId(b.node_id))
-                    .with_host(str_bytes(&b.host))
-                    .with_port(i32::from(b.port))
-            })
-            .collect(),
-    );
-    if version >= 1 {
-        response.controller_id = BrokerId(cluster.controller_id());
-    }
-    if version >= 2 {
-        response.cluster_id = Some(str_bytes(&cluster.cluster_id()));
-    }
-
     let all = match &request.topics {
         None => true,
         Some(list) => list.is_empty() && version == 0,
     };
-    let auto_create =
-        (version < 4 || request.allow_auto_topic_creation) && cluster.config.auto_create_topics();
+    let auto_create = (version < 4 || request.allow_auto_topic_creation)
+        && ctx.cluster.config.auto_create_topics();
     let topics = if all {
-        cluster
-            .metadata
-            .topics()
-            .iter()
-            .map(|t| describe(t, node_id, version))
+        let image = ctx.cluster.image();
+        image
+            .topics
+            .values()
+            .map(|t| describe(&image, t, version))
             .collect()
     } else {
-        request
-            .topics
-            .iter()
-            .flatten()
-            .map(|wanted| match &wanted.name {
-                Some(name) => lookup_by_name(ctx, name.0.as_str(), auto_create, version),
-                None => lookup_by_id(ctx, wanted.topic_id, version),
-            })
-            .collect()
+        let mut out = Vec::new();
+        for wanted in request.topics.iter().flatten() {
+            out.push(match &wanted.name {
+                Some(name) => lookup_by_name(&ctx, name.0.as_str(), auto_create, version).await,
+                None => lookup_by_id(&ctx, wanted.topic_id, version),
+            });
+        }
+        out
     };
+    // The broker list last, so it includes whatever the lookups waited for.
+    let image = ctx.cluster.image();
+    let mut response = MetadataResponse::default().with_brokers(
+        image
+            .live_brokers()
+            .map(|b| {
+                let mut broker = MetadataResponseBroker::default()
+                    .with_node_id(BrokerId(b.node_id))
+                    .with_host(str_bytes(&b.host))
+                    .with_port(i32::from(b.port));
+                if version >= 1 {
+                    broker.rack = b.rack.as_deref().map(str_bytes);
+                }
+                broker
+            })
+            .collect(),
+    );
+    if version >= 1 {
+        response.controller_id = BrokerId(controller_id(&ctx));
+    }
+    if version >= 2 {
+        response.cluster_id = image.cluster_id.as_deref().map(str_bytes);
+    }
     response.topics = topics;
     response
 }
 
-fn lookup_by_name(
+async fn lookup_by_name(
     ctx: &Arc<BrokerContext>,
     name: &str,
     auto_create: bool,
     version: i16,
 ) -> MetadataResponseTopic {
-    let cluster = &ctx.cluster;
-    let node_id = cluster.node_id();
-    if let Some(topic) = cluster.metadata.topic(name) {
-        return describe(&topic, node_id, version);
+    {
+        let image = ctx.cluster.image();
+        if let Some(topic) = image.topic(name) {
+            return describe(&image, topic, version);
+        }
     }
     let error = |code: i16| {
         MetadataResponseTopic::default()
@@ -99,42 +127,97 @@ fn lookup_by_name(
     if !auto_create {
         return error(UNKNOWN_TOPIC_OR_PARTITION);
     }
-    let new = NewTopic {
-        name: name.to_string(),
-        ..NewTopic::default()
+    let request = ControllerRequest::CreateTopics {
+        topics: vec![TopicSpec {
+            name: name.to_string(),
+            ..TopicSpec::default()
+        }],
+        validate_only: false,
     };
-    match cluster.create_topic(&new) {
-        Ok(topic) => describe(&topic, node_id, version),
-        // Lost a race with another creator: describe what is there now.
-        Err(millrace_cluster::AdminError::TopicAlreadyExists(_)) => {
-            match cluster.metadata.topic(name) {
-                Some(topic) => describe(&topic, node_id, version),
-                None => error(UNKNOWN_TOPIC_OR_PARTITION),
+    let code = match ctx.controller.request(request, AUTO_CREATE_WAIT).await {
+        ControllerResponse::CreateTopics { results } => match results.into_iter().next() {
+            Some((_, Ok(_))) => LEADER_NOT_AVAILABLE,
+            Some((_, Err(e))) => match error_codes::from_controller(&e, name).code {
+                // Lost a race with another creator.
+                TOPIC_ALREADY_EXISTS => LEADER_NOT_AVAILABLE,
+                code => code,
+            },
+            None => LEADER_NOT_AVAILABLE,
+        },
+        ControllerResponse::Error { error } => error_codes::from_controller(&error, name).code,
+        _ => LEADER_NOT_AVAILABLE,
+    };
+    if code == LEADER_NOT_AVAILABLE {
+        // Committed: describe it if this broker's image has it within a moment.
+        if let Some(described) = wait_for_topic(ctx, name, version).await {
+            return described;
+        }
+    }
+    error(code)
+}
+
+async fn wait_for_topic(
+    ctx: &Arc<BrokerContext>,
+    name: &str,
+    version: i16,
+) -> Option<MetadataResponseTopic> {
+    let mut changes = ctx.cluster.shared_image().subscribe();
+    let deadline = tokio::time::Instant::now() + IMAGE_CATCH_UP_WAIT;
+    loop {
+        {
+            let image = ctx.cluster.image();
+            if let Some(topic) = image.topic(name) {
+                let all_led = topic.partitions.iter().all(|p| p.has_leader());
+                if all_led {
+                    return Some(describe(&image, topic, version));
+                }
             }
         }
-        Err(e) => error(error_codes::from_admin(&e, name).code),
+        if tokio::time::timeout_at(deadline, changes.changed())
+            .await
+            .is_err()
+        {
+            return None;
+        }
     }
 }
 
 fn lookup_by_id(ctx: &Arc<BrokerContext>, id: Uuid, version: i16) -> MetadataResponseTopic {
-    match ctx.cluster.metadata.topic_by_id(id) {
-        Some(topic) => describe(&topic, ctx.cluster.node_id(), version),
+    let image = ctx.cluster.image();
+    match image.topic_by_id(id) {
+        Some(topic) => describe(&image, topic, version),
         None => MetadataResponseTopic::default()
             .with_topic_id(id)
             .with_error_code(UNKNOWN_TOPIC_ID),
     }
 }
 
-fn describe(topic: &TopicMetadata, node_id: i32, version: i16) -> MetadataResponseTopic {
-    let partitions = (0..topic.partitions)
-        .map(|p| {
+fn describe(image: &MetadataImage, topic: &TopicImage, version: i16) -> MetadataResponseTopic {
+    let ids = |v: &[i32]| v.iter().map(|&b| BrokerId(b)).collect::<Vec<_>>();
+    let partitions = topic
+        .partitions
+        .iter()
+        .enumerate()
+        .map(|(index, reg)| {
             let mut partition = MetadataResponsePartition::default()
-                .with_partition_index(p)
-                .with_leader_id(BrokerId(node_id))
-                .with_replica_nodes(vec![BrokerId(node_id)])
-                .with_isr_nodes(vec![BrokerId(node_id)]);
+                .with_partition_index(i32::try_from(index).unwrap_or(i32::MAX))
+                .with_leader_id(BrokerId(reg.leader))
+                .with_replica_nodes(ids(&reg.replicas))
+                .with_isr_nodes(ids(&reg.isr));
+            if !reg.has_leader() {
+                partition.error_code = LEADER_NOT_AVAILABLE;
+            }
+            if version >= 5 {
+                let offline: Vec<i32> = reg
+                    .replicas
+                    .iter()
+                    .copied()
+                    .filter(|b| image.broker(*b).is_none_or(|r| r.fenced))
+                    .collect();
+                partition.offline_replicas = ids(&offline);
+            }
             if version >= 7 {
-                partition.leader_epoch = LEADER_EPOCH;
+                partition.leader_epoch = reg.leader_epoch;
             }
             partition
         })

@@ -16,9 +16,11 @@ pub mod describe_producers;
 pub mod describe_topic_partitions;
 pub mod fetch;
 pub mod find_coordinator;
+pub mod forward;
 pub mod heartbeat;
 pub mod init_producer_id;
 pub mod join_group;
+pub mod leadership;
 pub mod leave_group;
 pub mod list_groups;
 pub mod list_offsets;
@@ -39,18 +41,4 @@ pub(crate) fn str_bytes(s: &str) -> StrBytes {
 
 pub(crate) fn topic_name(s: &str) -> TopicName {
     TopicName(str_bytes(s))
-}
-
-/// KIP-320: a client's `current_leader_epoch` ahead of ours is UNKNOWN_LEADER_EPOCH, behind is
-/// FENCED_LEADER_EPOCH; -1 means "do not check".
-pub(crate) fn leader_epoch_error(requested: i32, current: i32) -> Option<i16> {
-    if requested < 0 {
-        None
-    } else if requested > current {
-        Some(crate::error_codes::UNKNOWN_LEADER_EPOCH)
-    } else if requested < current {
-        Some(crate::error_codes::FENCED_LEADER_EPOCH)
-    } else {
-        None
-    }
 }

@@ -33,8 +33,8 @@ pub fn handle(
         for p in topic.partitions {
             let known = ctx
                 .cluster
-                .partition_log(&name, p.partition_index)
-                .is_some();
+                .topic(&name)
+                .is_some_and(|t| t.partition(p.partition_index).is_some());
             slots.push((p.partition_index, known));
             if known {
                 partitions.push(CommitPartition {

@@ -1,6 +1,7 @@
 //! OffsetForLeaderEpoch (key 23): the end offset of a leader epoch, from the partition's
-//! leader-epoch cache. Consumers use it to validate their position after a leader change (KIP-320);
-//! followers will use it to truncate when replication arrives.
+//! leader-epoch cache of the partition's leader. Consumers use it to validate their position after
+//! a leader change (KIP-320); followers find where they diverge through Fetch's diverging epoch
+//! instead, but may ask here too.
 
 use std::sync::Arc;
 
@@ -8,10 +9,9 @@ use kafka_protocol::messages::offset_for_leader_epoch_response::{
     EpochEndOffset, OffsetForLeaderTopicResult,
 };
 use kafka_protocol::messages::{OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse};
-use millrace_cluster::LEADER_EPOCH;
+use millrace_store::TopicPartition;
 
-use super::leader_epoch_error;
-use crate::error_codes::UNKNOWN_TOPIC_OR_PARTITION;
+use super::leadership;
 use crate::BrokerContext;
 
 /// Kafka's UNDEFINED_EPOCH / UNDEFINED_EPOCH_OFFSET.
@@ -35,18 +35,14 @@ pub fn handle(
                         .with_partition(p.partition)
                         .with_leader_epoch(-1)
                         .with_end_offset(UNDEFINED);
-                    let Some(log) = ctx.cluster.partition_log(&name, p.partition) else {
-                        return out.with_error_code(UNKNOWN_TOPIC_OR_PARTITION);
+                    let tp = TopicPartition::new(&name, p.partition);
+                    let hosted = match leadership::leader_replica(ctx, &tp, p.current_leader_epoch)
+                    {
+                        Ok(h) => h,
+                        Err(refusal) => return out.with_error_code(refusal.error.code),
                     };
-                    if let Some(code) = leader_epoch_error(p.current_leader_epoch, LEADER_EPOCH) {
-                        return out.with_error_code(code);
-                    }
-                    match log.end_offset_for_leader_epoch(p.leader_epoch) {
+                    match hosted.log.end_offset_for_leader_epoch(p.leader_epoch) {
                         Some((epoch, end)) => out.with_leader_epoch(epoch).with_end_offset(end),
-                        // An empty log has no epochs yet; its current epoch ends at the log end.
-                        None if p.leader_epoch == LEADER_EPOCH => out
-                            .with_leader_epoch(LEADER_EPOCH)
-                            .with_end_offset(log.log_end_offset()),
                         None => out,
                     }
                 })

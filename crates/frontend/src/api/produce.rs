@@ -1,17 +1,18 @@
-//! Produce (key 0): validate each partition's records at the protocol level, append them to the
-//! partition log, and answer once they are as durable as `log.flush.policy` promises.
+//! Produce (key 0): validate each partition's records at the protocol level, append them as the
+//! partition's leader, and answer once they are acknowledged: acks=1 once as durable on the leader
+//! as `log.flush.policy` promises, acks=-1 once the high watermark passed them (they are on every
+//! in-sync replica), acks=0 never.
 //!
 //! The appends happen in [`handle`] itself, before it returns, so that pipelined Produce requests
 //! on one connection append in request order (idempotent producers keep five in flight and rely on
-//! it). Only the durability wait is left to the returned future.
+//! it). Only the acknowledgement wait is left to the returned future.
 //!
 //! Protocol checks here (Kafka's `ProduceRequest.validateRecords`): exactly one record batch per
 //! partition, magic 2, no zstd below v7, read with the store's batch parsing
 //! (`millrace_store::batch`, the workspace's one v2 codec). The store checks the rest (CRC,
-//! lengths, counts, size).
-//! Records for internal topics (`__consumer_offsets`) are refused with INVALID_TOPIC_EXCEPTION, as
-//! Kafka does for clients. Both acks=1 and acks=-1 wait for durability: on a single node "the leader has it" and "the ISR
-//! has it" mean the same thing.
+//! lengths, counts, size). Records for internal topics (`__consumer_offsets`) are refused with
+//! INVALID_TOPIC_EXCEPTION, as Kafka does for clients. A partition this broker does not lead gets
+//! NOT_LEADER_OR_FOLLOWER with the current leader and its endpoint (v10+, KIP-951).
 
 use std::future::Future;
 use std::sync::Arc;
@@ -19,18 +20,19 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use kafka_protocol::messages::produce_response::{
-    BatchIndexAndErrorMessage, PartitionProduceResponse, TopicProduceResponse,
+    BatchIndexAndErrorMessage, LeaderIdAndEpoch, NodeEndpoint, PartitionProduceResponse,
+    TopicProduceResponse,
 };
-use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
-use millrace_cluster::LEADER_EPOCH;
+use kafka_protocol::messages::{BrokerId, ProduceRequest, ProduceResponse};
+use millrace_replication::AckWait;
 use millrace_store::batch::{BatchHeader, BatchPrefix};
-use millrace_store::PartitionLog;
+use millrace_store::TopicPartition;
 
+use super::leadership::{self, LeaderHint, Refusal};
 use super::str_bytes;
 use crate::error_codes::{
     self, KafkaError, CORRUPT_MESSAGE, INVALID_RECORD, INVALID_REQUIRED_ACKS,
-    INVALID_TOPIC_EXCEPTION, REQUEST_TIMED_OUT, UNKNOWN_TOPIC_OR_PARTITION,
-    UNSUPPORTED_COMPRESSION_TYPE,
+    INVALID_TOPIC_EXCEPTION, UNSUPPORTED_COMPRESSION_TYPE,
 };
 use crate::limits::PRODUCE_TIMEOUT_MS_MAX;
 use crate::BrokerContext;
@@ -39,15 +41,27 @@ use crate::BrokerContext;
 const CODEC_ZSTD: u8 = 4;
 /// First Produce version that may carry zstd batches.
 const ZSTD_VERSION_MIN: i16 = 7;
+/// First Produce version with KIP-951 leader hints.
+const LEADER_HINT_VERSION_MIN: i16 = 10;
 
-/// One partition's outcome; `wait` is set when the response must wait for durability.
+/// One partition's outcome; `wait` is set when the answer must wait for the acknowledgement.
 struct Outcome {
     index: i32,
-    result: Result<PartitionProduceResponse, KafkaError>,
-    wait: Option<(Arc<PartitionLog>, i64)>,
+    result: Result<PartitionProduceResponse, Refusal>,
+    wait: Option<AckWait>,
 }
 
-/// Appends now; the future answers once durable (or timed out).
+impl Outcome {
+    fn refused(index: i32, error: KafkaError) -> Self {
+        Outcome {
+            index,
+            result: Err(Refusal { error, hint: None }),
+            wait: None,
+        }
+    }
+}
+
+/// Appends now; the future answers once acknowledged (or timed out).
 pub fn handle(
     ctx: &Arc<BrokerContext>,
     request: ProduceRequest,
@@ -63,57 +77,53 @@ pub fn handle(
             .partition_data
             .into_iter()
             .map(|p| {
-                let context = format!("{name}-{}", p.index);
                 if !matches!(acks, -1..=1) {
-                    return Outcome {
-                        index: p.index,
-                        result: Err(KafkaError::code(INVALID_REQUIRED_ACKS)),
-                        wait: None,
-                    };
+                    return Outcome::refused(p.index, KafkaError::code(INVALID_REQUIRED_ACKS));
                 }
                 if super::metadata::INTERNAL_TOPICS.contains(&name.as_str()) {
                     // Only the coordinators write there (Kafka: "Cannot append to internal
                     // topic"); a client's records would be replayed as group state.
-                    return Outcome {
-                        index: p.index,
-                        result: Err(KafkaError::new(
+                    return Outcome::refused(
+                        p.index,
+                        KafkaError::new(
                             INVALID_TOPIC_EXCEPTION,
                             format!("Cannot append to internal topic {name}"),
-                        )),
-                        wait: None,
-                    };
+                        ),
+                    );
                 }
-                match ctx.cluster.partition_log(&name, p.index) {
-                    None => Outcome {
-                        index: p.index,
-                        result: Err(KafkaError::code(UNKNOWN_TOPIC_OR_PARTITION)),
-                        wait: None,
-                    },
-                    Some(log) => append(&log, p.index, p.records, version, acks, &context),
-                }
+                let tp = TopicPartition::new(&name, p.index);
+                append(ctx, &tp, p.records, version, acks)
             })
             .collect();
         topics.push((topic.name, outcomes));
     }
+    let ctx = Arc::clone(ctx);
 
     async move {
         let mut responses = Vec::with_capacity(topics.len());
+        let mut hints: Vec<LeaderHint> = Vec::new();
         for (name, outcomes) in topics {
             let mut partitions = Vec::with_capacity(outcomes.len());
             for outcome in outcomes {
                 let result = match (outcome.result, outcome.wait) {
-                    (Ok(ok), Some((log, end))) => {
-                        match tokio::time::timeout(timeout, log.wait_durable(end)).await {
-                            Ok(Ok(())) => Ok(ok),
-                            Ok(Err(e)) => Err(error_codes::from_store(&e, &name.0)),
-                            Err(_) => Err(KafkaError::new(
-                                REQUEST_TIMED_OUT,
-                                "the append did not become durable within timeout_ms",
-                            )),
+                    (Ok(ok), Some(wait)) => match wait.wait(timeout).await {
+                        Ok(()) => Ok(ok),
+                        Err(e) => {
+                            let tp = TopicPartition::new(name.0.as_str(), outcome.index);
+                            let hint = leadership::leader_of(&ctx, &tp).filter(|h| {
+                                h.leader_id >= 0 && h.leader_id != ctx.cluster.node_id()
+                            });
+                            Err(Refusal {
+                                error: error_codes::from_ack(e),
+                                hint,
+                            })
                         }
-                    }
+                    },
                     (result, _) => result,
                 };
+                if let Err(Refusal { hint: Some(h), .. }) = &result {
+                    hints.push(*h);
+                }
                 partitions.push(to_response(outcome.index, result, version));
             }
             responses.push(
@@ -122,29 +132,37 @@ pub fn handle(
                     .with_partition_responses(partitions),
             );
         }
-        ProduceResponse::default().with_responses(responses)
+        let mut response = ProduceResponse::default().with_responses(responses);
+        if version >= LEADER_HINT_VERSION_MIN {
+            response.node_endpoints = leadership::endpoints(&ctx, hints)
+                .into_iter()
+                .map(|(id, host, port, rack)| {
+                    NodeEndpoint::default()
+                        .with_node_id(BrokerId(id))
+                        .with_host(str_bytes(&host))
+                        .with_port(i32::from(port))
+                        .with_rack(rack.as_deref().map(str_bytes))
+                })
+                .collect();
+        }
+        response
     }
 }
 
 fn append(
-    log: &Arc<PartitionLog>,
-    index: i32,
+    ctx: &Arc<BrokerContext>,
+    tp: &TopicPartition,
     records: Option<Bytes>,
     version: i16,
     acks: i16,
-    context: &str,
 ) -> Outcome {
-    let fail = |e: KafkaError| Outcome {
-        index,
-        result: Err(e),
-        wait: None,
-    };
+    let index = tp.partition;
     let records = records.unwrap_or_default();
     if let Err(e) = check_single_batch(&records, version) {
-        return fail(e);
+        return Outcome::refused(index, e);
     }
-    match log.append(BytesMut::from(&records[..]), LEADER_EPOCH) {
-        Ok(info) => {
+    match ctx.replicas.append(tp, BytesMut::from(&records[..]), acks) {
+        Ok((info, wait)) => {
             let mut ok = PartitionProduceResponse::default()
                 .with_index(index)
                 .with_base_offset(info.base_offset)
@@ -152,14 +170,17 @@ fn append(
             if version >= 5 {
                 ok.log_start_offset = info.log_start_offset;
             }
-            let wait = (acks != 0).then(|| (log.clone(), info.last_offset + 1));
             Outcome {
                 index,
                 result: Ok(ok),
                 wait,
             }
         }
-        Err(e) => fail(error_codes::from_append(&e, context)),
+        Err(e) => Outcome {
+            index,
+            result: Err(leadership::refusal(ctx, tp, &e)),
+            wait: None,
+        },
     }
 }
 
@@ -216,12 +237,12 @@ fn check_single_batch(records: &[u8], version: i16) -> Result<(), KafkaError> {
 
 fn to_response(
     index: i32,
-    result: Result<PartitionProduceResponse, KafkaError>,
+    result: Result<PartitionProduceResponse, Refusal>,
     version: i16,
 ) -> PartitionProduceResponse {
     match result {
         Ok(ok) => ok,
-        Err(e) => {
+        Err(Refusal { error: e, hint }) => {
             let mut r = PartitionProduceResponse::default()
                 .with_index(index)
                 .with_error_code(e.code)
@@ -237,6 +258,13 @@ fn to_response(
                             .with_batch_index_error_message(Some(str_bytes(why)))
                     })
                     .collect();
+            }
+            if version >= LEADER_HINT_VERSION_MIN {
+                if let Some(h) = hint {
+                    r.current_leader = LeaderIdAndEpoch::default()
+                        .with_leader_id(BrokerId(h.leader_id))
+                        .with_leader_epoch(h.leader_epoch);
+                }
             }
             r
         }
