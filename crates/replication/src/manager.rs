@@ -215,6 +215,8 @@ pub struct ReplicaManager {
     /// Whether the last applied image showed this process registered and unfenced.
     current: AtomicBool,
     listeners: RwLock<Vec<LeadershipListener>>,
+    /// The metadata offset of the last image applied to the replicas.
+    applied: watch::Sender<u64>,
     pub(crate) stop: CancellationToken,
 }
 
@@ -250,6 +252,7 @@ impl ReplicaManager {
             broker_epoch: AtomicI64::new(-1),
             current: AtomicBool::new(false),
             listeners: RwLock::new(Vec::new()),
+            applied: watch::Sender::new(0),
             stop,
         });
         let weak = Arc::downgrade(&manager);
@@ -284,6 +287,15 @@ impl ReplicaManager {
 
     pub fn hosted(&self) -> Vec<Arc<HostedPartition>> {
         self.partitions.read().values().cloned().collect()
+    }
+
+    /// Waits (at most `timeout`) until the replicas follow an image at least as new as `offset`;
+    /// whether they do.
+    pub async fn wait_applied(&self, offset: u64, timeout: Duration) -> bool {
+        let mut rx = self.applied.subscribe();
+        tokio::time::timeout(timeout, rx.wait_for(|a| *a >= offset))
+            .await
+            .is_ok_and(|r| r.is_ok())
     }
 
     /// Woken by every leader append.
@@ -416,6 +428,7 @@ impl ReplicaManager {
         }
         *self.following.write() = following;
         self.update_fetchers();
+        self.applied.send_replace(image.offset);
         let listeners = self.listeners.read();
         for change in changes {
             for l in listeners.iter() {

@@ -43,7 +43,11 @@ pub async fn await_image(ctx: &Arc<BrokerContext>, done: impl Fn(&MetadataImage)
     let mut changes = ctx.cluster.shared_image().subscribe();
     let deadline = tokio::time::Instant::now() + IMAGE_CATCH_UP_WAIT;
     loop {
-        if done(&ctx.cluster.image()) {
+        let image = ctx.cluster.image();
+        if done(&image) {
+            // And the replicas here act on it (a Produce right after CreateTopics finds its leader).
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            ctx.replicas.wait_applied(image.offset, left).await;
             return;
         }
         if tokio::time::timeout_at(deadline, changes.changed())
