@@ -159,7 +159,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = ap.parse_args(argv)
 
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1, 2**31)
-    min_faults = args.min_faults if args.min_faults is not None else max(1, int(40 * args.duration / 240))
+    if args.min_faults is not None:
+        min_faults = args.min_faults
+    elif args.broken:
+        min_faults = 3  # one slow fault kind (~30 s each); a few suffice to show the loss
+    else:
+        min_faults = max(1, int(40 * args.duration / 240))
     work = args.work or Path(tempfile.mkdtemp(prefix=f"millrace-cluster-{args.system}-"))
     work.mkdir(parents=True, exist_ok=True)
     signal.signal(signal.SIGTERM, lambda s, f: sys.exit(128 + s))
@@ -268,11 +273,14 @@ def main(argv: Optional[List[str]] = None) -> int:
             w.stop()
         for w in consumers + readers:
             w.wait(45)
-        run_once(work, t0_ns, "committed", "admin-final", dict(common, once=True), 30)
+        run_once(work, t0_ns, "committed", "admin-final", dict(common, once=True), 90)
         log("draining every partition from the beginning")
         out = run_once(work, t0_ns, "drain", "drain", dict(common, timeout=120), 180)
         drained = json.loads(out.splitlines()[-1]) if out else {"complete": False, "read": 0}
         history.close()
+        routes = chaos.status()
+        (work / "routes-status.json").write_text(json.dumps(routes, indent=1))
+        silent = [r["name"] for r in routes if not (r["bytes_up"] > 0 and r["bytes_down"] > 0)]
         paths = sorted(str(p) for p in work.glob("history-*.jsonl"))
         merged = merge(paths, str(work / "history.jsonl"))
         log(f"history: {merged} records from {len(paths)} processes in {work / 'history.jsonl'}")
@@ -298,12 +306,14 @@ def main(argv: Optional[List[str]] = None) -> int:
         checks.add("every fault kind injected", kinds <= set(counts), f"missing {sorted(kinds - set(counts))}" if kinds - set(counts) else "")
         checks.add(f"acknowledged sends >= {acked_min}", res.stats["sends_ok"] >= acked_min, f"{res.stats['sends_ok']}")
         checks.add("group consumers committed", res.stats["commits_ok"] > 0, f"{res.stats['commits_ok']} commits ok")
+        checks.add("final read-back of the committed offsets succeeded", res.stats["final_committed_read"])
         if crashes:
             print(f"client crashes (each client was restarted): {len(crashes)}")
             for c in crashes:
                 print(f"  {c}")
         checks.add("cluster recovered within 120 s of the heal", recovered, f"{recovery_s:.1f}s")
         checks.add("final drain read every partition to its end", bool(drained["complete"]))
+        checks.add(f"all {len(routes)} proxy routes carried traffic both ways", not silent, f"silent: {silent}" if silent else "")
         counts_a = res.counts()
         if args.broken:
             checks.add("broken configuration: the checker reports lost writes", counts_a["lost-write"] > 0,

@@ -180,12 +180,27 @@ def test_nonmonotonic_poll():
 def test_committed_offset_regression():
     h = base()
     h.poll("drain", {0: [(0, "p1-0"), (1, "p2-0"), (2, "p1-2")], 1: [(0, "p1-1"), (1, "p2-1")]})
-    h.commit("c1", "g", {"0": 3})
-    h.committed("admin", "g", {"0": 1})
+    h.commit("c1", "g", {"0": 3, "1": 2})
+    # After the heal the group's committed offset of partition 0 is back at 1: a commit was lost.
+    h._op(process="admin", type="invoke", f="committed", group="g")
+    h._op(process="admin", type="ok", f="committed", group="g", offsets={"0": 1, "1": 2}, final=True)
     res = h.result()
     assert only(res, "committed-offset-regression") == {}
     bad = res.anomalies["committed-offset-regression"][0]
-    assert (bad["earlier_offset"], bad["offset"]) == (3, 1)
+    assert (bad["partition"], bad["acknowledged_offset"], bad["final_offset"]) == (0, 3, 1)
+
+
+def test_midrun_regressions_are_counted_not_anomalies():
+    h = base()
+    h.poll("drain", {0: [(0, "p1-0"), (1, "p2-0"), (2, "p1-2")], 1: [(0, "p1-1"), (1, "p2-1")]})
+    h.commit("c1", "g", {"0": 3})
+    h.committed("admin", "g", {"0": 1})  # a new coordinator still behind the acknowledged commit
+    h._op(process="admin", type="invoke", f="committed", group="g")
+    h._op(process="admin", type="ok", f="committed", group="g", offsets={"0": 3}, final=True)
+    res = h.result()
+    assert res.valid(), res.counts()
+    assert res.stats["committed_midrun_regressions"] == 1
+    assert res.stats["final_committed_read"]
 
 
 def test_concurrent_or_failed_commits_are_not_regressions():
@@ -195,10 +210,13 @@ def test_concurrent_or_failed_commits_are_not_regressions():
     h._op(process="admin", type="invoke", f="committed", group="g")
     h.commit("c1", "g", {"0": 3})
     h._op(process="admin", type="ok", f="committed", group="g", offsets={"0": 1})
-    # A failed commit of a lower offset, then a read-back of the higher one.
-    h.commit("c2", "g", {"0": 0}, outcome="fail")
-    h.committed("admin", "g", {"0": 3})
-    assert h.result().valid(), h.result().counts()
+    # A failed commit of a higher offset does not count.
+    h.commit("c2", "g", {"0": 9}, outcome="fail")
+    h._op(process="admin", type="invoke", f="committed", group="g")
+    h._op(process="admin", type="ok", f="committed", group="g", offsets={"0": 3}, final=True)
+    res = h.result()
+    assert res.valid(), res.counts()
+    assert res.stats["committed_midrun_regressions"] == 0
 
 
 def test_report_prints_counts_and_the_operations():

@@ -26,6 +26,7 @@ from workload import (
     ReaderWorker,
     admin_client,
     drain,
+    reader_for_group,
 )
 
 
@@ -63,9 +64,14 @@ def main() -> int:
         elif role == "reader":
             worker = ReaderWorker(name, history, stop, bootstrap, topic, cfg["partitions"])
         elif role == "committed":
-            worker = CommittedReader(name, history, stop, bootstrap, topic, cfg["group"])
+            worker = CommittedReader(name, history, stop, bootstrap, topic, cfg["group"], cfg["partitions"])
             if cfg.get("once"):
-                worker.read_once(admin_client(bootstrap))
+                consumer = reader_for_group(bootstrap, cfg["group"], name)
+                for _ in range(6):
+                    if worker.read_once(consumer, final=True):
+                        break
+                    stop.wait(2)
+                consumer.close()
                 return 0
         else:
             raise SystemExit(f"unknown role {role}")

@@ -16,11 +16,6 @@ from typing import Dict, List, Optional
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-try:  # confluent-kafka >= 2.x
-    from confluent_kafka import ConsumerGroupTopicPartitions
-except ImportError:  # pragma: no cover
-    from confluent_kafka.admin import ConsumerGroupTopicPartitions  # type: ignore
-
 from history import History
 
 # Commit errors that mean the coordinator refused the commit (it did not happen).
@@ -105,7 +100,9 @@ class ProducerWorker(Worker):
             "bootstrap.servers": self.bootstrap,
             "client.id": f"{self.proc_name}.{self.incarnation}",
             "linger.ms": 5,
-            "message.timeout.ms": 30000,
+            # Java's delivery.timeout.ms default: a timeout makes librdkafka bump the producer epoch,
+            # and messages it then retries under the new epoch can be stored twice.
+            "message.timeout.ms": 120000,
             "request.timeout.ms": 10000,
             "error_cb": self.on_error,
             **CLIENT_TIMEOUTS,
@@ -113,7 +110,10 @@ class ProducerWorker(Worker):
         if self.broken:
             conf.update({"enable.idempotence": False, "acks": 1})
         else:
-            conf.update({"enable.idempotence": True, "acks": "all"})
+            # One request in flight: with more, an error on the first request makes librdkafka
+            # 2.16 bump the epoch on the OUT_OF_ORDER_SEQUENCE answers to the others and resend
+            # them, storing duplicates (librdkafka issue 4953; compat-tests/cluster/FINDINGS.md).
+            conf.update({"enable.idempotence": True, "acks": "all", "max.in.flight.requests.per.connection": 1})
         return conf
 
     def on_error(self, err) -> None:
@@ -294,31 +294,48 @@ class ReaderWorker(Worker):
 
 
 class CommittedReader(Worker):
-    """Reads the group's committed offsets back every ``interval`` seconds (admin client)."""
+    """Reads the group's committed offsets back every ``interval`` seconds."""
 
-    def __init__(self, name, history, stop, bootstrap, topic, group, interval=2.0) -> None:
+    def __init__(self, name, history, stop, bootstrap, topic, group, partitions, interval=2.0) -> None:
         super().__init__(name, history, stop)
         self.bootstrap, self.topic, self.group, self.interval = bootstrap, topic, group, interval
+        self.partitions = partitions
 
-    def read_once(self, admin: AdminClient) -> None:
+    def read_once(self, consumer: Consumer, final: bool = False) -> bool:
+        """OffsetFetch through a consumer that never joins the group. (The admin client's
+        list_consumer_group_offsets aborted librdkafka 2.16.1 under faults; see
+        docs/decisions/0017-one-process-per-test-client.md.)"""
         self.history.record(self.proc_name, "invoke", "committed", group=self.group)
         try:
-            futures = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(self.group)], request_timeout=10)
-            result = futures[self.group].result(15)
+            result = consumer.committed([TopicPartition(self.topic, p) for p in range(self.partitions)], timeout=10)
         except Exception as exc:  # noqa: BLE001 - any failure: unknown outcome of a read
             self.history.record(self.proc_name, "info", "committed", group=self.group, error=repr(exc)[:300])
-            return
-        offsets = {
-            str(tp.partition): tp.offset
-            for tp in result.topic_partitions
-            if tp.topic == self.topic and tp.error is None and tp.offset >= 0
-        }
-        self.history.record(self.proc_name, "ok", "committed", group=self.group, offsets=offsets)
+            return False
+        offsets = {str(tp.partition): tp.offset for tp in result if tp.error is None and tp.offset >= 0}
+        extra = {"final": True} if final else {}
+        self.history.record(self.proc_name, "ok", "committed", group=self.group, offsets=offsets, **extra)
+        return True
 
     def work(self) -> None:
-        admin = admin_client(self.bootstrap)
-        while not self.stop_event.wait(self.interval):
-            self.read_once(admin)
+        consumer = reader_for_group(self.bootstrap, self.group, self.proc_name)
+        try:
+            while not self.stop_event.wait(self.interval):
+                self.read_once(consumer)
+        finally:
+            close = threading.Thread(target=consumer.close, daemon=True)
+            close.start()
+            close.join(30)
+
+
+def reader_for_group(bootstrap: str, group: str, name: str) -> Consumer:
+    """A consumer configured with the group's id that never subscribes, so it never joins."""
+    return Consumer({
+        "bootstrap.servers": bootstrap,
+        "group.id": group,
+        "client.id": name,
+        "enable.auto.commit": False,
+        **CLIENT_TIMEOUTS,
+    })
 
 
 def drain(history: History, bootstrap: str, topic: str, partitions: int, timeout: float) -> Dict[str, object]:
