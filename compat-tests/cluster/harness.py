@@ -185,7 +185,7 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     log(f"system {args.system}, {nodes} node(s), seed {seed}, duration {args.duration:.0f}s, "
         f"{'BROKEN configuration' if args.broken else 'safe configuration'}, work dir {work}")
-    chaos = Chaos(binary("MILLRACE_CHAOS_BIN", "millrace-chaos"), work / "chaos.log").start()
+    chaos = Chaos(binary("CHAOS_PROXY_BIN", "millrace-chaos"), work / "chaos.log").start()
     cluster: Optional[Cluster] = None
     checks = Checks()
     history: Optional[History] = None

@@ -10,8 +10,9 @@
 #   compat-tests/cluster/run.sh --seed 1234             # rerun a seed (same faults, same order)
 #
 # Extra args go to harness.py (--duration, --nodes, --rate, --keep, --min-faults ...).
-# Env: MILLRACE_BIN (broker; built with cargo when unset), MILLRACE_CHAOS_BIN (proxy; built when
-#      unset), PYTHON (interpreter for the venv, default python3), CLUSTER_TIMEOUT (seconds for the
+# Env: MILLRACE_BIN (broker; built with cargo when unset), CHAOS_PROXY_BIN (proxy; built when
+#      unset; not named MILLRACE_*: the broker reads every MILLRACE_* variable as a config),
+#      PYTHON (interpreter for the venv, default python3), CLUSTER_TIMEOUT (seconds for the
 #      harness, default 900). --system kafka needs java >= 17 and mvn (jars resolved once).
 set -euo pipefail
 
@@ -46,15 +47,15 @@ if ! MILLRACE_BIN="$(millrace_bin)"; then
   exit 1
 fi
 export MILLRACE_BIN
-if [[ -z "${MILLRACE_CHAOS_BIN:-}" ]]; then
+if [[ -z "${CHAOS_PROXY_BIN:-}" ]]; then
   if ! (cd "$ROOT" && timeout "${MILLRACE_BUILD_TIMEOUT:-3600}" cargo build -q -p millrace-chaos >&2); then
     echo "cluster: cargo build -p millrace-chaos failed" >&2
     summary 0 1
     exit 1
   fi
-  MILLRACE_CHAOS_BIN="$ROOT/target/debug/millrace-chaos"
+  CHAOS_PROXY_BIN="$ROOT/target/debug/millrace-chaos"
 fi
-export MILLRACE_CHAOS_BIN
+export CHAOS_PROXY_BIN
 
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/millrace-cluster-run.XXXXXX")"
 trap 'rm -rf "$WORK"' EXIT
