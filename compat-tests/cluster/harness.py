@@ -37,6 +37,7 @@ from workload import CLIENT_LOG, admin_client, create_topic
 
 HERE = Path(__file__).resolve().parent
 PARTITIONS = 6
+CLIENT_RESTARTS_MAX = 20  # per client: a client that keeps dying is left dead
 TOPIC = "chaos"
 GROUP = "chaos-group"
 
@@ -81,6 +82,8 @@ class WorkerProc:
         """Restarts the client if it died on its own."""
         if self.stopping or self.proc is None or self.proc.poll() is None:
             return
+        if len(self.crashes) >= CLIENT_RESTARTS_MAX:
+            return  # gave up on this client; its crashes are printed with the results
         tail = self.stderr.read_text(errors="replace")[-300:].strip().replace("\n", " | ")
         self.crashes.append(f"{self.name} exited {self.proc.returncode}: {tail}")
         log(f"client {self.name} exited with {self.proc.returncode}; restarting it ({tail[-150:]})")
