@@ -11,6 +11,7 @@
 //! Types to read first: [`ClusterMetadata`], [`BrokerConfig`], [`TopicConfigs`].
 
 pub mod config;
+pub mod limits;
 pub mod metadata;
 pub mod recover;
 pub mod topic_name;
