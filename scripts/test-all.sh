@@ -31,6 +31,8 @@ echo "== cargo clippy"
 cargo clippy --workspace --all-targets -- -D warnings
 echo "== cargo test"
 cargo test --workspace -- --test-threads=2
+echo "== fuzz smoke"
+bash fuzz/ci.sh
 echo "== bench smoke"
 bash crates/bench/smoke.sh
 echo "== compat-tests"

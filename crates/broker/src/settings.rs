@@ -28,6 +28,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use clap::Parser;
+use millrace_cluster::config::{validate_value, ConfigType};
 use millrace_cluster::{BrokerConfig, ConfigError};
 
 /// Default Kafka listener.
@@ -172,9 +173,19 @@ fn env_layer(vars: impl Iterator<Item = (String, String)>) -> BTreeMap<String, S
     .collect()
 }
 
-/// `PLAINTEXT://host:port` (first entry of a Kafka listener list) or plain `host:port`.
+/// `PLAINTEXT://host:port` or plain `host:port`: one listener of a served security protocol.
+/// A list of several is refused rather than served in part, as is `SSL://` and the like.
 fn parse_host_port(what: &str, value: &str) -> Result<(String, u16), SettingsError> {
-    let first = value.split(',').next().unwrap_or_default().trim();
+    validate_value(what, value, ConfigType::Listeners)?;
+    let mut listeners = value.split(',').map(str::trim).filter(|l| !l.is_empty());
+    let first = listeners.next().unwrap_or_default();
+    if listeners.next().is_some() {
+        return Err(invalid(
+            what,
+            value,
+            "Millrace serves one listener; give a single host:port",
+        ));
+    }
     let bare = first.split_once("://").map_or(first, |(_, rest)| rest);
     let (host, port) = bare
         .rsplit_once(':')
@@ -231,14 +242,17 @@ impl Settings {
             .clone()
             .or_else(|| config.log_dir().map(PathBuf::from))
             .unwrap_or_else(|| PathBuf::from(DEFAULT_DATA_DIR));
-        let listen_text = match &cli.listen {
-            Some(l) => l.clone(),
-            None => config
-                .explicit("listeners")
-                .unwrap_or(DEFAULT_LISTEN)
-                .to_string(),
+        let (listen_what, listen_text) = match &cli.listen {
+            Some(l) => ("--listen", l.clone()),
+            None => (
+                "listeners",
+                config
+                    .explicit("listeners")
+                    .unwrap_or(DEFAULT_LISTEN)
+                    .to_string(),
+            ),
         };
-        let (host, port) = parse_host_port("--listen", &listen_text)?;
+        let (host, port) = parse_host_port(listen_what, &listen_text)?;
         let listen: SocketAddr = format!("{host}:{port}")
             .parse()
             .or_else(|_| {
@@ -249,7 +263,7 @@ impl Settings {
             })
             .map_err(|_| {
                 invalid(
-                    "--listen",
+                    listen_what,
                     &listen_text,
                     "not an address this host can bind",
                 )
@@ -461,5 +475,28 @@ mod tests {
             ("0.0.0.0".to_string(), 9092)
         );
         assert!(parse_host_port("x", "nohost").is_err());
+        // Only served security protocols, and only one listener (never served in part).
+        for bad in [
+            "SSL://h:1",
+            "SASL_SSL://h:1",
+            "PLAINTEXT://h:1,PLAINTEXT://h:2",
+        ] {
+            let err = parse_host_port("--listen", bad).unwrap_err().to_string();
+            assert!(err.contains("--listen"), "{bad}: {err}");
+        }
+        let err = Settings::resolve(
+            &cli(&["--listen", "SSL://127.0.0.1:9093"]),
+            std::iter::empty(),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("--listen") && err.contains("SSL"), "{err}");
+        let err = Settings::resolve(
+            &cli(&["--set", "listeners=SSL://127.0.0.1:9093"]),
+            std::iter::empty(),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("'listeners'") && err.contains("SSL"), "{err}");
     }
 }

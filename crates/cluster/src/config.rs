@@ -10,11 +10,23 @@
 //!
 //! Millrace adds a few keys of its own, all prefixed as Kafka would name them:
 //! `log.flush.policy`, `log.flush.batch.interval.ms`, `log.max.open.files`.
+//!
+//! Bounds that protect the store or the broker's memory are named in [`crate::limits`]: the batch
+//! size keys (`message.max.bytes`, `max.message.bytes`, `replica.fetch.max.bytes`,
+//! `socket.request.max.bytes`) stop at maxima tied to the store's `BATCH_BYTES_MAX`, and
+//! `queued.max.request.bytes` is finite and at least `socket.request.max.bytes` plus the reserve
+//! for small requests. `listeners` and `advertised.listeners` accept only the security protocols
+//! the broker serves (PLAINTEXT today), so a TLS listener is never silently served in plaintext.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use millrace_store::{CleanupPolicy, FlushPolicy, LogConfig, TimestampType};
+
+use crate::limits::{
+    MESSAGE_MAX_BYTES_MAX, QUEUED_MAX_REQUEST_BYTES_MAX, REPLICA_FETCH_MAX_BYTES_MAX,
+    SMALL_REQUEST_RESERVE_BYTES, SOCKET_REQUEST_MAX_BYTES_MAX,
+};
 
 /// Why a configuration was rejected. The message always names the key.
 #[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
@@ -46,6 +58,7 @@ pub enum ConfigType {
     },
     Long {
         min: i64,
+        max: i64,
     },
     Bool,
     Double {
@@ -56,7 +69,14 @@ pub enum ConfigType {
     OneOf(&'static [&'static str]),
     CleanupPolicy,
     Str,
+    /// A Kafka listener list (`NAME://host:port,...`), each listener of a security protocol the
+    /// broker serves ([`SERVED_SECURITY_PROTOCOLS`]).
+    Listeners,
 }
+
+/// Security protocols the broker serves on its listeners. TLS and SASL are not served yet, so a
+/// listener asking for them is refused at startup rather than served in plaintext.
+pub const SERVED_SECURITY_PROTOCOLS: &[&str] = &["PLAINTEXT"];
 
 /// One known configuration key.
 #[derive(Debug)]
@@ -91,9 +111,23 @@ const INT_NONNEG: ConfigType = ConfigType::Int {
     min: 0,
     max: i32::MAX as i64,
 };
-const LONG_ANY: ConfigType = ConfigType::Long { min: -1 };
-const LONG_NONNEG: ConfigType = ConfigType::Long { min: 0 };
-const LONG_POS: ConfigType = ConfigType::Long { min: 1 };
+const LONG_ANY: ConfigType = ConfigType::Long {
+    min: -1,
+    max: i64::MAX,
+};
+const LONG_NONNEG: ConfigType = ConfigType::Long {
+    min: 0,
+    max: i64::MAX,
+};
+const LONG_POS: ConfigType = ConfigType::Long {
+    min: 1,
+    max: i64::MAX,
+};
+/// A batch size limit: at most the store's largest batch.
+const BATCH_SIZE: ConfigType = ConfigType::Int {
+    min: 0,
+    max: MESSAGE_MAX_BYTES_MAX,
+};
 const TIMESTAMP_TYPES: ConfigType = ConfigType::OneOf(&["CreateTime", "LogAppendTime"]);
 const COMPRESSION_TYPES: ConfigType =
     ConfigType::OneOf(&["producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"]);
@@ -102,8 +136,8 @@ const COMPRESSION_TYPES: ConfigType =
 pub static BROKER_CONFIGS: &[ConfigDef] = &[
     def("node.id", "1", INT_NONNEG),
     nodef("log.dirs", ConfigType::Str),
-    nodef("listeners", ConfigType::Str),
-    nodef("advertised.listeners", ConfigType::Str),
+    nodef("listeners", ConfigType::Listeners),
+    nodef("advertised.listeners", ConfigType::Listeners),
     nodef("log.dir", ConfigType::Str),
     def("num.partitions", "1", INT_POS),
     def(
@@ -116,8 +150,32 @@ pub static BROKER_CONFIGS: &[ConfigDef] = &[
     ),
     def("auto.create.topics.enable", "true", ConfigType::Bool),
     def("delete.topic.enable", "true", ConfigType::Bool),
-    def("message.max.bytes", "1048588", INT_NONNEG),
-    def("socket.request.max.bytes", "104857600", INT_POS),
+    def("message.max.bytes", "1048588", BATCH_SIZE),
+    def(
+        "replica.fetch.max.bytes",
+        "1048576",
+        ConfigType::Int {
+            min: 0,
+            max: REPLICA_FETCH_MAX_BYTES_MAX,
+        },
+    ),
+    def(
+        "socket.request.max.bytes",
+        "104857600",
+        ConfigType::Int {
+            min: 1,
+            max: SOCKET_REQUEST_MAX_BYTES_MAX,
+        },
+    ),
+    // Kafka's default is -1 (no bound); Millrace always bounds the memory of requests in flight.
+    def(
+        "queued.max.request.bytes",
+        QUEUED_MAX_REQUEST_BYTES_DEFAULT,
+        ConfigType::Long {
+            min: 1,
+            max: QUEUED_MAX_REQUEST_BYTES_MAX,
+        },
+    ),
     def("max.connections", "2147483647", INT_NONNEG),
     def("connections.max.idle.ms", "600000", LONG_ANY),
     nodef("log.retention.ms", LONG_ANY),
@@ -282,7 +340,7 @@ pub static TOPIC_CONFIGS: &[TopicConfigDef] = &[
         LONG_POS,
         "log.cleaner.max.compaction.lag.ms",
     ),
-    topic("max.message.bytes", INT_NONNEG, "message.max.bytes"),
+    topic("max.message.bytes", BATCH_SIZE, "message.max.bytes"),
     topic(
         "message.timestamp.after.max.ms",
         LONG_NONNEG,
@@ -343,7 +401,7 @@ impl ConfigType {
     pub fn kafka_code(self) -> i8 {
         match self {
             ConfigType::Bool => 1,
-            ConfigType::Str | ConfigType::OneOf(_) => 2,
+            ConfigType::Str | ConfigType::OneOf(_) | ConfigType::Listeners => 2,
             ConfigType::Int { .. } => 3,
             ConfigType::Long { .. } => 5,
             ConfigType::Double { .. } => 6,
@@ -401,15 +459,11 @@ pub fn validate_value(key: &str, value: &str, ty: ConfigType) -> Result<(), Conf
             let n: i64 = v
                 .parse()
                 .map_err(|_| invalid(key, value, "not an integer"))?;
-            if n < min || n > max {
-                return Err(invalid(key, value, format!("must be in [{min}, {max}]")));
-            }
+            check_range(key, value, n, min, max)?;
         }
-        ConfigType::Long { min } => {
+        ConfigType::Long { min, max } => {
             let n: i64 = v.parse().map_err(|_| invalid(key, value, "not a long"))?;
-            if n < min {
-                return Err(invalid(key, value, format!("must be at least {min}")));
-            }
+            check_range(key, value, n, min, max)?;
         }
         ConfigType::Bool => {
             if !matches!(v.to_ascii_lowercase().as_str(), "true" | "false") {
@@ -432,9 +486,48 @@ pub fn validate_value(key: &str, value: &str, ty: ConfigType) -> Result<(), Conf
                 .ok_or_else(|| invalid(key, value, "must be a list of delete, compact"))?;
         }
         ConfigType::Str => {}
+        ConfigType::Listeners => {
+            for listener in v.split(',').map(str::trim).filter(|l| !l.is_empty()) {
+                check_listener(key, value, listener)?;
+            }
+        }
     }
     Ok(())
 }
+
+fn check_range(key: &str, value: &str, n: i64, min: i64, max: i64) -> Result<(), ConfigError> {
+    if n > max {
+        return Err(invalid(key, value, format!("the maximum is {max}")));
+    }
+    if n < min {
+        return Err(invalid(key, value, format!("the minimum is {min}")));
+    }
+    Ok(())
+}
+
+/// One listener: `host:port`, or `NAME://host:port` whose name is a served security protocol
+/// (Kafka compares listener names in upper case).
+fn check_listener(key: &str, value: &str, listener: &str) -> Result<(), ConfigError> {
+    let Some((name, _)) = listener.split_once("://") else {
+        return Ok(());
+    };
+    let name = name.trim().to_ascii_uppercase();
+    if SERVED_SECURITY_PROTOCOLS.contains(&name.as_str()) {
+        return Ok(());
+    }
+    Err(invalid(
+        key,
+        value,
+        format!(
+            "listener {listener}: security protocol {name} is not served; \
+             only {SERVED_SECURITY_PROTOCOLS:?} listeners are"
+        ),
+    ))
+}
+
+/// Default of `queued.max.request.bytes`: 512 MiB, room for several requests of the default
+/// `socket.request.max.bytes` (100 MiB) at once.
+const QUEUED_MAX_REQUEST_BYTES_DEFAULT: &str = "536870912";
 
 /// `delete`, `compact`, `compact,delete` (any order, spaces allowed). Kafka 4 also accepts an empty
 /// list, meaning neither.
@@ -481,7 +574,29 @@ impl BrokerConfig {
                 set.insert(key.clone(), value.trim().to_string());
             }
         }
-        Ok(Self { set })
+        let config = Self { set };
+        config.check_request_budget()?;
+        Ok(config)
+    }
+
+    /// `queued.max.request.bytes` must hold the largest request plus the small-request reserve,
+    /// or a request of `socket.request.max.bytes` could never be read (Kafka's rule is the same
+    /// without the reserve).
+    fn check_request_budget(&self) -> Result<(), ConfigError> {
+        let request_max = self.long_or("socket.request.max.bytes", 104_857_600);
+        let budget = self.queued_max_request_bytes();
+        let needed = request_max.saturating_add(SMALL_REQUEST_RESERVE_BYTES);
+        if i64::try_from(budget).unwrap_or(i64::MAX) < needed {
+            return Err(invalid(
+                "queued.max.request.bytes",
+                &budget.to_string(),
+                format!(
+                    "must be at least socket.request.max.bytes ({request_max}) plus \
+                     {SMALL_REQUEST_RESERVE_BYTES} reserved for small requests, i.e. {needed}"
+                ),
+            ));
+        }
+        Ok(())
     }
 
     /// The value of a key: set, or its default; `None` for an unknown or null key.
@@ -532,6 +647,17 @@ impl BrokerConfig {
     }
     pub fn socket_request_max_bytes(&self) -> usize {
         self.long_or("socket.request.max.bytes", 104_857_600) as usize
+    }
+    /// `queued.max.request.bytes`: the broker-wide budget for bytes of requests being read and
+    /// queued.
+    pub fn queued_max_request_bytes(&self) -> usize {
+        let fallback = QUEUED_MAX_REQUEST_BYTES_DEFAULT.parse().unwrap_or(i64::MAX);
+        usize::try_from(self.long_or("queued.max.request.bytes", fallback)).unwrap_or(usize::MAX)
+    }
+    /// `replica.fetch.max.bytes` (read by replication; validated today so that a config file
+    /// written for a cluster is checked at startup).
+    pub fn replica_fetch_max_bytes(&self) -> usize {
+        usize::try_from(self.long_or("replica.fetch.max.bytes", 1_048_576)).unwrap_or(0)
     }
     pub fn max_connections(&self) -> usize {
         self.long_or("max.connections", i32::MAX as i64) as usize
@@ -703,8 +829,9 @@ impl BrokerConfig {
                 .max(4) as u64,
             index_interval_bytes: long("index.interval.bytes", defaults.index_interval_bytes as i64)
                 .clamp(0, u32::MAX as i64) as u32,
+            // Clamped again here: metadata written before the bound existed may hold more.
             max_message_bytes: long("max.message.bytes", defaults.max_message_bytes as i64)
-                .clamp(0, u32::MAX as i64) as u32,
+                .clamp(0, MESSAGE_MAX_BYTES_MAX) as u32,
             retention_ms: long("retention.ms", defaults.retention_ms),
             retention_bytes: long("retention.bytes", defaults.retention_bytes),
             cleanup_policy: parse_cleanup_policy(&get("cleanup.policy"))
@@ -1015,6 +1142,99 @@ mod tests {
             inherited(ConfigOp::Subtract, "delete").get("cleanup.policy"),
             Some("")
         );
+    }
+
+    #[test]
+    fn batch_size_keys_stop_at_the_store_bound() {
+        let max = crate::limits::MESSAGE_MAX_BYTES_MAX;
+        let above = (max + 1).to_string();
+        for key in [
+            "message.max.bytes",
+            "replica.fetch.max.bytes",
+            "socket.request.max.bytes",
+        ] {
+            let limit = if key == "socket.request.max.bytes" {
+                SOCKET_REQUEST_MAX_BYTES_MAX
+            } else {
+                max
+            };
+            let too_big = (limit + 1).to_string();
+            let err = BrokerConfig::from_layers([&layer(&[
+                (key, too_big.as_str()),
+                ("queued.max.request.bytes", "68719476736"),
+            ])])
+            .unwrap_err();
+            let text = err.to_string();
+            assert!(
+                text.contains(key) && text.contains(&limit.to_string()),
+                "{key}: {text}"
+            );
+            let at_limit = limit.to_string();
+            assert!(
+                BrokerConfig::from_layers([&layer(&[
+                    (key, at_limit.as_str()),
+                    ("queued.max.request.bytes", "68719476736"),
+                ])])
+                .is_ok(),
+                "{key} at its maximum"
+            );
+        }
+        let err = TopicConfigs::new(layer(&[("max.message.bytes", above.as_str())])).unwrap_err();
+        assert!(
+            err.to_string().contains("max.message.bytes")
+                && err.to_string().contains(&max.to_string()),
+            "{err}"
+        );
+        assert!(TopicConfigs::new(layer(&[("max.message.bytes", &max.to_string())])).is_ok());
+    }
+
+    #[test]
+    fn request_budget_holds_the_largest_request() {
+        let c = BrokerConfig::default();
+        assert!(c.queued_max_request_bytes() >= c.socket_request_max_bytes());
+        let err = BrokerConfig::from_layers([&layer(&[("queued.max.request.bytes", "104857600")])])
+            .unwrap_err();
+        assert!(
+            err.to_string().contains("queued.max.request.bytes")
+                && err.to_string().contains("socket.request.max.bytes"),
+            "{err}"
+        );
+        assert!(
+            BrokerConfig::from_layers([&layer(&[("queued.max.request.bytes", "-1"),])]).is_err()
+        );
+        let c = BrokerConfig::from_layers([&layer(&[
+            ("socket.request.max.bytes", "1048576"),
+            ("queued.max.request.bytes", "20971520"),
+        ])])
+        .unwrap();
+        assert_eq!(c.queued_max_request_bytes(), 20_971_520);
+    }
+
+    #[test]
+    fn listeners_must_use_a_served_security_protocol() {
+        for ok in [
+            "PLAINTEXT://127.0.0.1:9092",
+            "plaintext://:9092",
+            "127.0.0.1:9092",
+        ] {
+            assert!(
+                BrokerConfig::from_layers([&layer(&[("listeners", ok)])]).is_ok(),
+                "{ok}"
+            );
+        }
+        for (key, bad) in [
+            ("listeners", "SSL://127.0.0.1:9093"),
+            ("listeners", "SASL_PLAINTEXT://:9092"),
+            ("listeners", "PLAINTEXT://:9092,SASL_SSL://:9093"),
+            ("advertised.listeners", "SSL://broker:9093"),
+        ] {
+            let err = BrokerConfig::from_layers([&layer(&[(key, bad)])]).unwrap_err();
+            assert!(
+                matches!(err, ConfigError::InvalidValue { key: ref k, .. } if k == key),
+                "{bad}: {err}"
+            );
+            assert!(err.to_string().contains("not served"), "{err}");
+        }
     }
 
     #[test]

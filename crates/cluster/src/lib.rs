@@ -12,6 +12,7 @@
 
 pub mod config;
 pub mod image;
+pub mod limits;
 pub mod metadata;
 pub mod records;
 pub mod recover;

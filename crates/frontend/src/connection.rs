@@ -1,7 +1,12 @@
 //! One client connection: length-prefixed frames in, responses out **in request order**.
 //!
-//! The reader cuts frames (4-byte big-endian size, checked against `socket.request.max.bytes`
-//! before anything is allocated) and hands each to [`dispatch`], which performs the request's
+//! The reader cuts frames: a 4-byte big-endian size, checked against `socket.request.max.bytes`,
+//! then that many bytes reserved from the broker-wide [`RequestMemory`] budget
+//! (`queued.max.request.bytes`; the reader waits, unread, while the budget is spent), and only then
+//! the buffer allocated and the body read. The grant lives in the request's bytes and is given back
+//! when the last slice of them is dropped. A request must arrive whole within
+//! `connections.max.idle.ms` of the reader starting to wait for it, so a half-sent request holds
+//! its grant for at most that long. Each frame goes to [`dispatch`], which performs the request's
 //! ordered side effects (appends, topic changes) before returning, and gives back a task that
 //! finishes the response (durability waits, long polls). Those tasks go through a bounded queue to
 //! the writer, which awaits them one by one, so responses leave in the order requests came in while
@@ -12,24 +17,26 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
-use tokio::io::AsyncWriteExt;
+use bytes::Bytes;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
-use tokio_util::codec::{FramedRead, LengthDelimitedCodec};
 use tracing::{debug, warn};
 
 use crate::dispatch::{dispatch, Pending};
-use crate::limits::IN_FLIGHT_REQUESTS_PER_CONNECTION_MAX;
+use crate::limits::{IN_FLIGHT_REQUESTS_PER_CONNECTION_MAX, READ_BUFFER_BYTES};
+use crate::request_memory::RequestMemory;
 use crate::BrokerContext;
 
-/// Per-connection limits taken from the broker config.
-#[derive(Debug, Clone, Copy)]
+/// Per-connection limits taken from the broker config, and the budget all connections share.
+#[derive(Debug, Clone)]
 pub struct ConnectionLimits {
     /// `socket.request.max.bytes`.
     pub request_bytes_max: usize,
     /// `connections.max.idle.ms`; `None` = never.
     pub idle_max: Option<Duration>,
+    /// `queued.max.request.bytes`, shared by every connection.
+    pub memory: Arc<RequestMemory>,
 }
 
 /// Serves one connection until the peer closes it, it misbehaves, it idles out, or the broker
@@ -42,12 +49,7 @@ pub async fn serve_connection(
 ) {
     let _ = stream.set_nodelay(true);
     let (read_half, mut write_half) = stream.into_split();
-    let codec = LengthDelimitedCodec::builder()
-        .big_endian()
-        .length_field_length(4)
-        .max_frame_length(limits.request_bytes_max)
-        .new_codec();
-    let mut frames = FramedRead::new(read_half, codec);
+    let mut frames = BufReader::with_capacity(READ_BUFFER_BYTES, read_half);
     let (queue, mut answers) = mpsc::channel::<Pending>(IN_FLIGHT_REQUESTS_PER_CONNECTION_MAX);
 
     let writer = tokio::spawn(async move {
@@ -76,7 +78,7 @@ pub async fn serve_connection(
     loop {
         let next = tokio::select! {
             _ = ctx.shutdown.cancelled() => break,
-            next = next_frame(&mut frames, limits.idle_max) => next,
+            next = next_frame(&mut frames, &limits) => next,
         };
         let frame = match next {
             FrameEvent::Frame(frame) => frame,
@@ -90,7 +92,7 @@ pub async fn serve_connection(
                 break;
             }
         };
-        match dispatch(&ctx, frame.freeze(), peer) {
+        match dispatch(&ctx, frame, peer) {
             Ok(pending) => {
                 if queue.send(pending).await.is_err() {
                     break;
@@ -117,27 +119,121 @@ async fn write_chunks(
     Ok(())
 }
 
+#[derive(Debug)]
 enum FrameEvent {
-    Frame(bytes::BytesMut),
+    Frame(Bytes),
     Closed,
     Idle,
     Bad(String),
 }
 
-async fn next_frame(
-    frames: &mut FramedRead<tokio::net::tcp::OwnedReadHalf, LengthDelimitedCodec>,
-    idle_max: Option<Duration>,
-) -> FrameEvent {
-    let next = match idle_max {
-        Some(idle) => match tokio::time::timeout(idle, frames.next()).await {
-            Ok(next) => next,
-            Err(_) => return FrameEvent::Idle,
-        },
-        None => frames.next().await,
+/// The next whole request, within `connections.max.idle.ms`.
+async fn next_frame<R: AsyncRead + Unpin>(frames: &mut R, limits: &ConnectionLimits) -> FrameEvent {
+    match limits.idle_max {
+        Some(idle) => tokio::time::timeout(idle, read_frame(frames, limits))
+            .await
+            .unwrap_or(FrameEvent::Idle),
+        None => read_frame(frames, limits).await,
+    }
+}
+
+/// Size, bound check, budget, then body. EOF before the first size byte is a clean close.
+async fn read_frame<R: AsyncRead + Unpin>(frames: &mut R, limits: &ConnectionLimits) -> FrameEvent {
+    let mut size = [0u8; 4];
+    match frames.read(&mut size[..1]).await {
+        Ok(0) => return FrameEvent::Closed,
+        Ok(_) => {}
+        Err(e) => return FrameEvent::Bad(format!("read failed: {e}")),
+    }
+    if let Err(e) = frames.read_exact(&mut size[1..]).await {
+        return FrameEvent::Bad(format!("connection ended inside a frame size: {e}"));
+    }
+    let declared = i32::from_be_bytes(size);
+    let len = match usize::try_from(declared) {
+        Ok(len) if len <= limits.request_bytes_max => len,
+        _ => {
+            return FrameEvent::Bad(format!(
+                "frame size {declared} is outside 0..={} (socket.request.max.bytes)",
+                limits.request_bytes_max
+            ))
+        }
     };
-    match next {
-        Some(Ok(frame)) => FrameEvent::Frame(frame),
-        Some(Err(e)) => FrameEvent::Bad(e.to_string()),
-        None => FrameEvent::Closed,
+    let grant = match limits.memory.reserve(len).await {
+        Ok(grant) => grant,
+        Err(e) => return FrameEvent::Bad(e.to_string()),
+    };
+    let mut body = vec![0u8; len];
+    if let Err(e) = frames.read_exact(&mut body).await {
+        return FrameEvent::Bad(format!("connection ended inside a {len}-byte frame: {e}"));
+    }
+    FrameEvent::Frame(grant.into_bytes(body))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits(budget: usize) -> ConnectionLimits {
+        ConnectionLimits {
+            request_bytes_max: 1 << 20,
+            idle_max: Some(Duration::from_millis(200)),
+            memory: RequestMemory::new(budget),
+        }
+    }
+
+    async fn check(input: &[u8], limits: &ConnectionLimits) -> FrameEvent {
+        let mut reader = input;
+        next_frame(&mut reader, limits).await
+    }
+
+    #[tokio::test]
+    async fn frames_are_cut_and_their_budget_given_back() {
+        let limits = limits(64 << 20);
+        let event = check(&[0, 0, 0, 3, 1, 2, 3, 9], &limits).await;
+        let FrameEvent::Frame(frame) = event else {
+            panic!("expected a frame, got {event:?}");
+        };
+        assert_eq!(&frame[..], &[1, 2, 3]);
+        assert_eq!(limits.memory.granted(), 3);
+        drop(frame);
+        assert_eq!(limits.memory.granted(), 0);
+    }
+
+    #[tokio::test]
+    async fn bad_sizes_and_early_ends_are_refused() {
+        let limits = limits(64 << 20);
+        assert!(matches!(check(&[], &limits).await, FrameEvent::Closed));
+        assert!(matches!(check(&[0, 0], &limits).await, FrameEvent::Bad(_)));
+        assert!(matches!(
+            check(&[0xFF, 0xFF, 0xFF, 0xFF], &limits).await,
+            FrameEvent::Bad(_)
+        ));
+        assert!(matches!(
+            check(&[0, 0x10, 0, 1], &limits).await,
+            FrameEvent::Bad(_)
+        ));
+        assert!(matches!(
+            check(&[0, 0, 0, 5, 1, 2], &limits).await,
+            FrameEvent::Bad(_)
+        ));
+        assert_eq!(limits.memory.granted(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_frame_waiting_for_budget_is_closed_as_idle() {
+        let limits = limits(18 << 20);
+        let held = limits.memory.reserve(1 << 20).await.expect("fits");
+        // 1 MiB + 1 is a large request: it may use 18 - 16 (reserve) = 2 MiB, 1 MiB is held.
+        let event = check(
+            &[0, 0x10, 0, 1, 0],
+            &ConnectionLimits {
+                request_bytes_max: 2 << 20,
+                ..limits.clone()
+            },
+        )
+        .await;
+        assert!(matches!(event, FrameEvent::Idle), "{event:?}");
+        drop(held);
+        assert_eq!(limits.memory.granted(), 0);
     }
 }

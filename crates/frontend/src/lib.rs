@@ -2,8 +2,8 @@
 //! table of advertised API versions, one module per API, and the one mapping from internal errors
 //! to Kafka error codes.
 //!
-//! Data flow: [`server::run`] accepts connections; [`connection`] cuts length-prefixed frames and
-//! keeps responses in request order; [`dispatch`] decodes the header, checks the version against
+//! Data flow: [`server::run`] accepts connections; [`connection`] cuts length-prefixed frames, each
+//! paid for from the broker-wide [`request_memory`] budget, and keeps responses in request order; [`dispatch`] decodes the header, checks the version against
 //! [`versions`], decodes the body and calls the API module, which translates the request into calls
 //! on [`millrace_cluster::Cluster`] and [`millrace_store`] and builds the response.
 //!
@@ -17,6 +17,7 @@ pub mod connection;
 pub mod dispatch;
 pub mod error_codes;
 pub mod limits;
+pub mod request_memory;
 pub mod server;
 pub mod splice;
 pub mod versions;

@@ -1,5 +1,6 @@
-//! The accept loop: one task per connection, `max.connections` enforced, and a graceful stop that
-//! stops accepting, lets in-flight requests finish (bounded by `SHUTDOWN_DRAIN_MS_MAX`), then returns.
+//! The accept loop: one task per connection, `max.connections` enforced, one request memory budget
+//! (`queued.max.request.bytes`) shared by all connections, and a graceful stop that stops
+//! accepting, lets in-flight requests finish (bounded by `SHUTDOWN_DRAIN_MS_MAX`), then returns.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -11,6 +12,7 @@ use tracing::{debug, warn};
 
 use crate::connection::{serve_connection, ConnectionLimits};
 use crate::limits::SHUTDOWN_DRAIN_MS_MAX;
+use crate::request_memory::RequestMemory;
 use crate::BrokerContext;
 
 /// Pause after a failed accept (for example EMFILE), so that the loop does not spin.
@@ -22,6 +24,7 @@ pub async fn run(listener: TcpListener, ctx: Arc<BrokerContext>) {
     let limits = ConnectionLimits {
         request_bytes_max: config.socket_request_max_bytes(),
         idle_max: config.connections_max_idle(),
+        memory: RequestMemory::new(config.queued_max_request_bytes()),
     };
     let connections_max = config.max_connections();
     let active = Arc::new(AtomicUsize::new(0));
@@ -48,6 +51,7 @@ pub async fn run(listener: TcpListener, ctx: Arc<BrokerContext>) {
         active.fetch_add(1, Ordering::AcqRel);
         let active = active.clone();
         let ctx = ctx.clone();
+        let limits = limits.clone();
         tracker.spawn(async move {
             serve_connection(stream, peer, ctx, limits).await;
             active.fetch_sub(1, Ordering::AcqRel);

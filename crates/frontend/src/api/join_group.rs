@@ -44,7 +44,9 @@ pub fn handle(
             .into_iter()
             .map(|p| Protocol {
                 name: p.name.to_string(),
-                metadata: p.metadata,
+                // Copied: a slice would keep the whole request (and its share of
+                // queued.max.request.bytes) alive for as long as the member exists.
+                metadata: bytes::Bytes::copy_from_slice(&p.metadata),
             })
             .collect(),
         client_id: client_id.to_string(),

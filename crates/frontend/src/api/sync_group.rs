@@ -39,7 +39,11 @@ pub fn handle(
         assignments: request
             .assignments
             .into_iter()
-            .map(|a| (a.member_id.to_string(), a.assignment))
+            // Copied, not sliced from the request: see join_group.rs.
+            .map(|a| {
+                let assignment = bytes::Bytes::copy_from_slice(&a.assignment);
+                (a.member_id.to_string(), assignment)
+            })
             .collect(),
     };
     let reply = ctx.groups.sync(sync);

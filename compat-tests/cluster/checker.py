@@ -1,0 +1,346 @@
+"""Checks a cluster-test history for the anomalies of Jepsen's Kafka workload (non-transactional part).
+
+The model is jepsen-io/jepsen ``jepsen/src/jepsen/tests/kafka.clj``: partitions are
+append-only logs, each offset holds one value, values are unique, and every operation of a
+client is recorded as JSON lines ``invoke`` then ``ok`` / ``fail`` / ``info`` (``info`` =
+unknown outcome, e.g. a timeout). See ``history.py`` for the record format and
+``docs/reliability.md`` for the definitions in prose.
+
+Anomalies (each reported with the operations that show it):
+
+- ``lost-write``: a send acknowledged (``ok``) at offset o of partition p, never read by
+  anyone, although some read of p reached an offset >= o.
+- ``unseen``: a send acknowledged but never read, above every offset read of its partition.
+  After the final drain (which reads every partition to its end) this must be empty too.
+- ``inconsistent-offset``: one (partition, offset) holding two values across sends and reads.
+- ``duplicate``: one value at two (partition, offset) places.
+- ``aborted-read``: a value read whose send definitely failed, or that nobody sent.
+- ``poll-skip`` / ``nonmonotonic-poll``: one consumer, between two assignment changes, read
+  partition p at version-order positions i then j with j > i + 1 (it skipped values that
+  exist) or j <= i (it went back or stood still). The version order of p is every offset known
+  to hold a value (from acknowledged sends and reads), sorted; gaps in raw offsets that nobody
+  ever observed are not skips.
+- ``committed-offset-regression``: an acknowledged commit lost: the final read-back of the
+  group's committed offsets (after the heal) is lower than the highest acknowledged commit of
+  that partition. Regressions seen *during* faults (a read-back or commit lower than one that
+  completed before it started) are counted in the statistics, not as anomalies: Kafka itself
+  shows them after a coordinator fails over (see the comment in ``check``).
+
+Usage: ``python checker.py HISTORY.jsonl [--json OUT]``; exit status 1 when any anomaly.
+Only the standard library is used.
+"""
+
+from __future__ import annotations
+
+import argparse
+import bisect
+import json
+import sys
+from collections import Counter, defaultdict
+from typing import Any, Dict, Iterable, List, Optional, Tuple
+
+ANOMALIES = (
+    "lost-write",
+    "inconsistent-offset",
+    "duplicate",
+    "aborted-read",
+    "poll-skip",
+    "nonmonotonic-poll",
+    "committed-offset-regression",
+    "unseen",
+)
+
+# How many example operations an anomaly carries, and how many anomalies of a kind are printed.
+OPS_PER_ANOMALY_MAX = 6
+PRINTED_PER_KIND_MAX = 10
+
+# Events that end a consumer's run of polls: after them, its position may legitimately move.
+ASSIGNMENT_EVENTS = ("assign", "revoke")
+
+Op = Dict[str, Any]
+
+
+def load(path: str) -> List[Op]:
+    """Reads a JSON-lines history; a torn last line (the writer was killed) is skipped."""
+    ops: List[Op] = []
+    with open(path, encoding="utf-8") as fh:
+        lines = fh.read().splitlines()
+    for n, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            ops.append(json.loads(line))
+        except json.JSONDecodeError:
+            if n == len(lines) - 1:
+                continue
+            raise
+    return ops
+
+
+def _reads(op: Op) -> Iterable[Tuple[int, int, str]]:
+    """(partition, offset, value) of every record an ok poll returned, in order."""
+    for p, pairs in (op.get("reads") or {}).items():
+        for offset, value in pairs:
+            yield int(p), int(offset), value
+
+
+class Result:
+    def __init__(self) -> None:
+        self.anomalies: Dict[str, List[Dict[str, Any]]] = {k: [] for k in ANOMALIES}
+        self.stats: Dict[str, Any] = {}
+
+    def add(self, kind: str, ops: List[Op], **detail: Any) -> None:
+        entry = dict(detail)
+        entry["ops"] = ops[:OPS_PER_ANOMALY_MAX]
+        self.anomalies[kind].append(entry)
+
+    def counts(self) -> Dict[str, int]:
+        return {k: len(v) for k, v in self.anomalies.items()}
+
+    def valid(self) -> bool:
+        return not any(self.anomalies.values())
+
+
+def check(ops: List[Op]) -> Result:
+    ops = sorted(ops, key=lambda o: o.get("i", 0))
+    res = Result()
+
+    # --- sends, by value (a producer has many sends in flight, so pair by value) --------------
+    send_invoke: Dict[str, Op] = {}
+    send_done: Dict[str, Op] = {}
+    for op in ops:
+        if op.get("f") != "send":
+            continue
+        if op["type"] == "invoke":
+            send_invoke[op["value"]] = op
+        else:
+            send_done[op["value"]] = op
+
+    # --- what each (partition, offset) and each value was seen as ------------------------------
+    at_offset: Dict[Tuple[int, int], Dict[str, List[Op]]] = defaultdict(lambda: defaultdict(list))
+    value_places: Dict[str, Dict[Tuple[int, int], List[Op]]] = defaultdict(lambda: defaultdict(list))
+    read_values: Dict[str, Op] = {}
+    max_read: Dict[int, int] = {}
+    n_reads = 0
+    for value, op in send_done.items():
+        if op["type"] == "ok" and op.get("offset") is not None:
+            place = (int(op["partition"]), int(op["offset"]))
+            at_offset[place][value].append(op)
+            value_places[value][place].append(op)
+    for op in ops:
+        if op.get("f") != "poll" or op["type"] != "ok":
+            continue
+        for p, offset, value in _reads(op):
+            n_reads += 1
+            witnesses = at_offset[(p, offset)][value]
+            if len(witnesses) < OPS_PER_ANOMALY_MAX:
+                witnesses.append(op)
+            places = value_places[value][(p, offset)]
+            if len(places) < OPS_PER_ANOMALY_MAX:
+                places.append(op)
+            read_values.setdefault(value, op)
+            if offset > max_read.get(p, -1):
+                max_read[p] = offset
+
+    for (p, offset), values in sorted(at_offset.items()):
+        if len(values) > 1:
+            witnesses = [o for v in sorted(values) for o in values[v][:2]]
+            res.add("inconsistent-offset", witnesses, partition=p, offset=offset, values=sorted(values))
+    for value, places in sorted(value_places.items()):
+        if len(places) > 1:
+            witnesses = [o for pl in sorted(places) for o in places[pl][:2]]
+            res.add("duplicate", witnesses, value=value, places=[list(pl) for pl in sorted(places)])
+
+    for value, first_read in sorted(read_values.items()):
+        done = send_done.get(value)
+        if value not in send_invoke:
+            res.add("aborted-read", [first_read], value=value, why="never sent")
+        elif done is not None and done["type"] == "fail":
+            res.add("aborted-read", [send_invoke[value], done, first_read], value=value, why="send failed")
+
+    for value, done in sorted(send_done.items(), key=lambda kv: kv[1].get("i", 0)):
+        if done["type"] != "ok" or value in read_values or done.get("offset") is None:
+            continue
+        p, offset = int(done["partition"]), int(done["offset"])
+        witnesses = [send_invoke.get(value, done), done]
+        if offset <= max_read.get(p, -1):
+            res.add("lost-write", witnesses, partition=p, offset=offset, value=value, max_read_offset=max_read[p])
+        else:
+            res.add("unseen", witnesses, partition=p, offset=offset, value=value, max_read_offset=max_read.get(p))
+
+    # --- per consumer: monotonic, gap-free polls between assignment changes ---------------------
+    version: Dict[int, List[int]] = defaultdict(list)
+    for p, offset in at_offset:
+        version[p].append(offset)
+    for p in version:
+        version[p].sort()
+    position = {p: {o: n for n, o in enumerate(offsets)} for p, offsets in version.items()}
+    last: Dict[str, Dict[int, Tuple[int, Op]]] = defaultdict(dict)
+    for op in ops:
+        proc = op.get("process")
+        if op.get("f") in ASSIGNMENT_EVENTS:
+            last[proc] = {}
+            continue
+        if op.get("f") != "poll" or op["type"] != "ok":
+            continue
+        for p, offset, value in _reads(op):
+            idx = position[p][offset]
+            prev = last[proc].get(p)
+            if prev is not None:
+                prev_idx, prev_op = prev
+                if idx <= prev_idx:
+                    res.add(
+                        "nonmonotonic-poll",
+                        [prev_op, op] if prev_op is not op else [op],
+                        process=proc,
+                        partition=p,
+                        previous_offset=version[p][prev_idx],
+                        offset=offset,
+                    )
+                elif idx > prev_idx + 1:
+                    missed = version[p][prev_idx + 1 : idx]
+                    res.add(
+                        "poll-skip",
+                        [prev_op, op] if prev_op is not op else [op],
+                        process=proc,
+                        partition=p,
+                        previous_offset=version[p][prev_idx],
+                        offset=offset,
+                        skipped=missed[:20],
+                        skipped_count=len(missed),
+                    )
+            last[proc][p] = (idx, op)
+
+    # --- committed offsets: an acknowledged commit is never lost ----------------------------------
+    # The anomaly is judged on the final read-back (``final: true``, taken after the heal with the
+    # cluster healthy and the consumers stopped): it must be at least the highest acknowledged
+    # commit of each partition. Read-backs during faults may legitimately show an older value for
+    # a while (a new coordinator serves reads at its high watermark, which can lag an offset the
+    # old leader acknowledged; Apache Kafka does this), and a consumer that then resumes from
+    # that older value commits lower offsets durably (at-least-once). Those mid-run regressions
+    # are counted in the statistics, with their operations, but are not anomalies.
+    observations: Dict[Tuple[str, int], List[Tuple[int, int, int, Op]]] = defaultdict(list)
+    best_commit: Dict[Tuple[str, int], Tuple[int, Op]] = {}
+    finals: List[Op] = []
+    pending: Dict[Tuple[str, str], Op] = {}
+    n_commits = n_readbacks = 0
+    for op in ops:
+        f = op.get("f")
+        if f not in ("commit", "committed"):
+            continue
+        key = (op.get("process"), f)
+        if op["type"] == "invoke":
+            pending[key] = op
+            continue
+        invoke = pending.pop(key, None)
+        if op["type"] != "ok" or invoke is None:
+            continue
+        if f == "commit":
+            n_commits += 1
+        else:
+            n_readbacks += 1
+            if op.get("final"):
+                finals.append(op)
+        for p, offset in (op.get("offsets") or {}).items():
+            if offset is None or int(offset) < 0:
+                continue
+            gp = (op["group"], int(p))
+            observations[gp].append((invoke["i"], op["i"], int(offset), op))
+            if f == "commit" and int(offset) > best_commit.get(gp, (-1, op))[0]:
+                best_commit[gp] = (int(offset), op)
+    if finals:
+        final = finals[-1]
+        for (group, p), (high, high_op) in sorted(best_commit.items()):
+            if group != final["group"]:
+                continue
+            seen = (final.get("offsets") or {}).get(str(p))
+            if seen is None or int(seen) < high:
+                res.add(
+                    "committed-offset-regression",
+                    [high_op, final],
+                    group=group,
+                    partition=p,
+                    acknowledged_offset=high,
+                    final_offset=seen,
+                )
+    midrun: List[Dict[str, Any]] = []
+    for (group, p), obs in sorted(observations.items()):
+        by_completion = sorted(obs, key=lambda o: o[1])
+        completions = [o[1] for o in by_completion]
+        # best[k] = the highest offset among the first k+1 completed observations.
+        best: List[Tuple[int, Op]] = []
+        for o in by_completion:
+            if not best or o[2] > best[-1][0]:
+                best.append((o[2], o[3]))
+            else:
+                best.append(best[-1])
+        for invoke_i, _, offset, op in obs:
+            k = bisect.bisect_left(completions, invoke_i)  # observations completed before invoke
+            if k and offset < best[k - 1][0]:
+                midrun.append({"group": group, "partition": p, "earlier_offset": best[k - 1][0], "offset": offset,
+                               "ops": [best[k - 1][1], op]})
+
+    # --- statistics ------------------------------------------------------------------------------
+    outcome = Counter(op["type"] for op in send_done.values())
+    faults = Counter(op["f"] for op in ops if op.get("process") == "nemesis" and op["type"] == "invoke")
+    res.stats = {
+        "sends": len(send_invoke),
+        "sends_ok": outcome.get("ok", 0),
+        "sends_fail": outcome.get("fail", 0),
+        "sends_info": outcome.get("info", 0) + (len(send_invoke) - len(send_done)),
+        "reads": n_reads,
+        "values_read": len(read_values),
+        "commits_ok": n_commits,
+        "committed_reads_ok": n_readbacks,
+        "final_committed_read": bool(finals),
+        "committed_midrun_regressions": len(midrun),
+        "committed_midrun_examples": midrun[:3],
+        "faults": dict(sorted(faults.items())),
+        "operations": sum(1 for op in ops if op.get("type") == "invoke" and op.get("process") != "nemesis"),
+    }
+    return res
+
+
+def _short(op: Op) -> str:
+    text = json.dumps(op, sort_keys=True)
+    return text if len(text) <= 400 else text[:397] + "..."
+
+
+def report(res: Result, out=None) -> None:
+    out = out or sys.stdout
+    s = res.stats
+    print(
+        f"checked {s['operations']} operations: {s['sends']} sends ({s['sends_ok']} ok, "
+        f"{s['sends_fail']} fail, {s['sends_info']} info), {s['reads']} records read "
+        f"({s['values_read']} distinct values), {s['commits_ok']} commits ok, "
+        f"{s['committed_reads_ok']} committed-offset reads; committed offsets seen going back during "
+        f"faults (not an anomaly): {s['committed_midrun_regressions']}",
+        file=out,
+    )
+    for kind in ANOMALIES:
+        found = res.anomalies[kind]
+        print(f"{kind}: {len(found)}", file=out)
+        for entry in found[:PRINTED_PER_KIND_MAX]:
+            detail = {k: v for k, v in entry.items() if k != "ops"}
+            print(f"  {kind} {json.dumps(detail, sort_keys=True)}", file=out)
+            for op in entry["ops"]:
+                print(f"    {_short(op)}", file=out)
+        if len(found) > PRINTED_PER_KIND_MAX:
+            print(f"  ... and {len(found) - PRINTED_PER_KIND_MAX} more", file=out)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("history")
+    ap.add_argument("--json", help="write counts, stats and anomalies to this file")
+    args = ap.parse_args(argv)
+    res = check(load(args.history))
+    report(res)
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as fh:
+            json.dump({"counts": res.counts(), "stats": res.stats, "anomalies": res.anomalies}, fh)
+    return 0 if res.valid() else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

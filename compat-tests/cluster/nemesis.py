@@ -1,0 +1,254 @@
+"""The nemesis: a seeded fault schedule and the threads that carry it out.
+
+The schedule is made up front from the seed (``make_schedule``) and saved with the run, so a
+seed always gives the same faults, in the same order, with the same parameters and start times.
+Targets named by role ("the leader of partition 3", "the active controller") are resolved when
+the fault starts; when that fails, the seeded fallback node is used.
+
+Two lanes run side by side: a process lane (kill -9 + restart with the same data dir,
+SIGSTOP/SIGCONT past the session timeout, kill -9 of the active controller) and a network lane
+(client link cuts one-way and both ways; with several nodes also one-way and two-way partitions
+between two nodes on their data links, controller links or both, and isolation of the active
+controller). Faults in a lane run one after another; each ends healed (restarted, resumed,
+routes healed) before the next starts. Every fault is recorded as a ``nemesis`` invoke when it
+starts and ``ok`` (or ``info`` with the error) when it is healed.
+
+The broken configuration has its own lane: isolate the leader of a partition from its
+followers for a moment, kill -9 it while acks=1 writes are still unreplicated, let another
+replica take over, then heal and restart.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from typing import Dict, List, Optional
+
+from history import History
+from systems import Cluster
+from workload import admin_client
+
+SESSION_PAUSE_S = (11.0, 14.0)  # past Kafka's broker.session.timeout.ms (9 s) and the consumers' 10 s
+DOWN_S = (1.0, 4.0)
+CUT_S = (3.0, 8.0)
+PARTITION_S = (3.0, 10.0)
+
+
+def make_schedule(seed: int, duration: float, lanes: Dict[str, tuple], ids: List[int], partitions: int,
+                  restart_s: float) -> List[dict]:
+    """Faults for ``duration`` seconds. Each lane cycles through its kinds in a shuffled order per
+    round, so every kind comes up once per round."""
+    rng = random.Random(seed)
+    schedule: List[dict] = []
+    for lane, kinds in sorted(lanes.items()):
+        t = rng.uniform(4.0, 8.0)
+        order: List[str] = []
+        while t < duration:
+            if not order:
+                order = list(kinds)
+                rng.shuffle(order)
+            kind = order.pop()
+            fault = _params(rng, kind, ids, partitions)
+            fault.update(lane=lane, at=round(t, 2))
+            schedule.append(fault)
+            overhead = restart_s if kind in ("kill", "kill-controller", "isolate-leader-kill") else 0.0
+            t += fault["duration"] + overhead + rng.uniform(0.5, 2.0)
+    schedule.sort(key=lambda f: f["at"])
+    return schedule
+
+
+def _params(rng: random.Random, kind: str, ids: List[int], partitions: int) -> dict:
+    node = rng.choice(ids)
+    if kind == "kill":
+        if rng.random() < 0.5:
+            return dict(kind=kind, target="leader", partition=rng.randrange(partitions), node=node,
+                        duration=round(rng.uniform(*DOWN_S), 2))
+        return dict(kind=kind, target="node", node=node, duration=round(rng.uniform(*DOWN_S), 2))
+    if kind == "pause":
+        return dict(kind=kind, node=node, duration=round(rng.uniform(*SESSION_PAUSE_S), 2))
+    if kind == "kill-controller":
+        return dict(kind=kind, node=node, duration=round(rng.uniform(*DOWN_S), 2))
+    if kind == "client-cut-oneway":
+        return dict(kind=kind, node=node, direction=rng.choice(["up", "down"]), duration=round(rng.uniform(*CUT_S), 2))
+    if kind == "client-cut-both":
+        return dict(kind=kind, node=node, duration=round(rng.uniform(*CUT_S), 2))
+    if kind in ("partition-oneway", "partition-both"):
+        a, b = rng.sample(ids, 2)
+        links = rng.choice(["data", "ctrl", "all"])
+        return dict(kind=kind, a=a, b=b, links=links, duration=round(rng.uniform(*PARTITION_S), 2))
+    if kind == "isolate-controller":
+        return dict(kind=kind, node=node, duration=round(rng.uniform(*PARTITION_S), 2))
+    if kind == "isolate-leader-kill":
+        return dict(kind=kind, partition=rng.randrange(partitions), node=node,
+                    isolate=round(rng.uniform(1.5, 3.0), 2), duration=round(rng.uniform(12.0, 15.0), 2))
+    raise ValueError(f"unknown fault kind {kind}")
+
+
+class Nemesis:
+    def __init__(self, cluster: Cluster, history: History, topic: str, stop: threading.Event,
+                 controller_lookup) -> None:
+        self.cluster = cluster
+        self.chaos = cluster.chaos
+        self.history = history
+        self.topic = topic
+        self.stop = stop
+        self.admin = admin_client(cluster.bootstrap)
+        # DescribeCluster runs in a short-lived worker process (an admin-client abort must not end
+        # the harness); it answers the active controller's id or None.
+        self.controller_lookup = controller_lookup
+        self.errors: List[str] = []
+        self.threads: List[threading.Thread] = []
+
+    # --- target resolution ----------------------------------------------------------------------
+    def controller(self, fallback: int) -> int:
+        found = self.controller_lookup()
+        return found if found in self.cluster.nodes else fallback
+
+    def leader(self, partition: int, fallback: int) -> int:
+        try:
+            md = self.admin.list_topics(self.topic, timeout=5)
+            leader = md.topics[self.topic].partitions[partition].leader
+            if leader in self.cluster.nodes:
+                return leader
+        except Exception:  # noqa: BLE001
+            pass
+        return fallback
+
+    # --- running ----------------------------------------------------------------------------------
+    def start(self, schedule: List[dict]) -> None:
+        t0 = time.monotonic()
+        lanes = sorted({f["lane"] for f in schedule})
+        for lane in lanes:
+            faults = [f for f in schedule if f["lane"] == lane]
+            th = threading.Thread(target=self._lane, args=(t0, faults), name=f"nemesis-{lane}", daemon=True)
+            th.start()
+            self.threads.append(th)
+
+    def join(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        for th in self.threads:
+            th.join(max(0.0, deadline - time.monotonic()))
+
+    def _lane(self, t0: float, faults: List[dict]) -> None:
+        for fault in faults:
+            if self.stop.wait(max(0.0, t0 + fault["at"] - time.monotonic())):
+                return
+            try:
+                self.run_fault(fault)
+            except Exception as exc:  # noqa: BLE001 - recorded; the lane goes on
+                self.errors.append(f"{fault}: {exc!r}")
+                self.history.record("nemesis", "info", fault["kind"], error=repr(exc)[:300])
+
+    def run_fault(self, fault: dict) -> None:
+        kind = fault["kind"]
+        h = self.history
+        if kind in ("kill", "kill-controller"):
+            if kind == "kill-controller":
+                node = self.controller(fault["node"])
+            elif fault.get("target") == "leader":
+                node = self.leader(fault["partition"], fault["node"])
+            else:
+                node = fault["node"]
+            h.record("nemesis", "invoke", kind, node=node, duration=fault["duration"])
+            self.cluster.nodes[node].kill9()
+            time.sleep(fault["duration"])
+            self._restart(node)
+            h.record("nemesis", "ok", kind, node=node)
+        elif kind == "pause":
+            node = fault["node"]
+            h.record("nemesis", "invoke", kind, node=node, duration=fault["duration"])
+            self.cluster.nodes[node].pause()
+            time.sleep(fault["duration"])
+            self.cluster.nodes[node].resume()
+            h.record("nemesis", "ok", kind, node=node)
+        elif kind in ("client-cut-oneway", "client-cut-both"):
+            node = fault["node"]
+            direction = fault.get("direction", "both")
+            route = f"client{node}"
+            h.record("nemesis", "invoke", kind, node=node, direction=direction, duration=fault["duration"])
+            self.chaos.cut([route], direction)
+            time.sleep(fault["duration"])
+            self.chaos.heal([route])
+            h.record("nemesis", "ok", kind, node=node)
+        elif kind in ("partition-oneway", "partition-both"):
+            a, b = fault["a"], fault["b"]
+            links = ["data", "ctrl"] if fault["links"] == "all" else [fault["links"]]
+            pairs = []
+            for link in links:
+                pairs += self.cluster.link_routes(link, a, b)
+                if kind == "partition-both":
+                    pairs += self.cluster.link_routes(link, b, a)
+            h.record("nemesis", "invoke", kind, a=a, b=b, links=fault["links"], duration=fault["duration"],
+                     routes=[f"{r}:{d}" for r, d in pairs])
+            self._cut_pairs(pairs)
+            time.sleep(fault["duration"])
+            self.chaos.heal(sorted({r for r, _ in pairs}))
+            h.record("nemesis", "ok", kind, a=a, b=b)
+        elif kind == "isolate-controller":
+            node = self.controller(fault["node"])
+            pairs = []
+            for m in self.cluster.ids:
+                if m != node:
+                    pairs += self.cluster.link_routes("ctrl", node, m) + self.cluster.link_routes("ctrl", m, node)
+            h.record("nemesis", "invoke", kind, node=node, duration=fault["duration"])
+            self._cut_pairs(pairs)
+            time.sleep(fault["duration"])
+            self.chaos.heal(sorted({r for r, _ in pairs}))
+            h.record("nemesis", "ok", kind, node=node)
+        elif kind == "isolate-leader-kill":
+            node = self.leader(fault["partition"], fault["node"])
+            pairs = []
+            for m in self.cluster.ids:
+                if m != node:
+                    pairs += self.cluster.link_routes("data", node, m) + self.cluster.link_routes("data", m, node)
+            h.record("nemesis", "invoke", kind, node=node, partition=fault["partition"], isolate=fault["isolate"],
+                     duration=fault["duration"])
+            self._cut_pairs(pairs)
+            time.sleep(fault["isolate"])
+            self.cluster.nodes[node].kill9()
+            time.sleep(fault["duration"])
+            self.chaos.heal(sorted({r for r, _ in pairs}))
+            self._restart(node)
+            h.record("nemesis", "ok", kind, node=node)
+        else:
+            raise ValueError(f"unknown fault kind {kind}")
+
+    def _cut_pairs(self, pairs: List[tuple]) -> None:
+        for direction in ("up", "down"):
+            self.chaos.cut(sorted({r for r, d in pairs if d == direction}), direction)
+
+    def _restart(self, node: int) -> None:
+        try:
+            self.cluster.restart(node)
+        except Exception as exc:  # noqa: BLE001 - one more try, then give up on this node
+            self.history.record("nemesis", "info", "restart-failed", node=node, error=repr(exc)[:300])
+            self.cluster.nodes[node].kill9()
+            self.cluster.restart(node)
+
+    def heal_everything(self) -> None:
+        """Heals every route, resumes paused nodes, restarts dead ones."""
+        self.chaos.heal_all()
+        for node in self.cluster.nodes.values():
+            if node.paused or node.alive():
+                node.resume()
+        for i, node in self.cluster.nodes.items():
+            if not node.alive():
+                self._restart(i)
+        self.history.record("nemesis", "ok", "heal-all")
+
+
+def fault_counts(history_ops: List[dict]) -> Dict[str, int]:
+    counts: Dict[str, int] = {}
+    for op in history_ops:
+        if op.get("process") == "nemesis" and op.get("type") == "invoke":
+            counts[op["f"]] = counts.get(op["f"], 0) + 1
+    return counts
+
+
+def describe(schedule: List[dict], limit: Optional[int] = None) -> str:
+    lines = []
+    for f in schedule[:limit]:
+        params = {k: v for k, v in f.items() if k not in ("kind", "lane", "at")}
+        lines.append(f"  {f['at']:7.2f}s {f['lane']:<8} {f['kind']:<20} {params}")
+    return "\n".join(lines)

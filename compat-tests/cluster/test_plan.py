@@ -1,0 +1,78 @@
+"""Goal: a seed fixes the fault schedule, every fault kind comes up, and the Millrace adapter builds
+the cluster contract's command lines (per-node voters and peer addresses through proxy routes)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import nemesis
+import systems
+
+
+def test_same_seed_same_schedule_and_every_kind_comes_up():
+    lanes = {"process": systems.PROCESS_KINDS, "network": systems.CLIENT_NETWORK_KINDS + systems.PEER_NETWORK_KINDS}
+    a = nemesis.make_schedule(42, 240, lanes, [1, 2, 3], 6, 10.0)
+    b = nemesis.make_schedule(42, 240, lanes, [1, 2, 3], 6, 10.0)
+    c = nemesis.make_schedule(43, 240, lanes, [1, 2, 3], 6, 10.0)
+    assert a == b
+    assert a != c
+    kinds = {f["kind"] for f in a}
+    assert kinds == set(lanes["process"]) | set(lanes["network"])
+    assert all(f["at"] < 240 for f in a)
+    for f in a:
+        if f["kind"] == "pause":
+            assert f["duration"] > 10, "a pause must outlast the 10 s consumer session and Kafka's 9 s broker session"
+        if f["kind"].startswith("partition"):
+            assert f["a"] != f["b"]
+
+
+def test_one_way_partition_cuts_both_ends_of_the_pair():
+    assert systems.Cluster.link_routes("data", 1, 2) == [("data1>2", "up"), ("data2>1", "down")]
+
+
+class FakeChaos:
+    """Stands in for the proxy: hands out one address per route name."""
+
+    def __init__(self) -> None:
+        self.routes = {}
+
+    def add(self, name: str, upstream: str) -> str:
+        addr = f"127.0.0.1:{20000 + len(self.routes)}"
+        self.routes[name] = (addr, upstream)
+        return addr
+
+
+def test_millrace_three_node_command_lines_follow_the_cluster_contract(tmp_path: Path):
+    chaos = FakeChaos()
+    cluster = systems.MillraceCluster(tmp_path, chaos, 3, False, Path("/bin/millrace"))
+    assert sorted(chaos.routes) == sorted(
+        ["client1", "client2", "client3"]
+        + [f"{k}{i}>{j}" for k in ("ctrl", "data") for i in (1, 2, 3) for j in (1, 2, 3) if i != j]
+    )
+    node = cluster.nodes[2]
+    args = node.args
+    flag = {args[k]: args[k + 1] for k in range(1, len(args) - 1) if args[k].startswith("--") and args[k] != "--set"}
+    assert flag["--node-id"] == "2"
+    assert flag["--advertised-listener"] == chaos.routes["client2"][0]
+    assert chaos.routes["client2"][1] == flag["--listen"]
+    voters = dict(v.split("@") for v in flag["--controller-voters"].split(","))
+    assert voters["1"] == chaos.routes["ctrl2>1"][0]
+    assert voters["3"] == chaos.routes["ctrl2>3"][0]
+    assert voters["2"] == flag["--controller-listen"]  # its own entry is not used for connecting
+    assert chaos.routes["ctrl2>1"][1] == dict(
+        v.split("@") for v in cluster.nodes[1].args[cluster.nodes[1].args.index("--controller-voters") + 1].split(",")
+    )["1"]
+    peers = dict(p.split("=") for p in node.extra_env["MILLRACE_TEST_PEER_ADDRESSES"].split(","))
+    assert peers == {"1": chaos.routes["data2>1"][0], "3": chaos.routes["data2>3"][0]}
+    assert chaos.routes["data2>1"][1] == f"127.0.0.1:{cluster.client_ports[1]}"
+    assert "min.insync.replicas=2" in args
+
+
+def test_millrace_single_node_has_no_cluster_flags(tmp_path: Path):
+    chaos = FakeChaos()
+    cluster = systems.MillraceCluster(tmp_path, chaos, 1, False, Path("/bin/millrace"))
+    assert list(chaos.routes) == ["client1"]
+    args = cluster.nodes[1].args
+    assert "--controller-voters" not in args and "--controller-listen" not in args
+    assert "MILLRACE_TEST_PEER_ADDRESSES" not in cluster.nodes[1].extra_env
+    assert cluster.fault_kinds()["network"] == systems.CLIENT_NETWORK_KINDS

@@ -1,0 +1,85 @@
+"""One workload client in its own process, so that a client library abort ends only that client.
+
+    python worker.py CONFIG_JSON
+
+CONFIG_JSON: ``role`` (producer | group | reader | committed | drain | controller), ``name``,
+``bootstrap``, ``topic``, ``partitions``, ``group``, ``rate``, ``broken``, ``history`` (file),
+``t0_ns`` (the run's CLOCK_MONOTONIC origin), ``client_log`` (librdkafka's log file).
+
+The worker stops when a line arrives on stdin or stdin closes (the harness died). ``drain``
+prints its result as one JSON line; ``controller`` prints the active controller's id.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import threading
+
+from history import History
+from workload import (
+    CLIENT_LOG,
+    CommittedReader,
+    GroupConsumerWorker,
+    ProducerWorker,
+    ReaderWorker,
+    admin_client,
+    drain,
+    reader_for_group,
+)
+
+
+def main() -> int:
+    cfg = json.loads(sys.argv[1])
+    role = cfg["role"]
+    if role == "controller":
+        desc = admin_client(cfg["bootstrap"]).describe_cluster(request_timeout=5).result(8)
+        print(desc.controller.id if desc.controller is not None else -1, flush=True)
+        return 0
+
+    if cfg.get("client_log"):
+        handler = logging.FileHandler(cfg["client_log"])
+        handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
+        CLIENT_LOG.addHandler(handler)
+        CLIENT_LOG.setLevel(logging.INFO)
+    history = History(cfg["history"], cfg["t0_ns"])
+    stop = threading.Event()
+
+    def watch_stdin() -> None:
+        sys.stdin.readline()
+        stop.set()
+
+    threading.Thread(target=watch_stdin, daemon=True).start()
+    name, bootstrap, topic = cfg["name"], cfg["bootstrap"], cfg["topic"]
+    try:
+        if role == "drain":
+            result = drain(history, bootstrap, topic, cfg["partitions"], cfg.get("timeout", 120))
+            print(json.dumps(result), flush=True)
+            return 0
+        if role == "producer":
+            worker = ProducerWorker(name, history, stop, bootstrap, topic, cfg["partitions"], cfg["rate"], cfg["broken"])
+        elif role == "group":
+            worker = GroupConsumerWorker(name, history, stop, bootstrap, topic, cfg["group"])
+        elif role == "reader":
+            worker = ReaderWorker(name, history, stop, bootstrap, topic, cfg["partitions"])
+        elif role == "committed":
+            worker = CommittedReader(name, history, stop, bootstrap, topic, cfg["group"], cfg["partitions"])
+            if cfg.get("once"):
+                consumer = reader_for_group(bootstrap, cfg["group"], name)
+                for _ in range(6):
+                    if worker.read_once(consumer, final=True):
+                        break
+                    stop.wait(2)
+                consumer.close()
+                return 0
+        else:
+            raise SystemExit(f"unknown role {role}")
+        worker.work()
+        return 0
+    finally:
+        history.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
