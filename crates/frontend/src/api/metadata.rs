@@ -169,6 +169,9 @@ async fn wait_for_topic(
             if let Some(topic) = image.topic(name) {
                 let all_led = topic.partitions.iter().all(|p| p.has_leader());
                 if all_led {
+                    // And this broker's replicas act on it (a Produce right after finds its leader).
+                    let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+                    ctx.replicas.wait_applied(image.offset, left).await;
                     return Some(describe(&image, topic, version));
                 }
             }
