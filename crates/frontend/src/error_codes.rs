@@ -104,6 +104,8 @@ pub fn from_append(err: &AppendError, context: &str) -> KafkaError {
             KafkaError::new(OUT_OF_ORDER_SEQUENCE_NUMBER, m.clone())
         }
         AppendError::InvalidProducerEpoch(m) => KafkaError::new(INVALID_PRODUCER_EPOCH, m.clone()),
+        // Only follower appends return it; a client's append reaching it is a bug worth a warning.
+        AppendError::UnexpectedOffset { .. } => unknown(err, context),
         AppendError::Store(e) => from_store(e, context),
     }
 }
