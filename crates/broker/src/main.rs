@@ -26,7 +26,7 @@ use millrace_cluster::{
 };
 use millrace_frontend::BrokerContext;
 use millrace_groups::{
-    CoordinatorConfig, GroupConfig, GroupCoordinator, OffsetsPartition, OFFSETS_TOPIC,
+    CoordinatorConfig, DurableGroupLog, GroupConfig, GroupCoordinator, OFFSETS_TOPIC,
 };
 use millrace_store::{Store, StoreConfig};
 use tokio::net::TcpListener;
@@ -195,11 +195,6 @@ async fn run(
         groups: groups.clone(),
         shutdown: token.clone(),
     });
-    // Replay in the background: meanwhile group requests get COORDINATOR_LOAD_IN_PROGRESS.
-    let loader = {
-        let groups = groups.clone();
-        tokio::task::spawn_blocking(move || groups.load())
-    };
     let timers = {
         let stop = token.clone();
         tokio::spawn(
@@ -245,7 +240,6 @@ async fn run(
     }
     let _ = maintenance.await;
     let _ = timers.await;
-    let _ = loader.await;
     {
         let groups = groups.clone();
         tokio::task::spawn_blocking(move || groups.write_final_snapshot())
@@ -261,8 +255,9 @@ async fn run(
 }
 
 /// Creates `__consumer_offsets` if missing (compacted, offsets.topic.num.partitions partitions,
-/// offsets.topic.replication.factor capped to the live brokers) and builds the coordinator over
-/// its partitions. The topic's actual partition count wins over the setting, as in Kafka.
+/// offsets.topic.replication.factor capped to the live brokers), builds the coordinator over its
+/// partitions and makes it leader of all of them (replays start in the background). The topic's
+/// actual partition count wins over the setting, as in Kafka.
 fn open_group_coordinator(
     cluster: &Arc<Cluster>,
     config: &BrokerConfig,
@@ -299,12 +294,12 @@ fn open_group_coordinator(
         .metadata
         .topic(OFFSETS_TOPIC)
         .with_context(|| format!("{OFFSETS_TOPIC} vanished"))?;
-    let mut partitions = Vec::new();
+    let mut logs = Vec::new();
     for p in 0..topic.partitions {
         let log = cluster
             .partition_log(OFFSETS_TOPIC, p)
             .with_context(|| format!("{OFFSETS_TOPIC}-{p} has no log"))?;
-        partitions.push(OffsetsPartition { partition: p, log });
+        logs.push((p, log));
     }
     let group = GroupConfig {
         min_session_timeout_ms: clamp_i32(long("group.min.session.timeout.ms", 6_000)),
@@ -315,10 +310,21 @@ fn open_group_coordinator(
     let coordinator = CoordinatorConfig {
         group,
         offsets_retention_ms: long("offsets.retention.minutes", 10_080).saturating_mul(60_000),
-        leader_epoch: LEADER_EPOCH,
         snapshot_dir: Some(data_dir.join("group_snapshot.sled")),
     };
-    Ok(GroupCoordinator::new(coordinator, partitions))
+    // Single node: this broker leads every offsets partition in LEADER_EPOCH, and a record is
+    // committed once durable. Each partition replays in the background; meanwhile its groups get
+    // COORDINATOR_LOAD_IN_PROGRESS.
+    let commit_timeout = Duration::from_millis(
+        u64::try_from(long("offsets.commit.timeout.ms", 5_000).max(1)).unwrap_or(5_000),
+    );
+    let group_log = Arc::new(DurableGroupLog::new(commit_timeout));
+    let groups = GroupCoordinator::new(coordinator, topic.partitions, group_log.clone());
+    for (p, log) in logs {
+        group_log.lead(p, log.clone(), LEADER_EPOCH);
+        groups.become_leader(p, log, LEADER_EPOCH);
+    }
+    Ok(groups)
 }
 
 fn now_ms() -> i64 {

@@ -21,6 +21,7 @@ pub const COORDINATOR_LOAD_IN_PROGRESS: i16 = 14;
 pub const INVALID_TOPIC_EXCEPTION: i16 = 17;
 pub const INVALID_REQUIRED_ACKS: i16 = 21;
 pub const COORDINATOR_NOT_AVAILABLE: i16 = 15;
+pub const NOT_COORDINATOR: i16 = 16;
 pub const ILLEGAL_GENERATION: i16 = 22;
 pub const INCONSISTENT_GROUP_PROTOCOL: i16 = 23;
 pub const INVALID_GROUP_ID: i16 = 24;
@@ -160,6 +161,7 @@ pub fn from_group(err: &GroupError, context: &str) -> KafkaError {
         GroupError::InvalidGroupId => INVALID_GROUP_ID,
         GroupError::CoordinatorLoadInProgress => COORDINATOR_LOAD_IN_PROGRESS,
         GroupError::CoordinatorNotAvailable => COORDINATOR_NOT_AVAILABLE,
+        GroupError::NotCoordinator => NOT_COORDINATOR,
         GroupError::InvalidSessionTimeout => INVALID_SESSION_TIMEOUT,
         GroupError::IllegalGeneration => ILLEGAL_GENERATION,
         GroupError::UnknownMemberId => UNKNOWN_MEMBER_ID,

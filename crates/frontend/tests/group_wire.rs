@@ -24,7 +24,9 @@ use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use millrace_cluster::{BrokerConfig, BrokerEndpoint, Cluster, NewTopic};
 use millrace_frontend::dispatch::dispatch;
 use millrace_frontend::BrokerContext;
-use millrace_groups::{CoordinatorConfig, GroupConfig, GroupCoordinator, OffsetsPartition};
+use millrace_groups::{
+    CoordinatorConfig, DurableGroupLog, GroupConfig, GroupCoordinator, LoadHold, PartitionStatus,
+};
 use millrace_store::{Store, StoreConfig};
 use tokio_util::sync::CancellationToken;
 
@@ -38,6 +40,8 @@ struct Harness {
     ctx: Arc<BrokerContext>,
     _dir: tempfile::TempDir,
     correlation: i32,
+    /// Keeps the offsets partitions loading while set (`with_load(false)`).
+    hold: Option<LoadHold>,
 }
 
 impl Harness {
@@ -45,6 +49,8 @@ impl Harness {
         Self::with_load(true)
     }
 
+    /// A broker context whose coordinator leads the 3 offsets partitions in leader epoch 0; with
+    /// `load`, waits until they are loaded, else keeps them loading until `finish_loading`.
     fn with_load(load: bool) -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
         let store = Store::open(StoreConfig {
@@ -76,12 +82,7 @@ impl Harness {
                 })
                 .expect("topic");
         }
-        let partitions = (0..3)
-            .map(|p| OffsetsPartition {
-                partition: p,
-                log: cluster.partition_log("__consumer_offsets", p).expect("log"),
-            })
-            .collect();
+        let group_log = Arc::new(DurableGroupLog::new(std::time::Duration::from_secs(10)));
         let groups = GroupCoordinator::new(
             CoordinatorConfig {
                 group: GroupConfig {
@@ -89,13 +90,16 @@ impl Harness {
                     ..GroupConfig::default()
                 },
                 offsets_retention_ms: 1_000_000,
-                leader_epoch: 0,
                 snapshot_dir: None,
             },
-            partitions,
+            3,
+            group_log.clone(),
         );
-        if load {
-            groups.load();
+        let hold = if load { None } else { groups.hold_loads() };
+        for p in 0..3 {
+            let log = cluster.partition_log("__consumer_offsets", p).expect("log");
+            group_log.lead(p, log.clone(), 0);
+            groups.become_leader(p, log, 0);
         }
         let ctx = Arc::new(BrokerContext {
             cluster,
@@ -103,10 +107,32 @@ impl Harness {
             data_dir: dir.path().display().to_string(),
             shutdown: CancellationToken::new(),
         });
-        Self {
+        let mut h = Self {
             ctx,
             _dir: dir,
             correlation: 0,
+            hold,
+        };
+        if load {
+            h.finish_loading();
+        }
+        h
+    }
+
+    /// Lets the offsets partitions load and waits (10 s at most) until they are.
+    fn finish_loading(&mut self) {
+        self.hold = None;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        for p in 0..3 {
+            while self.ctx.groups.partition_status(p)
+                != Some(PartitionStatus::Loaded { leader_epoch: 0 })
+            {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "partition {p} not loaded"
+                );
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
         }
     }
 
@@ -528,7 +554,7 @@ async fn requests_during_replay_get_coordinator_load_in_progress() {
         .call(ApiKey::ListGroups, 4, &ListGroupsRequest::default())
         .await;
     assert_eq!(r.error_code, 14);
-    h.ctx.groups.load();
+    h.finish_loading();
     let r: FindCoordinatorResponse = h
         .call(
             ApiKey::FindCoordinator,
