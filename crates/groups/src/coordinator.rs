@@ -631,7 +631,8 @@ impl GroupCoordinator {
                     .spawn(work)
                 {
                     error!(error = %e, "cannot start a group loader thread");
-                    self.loads.lock().workers -= 1;
+                    let mut loads = self.loads.lock();
+                    loads.workers = loads.workers.saturating_sub(1);
                 }
             }
         }
