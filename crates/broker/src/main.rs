@@ -13,6 +13,7 @@
 //! whose path contains `<text>` fail (`millrace_store::storage::FaultStorage`), so integration
 //! tests can drive a failing disk through the real binary.
 
+mod groups_log;
 mod node;
 mod settings;
 
@@ -25,7 +26,8 @@ use clap::Parser;
 use millrace_cluster::{BrokerConfig, BrokerEndpoint, Cluster, MetadataError};
 use millrace_controller::ProducerIdAllocator;
 use millrace_frontend::BrokerContext;
-use millrace_groups::{CoordinatorConfig, GroupConfig, GroupCoordinator};
+use millrace_groups::{CoordinatorConfig, GroupConfig, GroupCoordinator, OFFSETS_TOPIC};
+use millrace_replication::LeadershipChange;
 use millrace_store::{Store, StoreConfig};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -187,7 +189,9 @@ async fn run(
         endpoint.clone(),
         settings.quorum.is_none(),
     ));
-    let groups = open_group_coordinator(&config, &settings.data_dir);
+    let groups = open_group_coordinator(&config, &settings.data_dir, &node);
+    follow_offsets_leadership(&node, &groups);
+    let ready = node.start_publishing(&store, &settings.data_dir, &token);
     let producer_ids = Arc::new(ProducerIdAllocator::new(
         node.controller.clone(),
         node.lifecycle.clone(),
@@ -221,7 +225,7 @@ async fn run(
     let server = tokio::spawn(millrace_frontend::server::run(listener, ctx));
 
     // Ready once this process is registered, unfenced and its replicas follow the image.
-    let mut ready = node.ready.clone();
+    let mut ready = ready;
     tokio::select! {
         r = ready.wait_for(|r| *r) => { r.context("the node stopped before it was ready")?; }
         _ = &mut shutdown => {
@@ -302,11 +306,13 @@ async fn controlled_shutdown(node: &node::Node, config: &BrokerConfig) {
     }
 }
 
-/// The group coordinator. Until it follows `__consumer_offsets` leadership, it starts with no
-/// partition loaded.
+/// The group coordinator over `__consumer_offsets`, appending through replication. Its partition
+/// count is the topic's when the image already has it, else `offsets.topic.num.partitions` (the
+/// topic is created with that many on the first FindCoordinator).
 fn open_group_coordinator(
     config: &BrokerConfig,
     data_dir: &std::path::Path,
+    node: &node::Node,
 ) -> Arc<GroupCoordinator> {
     let long = |key: &str, fallback: i64| {
         config
@@ -324,10 +330,40 @@ fn open_group_coordinator(
     let coordinator = CoordinatorConfig {
         group,
         offsets_retention_ms: long("offsets.retention.minutes", 10_080).saturating_mul(60_000),
-        leader_epoch: 0,
         snapshot_dir: Some(data_dir.join("group_snapshot.sled")),
     };
-    GroupCoordinator::new(coordinator, Vec::new())
+    let partitions = node
+        .image
+        .current()
+        .topic(OFFSETS_TOPIC)
+        .map(|t| t.partition_count())
+        .unwrap_or_else(|| clamp_i32(long("offsets.topic.num.partitions", 50)).max(1));
+    let commit_timeout = Duration::from_millis(
+        u64::try_from(long("offsets.commit.timeout.ms", 5_000).max(1)).unwrap_or(5_000),
+    );
+    let log = Arc::new(groups_log::ReplicatedGroupLog::new(
+        node.replicas.clone(),
+        commit_timeout,
+    ));
+    GroupCoordinator::new(coordinator, partitions, log)
+}
+
+/// Loads a `__consumer_offsets` partition's groups when this broker becomes its leader, unloads
+/// them when it stops leading.
+fn follow_offsets_leadership(node: &node::Node, groups: &Arc<GroupCoordinator>) {
+    let groups = Arc::clone(groups);
+    node.replicas
+        .on_leadership(Box::new(move |change| match change {
+            LeadershipChange::Became {
+                tp,
+                leader_epoch,
+                log,
+            } if tp.topic == OFFSETS_TOPIC => groups.become_leader(tp.partition, log, leader_epoch),
+            LeadershipChange::Resigned { tp } if tp.topic == OFFSETS_TOPIC => {
+                groups.resign(tp.partition, None)
+            }
+            _ => {}
+        }));
 }
 
 fn now_ms() -> i64 {

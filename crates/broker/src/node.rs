@@ -4,10 +4,12 @@
 //! leadership changes, to the group coordinator).
 //!
 //! Start order (each step needs the one before): store → image + quorum (replays the metadata log)
-//! → controller service (voters) → lifecycle (registers this process) → replica manager → the
-//! publisher, which first waits until the image holds this process's registration, so that the
-//! broker never acts on a view older than its own registration.
+//! → controller service (voters) → lifecycle (registers this process) → replica manager → (the
+//! group coordinator subscribes to leadership changes) → the publisher, which first waits until
+//! the image holds this process's registration, so that the broker never acts on a view older
+//! than its own registration.
 
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -39,8 +41,6 @@ pub struct Node {
     pub controller: Arc<ControllerClient>,
     pub lifecycle: Arc<BrokerLifecycle>,
     pub replicas: Arc<ReplicaManager>,
-    /// True once the publisher applied an image that shows this process registered and unfenced.
-    pub ready: watch::Receiver<bool>,
 }
 
 /// Starts the quorum, the controller service, the lifecycle and the replica manager.
@@ -146,24 +146,37 @@ pub async fn start(
         Arc::clone(&controller),
         stop.child_token(),
     );
-    let (ready_tx, ready) = watch::channel(false);
-    tokio::spawn(publish(
-        Arc::clone(&image),
-        lifecycle.clone(),
-        Arc::clone(&replicas),
-        Arc::clone(store),
-        data_dir.to_path_buf(),
-        ready_tx,
-        stop.child_token(),
-    ));
     Ok(Node {
         image,
         quorum: raft,
         controller,
         lifecycle,
         replicas,
-        ready,
     })
+}
+
+impl Node {
+    /// Starts applying committed images to the replicas (after everything that listens to their
+    /// leadership changes subscribed). The receiver turns true once an applied image shows this
+    /// process registered and unfenced.
+    pub fn start_publishing(
+        &self,
+        store: &Arc<Store>,
+        data_dir: &Path,
+        stop: &CancellationToken,
+    ) -> watch::Receiver<bool> {
+        let (ready_tx, ready) = watch::channel(false);
+        tokio::spawn(publish(
+            Arc::clone(&self.image),
+            self.lifecycle.clone(),
+            Arc::clone(&self.replicas),
+            Arc::clone(store),
+            data_dir.to_path_buf(),
+            ready_tx,
+            stop.child_token(),
+        ));
+        ready
+    }
 }
 
 /// Applies every committed image to the replicas, once the image holds this process's

@@ -266,6 +266,7 @@ pub static BROKER_CONFIGS: &[ConfigDef] = &[
         },
     ),
     def("offsets.retention.minutes", "10080", INT_POS),
+    def("offsets.commit.timeout.ms", "5000", INT_POS),
     def("group.min.session.timeout.ms", "6000", INT_NONNEG),
     def("group.max.session.timeout.ms", "1800000", INT_NONNEG),
     def("group.initial.rebalance.delay.ms", "3000", INT_NONNEG),

@@ -435,31 +435,27 @@ mod tests {
 
 #[cfg(test)]
 mod store_tests {
-    //! The rebuild through `Cluster::open` over a real store: what survives a lost metadata file,
-    //! what is set aside, what a DeleteTopics deletes.
+    //! The seed of a new metadata log over a real store: what a data directory without metadata
+    //! yields, what a legacy metadata file yields, and what is refused.
     use std::collections::BTreeMap;
-    use std::sync::Arc;
 
-    use millrace_store::{ReadUpperBound, Store, StoreConfig};
+    use millrace_store::{LogConfig, Store, StoreConfig, TopicId, TopicPartition};
+    use uuid::Uuid;
 
-    use crate::metadata::METADATA_FILE;
-    use crate::node::{check_data_dir, BrokerEndpoint, Cluster, NewTopic};
+    use crate::config::TopicConfigs;
+    use crate::metadata::{ClusterMetadata, METADATA_FILE};
+    use crate::node::{bootstrap_records, check_data_dir};
+    use crate::records::MetadataRecord;
     use crate::BrokerConfig;
 
-    fn open(dir: &std::path::Path) -> (Arc<Store>, Result<Cluster, crate::AdminError>) {
-        let store = Store::open(StoreConfig::new(dir)).expect("store");
-        let config = BrokerConfig::from_layers(std::iter::empty()).expect("config");
-        let endpoint = BrokerEndpoint {
-            node_id: 1,
-            host: "127.0.0.1".into(),
-            port: 9092,
-        };
-        let cluster = Cluster::open(config, store.clone(), dir, endpoint);
-        (store, cluster)
+    fn config() -> BrokerConfig {
+        BrokerConfig::from_layers(std::iter::empty()).expect("config")
     }
 
-    fn append(cluster: &Cluster, topic: &str, partition: i32, n: usize) {
-        let log = cluster.partition_log(topic, partition).expect("log");
+    fn append(store: &Store, topic: &str, partition: i32, n: usize) {
+        let log = store
+            .partition(&TopicPartition::new(topic, partition))
+            .expect("log");
         for i in 0..n {
             let b = millrace_store::testing::encode_batch(
                 &[(Some(b"k"), Some(format!("v{i}").as_bytes()), 1)],
@@ -471,109 +467,117 @@ mod store_tests {
         }
     }
 
-    fn records(store: &Store, topic: &str, partition: i32) -> i64 {
-        let log = store
-            .partition(&millrace_store::TopicPartition::new(topic, partition))
-            .expect("log");
-        let r = log
-            .read(0, 1 << 20, ReadUpperBound::LogEnd, true)
-            .expect("read");
-        assert!(!r.records.is_empty() || log.log_end_offset() == 0);
-        log.log_end_offset()
-    }
-
     #[test]
-    fn a_lost_metadata_file_is_rebuilt_and_every_record_kept() {
+    fn partition_directories_seed_topics_with_their_ids_counts_and_settings() {
         let dir = tempfile::tempdir().expect("tmp");
-        let (old_id, old_cluster) = {
-            let (store, cluster) = open(dir.path());
-            let cluster = cluster.expect("cluster");
-            let topic = cluster
-                .create_topic(&NewTopic {
-                    name: "keep".into(),
-                    partitions: Some(3),
-                    replication_factor: Some(1),
-                    configs: [("retention.ms".to_string(), "-1".to_string())]
-                        .into_iter()
-                        .collect::<BTreeMap<_, _>>(),
-                    ..Default::default()
-                })
-                .expect("topic");
-            append(&cluster, "keep", 0, 5);
-            append(&cluster, "keep", 2, 7);
-            let id = cluster.cluster_id();
-            drop(cluster);
-            store.shutdown().expect("shutdown");
-            (topic.topic_id, id)
-        };
-        std::fs::remove_file(dir.path().join(METADATA_FILE)).expect("remove metadata");
-        let config = BrokerConfig::from_layers(std::iter::empty()).expect("config");
-        check_data_dir(&config, dir.path()).expect("not ambiguous");
-        let (store, cluster) = open(dir.path());
-        let cluster = cluster.expect("rebuilt");
-        let topic = cluster.metadata.topic("keep").expect("topic is back");
-        assert_eq!(topic.topic_id, old_id);
-        assert_eq!(topic.partitions, 3);
-        assert_eq!(topic.configs.get("retention.ms"), Some("-1"));
-        assert_ne!(cluster.cluster_id(), old_cluster);
-        assert_eq!(records(&store, "keep", 0), 5);
-        assert_eq!(records(&store, "keep", 2), 7);
-        assert!(
-            dir.path().join(METADATA_FILE).exists(),
-            "the rebuilt image is written"
-        );
-    }
-
-    #[test]
-    fn unnamed_directories_are_set_aside_and_deleted_topics_deleted() {
-        let dir = tempfile::tempdir().expect("tmp");
+        let id = Uuid::from_u128(42);
         {
-            let (store, cluster) = open(dir.path());
-            let cluster = cluster.expect("cluster");
-            for name in ["gone", "stays"] {
-                cluster
-                    .create_topic(&NewTopic {
-                        name: name.into(),
-                        partitions: Some(1),
-                        replication_factor: Some(1),
-                        ..Default::default()
-                    })
-                    .expect("topic");
-                append(&cluster, name, 0, 2);
+            let store = Store::open(StoreConfig::new(dir.path())).expect("store");
+            let log_config = LogConfig {
+                retention_ms: -1,
+                ..LogConfig::default()
+            };
+            for p in 0..3 {
+                store
+                    .create_partition(
+                        &TopicPartition::new("keep", p),
+                        log_config.clone(),
+                        TopicId::from_bytes(id.into_bytes()),
+                    )
+                    .expect("partition");
             }
-            // A directory the image never named, and a DeleteTopics that crashed after the image.
-            store
-                .create_partition(
-                    &millrace_store::TopicPartition::new("stray", 0),
-                    millrace_store::LogConfig::default(),
-                    millrace_store::TopicId::from_bytes([9; 16]),
-                )
-                .expect("stray");
-            cluster.metadata.delete_topic("gone").expect("image only");
-            drop(cluster);
+            append(&store, "keep", 0, 5);
             store.shutdown().expect("shutdown");
         }
-        let (store, cluster) = open(dir.path());
-        let cluster = cluster.expect("cluster");
-        assert!(store
-            .partition(&millrace_store::TopicPartition::new("stray", 0))
-            .is_none());
-        assert!(store
-            .partition(&millrace_store::TopicPartition::new("gone", 0))
-            .is_none());
-        assert_eq!(records(&store, "stays", 0), 2);
-        let names: Vec<String> = std::fs::read_dir(dir.path())
-            .expect("ls")
-            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        check_data_dir(&config(), dir.path()).expect("not ambiguous");
+        let store = Store::open(StoreConfig::new(dir.path())).expect("store");
+        let records = bootstrap_records(&config(), dir.path(), &store, 7).expect("seed");
+        let topic = records
+            .iter()
+            .find_map(|r| match r {
+                MetadataRecord::Topic {
+                    name,
+                    topic_id,
+                    configs,
+                } if name == "keep" => Some((*topic_id, configs.clone())),
+                _ => None,
+            })
+            .expect("topic seeded");
+        assert_eq!(topic.0, id, "the topic id on disk is kept");
+        assert_eq!(topic.1.get("retention.ms"), Some("-1"));
+        let partitions: Vec<(i32, Vec<i32>)> = records
+            .iter()
+            .filter_map(|r| match r {
+                MetadataRecord::Partition {
+                    topic_id,
+                    partition,
+                    registration,
+                } if *topic_id == id => Some((*partition, registration.replicas.clone())),
+                _ => None,
+            })
             .collect();
+        assert_eq!(partitions, vec![(0, vec![7]), (1, vec![7]), (2, vec![7])]);
         assert!(
-            names
+            !records
                 .iter()
-                .any(|n| n.starts_with("stray-0.") && n.ends_with(".orphaned")),
-            "{names:?}"
+                .any(|r| matches!(r, MetadataRecord::Bootstrap { .. })),
+            "a rebuilt image gets a new cluster id from the controller"
         );
-        assert!(!names.iter().any(|n| n.starts_with("gone-0")), "{names:?}");
-        assert!(cluster.metadata.pending_deletions().is_empty());
+        // Nothing on disk was touched: the data is all there.
+        assert_eq!(
+            store
+                .partition(&TopicPartition::new("keep", 0))
+                .expect("log")
+                .log_end_offset(),
+            5
+        );
+    }
+
+    #[test]
+    fn a_legacy_metadata_file_seeds_its_cluster_id_topics_and_producer_ids() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let id = Uuid::from_u128(9);
+        let legacy = ClusterMetadata::create(
+            dir.path(),
+            vec![crate::metadata::TopicMetadata {
+                name: "old".into(),
+                topic_id: id,
+                partitions: 2,
+                replication_factor: 1,
+                configs: TopicConfigs::new(BTreeMap::from([(
+                    "cleanup.policy".to_string(),
+                    "compact".to_string(),
+                )]))
+                .expect("configs"),
+            }],
+            5000,
+        )
+        .expect("legacy file");
+        let cluster_id = legacy.cluster_id();
+        let store = Store::open(StoreConfig::new(dir.path())).expect("store");
+        let records = bootstrap_records(&config(), dir.path(), &store, 1).expect("seed");
+        assert!(
+            matches!(&records[0], MetadataRecord::Bootstrap { cluster_id: c } if *c == cluster_id)
+        );
+        assert!(records.iter().any(|r| matches!(r, MetadataRecord::Topic { name, topic_id, configs } if name == "old" && *topic_id == id && configs.get("cleanup.policy") == Some("compact"))));
+        assert_eq!(
+            records
+                .iter()
+                .filter(
+                    |r| matches!(r, MetadataRecord::Partition { topic_id, .. } if *topic_id == id)
+                )
+                .count(),
+            2
+        );
+        assert!(records.iter().any(|r| matches!(
+            r,
+            MetadataRecord::ProducerIds {
+                next_producer_id: 5000
+            }
+        )));
+        assert!(dir.path().join(METADATA_FILE).exists());
+        assert!(crate::node::retire_legacy_metadata(dir.path()).is_some());
+        assert!(!dir.path().join(METADATA_FILE).exists());
     }
 
     #[test]

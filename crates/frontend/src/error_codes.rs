@@ -118,11 +118,9 @@ pub fn from_append(err: &AppendError, context: &str) -> KafkaError {
             KafkaError::new(OUT_OF_ORDER_SEQUENCE_NUMBER, m.clone())
         }
         AppendError::InvalidProducerEpoch(m) => KafkaError::new(INVALID_PRODUCER_EPOCH, m.clone()),
+        // Only follower appends return it; a client's append reaching it is a bug worth a warning.
+        AppendError::UnexpectedOffset { .. } => unknown(err, context),
         AppendError::Store(e) => from_store(e, context),
-        AppendError::UnexpectedOffset { .. } => {
-            warn!(%context, error = %err, "follower append error reached a client");
-            KafkaError::new(UNKNOWN_SERVER_ERROR, err.to_string())
-        }
     }
 }
 
@@ -231,6 +229,7 @@ pub fn from_group(err: &GroupError, context: &str) -> KafkaError {
         GroupError::InvalidGroupId => INVALID_GROUP_ID,
         GroupError::CoordinatorLoadInProgress => COORDINATOR_LOAD_IN_PROGRESS,
         GroupError::CoordinatorNotAvailable => COORDINATOR_NOT_AVAILABLE,
+        GroupError::NotCoordinator => NOT_COORDINATOR,
         GroupError::InvalidSessionTimeout => INVALID_SESSION_TIMEOUT,
         GroupError::IllegalGeneration => ILLEGAL_GENERATION,
         GroupError::UnknownMemberId => UNKNOWN_MEMBER_ID,

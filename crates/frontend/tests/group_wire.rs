@@ -7,6 +7,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use bytes::{BufMut, Bytes, BytesMut};
+use futures::future::BoxFuture;
 use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
 use kafka_protocol::messages::leave_group_request::MemberIdentity;
 use kafka_protocol::messages::offset_commit_request::{
@@ -21,14 +22,48 @@ use kafka_protocol::messages::offset_fetch_request::{
 use kafka_protocol::messages::sync_group_request::SyncGroupRequestAssignment;
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
-use millrace_cluster::{BrokerConfig, BrokerEndpoint, Cluster, NewTopic};
+use millrace_cluster::image::{PartitionRegistration, SharedImage};
+use millrace_cluster::records::{MetadataBatch, MetadataRecord};
+use millrace_cluster::{BrokerConfig, BrokerEndpoint, Cluster};
+use millrace_controller::{
+    BrokerInfo, BrokerLifecycle, CallError, ControllerClient, MetadataQuorum, ProducerIdAllocator,
+    ProposeError, QuorumView,
+};
 use millrace_frontend::dispatch::dispatch;
 use millrace_frontend::BrokerContext;
-use millrace_groups::{CoordinatorConfig, GroupConfig, GroupCoordinator, OffsetsPartition};
+use millrace_groups::{
+    CoordinatorConfig, DurableGroupLog, GroupConfig, GroupCoordinator, LoadHold, PartitionStatus,
+};
+use millrace_replication::{ReplicaManager, ReplicaManagerConfig};
 use millrace_store::{Store, StoreConfig};
 use tokio_util::sync::CancellationToken;
 
 const TOPIC: &str = "t";
+
+/// No quorum: these tests never reach the controller.
+struct NoQuorum;
+
+impl MetadataQuorum for NoQuorum {
+    fn propose(&self, _payload: Vec<u8>) -> BoxFuture<'_, Result<u64, ProposeError>> {
+        Box::pin(async { Err(ProposeError::NotLeader { leader: None }) })
+    }
+    fn view(&self) -> tokio::sync::watch::Receiver<QuorumView> {
+        tokio::sync::watch::channel(QuorumView::default()).1
+    }
+    fn call(
+        &self,
+        to: i32,
+        _payload: Vec<u8>,
+        _timeout: std::time::Duration,
+    ) -> BoxFuture<'_, Result<Vec<u8>, CallError>> {
+        Box::pin(async move {
+            Err(CallError {
+                node: to,
+                reason: "no quorum in this test".into(),
+            })
+        })
+    }
+}
 
 fn s(v: &str) -> StrBytes {
     StrBytes::from_string(v.to_string())
@@ -38,6 +73,8 @@ struct Harness {
     ctx: Arc<BrokerContext>,
     _dir: tempfile::TempDir,
     correlation: i32,
+    /// Keeps the offsets partitions loading while set (`with_load(false)`).
+    hold: Option<LoadHold>,
 }
 
 impl Harness {
@@ -45,6 +82,8 @@ impl Harness {
         Self::with_load(true)
     }
 
+    /// A broker context whose coordinator leads the 3 offsets partitions in leader epoch 0; with
+    /// `load`, waits until they are loaded, else keeps them loading until `finish_loading`.
     fn with_load(load: bool) -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
         let store = Store::open(StoreConfig {
@@ -52,7 +91,7 @@ impl Harness {
             flush_policy: millrace_store::FlushPolicy::Batch,
             flush_interval: std::time::Duration::from_millis(2),
             max_open_files: 64,
-            high_watermark_follows_durable: true,
+            high_watermark_follows_durable: false,
         })
         .expect("store");
         let layer: BTreeMap<String, String> = [("num.partitions".to_string(), "2".to_string())]
@@ -64,24 +103,71 @@ impl Harness {
             host: "127.0.0.1".into(),
             port: 9092,
         };
-        let cluster =
-            Arc::new(Cluster::open(config, store, dir.path(), endpoint).expect("cluster"));
-        for (name, partitions) in [("__consumer_offsets", 3), (TOPIC, 2)] {
-            cluster
-                .create_topic(&NewTopic {
-                    name: name.into(),
-                    partitions: Some(partitions),
-                    replication_factor: Some(1),
-                    ..Default::default()
-                })
-                .expect("topic");
+        // The committed metadata of a single node that leads both topics.
+        let image = Arc::new(SharedImage::default());
+        let mut records = vec![MetadataRecord::RegisterBroker {
+            node_id: 1,
+            incarnation_id: uuid::Uuid::from_u128(1),
+            host: "127.0.0.1".into(),
+            port: 9092,
+            rack: None,
+            clean_shutdown: true,
+        }];
+        image.apply_batch(1, &MetadataBatch::new(std::mem::take(&mut records)));
+        records.push(MetadataRecord::UnfenceBroker {
+            node_id: 1,
+            broker_epoch: 1,
+        });
+        for (i, (name, partitions)) in [("__consumer_offsets", 3), (TOPIC, 2)]
+            .into_iter()
+            .enumerate()
+        {
+            let topic_id = uuid::Uuid::from_u128(100 + i as u128);
+            records.push(MetadataRecord::Topic {
+                name: name.into(),
+                topic_id,
+                configs: Default::default(),
+            });
+            for p in 0..partitions {
+                records.push(MetadataRecord::Partition {
+                    topic_id,
+                    partition: p,
+                    registration: PartitionRegistration::new(vec![1]),
+                });
+            }
         }
-        let partitions = (0..3)
-            .map(|p| OffsetsPartition {
-                partition: p,
-                log: cluster.partition_log("__consumer_offsets", p).expect("log"),
-            })
-            .collect();
+        image.apply_batch(2, &MetadataBatch::new(records));
+        let quorum = Arc::new(NoQuorum);
+        let controller = Arc::new(ControllerClient::new(1, quorum, None));
+        let stop = CancellationToken::new();
+        let replicas = ReplicaManager::new(
+            ReplicaManagerConfig {
+                node_id: 1,
+                broker: config.clone(),
+                peer_addresses: BTreeMap::new(),
+            },
+            store.clone(),
+            image.clone(),
+            controller.clone(),
+            stop.clone(),
+        );
+        replicas.apply_image(&image.current(), true);
+        let lifecycle = BrokerLifecycle::new(
+            BrokerInfo {
+                node_id: 1,
+                host: "127.0.0.1".into(),
+                port: 9092,
+                rack: None,
+                clean_shutdown: true,
+                heartbeat_interval: std::time::Duration::from_secs(2),
+                request_timeout: std::time::Duration::from_secs(1),
+            },
+            controller.clone(),
+            image.clone(),
+        );
+        let producer_ids = Arc::new(ProducerIdAllocator::new(controller.clone(), lifecycle));
+        let cluster = Arc::new(Cluster::new(config, store, image, endpoint, true));
+        let group_log = Arc::new(DurableGroupLog::new(std::time::Duration::from_secs(10)));
         let groups = GroupCoordinator::new(
             CoordinatorConfig {
                 group: GroupConfig {
@@ -89,24 +175,59 @@ impl Harness {
                     ..GroupConfig::default()
                 },
                 offsets_retention_ms: 1_000_000,
-                leader_epoch: 0,
                 snapshot_dir: None,
             },
-            partitions,
+            3,
+            group_log.clone(),
         );
-        if load {
-            groups.load();
+        let hold = if load { None } else { groups.hold_loads() };
+        for p in 0..3 {
+            let log = replicas
+                .partition(&millrace_store::TopicPartition::new(
+                    "__consumer_offsets",
+                    p,
+                ))
+                .expect("hosted")
+                .log
+                .clone();
+            group_log.lead(p, log.clone(), 0);
+            groups.become_leader(p, log, 0);
         }
         let ctx = Arc::new(BrokerContext {
             cluster,
+            replicas,
+            controller,
+            producer_ids,
             groups,
             data_dir: dir.path().display().to_string(),
             shutdown: CancellationToken::new(),
         });
-        Self {
+        let mut h = Self {
             ctx,
             _dir: dir,
             correlation: 0,
+            hold,
+        };
+        if load {
+            h.finish_loading();
+        }
+        h
+    }
+
+    /// Lets the offsets partitions load and waits (10 s at most) until they are.
+    fn finish_loading(&mut self) {
+        self.hold = None;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        for p in 0..3 {
+            while self.ctx.groups.partition_status(p)
+                != Some(PartitionStatus::Loaded { leader_epoch: 0 })
+            {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "partition {p} not loaded"
+                );
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
         }
     }
 
@@ -528,7 +649,7 @@ async fn requests_during_replay_get_coordinator_load_in_progress() {
         .call(ApiKey::ListGroups, 4, &ListGroupsRequest::default())
         .await;
     assert_eq!(r.error_code, 14);
-    h.ctx.groups.load();
+    h.finish_loading();
     let r: FindCoordinatorResponse = h
         .call(
             ApiKey::FindCoordinator,

@@ -1,60 +1,86 @@
 //! The group coordinator: owns every classic group whose `__consumer_offsets` partition this
-//! broker leads, the JoinGroup/SyncGroup requests parked on them, the timers, and the records it
-//! writes to and replays from `__consumer_offsets`.
+//! broker leads and has loaded, the JoinGroup/SyncGroup requests parked on them, the timers, and
+//! the records it writes to and replays from `__consumer_offsets`.
 //!
 //! Where it sits: the front end translates wire requests into the request structs of
 //! [`crate::group`] and calls a method here; methods whose answer may wait (JoinGroup, SyncGroup,
-//! commits waiting for durability) return a [`Reply`] future, the rest answer at once.
+//! commits waiting to be committed) return a [`Reply`] future, the rest answer at once. The broker
+//! tells it which partitions this broker leads ([`GroupCoordinator::become_leader`],
+//! [`GroupCoordinator::resign`]) and gives it the [`GroupLog`] it appends through.
+//!
+//! Leadership (Kafka's `scheduleLoadOperation`/`scheduleUnloadOperation`): every partition starts
+//! not led here (NOT_COORDINATOR). `become_leader(p, log, leader_epoch)` marks it loading
+//! (COORDINATOR_LOAD_IN_PROGRESS) and queues a replay of `log` up to its log end on a loader
+//! thread ([`LOADER_THREADS_MAX`]); the replay's result is installed only if the partition is
+//! still loading for that same call (a load id), else discarded. `resign(p, leader_epoch)` drops
+//! the partition's groups and answers their parked JoinGroup/SyncGroup with NOT_COORDINATOR.
+//! Notifications are keyed by leader epoch: while leading in epoch L, a `become_leader` for an
+//! epoch above L reloads and one at or below L is a duplicate or stale; a `resign` below L is
+//! stale; after a resign in epoch R, only a `become_leader` in R or later loads (the replica
+//! manager takes leadership away from a fenced broker without a new epoch and gives it back in the
+//! same one). A failed replay leaves the partition not served until a newer epoch.
 //!
 //! Locking: one `parking_lot::Mutex` per `__consumer_offsets` partition ("shard"). A call takes
-//! exactly one shard lock, steps the pure [`Group`], appends any records to the partition log
-//! while still holding it (so records are in the log in the order the state changed), and
-//! releases it before awaiting anything. No lock is held across an `.await`.
+//! exactly one shard lock, steps the pure [`Group`], appends any records through the
+//! [`GroupLog`] while still holding it (so records are in the log in the order the state changed),
+//! and releases it before awaiting anything. No lock is held across an `.await`; replays read the
+//! log without any lock. Lock order: shard → (inside `GroupLog::append`) the log's own locks;
+//! the loader queue's lock and the load-hold lock are never held while taking a shard lock.
 //!
 //! Invariants:
+//! - the groups of a shard are those of its log as of the last record appended (they are changed
+//!   only together with an append under the shard lock, or by a whole replay), and only while the
+//!   shard is loaded in the leader epoch its appends carry;
 //! - an OffsetCommit, a group metadata change that answers a JoinGroup/SyncGroup, and a deletion
-//!   are answered with success only after their records are durable
-//!   (`PartitionLog::wait_durable`); when a group's metadata record cannot be appended or does not
-//!   become durable, the replies waiting for it become COORDINATOR_NOT_AVAILABLE (Kafka's answer
-//!   to a failed append) and the group goes back to rebalancing (`Group::metadata_not_durable`);
-//! - a shard answers COORDINATOR_LOAD_IN_PROGRESS until its replay is done;
+//!   are answered with success only after the [`GroupLog`] says their records are committed; when
+//!   a group's metadata record cannot be appended or committed, the replies waiting for it get
+//!   the mapped error (NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE) and the group goes back to
+//!   rebalancing (`Group::metadata_not_durable`);
+//! - a shard answers COORDINATOR_LOAD_IN_PROGRESS while its replay runs and NOT_COORDINATOR when
+//!   not led here; a resign or reload answers every request parked on it with NOT_COORDINATOR;
 //! - after [`GroupCoordinator::shutdown`] every parked request has been answered and every new
 //!   one gets COORDINATOR_NOT_AVAILABLE.
 //!
-//! Record batches are encoded and decoded with the store's codec (`millrace_store::records`), the
-//! one v2 codec of the workspace.
+//! Record batches are encoded with the store's codec (`millrace_store::records`), the one v2
+//! codec of the workspace; replay is in `replay.rs`.
 //!
-//! Not here: wire types, sockets, topic existence checks (the front end asks the cluster).
+//! Not here: wire types, sockets, topic existence checks (the front end asks the cluster), which
+//! broker leads what (the broker's replica manager says so through `become_leader`/`resign`).
 
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::path::PathBuf;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::{Bytes, BytesMut};
 use millrace_store::records::{self as store_records, BatchFields, Record};
-use millrace_store::{PartitionLog, ReadUpperBound};
-use parking_lot::Mutex;
+use millrace_store::PartitionLog;
+use parking_lot::{Condvar, Mutex};
 use tokio::sync::oneshot;
-use tracing::{debug, info, warn};
+use tracing::{debug, error, info, warn};
 
 use crate::error::GroupError;
 use crate::group::{
     CommittedOffset, Effect, Group, GroupConfig, GroupState, JoinRequest, JoinResponse,
     LeaveResult, Outcome, SyncRequest, SyncResponse,
 };
+use crate::group_log::{GroupLog, GroupLogError};
 use crate::limits::{
-    COMMIT_PARTITIONS_MAX, GROUP_ID_BYTES_MAX, OFFSET_METADATA_BYTES_MAX, RECORD_BYTES_MAX,
-    REPLAY_READ_BYTES, TIMER_TICK_MS,
+    COMMIT_PARTITIONS_MAX, GROUP_ID_BYTES_MAX, LOADER_THREADS_MAX, OFFSET_METADATA_BYTES_MAX,
+    TIMER_TICK_MS,
 };
-use crate::records::{self, OffsetValue, RecordKey, RecordValue};
+use crate::records::{self, OffsetValue, RecordKey};
+use crate::replay::{self, ReplayError};
 use crate::snapshot::{PartitionSnapshot, SnapshotStore};
 
 /// A response that may complete later.
 pub type Reply<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
+
+/// The future of an append: `Ok` once the records are committed.
+type Committed = Reply<Result<(), GroupLogError>>;
 
 /// How often Empty groups are checked for expired offsets (Kafka's
 /// offsets.retention.check.interval.ms is 600 s; a shorter period costs little here).
@@ -68,16 +94,21 @@ pub struct CoordinatorConfig {
     pub group: GroupConfig,
     /// offsets.retention.minutes, in ms.
     pub offsets_retention_ms: i64,
-    /// Leader epoch to stamp on appended batches.
-    pub leader_epoch: i32,
     /// Where the sled snapshot lives; `None` = no snapshot.
     pub snapshot_dir: Option<PathBuf>,
 }
 
-/// One partition to replay-and-serve: its index and log.
-pub struct OffsetsPartition {
-    pub partition: i32,
-    pub log: Arc<PartitionLog>,
+/// Where a `__consumer_offsets` partition stands on this broker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PartitionStatus {
+    /// Not led here (never was, or resigned): its groups get NOT_COORDINATOR.
+    NotLeader,
+    /// Led here in `leader_epoch`, replay running: COORDINATOR_LOAD_IN_PROGRESS.
+    Loading { leader_epoch: i32 },
+    /// Led here in `leader_epoch` and served.
+    Loaded { leader_epoch: i32 },
+    /// Led here in `leader_epoch`, but its replay failed: NOT_COORDINATOR until a newer epoch.
+    Failed { leader_epoch: i32 },
 }
 
 /// One partition of an OffsetCommit.
@@ -168,63 +199,134 @@ impl GroupEntry {
     }
 }
 
+/// One leadership of a partition as this coordinator acts on it.
+#[derive(Clone)]
+struct Led {
+    leader_epoch: i32,
+    /// Which `become_leader` call this is (coordinator-wide counter): a replay, or a reply
+    /// waiting on a record, acts only while the shard still holds the same load.
+    load_id: u64,
+    log: Arc<PartitionLog>,
+}
+
+enum Leadership {
+    NotLeader,
+    Loading(Led),
+    Loaded(Led),
+    Failed { leader_epoch: i32 },
+}
+
+impl Leadership {
+    /// The leader epoch this broker leads (or tried to lead) the partition in.
+    fn leader_epoch(&self) -> Option<i32> {
+        match self {
+            Leadership::NotLeader => None,
+            Leadership::Loading(l) | Leadership::Loaded(l) => Some(l.leader_epoch),
+            Leadership::Failed { leader_epoch } => Some(*leader_epoch),
+        }
+    }
+
+    fn status(&self) -> PartitionStatus {
+        match self {
+            Leadership::NotLeader => PartitionStatus::NotLeader,
+            Leadership::Loading(l) => PartitionStatus::Loading {
+                leader_epoch: l.leader_epoch,
+            },
+            Leadership::Loaded(l) => PartitionStatus::Loaded {
+                leader_epoch: l.leader_epoch,
+            },
+            Leadership::Failed { leader_epoch } => PartitionStatus::Failed {
+                leader_epoch: *leader_epoch,
+            },
+        }
+    }
+
+    fn loaded(&self) -> Option<&Led> {
+        match self {
+            Leadership::Loaded(l) => Some(l),
+            _ => None,
+        }
+    }
+}
+
 struct Shard {
     partition: i32,
-    log: Arc<PartitionLog>,
-    loaded: bool,
+    leadership: Leadership,
+    /// While not leading: the lowest leader epoch a `become_leader` must name to load (the epoch
+    /// of the last resign, one above a failed load's).
+    epoch_floor: i32,
     /// Set by every change, cleared when the snapshot is written.
     dirty: bool,
     groups: BTreeMap<String, GroupEntry>,
 }
 
-/// Replies to send once the group's metadata record (if one was written) is durable.
+impl Shard {
+    /// Drops the groups and returns their parked responders (to answer NOT_COORDINATOR).
+    fn unload(&mut self) -> Parked {
+        let mut parked = Parked::default();
+        for (_, mut entry) in std::mem::take(&mut self.groups) {
+            parked.joins.extend(entry.joins.drain());
+            parked.syncs.extend(entry.syncs.drain().map(|(_, tx)| tx));
+        }
+        self.dirty = false;
+        parked
+    }
+
+    fn load_id(&self) -> Option<u64> {
+        match &self.leadership {
+            Leadership::Loading(l) | Leadership::Loaded(l) => Some(l.load_id),
+            _ => None,
+        }
+    }
+}
+
+/// Parked JoinGroup/SyncGroup responders taken out of unloaded groups.
+#[derive(Default)]
+struct Parked {
+    joins: Vec<(String, oneshot::Sender<JoinResponse>)>,
+    syncs: Vec<oneshot::Sender<SyncResponse>>,
+}
+
+impl Parked {
+    fn answer(self, error: &GroupError) {
+        for (member_id, tx) in self.joins {
+            let _ = tx.send(JoinResponse::error(error.clone(), &member_id));
+        }
+        for tx in self.syncs {
+            let _ = tx.send(SyncResponse::error(error.clone()));
+        }
+    }
+}
+
+/// Replies to send once the group's metadata record (if one was written) is committed.
 #[derive(Default)]
 struct Deliveries {
     joins: Vec<(oneshot::Sender<JoinResponse>, JoinResponse)>,
     syncs: Vec<(oneshot::Sender<SyncResponse>, SyncResponse)>,
-    /// The record's log and the offset that must become durable.
-    durable: Option<(Arc<PartitionLog>, i64)>,
+    /// The record's commit, if one was appended.
+    committed: Option<Committed>,
     /// Why the record could not be appended at all, if it could not.
-    append_failed: Option<String>,
-    /// Whose record it is (coordinator, group id, generation), to put the group back into
-    /// rebalancing if the record does not become durable.
-    owner: Option<(Weak<GroupCoordinator>, String, i32)>,
-}
-
-/// What a reply that waits for a group metadata record waits on.
-enum Persisted {
-    /// No record was written.
-    Nothing,
-    /// Appended; durable once this offset of this log is.
-    Appended(Arc<PartitionLog>, i64),
-    /// The append failed, for this reason.
-    Failed(String),
+    append_failed: Option<GroupError>,
+    /// Whose record it is (coordinator, group id, generation, load id), to put the group back
+    /// into rebalancing if the record does not commit.
+    owner: Option<(Weak<GroupCoordinator>, String, i32, u64)>,
 }
 
 impl Deliveries {
-    fn persisted(&self) -> Persisted {
-        match (&self.append_failed, &self.durable) {
-            (Some(reason), _) => Persisted::Failed(reason.clone()),
-            (None, Some((log, end))) => Persisted::Appended(log.clone(), *end),
-            (None, None) => Persisted::Nothing,
-        }
-    }
-
-    /// Sends now if no record was written; once it is durable if one was; and if it cannot be
-    /// made durable, answers every reply with COORDINATOR_NOT_AVAILABLE and returns the group to
-    /// rebalancing.
-    fn send(self) {
-        if let Some(reason) = self.append_failed.clone() {
-            self.fail(reason);
+    /// Sends now if no record was written; once it is committed if one was; and if it cannot be
+    /// committed, answers every reply with the mapped error and returns the group to rebalancing.
+    fn send(mut self) {
+        if let Some(e) = self.append_failed.take() {
+            self.fail(e);
             return;
         }
-        match self.durable.clone() {
+        match self.committed.take() {
             None => self.send_now(),
-            Some((log, end)) => {
+            Some(committed) => {
                 tokio::spawn(async move {
-                    match log.wait_durable(end).await {
+                    match committed.await {
                         Ok(()) => self.send_now(),
-                        Err(e) => self.fail(e.to_string()),
+                        Err(e) => self.fail(e.into()),
                     }
                 });
             }
@@ -240,27 +342,24 @@ impl Deliveries {
         }
     }
 
-    fn fail(self, reason: String) {
-        warn!(group = ?self.owner.as_ref().map(|o| &o.1), %reason, "group metadata did not become durable; answering COORDINATOR_NOT_AVAILABLE");
+    fn fail(self, error: GroupError) {
+        warn!(group = ?self.owner.as_ref().map(|o| &o.1), %error, "group metadata did not become durable (not committed); answering with the error");
         for (tx, r) in self.joins {
-            let _ = tx.send(JoinResponse::error(
-                GroupError::Storage(reason.clone()),
-                &r.member_id,
-            ));
+            let _ = tx.send(JoinResponse::error(error.clone(), &r.member_id));
         }
         for (tx, _) in self.syncs {
-            let _ = tx.send(SyncResponse::error(GroupError::Storage(reason.clone())));
+            let _ = tx.send(SyncResponse::error(error.clone()));
         }
-        if let Some((coordinator, group_id, generation)) = self.owner {
+        if let Some((coordinator, group_id, generation, load_id)) = self.owner {
             if let Some(c) = coordinator.upgrade() {
-                c.metadata_not_durable(&group_id, generation);
+                c.metadata_not_durable(&group_id, generation, load_id);
             }
         }
     }
 }
 
 /// Encodes `records` (key, value) as one uncompressed v2 batch with the store's codec: base offset
-/// 0 (the store assigns offsets), no producer id, every record stamped `timestamp_ms`.
+/// 0 (the log assigns offsets), no producer id, every record stamped `timestamp_ms`.
 fn encode_batch(records: &[(Bytes, Option<Bytes>)], timestamp_ms: i64) -> BytesMut {
     let recs: Vec<Record> = records
         .iter()
@@ -287,61 +386,77 @@ fn encode_batch(records: &[(Bytes, Option<Bytes>)], timestamp_ms: i64) -> BytesM
     store_records::encode_records(&fields, &recs)
 }
 
-/// The data records in `bytes` (whole batches, as a log read returns them; control batches are
-/// skipped), the offset after the last batch read (`None` if none), and why anything was skipped.
-/// Stops at the first batch that does not validate.
-fn decode_batches(bytes: &[u8]) -> (Vec<Record>, Option<i64>, Vec<String>) {
-    let mut out = Vec::new();
-    let mut errors = Vec::new();
-    let mut next = None;
-    let mut pos = 0usize;
-    while let Some(rest) = bytes.get(pos..).filter(|r| !r.is_empty()) {
-        let h = match millrace_store::batch::validate_stored(rest) {
-            Ok(h) => h,
-            Err(e) => {
-                errors.push(format!("batch at byte {pos}: {e}"));
-                break;
-            }
-        };
-        next = Some(h.next_offset());
-        if !h.is_control() {
-            match store_records::decode_records(rest.get(..h.total_size()).unwrap_or(&[])) {
-                Ok((_, recs)) => out.extend(recs.into_iter().filter(|r| {
-                    let fits =
-                        |b: &Option<Bytes>| b.as_ref().is_none_or(|b| b.len() <= RECORD_BYTES_MAX);
-                    fits(&r.key) && fits(&r.value)
-                })),
-                Err(e) => errors.push(format!("batch at offset {}: {e}", h.base_offset)),
-            }
-        }
-        pos += h.total_size();
+/// A queued replay.
+struct LoadJob {
+    partition: i32,
+    led: Led,
+}
+
+/// Replays waiting for a loader thread (at most one per partition: a newer one replaces it) and
+/// how many loader threads run.
+#[derive(Default)]
+struct LoadQueue {
+    jobs: BTreeMap<i32, LoadJob>,
+    workers: usize,
+}
+
+/// While alive, loader threads do not start replays: partitions stay loading. For tests and
+/// simulators that need to observe COORDINATOR_LOAD_IN_PROGRESS.
+pub struct LoadHold {
+    coordinator: Arc<GroupCoordinator>,
+}
+
+impl Drop for LoadHold {
+    fn drop(&mut self) {
+        let mut holds = self.coordinator.load_holds.lock();
+        *holds = holds.saturating_sub(1);
+        self.coordinator.load_holds_released.notify_all();
     }
-    (out, next, errors)
 }
 
 /// The group coordinator of one broker.
 pub struct GroupCoordinator {
     me: Weak<GroupCoordinator>,
     config: CoordinatorConfig,
+    log: Arc<dyn GroupLog>,
     shards: Vec<Mutex<Shard>>,
-    snapshot: Option<SnapshotStore>,
+    /// The sled snapshot, opened by the first loader that needs it (opening takes tens of
+    /// milliseconds, which a broker's start should not wait for).
+    snapshot: std::sync::OnceLock<Option<SnapshotStore>>,
     closed: AtomicBool,
+    next_load_id: AtomicU64,
+    loads: Mutex<LoadQueue>,
+    load_holds: Mutex<usize>,
+    load_holds_released: Condvar,
 }
 
 impl GroupCoordinator {
-    /// A coordinator for `partitions` (all of `__consumer_offsets`, indexed 0..n). Nothing is
-    /// loaded yet: call [`GroupCoordinator::load`].
-    pub fn new(config: CoordinatorConfig, partitions: Vec<OffsetsPartition>) -> Arc<Self> {
-        let snapshot = config.snapshot_dir.as_deref().and_then(SnapshotStore::open);
-        let mut partitions = partitions;
-        partitions.sort_by_key(|p| p.partition);
-        let shards = partitions
-            .into_iter()
-            .map(|p| {
+    /// The sled snapshot, opened on first use.
+    fn snapshot_store(&self) -> Option<&SnapshotStore> {
+        self.snapshot
+            .get_or_init(|| {
+                self.config
+                    .snapshot_dir
+                    .as_deref()
+                    .and_then(SnapshotStore::open)
+            })
+            .as_ref()
+    }
+
+    /// A coordinator for `__consumer_offsets` partitions `0..partition_count`, appending through
+    /// `log`. Nothing is led yet: every group gets NOT_COORDINATOR until
+    /// [`GroupCoordinator::become_leader`] names and loads its partition.
+    pub fn new(
+        config: CoordinatorConfig,
+        partition_count: i32,
+        log: Arc<dyn GroupLog>,
+    ) -> Arc<Self> {
+        let shards = (0..partition_count.max(0))
+            .map(|partition| {
                 Mutex::new(Shard {
-                    partition: p.partition,
-                    log: p.log,
-                    loaded: false,
+                    partition,
+                    leadership: Leadership::NotLeader,
+                    epoch_floor: 0,
                     dirty: false,
                     groups: BTreeMap::new(),
                 })
@@ -350,14 +465,19 @@ impl GroupCoordinator {
         Arc::new_cyclic(|me| Self {
             me: me.clone(),
             config,
+            log,
             shards,
-            snapshot,
+            snapshot: std::sync::OnceLock::new(),
             closed: AtomicBool::new(false),
+            next_load_id: AtomicU64::new(1),
+            loads: Mutex::new(LoadQueue::default()),
+            load_holds: Mutex::new(0),
+            load_holds_released: Condvar::new(),
         })
     }
 
     pub fn partition_count(&self) -> i32 {
-        self.shards.len() as i32
+        i32::try_from(self.shards.len()).unwrap_or(i32::MAX)
     }
 
     fn shard(&self, group_id: &str) -> Result<&Mutex<Shard>, GroupError> {
@@ -373,219 +493,334 @@ impl GroupCoordinator {
             .ok_or(GroupError::CoordinatorNotAvailable)
     }
 
-    /// Locks the shard of `group_id` once it is loaded.
+    /// Locks the shard of `group_id` once it is loaded here.
     fn loaded_shard(
         &self,
         group_id: &str,
     ) -> Result<parking_lot::MutexGuard<'_, Shard>, GroupError> {
         let shard = self.shard(group_id)?.lock();
-        if !shard.loaded {
-            return Err(GroupError::CoordinatorLoadInProgress);
+        match shard.leadership {
+            Leadership::Loaded(_) => Ok(shard),
+            Leadership::Loading(_) => Err(GroupError::CoordinatorLoadInProgress),
+            Leadership::NotLeader | Leadership::Failed { .. } => Err(GroupError::NotCoordinator),
         }
-        Ok(shard)
     }
 
-    /// FindCoordinator's question: may this broker serve `group_id` right now?
+    /// FindCoordinator's question for a partition led here: may this broker serve `group_id`
+    /// right now? NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS, or yes.
     pub fn check_coordinator(&self, group_id: &str) -> Result<(), GroupError> {
         self.loaded_shard(group_id).map(|_| ())
     }
 
-    // ----- loading -----
-
-    /// Replays every partition (snapshot first, then the log's tail). Blocking: run it on a
-    /// blocking thread. Each shard serves as soon as its own replay is done.
-    pub fn load(&self) {
-        let started = std::time::Instant::now();
-        let mut records = 0usize;
-        for shard in &self.shards {
-            // Replay into a private copy so the shard's lock is not held (and request threads
-            // are not blocked) while reading the log; unloaded shards take no writes, so nothing
-            // can change underneath.
-            let mut replayed = {
-                let shard = shard.lock();
-                Shard {
-                    partition: shard.partition,
-                    log: shard.log.clone(),
-                    loaded: false,
-                    dirty: false,
-                    groups: BTreeMap::new(),
-                }
-            };
-            records += self.load_shard(&mut replayed);
-            let mut shard = shard.lock();
-            shard.groups = replayed.groups;
-            shard.loaded = true;
-        }
-        let groups: usize = self.shards.iter().map(|s| s.lock().groups.len()).sum();
-        info!(
-            partitions = self.shards.len(),
-            groups,
-            records_replayed = records,
-            elapsed_ms = started.elapsed().as_millis() as u64,
-            "group coordinator loaded"
-        );
-        self.write_snapshots(true);
+    /// Where `__consumer_offsets` partition `partition` stands here (`None` outside
+    /// `0..partition_count`).
+    pub fn partition_status(&self, partition: i32) -> Option<PartitionStatus> {
+        let shard = self.shards.get(usize::try_from(partition).ok()?)?;
+        let status = shard.lock().leadership.status();
+        Some(status)
     }
 
-    fn load_shard(&self, shard: &mut Shard) -> usize {
-        let now = now_ms();
-        let log_start = shard.log.log_start_offset();
-        let log_end = shard.log.log_end_offset();
-        let mut from = log_start;
-        if let Some(snap) = self.snapshot.as_ref().and_then(|s| s.read(shard.partition)) {
-            if snap.next_offset >= log_start && snap.next_offset <= log_end {
-                for (k, v) in &snap.entries {
-                    self.apply_record(shard, k, Some(v), now);
-                }
-                from = snap.next_offset;
-            } else {
-                debug!(
-                    partition = shard.partition,
-                    snapshot = snap.next_offset,
-                    log_start,
-                    log_end,
-                    "snapshot does not match the log; full replay"
-                );
-            }
-        }
-        let mut replayed = 0usize;
-        while from < log_end {
-            let read = match shard
-                .log
-                .read(from, REPLAY_READ_BYTES, ReadUpperBound::LogEnd, true)
-            {
-                Ok(r) => r,
-                Err(e) => {
-                    warn!(partition = shard.partition, offset = from, error = %e, "replay read failed; serving what was loaded");
-                    break;
-                }
-            };
-            let (raw, next, errors) = decode_batches(&read.records);
-            for e in errors {
-                warn!(partition = shard.partition, error = %e, "skipping unreadable batch in __consumer_offsets");
-            }
-            for r in raw {
-                if r.offset < from {
-                    continue;
-                }
-                if let Some(key) = &r.key {
-                    self.apply_record(shard, key, r.value.as_ref(), now);
-                    replayed += 1;
-                }
-            }
-            match next {
-                Some(n) if n > from => from = n,
-                _ => break,
-            }
-        }
-        // Groups that replay left with nothing in them are not groups.
-        shard.groups.retain(|_, e| {
-            !(e.group.is_empty() && e.group.offsets.is_empty() && e.group.protocol_type().is_none())
-        });
-        replayed
-    }
+    // ----- leadership -----
 
-    fn apply_record(&self, shard: &mut Shard, key: &[u8], value: Option<&Bytes>, now: i64) {
-        let key = match records::decode_key(key) {
-            Ok(Some(k)) => k,
-            Ok(None) => return,
-            Err(e) => {
-                warn!(partition = shard.partition, error = %e, "skipping undecodable key");
-                return;
-            }
-        };
-        let value = match value {
-            None => None,
-            Some(v) => match records::decode_value(&key, v) {
-                Ok(v) => Some(v),
-                Err(e) => {
-                    warn!(partition = shard.partition, error = %e, "skipping undecodable value");
-                    return;
-                }
-            },
-        };
-        let config = &self.config.group;
-        match (key, value) {
-            (
-                RecordKey::Offset {
-                    group,
-                    topic,
-                    partition,
-                },
-                value,
-            ) => {
-                let entry = shard
-                    .groups
-                    .entry(group.clone())
-                    .or_insert_with(|| GroupEntry::new(Group::new(&group, config, now)));
-                match value {
-                    Some(RecordValue::Offset(o)) => {
-                        entry.group.offsets.insert((topic, partition), o);
-                    }
-                    _ => {
-                        entry.group.offsets.remove(&(topic, partition));
-                    }
-                }
-            }
-            (RecordKey::Group { group }, Some(RecordValue::Group(v))) => {
-                let entry = shard
-                    .groups
-                    .entry(group.clone())
-                    .or_insert_with(|| GroupEntry::new(Group::new(&group, config, now)));
-                entry.group.restore(v, now);
-            }
-            (RecordKey::Group { group }, _) => {
-                if let Some(entry) = shard.groups.remove(&group) {
-                    if !entry.group.offsets.is_empty() {
-                        let mut fresh = Group::new(&group, config, now);
-                        fresh.offsets = entry.group.offsets;
-                        shard.groups.insert(group, GroupEntry::new(fresh));
-                    }
-                }
-            }
+    /// This broker leads `__consumer_offsets` partition `partition` in `leader_epoch`, over `log`:
+    /// replay it in the background (COORDINATOR_LOAD_IN_PROGRESS meanwhile), then serve its groups.
+    /// A duplicate or stale call (see the module comment) changes nothing; a newer epoch while
+    /// loaded reloads, answering the parked requests NOT_COORDINATOR. Never blocks on I/O.
+    pub fn become_leader(&self, partition: i32, log: Arc<PartitionLog>, leader_epoch: i32) {
+        if self.closed.load(Ordering::Acquire) {
+            return;
         }
-    }
-
-    /// Writes every shard that changed (or all, with `all`) to the sled snapshot.
-    fn write_snapshots(&self, all: bool) {
-        let Some(store) = &self.snapshot else {
+        let Some(shard) = usize::try_from(partition)
+            .ok()
+            .and_then(|i| self.shards.get(i))
+        else {
+            warn!(
+                partition,
+                partitions = self.shards.len(),
+                "leadership of an unknown __consumer_offsets partition ignored"
+            );
             return;
         };
-        for shard in &self.shards {
-            let snap = {
-                let mut shard = shard.lock();
-                if !shard.loaded || !(all || shard.dirty) {
-                    continue;
-                }
-                shard.dirty = false;
-                materialize(&shard)
-            };
-            let partition = { shard.lock().partition };
-            store.write(partition, &snap);
+        let mut shard = shard.lock();
+        let load = match &shard.leadership {
+            Leadership::Loading(l) | Leadership::Loaded(l) => leader_epoch > l.leader_epoch,
+            Leadership::NotLeader | Leadership::Failed { .. } => leader_epoch >= shard.epoch_floor,
+        };
+        if !load {
+            debug!(partition, leader_epoch, status = ?shard.leadership.status(), "become_leader ignored: duplicate or stale leader epoch");
+            return;
         }
-        store.flush();
+        let parked = shard.unload();
+        let led = Led {
+            leader_epoch,
+            load_id: self.next_load_id.fetch_add(1, Ordering::Relaxed),
+            log,
+        };
+        shard.epoch_floor = shard.epoch_floor.max(leader_epoch);
+        shard.leadership = Leadership::Loading(led.clone());
+        drop(shard);
+        info!(
+            partition,
+            leader_epoch, "loading __consumer_offsets partition"
+        );
+        parked.answer(&GroupError::NotCoordinator);
+        self.schedule_load(LoadJob { partition, led });
+    }
+
+    /// This broker no longer leads `partition`: its groups are dropped, parked requests answered
+    /// NOT_COORDINATOR, a running replay discarded. `leader_epoch`: the epoch of the partition
+    /// state that took leadership away (or the one it was led in); a resign below the epoch being
+    /// led is stale and ignored. `None` (the partition is gone) unloads unconditionally and forgets
+    /// every epoch.
+    pub fn resign(&self, partition: i32, leader_epoch: Option<i32>) {
+        let Some(shard) = usize::try_from(partition)
+            .ok()
+            .and_then(|i| self.shards.get(i))
+        else {
+            return;
+        };
+        let mut shard = shard.lock();
+        let leading = shard.leadership.leader_epoch();
+        if let (Some(e), Some(l)) = (leader_epoch, leading) {
+            if e < l {
+                debug!(
+                    partition,
+                    leader_epoch = e,
+                    leading = l,
+                    "resign ignored: stale leader epoch"
+                );
+                return;
+            }
+        }
+        shard.epoch_floor = match leader_epoch {
+            Some(e) => shard.epoch_floor.max(e),
+            None => 0,
+        };
+        let parked = shard.unload();
+        shard.leadership = Leadership::NotLeader;
+        drop(shard);
+        self.loads.lock().jobs.remove(&partition);
+        if leading.is_some() {
+            info!(
+                partition,
+                ?leader_epoch,
+                "unloaded __consumer_offsets partition"
+            );
+        }
+        parked.answer(&GroupError::NotCoordinator);
+    }
+
+    /// Keeps loader threads from starting replays until the returned hold is dropped.
+    pub fn hold_loads(&self) -> Option<LoadHold> {
+        let coordinator = self.me.upgrade()?;
+        *self.load_holds.lock() += 1;
+        Some(LoadHold { coordinator })
+    }
+
+    fn schedule_load(&self, job: LoadJob) {
+        let start_worker = {
+            let mut loads = self.loads.lock();
+            loads.jobs.insert(job.partition, job);
+            let start = loads.workers < LOADER_THREADS_MAX;
+            if start {
+                loads.workers += 1;
+            }
+            start
+        };
+        if !start_worker {
+            return;
+        }
+        let Some(me) = self.me.upgrade() else {
+            return;
+        };
+        let work = move || me.run_loads();
+        match tokio::runtime::Handle::try_current() {
+            Ok(handle) => {
+                handle.spawn_blocking(work);
+            }
+            Err(_) => {
+                if let Err(e) = std::thread::Builder::new()
+                    .name("group-loader".into())
+                    .spawn(work)
+                {
+                    error!(error = %e, "cannot start a group loader thread");
+                    let mut loads = self.loads.lock();
+                    loads.workers = loads.workers.saturating_sub(1);
+                }
+            }
+        }
+    }
+
+    /// A loader thread: replays queued partitions until the queue is empty.
+    fn run_loads(&self) {
+        loop {
+            {
+                let mut holds = self.load_holds.lock();
+                while *holds > 0 {
+                    self.load_holds_released.wait(&mut holds);
+                }
+            }
+            let job = {
+                let mut loads = self.loads.lock();
+                match loads.jobs.pop_first() {
+                    Some((_, job)) => job,
+                    None => {
+                        loads.workers = loads.workers.saturating_sub(1);
+                        return;
+                    }
+                }
+            };
+            if self.closed.load(Ordering::Acquire) {
+                continue;
+            }
+            self.load(job);
+        }
+    }
+
+    /// Replays one partition and installs the result if its leadership is still the one the job
+    /// was queued for.
+    fn load(&self, job: LoadJob) {
+        let LoadJob { partition, led } = job;
+        let Some(shard) = usize::try_from(partition)
+            .ok()
+            .and_then(|i| self.shards.get(i))
+        else {
+            return;
+        };
+        let current = || matches!(&shard.lock().leadership, Leadership::Loading(l) if l.load_id == led.load_id);
+        if !current() {
+            return;
+        }
+        let started = std::time::Instant::now();
+        let snapshot = self.snapshot_store().and_then(|s| s.read(partition));
+        let result = replay::replay(
+            partition,
+            &led.log,
+            snapshot,
+            &self.config.group,
+            now_ms(),
+            &|| !current(),
+        );
+        let mut guard = shard.lock();
+        if !matches!(&guard.leadership, Leadership::Loading(l) if l.load_id == led.load_id) {
+            debug!(
+                partition,
+                leader_epoch = led.leader_epoch,
+                "replay discarded: leadership changed meanwhile"
+            );
+            return;
+        }
+        match result {
+            Ok(replayed) => {
+                guard.groups = replayed
+                    .groups
+                    .into_iter()
+                    .map(|(id, g)| (id, GroupEntry::new(g)))
+                    .collect();
+                guard.dirty = replayed.records > 0;
+                let groups = guard.groups.len();
+                guard.leadership = Leadership::Loaded(led.clone());
+                drop(guard);
+                info!(
+                    partition,
+                    leader_epoch = led.leader_epoch,
+                    groups,
+                    records_replayed = replayed.records,
+                    from_snapshot = replayed.from_snapshot,
+                    log_end_offset = replayed.log_end_offset,
+                    elapsed_ms = started.elapsed().as_millis() as u64,
+                    "__consumer_offsets partition loaded"
+                );
+                if replayed.records > 0 {
+                    self.write_snapshot(partition, true);
+                    if let Some(store) = self.snapshot_store() {
+                        store.flush();
+                    }
+                }
+            }
+            Err(ReplayError::Superseded) => {}
+            Err(e) => {
+                guard.leadership = Leadership::Failed {
+                    leader_epoch: led.leader_epoch,
+                };
+                guard.epoch_floor = guard.epoch_floor.max(led.leader_epoch.saturating_add(1));
+                drop(guard);
+                error!(partition, leader_epoch = led.leader_epoch, error = %e, "__consumer_offsets partition not loaded; its groups get NOT_COORDINATOR until a newer leader epoch");
+            }
+        }
+    }
+
+    /// Writes every loaded shard that changed (or all, with `all`) to the sled snapshot.
+    fn write_snapshots(&self, all: bool) {
+        if self.snapshot_store().is_none() {
+            return;
+        }
+        for p in 0..self.partition_count() {
+            self.write_snapshot(p, all);
+        }
+        if let Some(store) = self.snapshot_store() {
+            store.flush();
+        }
+    }
+
+    /// Writes one loaded shard's snapshot if it changed (or always, with `always`). The batch mark
+    /// is read from the log without the shard lock: the batch below the snapshot's offset does not
+    /// change while this broker leads, and a wrong mark only makes the snapshot unusable.
+    fn write_snapshot(&self, partition: i32, always: bool) {
+        let Some(store) = self.snapshot_store() else {
+            return;
+        };
+        let Some(shard) = usize::try_from(partition)
+            .ok()
+            .and_then(|i| self.shards.get(i))
+        else {
+            return;
+        };
+        let (mut snap, log) = {
+            let mut shard = shard.lock();
+            let Some(led) = shard.leadership.loaded().cloned() else {
+                return;
+            };
+            if !(always || shard.dirty) {
+                return;
+            }
+            shard.dirty = false;
+            (materialize(&shard, &led.log), led.log)
+        };
+        snap.last_batch = replay::batch_mark_before(&log, snap.next_offset);
+        if snap.next_offset > 0 && snap.last_batch.is_none() {
+            debug!(
+                partition,
+                next_offset = snap.next_offset,
+                "no batch mark for the snapshot; not written"
+            );
+            return;
+        }
+        store.write(partition, &snap);
     }
 
     // ----- appends -----
 
-    /// Appends records as one batch to the shard's log; returns the offset that must become
-    /// durable before answering.
+    /// Appends records as one batch through the [`GroupLog`] as the shard's leader; returns the
+    /// future that resolves once they are committed.
     fn append(
         &self,
         shard: &mut Shard,
         records: &[(Bytes, Option<Bytes>)],
-    ) -> Result<i64, GroupError> {
+    ) -> Result<Committed, GroupError> {
+        let leader_epoch = shard
+            .leadership
+            .loaded()
+            .map(|l| l.leader_epoch)
+            .ok_or(GroupError::NotCoordinator)?;
         let batch: BytesMut = encode_batch(records, now_ms());
-        let info = shard
-            .log
-            .append(batch, self.config.leader_epoch)
-            .map_err(|e| GroupError::Storage(e.to_string()))?;
+        let appended = self.log.append(shard.partition, leader_epoch, batch)?;
         shard.dirty = true;
-        Ok(info.last_offset + 1)
+        Ok(appended.committed)
     }
 
     /// Carries out a step's effects for `group_id`: takes parked responders, writes the group's
-    /// metadata record, and returns the replies to send (after durability if a record was written).
+    /// metadata record, and returns the replies to send (after the commit if a record was written).
     fn apply_effects(&self, shard: &mut Shard, group_id: &str, effects: Vec<Effect>) -> Deliveries {
         let mut out = Deliveries::default();
         let mut persist = false;
@@ -622,14 +857,15 @@ impl GroupCoordinator {
                     group: group_id.to_string(),
                 });
                 match self.append(shard, &[(key, Some(value))]) {
-                    Ok(end) => out.durable = Some((shard.log.clone(), end)),
-                    Err(e) => out.append_failed = Some(e.to_string()),
+                    Ok(committed) => out.committed = Some(committed),
+                    Err(e) => out.append_failed = Some(e),
                 }
                 let generation = shard
                     .groups
                     .get(group_id)
                     .map_or(0, |e| e.group.generation());
-                out.owner = Some((self.me.clone(), group_id.to_string(), generation));
+                let load_id = shard.load_id().unwrap_or(0);
+                out.owner = Some((self.me.clone(), group_id.to_string(), generation, load_id));
             }
         }
         out
@@ -657,20 +893,22 @@ impl GroupCoordinator {
         let before = (entry.group.state(), entry.group.generation());
         let (outcome, effects) = entry.group.join(&config, &req, new_member_id, now);
         log_transition(&entry.group, before);
-        let rx = match outcome {
-            Outcome::Reply(r) => Err(r),
+        let (tx, rx) = oneshot::channel();
+        let direct = match outcome {
+            Outcome::Reply(r) => Some((tx, r)),
             Outcome::Await { member_id } => {
-                let (tx, rx) = oneshot::channel();
                 if let Some(old) = entry.joins.insert(member_id.clone(), tx) {
                     let _ = old.send(JoinResponse::error(
                         GroupError::RebalanceInProgress,
                         &member_id,
                     ));
                 }
-                Ok(rx)
+                None
             }
         };
-        let deliveries = self.apply_effects(&mut shard, &req.group_id, effects);
+        let mut deliveries = self.apply_effects(&mut shard, &req.group_id, effects);
+        // An answer given now still waits for the record this step wrote, like the parked ones.
+        deliveries.joins.extend(direct);
         // A refused first join leaves no group behind (Kafka validates before creating one).
         let leftover = shard.groups.get(&req.group_id).is_some_and(|e| {
             e.group.is_empty() && e.group.offsets.is_empty() && e.group.protocol_type().is_none()
@@ -678,22 +916,13 @@ impl GroupCoordinator {
         if created && leftover {
             shard.groups.remove(&req.group_id);
         }
-        let persisted = deliveries.persisted();
         drop(shard);
         deliveries.send();
-        match rx {
-            Ok(rx) => Box::pin(async move {
-                rx.await.unwrap_or_else(|_| {
-                    JoinResponse::error(GroupError::CoordinatorNotAvailable, &member_id)
-                })
-            }),
-            Err(response) => {
-                let member_id = response.member_id.clone();
-                after_durable(persisted, response, move |reason| {
-                    JoinResponse::error(GroupError::Storage(reason), &member_id)
-                })
-            }
-        }
+        Box::pin(async move {
+            rx.await.unwrap_or_else(|_| {
+                JoinResponse::error(GroupError::CoordinatorNotAvailable, &member_id)
+            })
+        })
     }
 
     pub fn sync(&self, req: SyncRequest) -> Reply<SyncResponse> {
@@ -708,40 +937,39 @@ impl GroupCoordinator {
         let before = (entry.group.state(), entry.group.generation());
         let (outcome, effects) = entry.group.sync(&req, now);
         log_transition(&entry.group, before);
-        let rx = match outcome {
-            Outcome::Reply(r) => Err(r),
+        let (tx, rx) = oneshot::channel();
+        let direct = match outcome {
+            Outcome::Reply(r) => Some((tx, r)),
             Outcome::Await { member_id } => {
-                let (tx, rx) = oneshot::channel();
                 if let Some(old) = entry.syncs.insert(member_id, tx) {
                     let _ = old.send(SyncResponse::error(GroupError::RebalanceInProgress));
                 }
-                Ok(rx)
+                None
             }
         };
-        let deliveries = self.apply_effects(&mut shard, &req.group_id, effects);
-        let persisted = deliveries.persisted();
+        let mut deliveries = self.apply_effects(&mut shard, &req.group_id, effects);
+        deliveries.syncs.extend(direct);
         drop(shard);
         deliveries.send();
-        match rx {
-            Ok(rx) => Box::pin(async move {
-                rx.await
-                    .unwrap_or_else(|_| SyncResponse::error(GroupError::CoordinatorNotAvailable))
-            }),
-            Err(response) => after_durable(persisted, response, |reason| {
-                SyncResponse::error(GroupError::Storage(reason))
-            }),
-        }
+        Box::pin(async move {
+            rx.await
+                .unwrap_or_else(|_| SyncResponse::error(GroupError::CoordinatorNotAvailable))
+        })
     }
 
-    /// The group's metadata record of `generation` did not become durable: if the group is still
-    /// in that generation it forgets the assignment and rebalances (Kafka's
-    /// resetAndPropagateAssignmentError + prepareRebalance), answering what it must.
-    fn metadata_not_durable(&self, group_id: &str, generation: i32) {
+    /// The group's metadata record of `generation`, written in load `load_id`, did not commit: if
+    /// the shard still holds that load and the group is still in that generation, it forgets the
+    /// assignment and rebalances (Kafka's resetAndPropagateAssignmentError + prepareRebalance),
+    /// answering what it must.
+    fn metadata_not_durable(&self, group_id: &str, generation: i32, load_id: u64) {
         let now = now_ms();
         let Ok(shard) = self.shard(group_id) else {
             return;
         };
         let mut shard = shard.lock();
+        if shard.leadership.loaded().map(|l| l.load_id) != Some(load_id) {
+            return;
+        }
         let Some(entry) = shard.groups.get_mut(group_id) else {
             return;
         };
@@ -790,7 +1018,7 @@ impl GroupCoordinator {
 
     // ----- offsets -----
 
-    /// OffsetCommit: one result per partition, in request order, answered once durable.
+    /// OffsetCommit: one result per partition, in request order, answered once committed.
     pub fn commit_offsets(&self, req: CommitRequest) -> Reply<Vec<Result<(), GroupError>>> {
         let count = req.partitions.len();
         let all = move |e: GroupError| -> Reply<Vec<Result<(), GroupError>>> {
@@ -864,8 +1092,8 @@ impl GroupCoordinator {
         if writes.is_empty() {
             return ready(results);
         }
-        let end = match self.append(&mut shard, &writes) {
-            Ok(end) => end,
+        let committed = match self.append(&mut shard, &writes) {
+            Ok(committed) => committed,
             Err(e) => return all(e),
         };
         if let Some(entry) = shard.groups.get_mut(&req.group_id) {
@@ -873,14 +1101,18 @@ impl GroupCoordinator {
                 entry.group.offsets.insert(tp, value);
             }
         }
-        let log = shard.log.clone();
         drop(shard);
         Box::pin(async move {
-            match log.wait_durable(end).await {
+            match committed.await {
                 Ok(()) => results,
                 Err(e) => {
-                    let e = GroupError::Storage(e.to_string());
-                    results.into_iter().map(|_| Err(e.clone())).collect()
+                    // Partitions refused on their own (metadata too large) keep their error, as
+                    // in Kafka; the others get the append's.
+                    let e = GroupError::from(e);
+                    results
+                        .into_iter()
+                        .map(|r| r.and_then(|()| Err(e.clone())))
+                        .collect()
                 }
             }
         })
@@ -928,8 +1160,9 @@ impl GroupCoordinator {
 
     // ----- admin -----
 
-    /// ListGroups, filtered by state names (case-insensitive; empty = all). Fails with
-    /// COORDINATOR_LOAD_IN_PROGRESS while any partition is loading, as Kafka does.
+    /// ListGroups over the partitions loaded here, filtered by state names (case-insensitive;
+    /// empty = all). Fails with COORDINATOR_LOAD_IN_PROGRESS while any partition led here is
+    /// loading, as Kafka does; partitions not led here contribute nothing.
     pub fn list_groups(&self, states: &[String]) -> Result<Vec<GroupListing>, GroupError> {
         if self.closed.load(Ordering::Acquire) {
             return Err(GroupError::CoordinatorNotAvailable);
@@ -937,8 +1170,10 @@ impl GroupCoordinator {
         let mut out = Vec::new();
         for shard in &self.shards {
             let shard = shard.lock();
-            if !shard.loaded {
-                return Err(GroupError::CoordinatorLoadInProgress);
+            match shard.leadership {
+                Leadership::Loaded(_) => {}
+                Leadership::Loading(_) => return Err(GroupError::CoordinatorLoadInProgress),
+                Leadership::NotLeader | Leadership::Failed { .. } => continue,
             }
             for entry in shard.groups.values() {
                 let g = &entry.group;
@@ -1011,10 +1246,10 @@ impl GroupCoordinator {
             }
         }
         Box::pin(async move {
-            for (i, (log, end)) in waits {
-                if let Err(e) = log.wait_durable(end).await {
+            for (i, committed) in waits {
+                if let Err(e) = committed.await {
                     if let Some(r) = results.get_mut(i) {
-                        *r = Err(GroupError::Storage(e.to_string()));
+                        *r = Err(e.into());
                     }
                 }
             }
@@ -1022,7 +1257,7 @@ impl GroupCoordinator {
         })
     }
 
-    fn delete_group(&self, group_id: &str) -> Result<(Arc<PartitionLog>, i64), GroupError> {
+    fn delete_group(&self, group_id: &str) -> Result<Committed, GroupError> {
         let now = now_ms();
         let mut shard = self.loaded_shard(group_id)?;
         let entry = shard
@@ -1035,11 +1270,11 @@ impl GroupCoordinator {
             _ => return Err(GroupError::NonEmptyGroup),
         }
         let tombstones = group_tombstones(&entry.group, true);
-        let end = self.append(&mut shard, &tombstones)?;
+        let committed = self.append(&mut shard, &tombstones)?;
         if let Some(mut entry) = shard.groups.remove(group_id) {
             entry.group.mark_dead(now);
         }
-        Ok((shard.log.clone(), end))
+        Ok(committed)
     }
 
     /// OffsetDelete: per partition, NONE or GROUP_SUBSCRIBED_TO_TOPIC; group-level errors fail all.
@@ -1052,10 +1287,10 @@ impl GroupCoordinator {
         match result {
             Err(e) => ready(Err(e)),
             Ok((results, None)) => ready(Ok(results)),
-            Ok((results, Some((log, end)))) => Box::pin(async move {
-                match log.wait_durable(end).await {
+            Ok((results, Some(committed))) => Box::pin(async move {
+                match committed.await {
                     Ok(()) => Ok(results),
-                    Err(e) => Err(GroupError::Storage(e.to_string())),
+                    Err(e) => Err(e.into()),
                 }
             }),
         }
@@ -1066,13 +1301,7 @@ impl GroupCoordinator {
         &self,
         group_id: &str,
         partitions: &[(String, i32)],
-    ) -> Result<
-        (
-            Vec<Result<(), GroupError>>,
-            Option<(Arc<PartitionLog>, i64)>,
-        ),
-        GroupError,
-    > {
+    ) -> Result<(Vec<Result<(), GroupError>>, Option<Committed>), GroupError> {
         let mut shard = self.loaded_shard(group_id)?;
         let entry = shard
             .groups
@@ -1111,13 +1340,13 @@ impl GroupCoordinator {
         if tombstones.is_empty() {
             return Ok((results, None));
         }
-        let end = self.append(&mut shard, &tombstones)?;
+        let committed = self.append(&mut shard, &tombstones)?;
         if let Some(entry) = shard.groups.get_mut(group_id) {
             for tp in removed {
                 entry.group.offsets.remove(&tp);
             }
         }
-        Ok((results, Some((shard.log.clone(), end))))
+        Ok((results, Some(committed)))
     }
 
     // ----- timers and shutdown -----
@@ -1127,7 +1356,7 @@ impl GroupCoordinator {
         let now = now_ms();
         for shard in &self.shards {
             let mut shard = shard.lock();
-            if !shard.loaded {
+            if shard.leadership.loaded().is_none() {
                 continue;
             }
             let due: Vec<String> = shard
@@ -1192,6 +1421,8 @@ impl GroupCoordinator {
                 groups_removed = dead.len(),
                 "expired offsets"
             );
+            // Nobody waits for these: tombstones that are refused or do not commit are written
+            // again by the first expiry pass after the next load, as the offsets are still expired.
             if let Err(e) = self.append(shard, &tombstones) {
                 warn!(error = %e, "cannot write offset expiry tombstones");
             }
@@ -1281,24 +1512,6 @@ fn ready<T: Send + 'static>(value: T) -> Reply<T> {
     Box::pin(std::future::ready(value))
 }
 
-/// `value` once the record it waits for is durable; `on_failure(reason)` if it cannot become so.
-fn after_durable<T: Send + 'static>(
-    persisted: Persisted,
-    value: T,
-    on_failure: impl FnOnce(String) -> T + Send + 'static,
-) -> Reply<T> {
-    match persisted {
-        Persisted::Nothing => ready(value),
-        Persisted::Failed(reason) => ready(on_failure(reason)),
-        Persisted::Appended(log, end) => Box::pin(async move {
-            match log.wait_durable(end).await {
-                Ok(()) => value,
-                Err(e) => on_failure(e.to_string()),
-            }
-        }),
-    }
-}
-
 /// Tombstones for a group's offsets (when `with_offsets`) and its metadata.
 fn group_tombstones(g: &Group, with_offsets: bool) -> Vec<(Bytes, Option<Bytes>)> {
     let mut out = Vec::new();
@@ -1323,8 +1536,9 @@ fn group_tombstones(g: &Group, with_offsets: bool) -> Vec<(Bytes, Option<Bytes>)
     out
 }
 
-/// The shard's latest value per key, as records, with the log offset they reflect.
-fn materialize(shard: &Shard) -> PartitionSnapshot {
+/// The shard's latest value per key, as records, with the log offset they reflect (the batch mark
+/// is left for the caller to read from the log).
+fn materialize(shard: &Shard, log: &PartitionLog) -> PartitionSnapshot {
     let mut entries = Vec::new();
     for (id, entry) in &shard.groups {
         let g = &entry.group;
@@ -1346,7 +1560,8 @@ fn materialize(shard: &Shard) -> PartitionSnapshot {
         }
     }
     PartitionSnapshot {
-        next_offset: shard.log.log_end_offset(),
+        next_offset: log.log_end_offset(),
+        last_batch: None,
         entries,
     }
 }
@@ -1354,8 +1569,10 @@ fn materialize(shard: &Shard) -> PartitionSnapshot {
 #[cfg(test)]
 mod tests {
     //! Replay: what one coordinator wrote, a fresh one over the same logs reads back, with or
-    //! without (or with a corrupt) sled snapshot.
+    //! without (or with a corrupt or foreign) sled snapshot. Leadership and commit semantics are
+    //! tested through the public API in `tests/leadership.rs`.
     use super::*;
+    use crate::group_log::DurableGroupLog;
     use millrace_store::{LogConfig, Store, StoreConfig, TopicPartition};
 
     const N: i32 = 3;
@@ -1400,18 +1617,40 @@ mod tests {
         let config = CoordinatorConfig {
             group: GroupConfig::default(),
             offsets_retention_ms,
-            leader_epoch: 0,
             snapshot_dir,
         };
-        let partitions = logs
-            .iter()
-            .enumerate()
-            .map(|(i, log)| OffsetsPartition {
-                partition: i as i32,
-                log: log.clone(),
-            })
-            .collect();
-        GroupCoordinator::new(config, partitions)
+        coordinator_over(logs, config)
+    }
+
+    /// A coordinator that leads every partition of `logs` in leader epoch 0 (not loaded yet).
+    fn coordinator_over(
+        logs: &[Arc<PartitionLog>],
+        config: CoordinatorConfig,
+    ) -> Arc<GroupCoordinator> {
+        let group_log = Arc::new(DurableGroupLog::new(Duration::from_secs(10)));
+        for (p, log) in logs.iter().enumerate() {
+            group_log.lead(p as i32, log.clone(), 0);
+        }
+        GroupCoordinator::new(config, logs.len() as i32, group_log)
+    }
+
+    /// Becomes leader of every partition in leader epoch 0 and waits (10 s at most) until each
+    /// is loaded.
+    fn load(c: &GroupCoordinator, logs: &[Arc<PartitionLog>]) {
+        for (p, log) in logs.iter().enumerate() {
+            c.become_leader(p as i32, log.clone(), 0);
+        }
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        for p in 0..logs.len() as i32 {
+            while c.partition_status(p) != Some(PartitionStatus::Loaded { leader_epoch: 0 }) {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "partition {p} not loaded: {:?}",
+                    c.partition_status(p)
+                );
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        }
     }
 
     fn commit(
@@ -1478,15 +1717,15 @@ mod tests {
         let first = coordinator(&logs, None);
         assert_eq!(
             first.check_coordinator("alpha"),
-            Err(GroupError::CoordinatorLoadInProgress)
+            Err(GroupError::NotCoordinator)
         );
-        first.load();
+        load(&first, &logs);
         assert_eq!(first.check_coordinator(""), Err(GroupError::InvalidGroupId));
         write_some(&first).await;
         check_replayed(&first);
 
         let second = coordinator(&logs, None);
-        second.load();
+        load(&second, &logs);
         check_replayed(&second);
         let listed: Vec<String> = second
             .list_groups(&[])
@@ -1504,14 +1743,14 @@ mod tests {
         let snap = dir.path().join("snap");
         {
             let first = coordinator(&logs, Some(snap.clone()));
-            first.load();
+            load(&first, &logs);
             write_some(&first).await;
             first.shutdown();
             first.write_final_snapshot();
         }
         {
             let second = coordinator(&logs, Some(snap.clone()));
-            second.load();
+            load(&second, &logs);
             check_replayed(&second);
             // More commits after the snapshot: replayed from the log's tail.
             second.closed.store(false, Ordering::Release);
@@ -1524,15 +1763,16 @@ mod tests {
         }
         {
             let third = coordinator(&logs, Some(snap.clone()));
-            third.load();
+            load(&third, &logs);
             assert_eq!(offset_of(&third, "beta", "t", 0), Some((21, "tail".into())));
             // A snapshot claiming more than the log holds is ignored.
-            if let Some(store) = &third.snapshot {
+            if let Some(store) = third.snapshot_store() {
                 for p in 0..N {
                     store.write(
                         p,
                         &PartitionSnapshot {
                             next_offset: 1_000_000,
+                            last_batch: None,
                             entries: vec![],
                         },
                     );
@@ -1541,7 +1781,7 @@ mod tests {
             }
         }
         let fourth = coordinator(&logs, Some(snap.clone()));
-        fourth.load();
+        load(&fourth, &logs);
         assert_eq!(
             offset_of(&fourth, "beta", "t", 0),
             Some((21, "tail".into()))
@@ -1552,11 +1792,85 @@ mod tests {
         );
     }
 
+    /// A broker's snapshot reflects its log up to offset X; after it lost leadership, its log was
+    /// truncated and refilled by another leader up to X again, with other records. The offset
+    /// still lies within the log, but the batch below X is another one (its mark differs), so
+    /// the snapshot is ignored and the replay reads what the log now says.
+    #[tokio::test]
+    async fn snapshot_of_a_log_rewritten_by_another_leader_is_ignored() {
+        let (_dir, _store, logs) = logs();
+        let dir = tempfile::tempdir().expect("tempdir");
+        let snap = dir.path().join("snap");
+        let p = partition_for("alpha", N) as usize;
+        {
+            let first = coordinator(&logs, Some(snap.clone()));
+            load(&first, &logs);
+            for off in [1, 2] {
+                assert_eq!(
+                    first.commit_offsets(commit("alpha", "t", 0, off, "")).await,
+                    vec![Ok(())]
+                );
+            }
+            first.shutdown();
+            first.write_final_snapshot();
+        }
+        assert_eq!(logs[p].log_end_offset(), 2);
+        // The snapshot matches the log and is used: an entry only it holds (a "ghost" group,
+        // added here behind the CRC's back) is served.
+        {
+            let reader = coordinator(&logs, Some(snap.clone()));
+            let store = reader.snapshot_store().expect("snapshot store");
+            let mut s = store.read(p as i32).expect("snapshot written");
+            assert!(s.last_batch.is_some(), "{s:?}");
+            s.entries.push((
+                records::encode_key(&RecordKey::Offset {
+                    group: "alpha".into(),
+                    topic: "ghost".into(),
+                    partition: 0,
+                }),
+                records::encode_offset_value(&OffsetValue {
+                    offset: 99,
+                    leader_epoch: -1,
+                    metadata: String::new(),
+                    commit_timestamp_ms: now_ms(),
+                    expire_timestamp_ms: -1,
+                }),
+            ));
+            store.write(p as i32, &s);
+            store.flush();
+            load(&reader, &logs);
+            assert_eq!(
+                offset_of(&reader, "alpha", "ghost", 0),
+                Some((99, String::new()))
+            );
+            assert_eq!(
+                offset_of(&reader, "alpha", "t", 0),
+                Some((2, String::new()))
+            );
+        }
+        // As a follower: the batch at offset 1 diverged from the new leader's log and goes; the
+        // new leader's commit of the same group takes its place at offset 1.
+        logs[p].truncate_to(1).expect("truncate");
+        {
+            let other = coordinator(&logs, None);
+            load(&other, &logs);
+            assert_eq!(
+                other.commit_offsets(commit("alpha", "t", 0, 7, "x")).await,
+                vec![Ok(())]
+            );
+        }
+        assert_eq!(logs[p].log_end_offset(), 2);
+        let again = coordinator(&logs, Some(snap.clone()));
+        load(&again, &logs);
+        assert_eq!(offset_of(&again, "alpha", "t", 0), Some((7, "x".into())));
+        assert_eq!(offset_of(&again, "alpha", "ghost", 0), None);
+    }
+
     #[tokio::test]
     async fn expired_offsets_and_empty_groups_leave_tombstones() {
         let (_dir, _store, logs) = logs();
         let c = coordinator_with_retention(&logs, None, 0);
-        c.load();
+        load(&c, &logs);
         assert_eq!(
             c.commit_offsets(commit("old", "t", 0, 5, "")).await,
             vec![Ok(())]
@@ -1567,7 +1881,7 @@ mod tests {
         assert!(c.list_groups(&[]).expect("list").is_empty());
         // The tombstones replay too.
         let again = coordinator(&logs, None);
-        again.load();
+        load(&again, &logs);
         assert_eq!(offset_of(&again, "old", "t", 0), None);
         assert!(again.list_groups(&[]).expect("list").is_empty());
     }
@@ -1609,19 +1923,10 @@ mod tests {
                 ..GroupConfig::default()
             },
             offsets_retention_ms: 1000,
-            leader_epoch: 0,
             snapshot_dir: None,
         };
-        let partitions = logs
-            .iter()
-            .enumerate()
-            .map(|(i, log)| OffsetsPartition {
-                partition: i as i32,
-                log: log.clone(),
-            })
-            .collect();
-        let c = GroupCoordinator::new(config, partitions);
-        c.load();
+        let c = coordinator_over(&logs, config);
+        load(&c, &logs);
         let join = |member_id: &str| JoinRequest {
             group_id: "g".into(),
             session_timeout_ms: 10_000,

@@ -10,7 +10,12 @@ pub enum GroupError {
     /// The coordinator is still replaying its `__consumer_offsets` partition.
     #[error("The coordinator is loading and hence can't process requests.")]
     CoordinatorLoadInProgress,
-    /// The group is being removed, or the coordinator is shutting down.
+    /// This broker does not lead the group's `__consumer_offsets` partition (never did, resigned,
+    /// or its replay failed); the client must find the coordinator again.
+    #[error("This is not the correct coordinator.")]
+    NotCoordinator,
+    /// The group is being removed, the coordinator is shutting down, or a write to
+    /// `__consumer_offsets` could not commit (too few in-sync replicas, or not in time).
     #[error("The coordinator is not available.")]
     CoordinatorNotAvailable,
     /// The session timeout is outside group.min/max.session.timeout.ms.

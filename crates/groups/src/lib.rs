@@ -4,32 +4,39 @@
 //!
 //! Data flow: the front end decodes a group request, converts it into this crate's request
 //! structs and calls [`GroupCoordinator`]; the coordinator steps the pure state machine in
-//! [`group`], appends records ([`records`], in batches of the store's codec) to `__consumer_offsets` partition
-//! `partition_for(group) % N` through the store, and answers once they are durable. At start,
-//! [`GroupCoordinator::load`] replays each partition (after the sled [`snapshot`]) into memory.
+//! [`group`], appends records ([`records`], in batches of the store's codec) to
+//! `__consumer_offsets` partition `partition_for(group) % N` through the injected [`GroupLog`],
+//! and answers once the log says they are committed. The broker tells the coordinator which
+//! partitions it leads ([`GroupCoordinator::become_leader`], [`GroupCoordinator::resign`]); a new
+//! leader replays the partition (`replay.rs`, after the sled [`snapshot`]) before serving it.
 //!
-//! **Invariant:** this crate never sees Kafka wire types (`kafka-protocol`) or sockets.
+//! **Invariant:** this crate never sees Kafka wire types (`kafka-protocol`) or sockets, and does
+//! not depend on the replication crate: replication reaches it only through [`GroupLog`].
 //! **Invariant:** the log is the source of truth; the sled snapshot only shortens replay.
 //!
 //! Types to read first: [`group::Group`], [`coordinator::GroupCoordinator`],
-//! [`records::RecordKey`].
+//! [`group_log::GroupLog`], [`records::RecordKey`].
 
 pub mod coordinator;
 pub mod error;
 pub mod group;
+pub mod group_log;
 pub mod limits;
 pub mod records;
+mod replay;
 pub mod snapshot;
 
 pub use coordinator::{
     partition_for, CommitPartition, CommitRequest, CoordinatorConfig, FetchTopics,
-    GroupCoordinator, GroupDescription, GroupListing, MemberDescription, OffsetsPartition, Reply,
+    GroupCoordinator, GroupDescription, GroupListing, LoadHold, MemberDescription, PartitionStatus,
+    Reply,
 };
 pub use error::GroupError;
 pub use group::{
     CommittedOffset, GroupConfig, GroupState, JoinMember, JoinRequest, JoinResponse, Protocol,
     SyncRequest, SyncResponse,
 };
+pub use group_log::{DurableGroupLog, GroupAppend, GroupLog, GroupLogError};
 
 /// The internal topic holding commits and group metadata.
 pub const OFFSETS_TOPIC: &str = "__consumer_offsets";

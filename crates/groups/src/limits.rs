@@ -39,8 +39,19 @@ pub const REBALANCE_TIMEOUT_MS_MAX: i32 = 30 * 60 * 1000;
 /// Enforced in the coordinator (INVALID_REQUEST for the whole request).
 pub const COMMIT_PARTITIONS_MAX: usize = 100_000;
 
-/// Bytes read from `__consumer_offsets` per read call during replay.
+/// Bytes read from `__consumer_offsets` per read call during replay. The read returns at least
+/// one whole batch whatever this says (`min_one_batch`), so it bounds memory, not progress.
 pub const REPLAY_READ_BYTES: usize = 4 * 1024 * 1024;
+
+/// Bytes asked for when reading the one batch a snapshot's mark names (`replay::batch_mark_before`);
+/// the read returns that whole batch anyway (`min_one_batch`), so this only keeps it to one batch.
+pub const MARK_READ_BYTES: usize = 1;
+
+/// Threads replaying `__consumer_offsets` partitions at once (count). A broker that becomes
+/// leader of every partition at once (start, failover of a whole broker) queues one load per
+/// partition; this many blocking threads work through the queue. Kafka's coordinator loads on
+/// its few coordinator threads for the same reason. Enforced by the coordinator's loader.
+pub const LOADER_THREADS_MAX: usize = 2;
 
 /// Bytes of one record key or value accepted during replay or snapshot load; anything longer is
 /// skipped as corrupt. Enforced in `records::decode_*` and the coordinator's replay.
@@ -57,6 +68,8 @@ pub const TIMER_TICK_MS: u64 = 100;
 const _: () = assert!(MEMBER_METADATA_BYTES_MAX <= RECORD_BYTES_MAX);
 const _: () = assert!(ASSIGNMENT_BYTES_MAX <= RECORD_BYTES_MAX);
 const _: () = assert!(PENDING_MEMBERS_PER_GROUP_MAX <= MEMBERS_PER_GROUP_MAX);
+const _: () = assert!(MARK_READ_BYTES <= REPLAY_READ_BYTES);
+const _: () = assert!(LOADER_THREADS_MAX >= 1);
 
 /// Bytes of metadata one committed offset may carry (Kafka's offset.metadata.max.bytes default).
 /// Enforced in the coordinator's OffsetCommit (OFFSET_METADATA_TOO_LARGE for that partition).

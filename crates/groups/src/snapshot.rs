@@ -1,11 +1,19 @@
 //! The sled snapshot: per `__consumer_offsets` partition, the materialized records (latest value
-//! per key) and the log offset they reflect, so that a restart replays only the log's tail.
+//! per key), the log offset they reflect, and a mark of the log's last batch below that offset, so
+//! that a leader that loads the partition replays only the log's tail.
 //!
-//! The log stays the source of truth. A snapshot is used only if its checksum holds and its
-//! offset lies within the partition's current log (`log start <= offset <= log end`); otherwise
+//! The log stays the source of truth. A snapshot is used only if its checksum holds, its offset
+//! lies within the partition's current log (`log start <= offset <= log end`) and the batch that
+//! ends just below its offset is still the same batch (base offset, last offset, partition leader
+//! epoch and CRC, see [`BatchMark`]) — a broker that lost leadership may have had its log truncated
+//! and refilled by another leader since, and the same offsets then hold other records. Otherwise
 //! it is ignored and the partition is replayed from the start. So a missing, stale or corrupt
-//! snapshot costs time, never data. Layout of one value: u32 CRC-32C of the rest, i64 next
-//! offset, u32 entry count, then per entry u32 key length, key, u32 value length, value.
+//! snapshot costs time, never data.
+//!
+//! Layout of one value (key `b"v2"` + partition as big-endian i32): u32 CRC-32C of the rest, i64
+//! next offset, i64 mark base offset (-1 = no mark), i32 mark partition leader epoch, u32 mark CRC,
+//! u32 entry count, then per entry u32 key length, key, u32 value length, value. Values under the
+//! first layout's keys (the bare 4-byte partition) are removed when the database is opened.
 
 use std::path::Path;
 
@@ -14,11 +22,29 @@ use tracing::warn;
 
 use crate::limits::{RECORD_ARRAY_MAX, RECORD_BYTES_MAX};
 
-/// A materialized partition: records (key, value) and the log offset after the last one applied.
+/// A materialized partition: records (key, value), the log offset after the last one applied, and
+/// the mark of the batch that ends at `next_offset - 1` (`None` when `next_offset` is 0).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PartitionSnapshot {
     pub next_offset: i64,
+    pub last_batch: Option<BatchMark>,
     pub entries: Vec<(Bytes, Bytes)>,
+}
+
+/// What identifies a stored batch: two logs that hold a batch with the same base offset, last
+/// offset, partition leader epoch and CRC hold the same records up to it (Kafka's log matching
+/// through leader epochs; the CRC tells apart batches of one epoch written twice).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchMark {
+    pub base_offset: i64,
+    pub partition_leader_epoch: i32,
+    pub crc: u32,
+}
+
+/// Sled key of a partition's snapshot in the current layout.
+fn key(partition: i32) -> [u8; 6] {
+    let p = partition.to_be_bytes();
+    [b'v', b'2', p[0], p[1], p[2], p[3]]
 }
 
 /// The sled database holding one snapshot per partition.
@@ -31,7 +57,10 @@ impl SnapshotStore {
     /// created afresh; if that fails too, there is simply no snapshot.
     pub fn open(dir: &Path) -> Option<Self> {
         match open_sled(dir) {
-            Ok(db) => Some(Self { db }),
+            Ok(db) => {
+                remove_first_layout(&db);
+                Some(Self { db })
+            }
             Err(e) => {
                 warn!(dir = %dir.display(), error = %e, "group snapshot unreadable; rebuilding it");
                 let _ = std::fs::remove_dir_all(dir);
@@ -47,7 +76,7 @@ impl SnapshotStore {
     }
 
     pub fn read(&self, partition: i32) -> Option<PartitionSnapshot> {
-        let raw = self.db.get(partition.to_be_bytes()).ok()??;
+        let raw = self.db.get(key(partition)).ok()??;
         let decoded = decode(&raw);
         if decoded.is_none() {
             warn!(
@@ -60,7 +89,7 @@ impl SnapshotStore {
 
     pub fn write(&self, partition: i32, snapshot: &PartitionSnapshot) {
         let bytes = encode(snapshot);
-        if let Err(e) = self.db.insert(partition.to_be_bytes(), bytes.to_vec()) {
+        if let Err(e) = self.db.insert(key(partition), bytes.to_vec()) {
             warn!(partition, error = %e, "cannot write group snapshot");
         }
     }
@@ -68,6 +97,22 @@ impl SnapshotStore {
     pub fn flush(&self) {
         if let Err(e) = self.db.flush() {
             warn!(error = %e, "cannot flush group snapshot");
+        }
+    }
+}
+
+/// Removes snapshots of the first layout (keyed by the bare 4-byte partition, without a batch
+/// mark): they cannot be checked against a log that other leaders may have rewritten.
+fn remove_first_layout(db: &sled::Db) {
+    let old: Vec<sled::IVec> = db
+        .iter()
+        .keys()
+        .filter_map(Result::ok)
+        .filter(|k| k.len() == 4)
+        .collect();
+    for k in old {
+        if let Err(e) = db.remove(k) {
+            warn!(error = %e, "cannot remove an old group snapshot");
         }
     }
 }
@@ -87,6 +132,14 @@ pub fn encode(s: &PartitionSnapshot) -> Bytes {
     let mut b = BytesMut::new();
     b.put_u32(0);
     b.put_i64(s.next_offset);
+    let mark = s.last_batch.unwrap_or(BatchMark {
+        base_offset: -1,
+        partition_leader_epoch: -1,
+        crc: 0,
+    });
+    b.put_i64(mark.base_offset);
+    b.put_i32(mark.partition_leader_epoch);
+    b.put_u32(mark.crc);
     b.put_u32(s.entries.len() as u32);
     for (k, v) in &s.entries {
         b.put_u32(k.len() as u32);
@@ -115,6 +168,14 @@ pub fn decode(raw: &[u8]) -> Option<PartitionSnapshot> {
         Some(h)
     };
     let next_offset = i64::from_be_bytes(take(8)?.try_into().ok()?);
+    let base_offset = i64::from_be_bytes(take(8)?.try_into().ok()?);
+    let partition_leader_epoch = i32::from_be_bytes(take(4)?.try_into().ok()?);
+    let crc = u32::from_be_bytes(take(4)?.try_into().ok()?);
+    let last_batch = (base_offset >= 0).then_some(BatchMark {
+        base_offset,
+        partition_leader_epoch,
+        crc,
+    });
     let count = u32::from_be_bytes(take(4)?.try_into().ok()?) as usize;
     if count > RECORD_ARRAY_MAX {
         return None;
@@ -135,6 +196,7 @@ pub fn decode(raw: &[u8]) -> Option<PartitionSnapshot> {
     }
     Some(PartitionSnapshot {
         next_offset,
+        last_batch,
         entries,
     })
 }
@@ -147,6 +209,11 @@ mod tests {
     fn snapshot_round_trips_and_detects_corruption() {
         let s = PartitionSnapshot {
             next_offset: 77,
+            last_batch: Some(BatchMark {
+                base_offset: 70,
+                partition_leader_epoch: 3,
+                crc: 0xdead_beef,
+            }),
             entries: vec![(Bytes::from_static(b"k"), Bytes::from_static(b"value"))],
         };
         let bytes = encode(&s);
@@ -173,6 +240,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let s = PartitionSnapshot {
             next_offset: 5,
+            last_batch: None,
             entries: vec![],
         };
         {
@@ -183,5 +251,21 @@ mod tests {
         let store = SnapshotStore::open(dir.path()).expect("reopen");
         assert_eq!(store.read(3), Some(s));
         assert_eq!(store.read(4), None);
+    }
+
+    /// A value of the first layout (bare 4-byte key, no batch mark) is removed at open, so it can
+    /// never be read as a snapshot of the current layout.
+    #[test]
+    fn first_layout_snapshots_are_removed() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        {
+            let db = sled::open(dir.path()).expect("sled");
+            db.insert(3i32.to_be_bytes(), b"old".to_vec())
+                .expect("insert");
+            db.flush().expect("flush");
+        }
+        let store = SnapshotStore::open(dir.path()).expect("open");
+        assert_eq!(store.db.len(), 0);
+        assert_eq!(store.read(3), None);
     }
 }

@@ -625,6 +625,18 @@ impl ReplicaManager {
         records: BytesMut,
         acks: i16,
     ) -> Result<(AppendInfo, Option<AckWait>), ReplicaError> {
+        self.append_in_epoch(tp, records, acks, None)
+    }
+
+    /// `append`, refused with NotLeader unless this replica leads in exactly `leader_epoch` (the
+    /// coordinators' appends: their state was loaded in that epoch).
+    pub fn append_in_epoch(
+        self: &Arc<Self>,
+        tp: &TopicPartition,
+        records: BytesMut,
+        acks: i16,
+        leader_epoch: Option<i32>,
+    ) -> Result<(AppendInfo, Option<AckWait>), ReplicaError> {
         let hosted = self
             .partition(tp)
             .ok_or_else(|| ReplicaError::UnknownPartition(tp.clone()))?;
@@ -633,6 +645,12 @@ impl ReplicaManager {
         let epoch = part
             .check_append(acks_all)
             .map_err(ReplicaError::Partition)?;
+        if leader_epoch.is_some_and(|e| e != epoch) {
+            return Err(ReplicaError::Partition(PartitionError::NotLeader {
+                leader: self.config.node_id,
+                leader_epoch: epoch,
+            }));
+        }
         let info = hosted.log.append(records, epoch)?;
         if !info.duplicate {
             // Under `never` (or an already durable duplicate) the durable end moved here.
