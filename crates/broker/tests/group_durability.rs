@@ -41,6 +41,7 @@ async fn sync_group_is_not_acknowledged_when_the_group_record_cannot_be_synced()
         "group.initial.rebalance.delay.ms=0",
     ]);
     let mut conn = RawConn::connect(broker.addr()).await;
+    wait_for_coordinator(&mut conn, GROUP).await;
 
     let join = JoinGroupRequest::default()
         .with_group_id(GroupId(s(GROUP)))

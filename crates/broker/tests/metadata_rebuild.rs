@@ -1,8 +1,10 @@
-//! Goal: a missing `cluster-metadata.json` is never a reason to delete data: after a clean stop
-//! and the file's removal, the broker rebuilds the image from the partition directories and still
-//! serves the topic, its topic id and every one of its 1,000 acknowledged records; where the
-//! directories contradict each other it refuses to start (exit 2, one line naming the file) and
-//! leaves every file as it was.
+//! Goal: missing metadata is never a reason to delete data: after a clean stop and the removal of
+//! the metadata log (`__cluster_metadata/`), the broker seeds a new one from the partition
+//! directories and still serves the topic, its topic id and every one of its 1,000 acknowledged
+//! records; a single-node data directory from before the metadata log (a `cluster-metadata.json`
+//! and no log) is upgraded in place, keeping its cluster id, topics and records; where the
+//! directories contradict each other the broker refuses to start (exit 2, one line naming the
+//! file) and leaves every file as it was.
 
 mod common;
 
@@ -17,6 +19,7 @@ use rdkafka::producer::FutureRecord;
 use rdkafka::Offset;
 
 const METADATA_FILE: &str = "cluster-metadata.json";
+const METADATA_LOG_DIR: &str = "__cluster_metadata";
 const RECORDS: usize = 1000;
 const TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -89,14 +92,15 @@ async fn a_removed_metadata_file_keeps_the_topic_and_its_records() {
 
     let status = broker.terminate();
     assert!(status.success(), "clean stop: {status:?}");
-    std::fs::remove_file(broker.data_dir().join(METADATA_FILE)).expect("remove the metadata file");
+    std::fs::remove_dir_all(broker.data_dir().join(METADATA_LOG_DIR))
+        .expect("remove the metadata log");
     broker.restart();
 
     assert!(
         broker
-            .stderr_tail(100)
-            .contains("rebuilt the metadata image"),
-        "one line says the image was rebuilt; stderr:\n{}",
+            .stderr_tail(200)
+            .contains("seeding the metadata log from the partition directories"),
+        "one line says the metadata was rebuilt; stderr:\n{}",
         broker.stderr_tail(40)
     );
     assert!(
@@ -124,8 +128,60 @@ async fn a_removed_metadata_file_keeps_the_topic_and_its_records() {
     );
     assert_no_message(&consumer, Duration::from_millis(500)).await;
 
-    // The rebuilt image is written: the next restart is an ordinary one.
-    assert!(broker.data_dir().join(METADATA_FILE).exists());
+    // The rebuilt metadata is in a new metadata log: the next restart is an ordinary one.
+    assert!(broker.data_dir().join(METADATA_LOG_DIR).is_dir());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_single_node_data_dir_from_before_the_metadata_log_is_upgraded_in_place() {
+    let mut broker = Broker::start_with(&["num.partitions=1"]);
+    let topic = "legacy";
+    let acked = produce_acked(&broker, topic).await;
+    let id_before = topic_id(&broker, topic).await;
+    let status = broker.terminate();
+    assert!(status.success(), "clean stop: {status:?}");
+    // What the single-node broker of before wrote: the metadata file, no metadata log.
+    let data = broker.data_dir().to_path_buf();
+    std::fs::remove_dir_all(data.join(METADATA_LOG_DIR)).expect("remove the metadata log");
+    let legacy = format!(
+        r#"{{"cluster_id":"LegacyClusterId0000001","topics":{{"{topic}":{{"name":"{topic}","topic_id":"{id_before}","partitions":1,"replication_factor":1,"configs":{{}}}}}},"next_producer_id":7000,"deleting":{{}}}}"#
+    );
+    std::fs::write(data.join(METADATA_FILE), legacy).expect("legacy metadata file");
+    broker.restart();
+    assert!(
+        broker
+            .stderr_tail(200)
+            .contains("seeding the metadata log from the legacy metadata file"),
+        "stderr:\n{}",
+        broker.stderr_tail(40)
+    );
+    let response = ensure_topics(broker.addr(), &[topic]).await;
+    assert_eq!(
+        response.cluster_id.as_ref().map(|c| c.as_str()),
+        Some("LegacyClusterId0000001"),
+        "the cluster id is kept"
+    );
+    assert_eq!(
+        topic_id(&broker, topic).await,
+        id_before,
+        "the topic id is kept"
+    );
+    let consumer = consumer(&broker, &[]);
+    assign(&consumer, topic, &[(0, Offset::Beginning)]);
+    let got = recv_n(&consumer, RECORDS, TIMEOUT).await;
+    let served: Vec<(i64, String)> = got
+        .iter()
+        .map(|m| {
+            let v = String::from_utf8(m.payload().expect("value").to_vec()).expect("utf8");
+            (m.offset(), v)
+        })
+        .collect();
+    assert_eq!(served, acked, "every record is served after the upgrade");
+    assert!(
+        !data.join(METADATA_FILE).exists(),
+        "the legacy file is retired"
+    );
+    assert!(data.join(format!("{METADATA_FILE}.migrated")).exists());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -142,7 +198,7 @@ async fn contradicting_partition_directories_refuse_to_start_and_change_nothing(
         "version: 0\ntopic_id: AAAAAAAAAAAAAAAAAAAAAQ\n",
     )
     .expect("rewrite partition.metadata");
-    std::fs::remove_file(data.join(METADATA_FILE)).expect("remove the metadata file");
+    std::fs::remove_dir_all(data.join(METADATA_LOG_DIR)).expect("remove the metadata log");
     let before = snapshot(&data);
 
     let mut child = Command::new(env!("CARGO_BIN_EXE_millrace"))

@@ -820,16 +820,26 @@ impl AckWait {
                 leader_epoch,
             } => {
                 let mut rx = hosted.progress();
-                let reached = tokio::time::timeout(
-                    timeout,
-                    rx.wait_for(|p| {
-                        p.high_watermark >= offset || !p.is_leader || p.leader_epoch != leader_epoch
-                    }),
-                )
+                let log = Arc::clone(&hosted.log);
+                // The log going offline (or deleted) ends the wait at once.
+                let failed = async move {
+                    if log.wait_durable(offset).await.is_err() {
+                        return;
+                    }
+                    std::future::pending::<()>().await
+                };
+                let reached = tokio::time::timeout(timeout, async {
+                    tokio::select! {
+                        r = rx.wait_for(|p| {
+                            p.high_watermark >= offset || !p.is_leader || p.leader_epoch != leader_epoch
+                        }) => r.map(|p| *p).map_err(|_| AckError::Storage),
+                        _ = failed => Err(AckError::Storage),
+                    }
+                })
                 .await;
                 let progress = match reached {
-                    Ok(Ok(p)) => *p,
-                    Ok(Err(_)) => return Err(AckError::Storage),
+                    Ok(Ok(p)) => p,
+                    Ok(Err(e)) => return Err(e),
                     Err(_) => return Err(AckError::Timeout),
                 };
                 if progress.high_watermark < offset {

@@ -843,3 +843,24 @@ pub fn encode_zstd_batch(records: &[Record]) -> Bytes {
     );
     batch
 }
+
+/// Asks FindCoordinator for `group` until the coordinator is ready (what clients do before any
+/// group request: the first call also creates `__consumer_offsets`).
+pub async fn wait_for_coordinator(conn: &mut RawConn, group: &str) {
+    let deadline = Instant::now() + IO_TIMEOUT;
+    loop {
+        let request = kafka_protocol::messages::FindCoordinatorRequest::default()
+            .with_key(StrBytes::from_string(group.to_string()))
+            .with_key_type(0);
+        let response: kafka_protocol::messages::FindCoordinatorResponse =
+            conn.request(2, &request).await;
+        if response.error_code == 0 {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no coordinator for {group} within {IO_TIMEOUT:?}: {response:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
