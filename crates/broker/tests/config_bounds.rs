@@ -98,8 +98,8 @@ fn batch_size_keys_above_the_store_bound_exit_2_naming_key_and_maximum() {
             MESSAGE_MAX_BYTES_MAX + 1,
             batch_max.as_str(),
         ),
-        // Issue 10's reproduction: 100 MB was accepted, and a 70 MB batch was later cut off.
-        ("message.max.bytes", 100_000_000, batch_max.as_str()),
+        // Issue 10: any value above the store's bound (recovery reads nothing larger) is refused.
+        ("message.max.bytes", MESSAGE_MAX_BYTES_MAX + 1, batch_max.as_str()),
         (
             "replica.fetch.max.bytes",
             REPLICA_FETCH_MAX_BYTES_MAX + 1,
