@@ -309,6 +309,25 @@ client_step "through broker 3's port ($B3)" create "$B3" "$TOPIC" 6 3
 client_step "" produce "$ALL" "$TOPIC" 0 1000
 client_step "" consume "$ALL" "$TOPIC" 1000
 
+# The file's broker configs reach the brokers: a topic auto-created by a produce gets
+# default.replication.factor=3 (Kafka's default is 1).
+AUTO="$TOPIC-auto"
+replicas=""
+if echo auto | timeout --kill-after=5 20 "$KCAT" -b "$ALL" -P -t "$AUTO" 2>"$WORK/step.err"; then
+  end=$(($(now_ms) + T * 1000))
+  while (($(now_ms) < end)); do
+    metadata "$AUTO" || true
+    replicas="$(sed -nE 's/^ +partition 0, leader -?[0-9]+, replicas: ([0-9,]+),.*/\1/p' "$WORK/meta")"
+    [[ -n "$replicas" ]] && break
+    sleep 0.5
+  done
+fi
+if [[ "$(tr ',' '\n' <<<"$replicas" | grep -c . || true)" == 3 ]]; then
+  pass "auto-created topic (kcat -P) has 3 replicas ($replicas): default.replication.factor from the compose file"
+else
+  fail "auto-created topic's replicas" "wanted 3, got '$replicas'" "$WORK/step.err"
+fi
+
 # --- stop node 2: a controlled shutdown ------------------------------------------------
 c2="$(container_of millrace-2)"
 metadata "$TOPIC" || true
