@@ -99,7 +99,11 @@ fn batch_size_keys_above_the_store_bound_exit_2_naming_key_and_maximum() {
             batch_max.as_str(),
         ),
         // Issue 10: any value above the store's bound (recovery reads nothing larger) is refused.
-        ("message.max.bytes", MESSAGE_MAX_BYTES_MAX + 1, batch_max.as_str()),
+        (
+            "message.max.bytes",
+            MESSAGE_MAX_BYTES_MAX + 1,
+            batch_max.as_str(),
+        ),
         (
             "replica.fetch.max.bytes",
             REPLICA_FETCH_MAX_BYTES_MAX + 1,
