@@ -25,9 +25,5 @@ pub use config::{
 pub use metadata::{ClusterMetadata, MetadataError, TopicMetadata};
 pub use topic_name::validate_topic_name;
 
-/// The leader epoch Millrace uses for every partition until leader elections exist. Kept as one
-/// constant so Metadata, batch `partitionLeaderEpoch` and Fetch epoch checks agree.
-pub const LEADER_EPOCH: i32 = 0;
-
 pub mod node;
 pub use node::{BrokerEndpoint, Cluster};
