@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 import checker
+import replicas
 from chaos import Chaos
 from history import History, merge
 from nemesis import Nemesis, describe, fault_counts, make_schedule
@@ -282,6 +283,14 @@ def main(argv: Optional[List[str]] = None) -> int:
         drained = json.loads(out.splitlines()[-1]) if out else {"complete": False, "read": 0}
         history.close()
         routes = chaos.status()
+        # Replicas below the HW, byte for byte: read from disk once every node stopped cleanly.
+        cluster.stop()
+        hws = {int(p): int(o) for p, o in drained.get("end_offsets", {}).items()}
+        compared = replicas.compare(cluster.data_dirs(), TOPIC, hws, cluster.replication_factor)
+        log(f"replicas compared below the HW: {compared.partitions} partitions, {compared.replicas} replicas, "
+            f"{compared.batches} batches, {compared.bytes} bytes; {len(compared.problems)} problems")
+        for problem in compared.problems[:20]:
+            log(f"  {problem}")
         (work / "routes-status.json").write_text(json.dumps(routes, indent=1))
         silent = [r["name"] for r in routes if not (r["bytes_up"] > 0 and r["bytes_down"] > 0)]
         paths = sorted(str(p) for p in work.glob("history-*.jsonl"))
@@ -316,6 +325,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                 print(f"  {c}")
         checks.add("cluster recovered within 120 s of the heal", recovered, f"{recovery_s:.1f}s")
         checks.add("final drain read every partition to its end", bool(drained["complete"]))
+        checks.add("replicas byte-identical below the HW", bool(hws) and not compared.problems,
+                   f"{len(compared.problems)} problems" if compared.problems else f"{compared.batches} batches")
         checks.add(f"all {len(routes)} proxy routes carried traffic both ways", not silent, f"silent: {silent}" if silent else "")
         counts_a = res.counts()
         if args.broken:

@@ -200,6 +200,10 @@ class Cluster:
         for node in self.nodes.values():
             node.stop()
 
+    def data_dirs(self) -> Dict[int, Path]:
+        """Each node's directory of partition logs (``<topic>-<partition>/``)."""
+        raise NotImplementedError
+
     # --- settings the workload needs ----------------------------------------------------------
     @property
     def replication_factor(self) -> int:
@@ -230,6 +234,9 @@ class KafkaNode(Node):
 
 
 class KafkaCluster(Cluster):
+    def data_dirs(self) -> Dict[int, Path]:
+        return {i: n.dir / "logs" for i, n in self.nodes.items()}
+
     name = "kafka"
     ready_timeout = 120.0
 
@@ -341,6 +348,9 @@ def millrace_has_cluster_support(binary: Path) -> bool:
 
 
 class MillraceCluster(Cluster):
+    def data_dirs(self) -> Dict[int, Path]:
+        return {i: self.work / f"node{i}" / "data" for i in self.nodes}
+
     name = "millrace"
     ready_timeout = 60.0
 
