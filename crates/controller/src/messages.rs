@@ -1,7 +1,8 @@
 //! What brokers ask the active controller, and what it answers: Kafka's broker-to-controller
 //! requests (BrokerRegistration, BrokerHeartbeat, AlterPartition, AllocateProducerIds) and the admin
 //! requests every broker forwards to the controller (CreateTopics, DeleteTopics, CreatePartitions,
-//! configs, ElectLeaders), in our own serde encoding on the controller listener.
+//! configs, ElectLeaders, AlterPartitionReassignments, ListPartitionReassignments), in our own
+//! serde encoding on the controller listener.
 //!
 //! The front end translates wire requests into these and [`ControllerError`] back into Kafka error
 //! codes; nothing here knows the wire format.
@@ -81,6 +82,31 @@ pub enum ControllerRequest {
         election: ElectionType,
         partitions: Option<Vec<(String, i32)>>,
     },
+    /// [AlterPartitionReassignments] (KIP-455) Start, replace or cancel reassignments.
+    AlterPartitionReassignments { topics: Vec<ReassignTopicSpec> },
+    /// [ListPartitionReassignments] `None` = every reassignment in progress; otherwise the given
+    /// partitions of the given topics (unknown ones are left out, as Kafka does).
+    ListPartitionReassignments {
+        topics: Option<Vec<(String, Vec<i32>)>>,
+    },
+}
+
+/// AlterPartitionReassignments for one topic.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReassignTopicSpec {
+    pub name: String,
+    /// (partition, target replicas); `None` cancels the reassignment in progress.
+    pub partitions: Vec<(i32, Option<Vec<i32>>)>,
+}
+
+/// One partition's reassignment in progress.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OngoingReassignment {
+    pub partition: i32,
+    /// The target followed by the replicas being removed.
+    pub replicas: Vec<i32>,
+    pub adding_replicas: Vec<i32>,
+    pub removing_replicas: Vec<i32>,
 }
 
 /// A topic as CreateTopics asks for it; `None` = the broker default (Kafka's -1).
@@ -162,11 +188,22 @@ pub enum ControllerResponse {
     ElectLeaders {
         results: Vec<((String, i32), Result<(), ControllerError>)>,
     },
+    /// Per topic of the request, in order: (partition, result) in request order.
+    AlterPartitionReassignments {
+        results: Vec<(String, PartitionResults)>,
+    },
+    /// Topics with reassignments in progress, by name.
+    ListPartitionReassignments {
+        topics: Vec<(String, Vec<OngoingReassignment>)>,
+    },
     /// The request as a whole was refused.
     Error {
         error: ControllerError,
     },
 }
+
+/// (partition, result) per partition of one topic, in request order.
+pub type PartitionResults = Vec<(i32, Result<(), ControllerError>)>;
 
 /// A topic CreateTopics made (or would make, with validate_only).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -229,6 +266,12 @@ pub enum ControllerError {
     /// ELIGIBLE_LEADERS_NOT_AVAILABLE (83)
     #[error("Failed to elect leader for partition: no eligible replica")]
     EligibleLeadersNotAvailable,
+    /// NO_REASSIGNMENT_IN_PROGRESS (85): a cancel of a partition that is not being reassigned.
+    #[error("No partition reassignment is in progress.")]
+    NoReassignmentInProgress,
+    /// POLICY_VIOLATION (44): the request would write more records than one decision may.
+    #[error("{0}")]
+    PolicyViolation(String),
     /// REQUEST_TIMED_OUT (7): the decision was not committed in time (outcome unknown).
     #[error("{0}")]
     Timeout(String),
