@@ -13,6 +13,9 @@ use crate::error_codes::{self, INVALID_REQUEST, UNKNOWN_TOPIC_ID, UNKNOWN_TOPIC_
 use crate::BrokerContext;
 
 const TOPIC_STATES_VERSION_MIN: i16 = 6;
+
+/// (name asked, id asked, the name it resolved to or why not).
+type Resolved = (Option<String>, Uuid, Result<String, (i16, String)>);
 const ERROR_MESSAGE_VERSION_MIN: i16 = 5;
 
 pub async fn handle(
@@ -35,7 +38,7 @@ pub async fn handle(
     };
     // Resolve ids to names against this broker's image.
     let image = ctx.cluster.image();
-    let resolved: Vec<(Option<String>, Uuid, Result<String, (i16, String)>)> = wanted
+    let resolved: Vec<Resolved> = wanted
         .into_iter()
         .map(|(name, id)| {
             let r = match (&name, id.is_nil()) {
