@@ -261,10 +261,10 @@ pub enum ControllerError {
     #[error("Leader election not needed for topic partition.")]
     ElectionNotNeeded,
     /// PREFERRED_LEADER_NOT_AVAILABLE (80)
-    #[error("Failed to elect leader for partition: preferred replica is not available")]
+    #[error("The preferred leader was not available.")]
     PreferredLeaderNotAvailable,
     /// ELIGIBLE_LEADERS_NOT_AVAILABLE (83)
-    #[error("Failed to elect leader for partition: no eligible replica")]
+    #[error("Eligible topic partition leaders are not available.")]
     EligibleLeadersNotAvailable,
     /// NO_REASSIGNMENT_IN_PROGRESS (85): a cancel of a partition that is not being reassigned.
     #[error("No partition reassignment is in progress.")]
