@@ -1106,10 +1106,12 @@ impl Controller {
                 "Unable to find partition {name}:{index}."
             ))
         })?;
-        if !touched.insert((topic.topic_id, index)) {
+        if touched.contains(&(topic.topic_id, index)) {
             // Two changes of one partition in one entry would be computed from the same state.
+            // Only a mention that changed it counts: a refused one is checked on its own, as
+            // Kafka checks every partition of the request.
             return Err(ControllerError::InvalidRequest(format!(
-                "Partition {name}:{index} appears more than once in the request."
+                "Partition {name}:{index} is changed earlier in the same request."
             )));
         }
         let change = PartitionChange::new(topic.topic_id, index, p, self.min_isr(topic));
@@ -1143,6 +1145,7 @@ impl Controller {
         let (record, _) = change.build(|b| image.is_active(b));
         if let Some(r) = record {
             records.push(r);
+            touched.insert((topic.topic_id, index));
         }
         Ok(())
     }

@@ -1076,6 +1076,14 @@ fn invalid_reassignments_are_refused_per_partition() {
     assert_eq!(r[0].1, Ok(()));
     assert!(matches!(r[1].1, Err(ControllerError::InvalidRequest(_))));
     assert_eq!(h.partition("t", 0).replicas, vec![1, 3, 2]);
+    // A refused mention does not count: the next mention of that partition is checked alone.
+    let r = h.reassign("t", &[(1, Some(&[9])), (1, Some(&[3, 1]))]);
+    assert!(matches!(
+        r[0].1,
+        Err(ControllerError::InvalidReplicaAssignment(_))
+    ));
+    assert_eq!(r[1].1, Ok(()), "{r:?}");
+    assert_eq!(h.partition("t", 1).replicas, vec![3, 1, 2]);
 }
 
 #[test]
