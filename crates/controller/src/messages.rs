@@ -116,6 +116,7 @@ pub struct TopicSpec {
     pub partitions: Option<i32>,
     pub replication_factor: Option<i16>,
     /// Manual assignment: partition index → broker ids. Empty = let the controller place.
+    #[serde(deserialize_with = "int_keyed")]
     pub assignments: BTreeMap<i32, Vec<i32>>,
     pub configs: BTreeMap<String, String>,
 }
@@ -280,6 +281,30 @@ pub enum ControllerError {
     Internal(String),
 }
 
+/// Reads a `BTreeMap<i32, V>` that JSON holds as an object. serde_json writes the keys as strings
+/// and reads them back as integers, except inside an internally tagged enum such as
+/// [`ControllerRequest`]: serde buffers the variant before typing it, and the buffered key "0" is
+/// no longer accepted as an `i32` (every forwarded CreateTopics with a manual assignment was
+/// refused as undecodable). So the keys are read as strings and parsed here.
+fn int_keyed<'de, D, V>(deserializer: D) -> Result<BTreeMap<i32, V>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    V: Deserialize<'de>,
+{
+    use serde::de::Error;
+    let by_text = BTreeMap::<String, V>::deserialize(deserializer)?;
+    let mut out = BTreeMap::new();
+    for (key, value) in by_text {
+        let index: i32 = key
+            .parse()
+            .map_err(|_| D::Error::custom(format!("map key {key:?} is not an i32")))?;
+        if out.insert(index, value).is_some() {
+            return Err(D::Error::custom(format!("map key {index} appears twice")));
+        }
+    }
+    Ok(out)
+}
+
 impl ControllerRequest {
     /// Encodes for the controller listener.
     pub fn encode(&self) -> Vec<u8> {
@@ -298,5 +323,93 @@ impl ControllerResponse {
 
     pub fn decode(bytes: &[u8]) -> Result<Self, String> {
         serde_json::from_slice(bytes).map_err(|e| format!("undecodable controller response: {e}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every forwarded request must decode on the controller as it was encoded on the broker.
+    fn check_round_trip(request: ControllerRequest) {
+        let decoded = ControllerRequest::decode(&request.encode());
+        assert_eq!(decoded.as_ref(), Ok(&request), "{request:?}");
+    }
+
+    #[test]
+    fn forwarded_requests_round_trip() {
+        check_round_trip(ControllerRequest::CreateTopics {
+            topics: vec![TopicSpec {
+                name: "t".into(),
+                assignments: BTreeMap::from([(0, vec![1, 2]), (1, vec![2, 3]), (-7, vec![])]),
+                configs: BTreeMap::from([("cleanup.policy".into(), "compact".into())]),
+                ..TopicSpec::default()
+            }],
+            validate_only: false,
+        });
+        check_round_trip(ControllerRequest::ElectLeaders {
+            election: ElectionType::Unclean,
+            partitions: Some(vec![("t".into(), 0), ("u".into(), 3)]),
+        });
+        check_round_trip(ControllerRequest::AlterPartitionReassignments {
+            topics: vec![ReassignTopicSpec {
+                name: "t".into(),
+                partitions: vec![(0, Some(vec![2, 3])), (1, None)],
+            }],
+        });
+        check_round_trip(ControllerRequest::ListPartitionReassignments {
+            topics: Some(vec![("t".into(), vec![0, 9])]),
+        });
+        check_round_trip(ControllerRequest::ListPartitionReassignments { topics: None });
+    }
+
+    #[test]
+    fn a_partition_index_that_is_no_i32_is_refused() {
+        for key in ["x", "2147483648", "1.5"] {
+            let json = format!(
+                r#"{{"type":"CreateTopics","validate_only":false,"topics":[{{"name":"t","partitions":null,"replication_factor":null,"assignments":{{"{key}":[1]}},"configs":{{}}}}]}}"#
+            );
+            let decoded = ControllerRequest::decode(json.as_bytes());
+            assert!(
+                matches!(&decoded, Err(e) if e.contains("is not an i32")),
+                "{key}: {decoded:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn answers_round_trip() {
+        let responses = [
+            ControllerResponse::ElectLeaders {
+                results: vec![
+                    (("t".into(), 0), Ok(())),
+                    (("t".into(), 1), Err(ControllerError::ElectionNotNeeded)),
+                ],
+            },
+            ControllerResponse::AlterPartitionReassignments {
+                results: vec![(
+                    "t".into(),
+                    vec![
+                        (0, Ok(())),
+                        (1, Err(ControllerError::NoReassignmentInProgress)),
+                    ],
+                )],
+            },
+            ControllerResponse::ListPartitionReassignments {
+                topics: vec![(
+                    "t".into(),
+                    vec![OngoingReassignment {
+                        partition: 0,
+                        replicas: vec![2, 3, 1],
+                        adding_replicas: vec![2, 3],
+                        removing_replicas: vec![1],
+                    }],
+                )],
+            },
+        ];
+        for response in responses {
+            let decoded = ControllerResponse::decode(&response.encode());
+            assert_eq!(decoded.as_ref(), Ok(&response));
+        }
     }
 }
