@@ -8,7 +8,10 @@
 # (ConsoleProducer); kafka-console-consumer (ConsoleConsumer) with a group; kafka-consumer-groups
 # (ConsumerGroupCommand) list/describe/reset-offsets/delete; kafka-configs (kafka.admin.ConfigCommand)
 # describe/alter for topics and brokers; kafka-producer-perf-test (ProducerPerformance);
-# kafka-get-offsets (GetOffsetShell).
+# kafka-get-offsets (GetOffsetShell). Then, on a 3-node Millrace cluster: kafka-leader-election
+# (LeaderElectionCommand) preferred and unclean, by --all-topic-partitions and --topic/--partition;
+# kafka-reassign-partitions (ReassignPartitionsCommand) --generate/--execute/--verify, with the
+# records read back from the new replicas.
 #
 # Env: MILLRACE_BIN, TOOL_TIMEOUT (seconds per tool run, default 90), KEEP_WORK=1.
 # Last line printed: "N passed, M failed".
@@ -259,6 +262,209 @@ if run get-offsets tool org.apache.kafka.tools.GetOffsetShell --bootstrap-server
 else
   fail "kafka-get-offsets (latest offsets sum to 50,000)" "want '$P:0:N' and '$P:1:M' with N+M=50000" "$OUT"
 fi
+
+
+# --- a 3-node cluster: kafka-leader-election, kafka-reassign-partitions ------------------
+# Three nodes, every one a controller voter, on ports picked here (the controller voters must be
+# known before start); the single broker above is stopped first (2 cores).
+millrace_stop
+CLUSTER_READY_S=60 # a node prints `millrace ready` once the quorum elected a leader
+CLUSTER_STOP_S=30  # SIGTERM: controlled shutdown moves its leaderships away first
+CLUSTER_PIDS=()
+CLUSTER_PORTS=()
+CLUSTER_STARTS=()
+
+# cluster_port VAR : sets VAR to a port of 20000-31999 (below the ephemeral range) that no one
+# listens on and that was not picked before
+cluster_port() {
+  local p i
+  for ((i = 0; i < 200; i++)); do
+    p=$((20000 + RANDOM % 12000))
+    [[ " ${CLUSTER_PORTS[*]} " == *" $p "* ]] && continue
+    (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null && continue
+    CLUSTER_PORTS+=("$p")
+    printf -v "$1" '%s' "$p"
+    return 0
+  done
+  return 1
+}
+for n in 1 2 3; do
+  if ! cluster_port "KPORT_$n" || ! cluster_port "CPORT_$n"; then
+    fail cluster-ports "no free ports"
+    summary
+    exit 1
+  fi
+done
+KPORT=(0 "$KPORT_1" "$KPORT_2" "$KPORT_3")
+CPORT=(0 "$CPORT_1" "$CPORT_2" "$CPORT_3")
+VOTERS="1@127.0.0.1:${CPORT[1]},2@127.0.0.1:${CPORT[2]},3@127.0.0.1:${CPORT[3]}"
+CB="127.0.0.1:${KPORT[1]},127.0.0.1:${KPORT[2]},127.0.0.1:${KPORT[3]}"
+
+# node_start N : starts node N (same data dir and ports on a restart) and waits for its ready line
+node_start() {
+  local n="$1" out
+  CLUSTER_STARTS[n]=$((${CLUSTER_STARTS[n]:-0} + 1))
+  out="$WORK/node$n-${CLUSTER_STARTS[n]}"
+  "$MILLRACE_BIN" --node-id "$n" --data-dir "$WORK/node$n" --listen "127.0.0.1:${KPORT[n]}" \
+    --controller-listen "127.0.0.1:${CPORT[n]}" --controller-voters "$VOTERS" \
+    --set broker.session.timeout.ms=3000 --set broker.heartbeat.interval.ms=500 \
+    --set auto.leader.rebalance.enable=false >"$out.stdout" 2>"$out.stderr" </dev/null &
+  CLUSTER_PIDS[n]=$!
+  OUT="$out.stderr"
+}
+node_ready() { # node_ready N : waits (bounded) for node N's `millrace ready` line
+  local n="$1" deadline=$(($(now_ms) + CLUSTER_READY_S * 1000))
+  local out="$WORK/node$n-${CLUSTER_STARTS[n]}"
+  OUT="$out.stderr"
+  until grep -q "^millrace ready" "$out.stdout" 2>/dev/null; do
+    kill -0 "${CLUSTER_PIDS[n]}" 2>/dev/null || return 1
+    (($(now_ms) < deadline)) || return 1
+    sleep 0.2
+  done
+}
+node_stop() { # node_stop N : SIGTERM node N (only the process we started), SIGKILL after the bound
+  local n="$1" pid i
+  pid="${CLUSTER_PIDS[n]:-}"
+  [[ -n "$pid" ]] || return 0
+  CLUSTER_PIDS[n]=""
+  kill -TERM "$pid" 2>/dev/null || true
+  for ((i = 0; i < CLUSTER_STOP_S * 10; i++)); do
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  kill -0 "$pid" 2>/dev/null && kill -KILL "$pid" 2>/dev/null
+  wait "$pid" 2>/dev/null || true
+}
+cluster_stop() {
+  local n
+  for n in 1 2 3; do [[ -n "${CLUSTER_PIDS[n]:-}" ]] && kill -TERM "${CLUSTER_PIDS[n]}" 2>/dev/null; done
+  for n in 1 2 3; do node_stop "$n"; done
+}
+trap 'cluster_stop; cleanup' EXIT
+
+ctopics() { tool org.apache.kafka.tools.TopicCommand --bootstrap-server "$CB" "$@"; }
+elect() { tool org.apache.kafka.tools.LeaderElectionCommand --bootstrap-server "$CB" "$@"; }
+reassign() { tool org.apache.kafka.tools.reassign.ReassignPartitionsCommand --bootstrap-server "$CB" "$@"; }
+
+for n in 1 2 3; do node_start "$n"; done
+cluster_up=1
+for n in 1 2 3; do node_ready "$n" || { cluster_up=0; fail "cluster: node $n ready" "no 'millrace ready' within ${CLUSTER_READY_S}s" "$OUT"; }; done
+((cluster_up)) && pass "cluster: 3 nodes ready ($CB)"
+
+E="cli-elect-$S"
+R="cli-reassign-$S"
+# partition P of E as describe shows it: "LEADER REPLICAS ISR"
+described() { # described TOPIC P
+  run "describe-$1" ctopics --describe --topic "$1" &&
+    sed -nE "s/^[[:space:]]+Topic: $1[[:space:]]+Partition: $2[[:space:]]+Leader: ([-0-9]+)[[:space:]]+Replicas: ([0-9,]+)[[:space:]]+Isr: ([0-9,]*).*/\1 \2 \3/p" "$OUT"
+}
+leader_is() { [[ "$(described "$1" "$2" | cut -d' ' -f1)" == "$3" ]]; }
+isr_has() { [[ ",$(described "$1" "$2" | cut -d' ' -f3)," == *",$3,"* ]]; }
+full_isr() { local p; for p in 0 1 2; do [[ "$(described "$E" "$p" | cut -d' ' -f3 | tr ',' '\n' | sort | tr -d '\n')" == 123 ]] || return 1; done; }
+
+if ((cluster_up)); then
+  # --- kafka-leader-election
+  if run cluster-create-e ctopics --create --topic "$E" --replica-assignment 1:2:3,2:3:1,3:1:2 &&
+    grep -q "Created topic $E\." "$OUT" && wait_for 30 full-isr full_isr; then
+    pass "cluster: kafka-topics --create --replica-assignment 1:2:3,2:3:1,3:1:2"
+  else
+    fail "cluster: kafka-topics --create --replica-assignment 1:2:3,2:3:1,3:1:2" "want 3 partitions with ISR 1,2,3" "$OUT"
+  fi
+
+  if run elect-none elect --election-type preferred --all-topic-partitions && ! grep -q "$E" "$OUT"; then
+    pass "kafka-leader-election --all-topic-partitions (every preferred replica leads: nothing elected)"
+  else
+    fail "kafka-leader-election --all-topic-partitions (every preferred replica leads: nothing elected)" "want exit 0 and no $E partition" "$OUT"
+  fi
+
+  # node 2 stops (3 takes partition 1 over) and comes back in sync: 3 keeps leading partition 1
+  node_stop 2
+  if wait_for 30 leader-3 leader_is "$E" 1 3 && node_start 2 && node_ready 2 && wait_for 60 isr-2 full_isr && leader_is "$E" 1 3; then
+    pass "cluster: node 2 stopped and back in the ISR, partition 1 still led by 3"
+  else
+    fail "cluster: node 2 stopped and back in the ISR, partition 1 still led by 3" "got '$(described "$E" 1)'" "$OUT"
+  fi
+
+  if run elect-preferred elect --election-type preferred --all-topic-partitions &&
+    grep -q "Successfully completed leader election (PREFERRED) for partitions $E-1$" "$OUT" &&
+    ! grep -qE "$E-[02]" "$OUT" && wait_for 20 leader-2 leader_is "$E" 1 2; then
+    pass "kafka-leader-election --election-type preferred --all-topic-partitions (partition 1 back to 2)"
+  else
+    fail "kafka-leader-election --election-type preferred --all-topic-partitions (partition 1 back to 2)" \
+      "want 'Successfully completed leader election (PREFERRED) for partitions $E-1' only, then leader 2; got '$(described "$E" 1)'" "$OUT"
+  fi
+
+  if run elect-again elect --election-type preferred --topic "$E" --partition 1 &&
+    grep -q "Valid replica already elected for partitions $E-1$" "$OUT"; then
+    pass "kafka-leader-election --topic --partition (preferred leader already leads)"
+  else
+    fail "kafka-leader-election --topic --partition (preferred leader already leads)" "want 'Valid replica already elected for partitions $E-1'" "$OUT"
+  fi
+
+  if run elect-unclean elect --election-type unclean --topic "$E" --partition 0 &&
+    grep -q "Valid replica already elected for partitions $E-0$" "$OUT" && leader_is "$E" 0 1; then
+    pass "kafka-leader-election --election-type unclean (a leader exists: nothing to do)"
+  else
+    fail "kafka-leader-election --election-type unclean (a leader exists: nothing to do)" "want 'Valid replica already elected for partitions $E-0' and leader 1" "$OUT"
+  fi
+
+  # --- kafka-reassign-partitions: R lives on node 1 only, moves to 2 and 3
+  seq 1 1000 | sed 's/^/cluster-line-/' >"$WORK/cluster-input.txt"
+  if run cluster-create-r ctopics --create --topic "$R" --replica-assignment 1 && wait_for 30 r-led leader_is "$R" 0 1 &&
+    run cluster-produce tool org.apache.kafka.tools.ConsoleProducer --bootstrap-server "$CB" --topic "$R" <"$WORK/cluster-input.txt" &&
+    ! grep -qE "ERROR|Exception" "$OUT"; then
+    pass "cluster: $R on node 1, 1000 lines produced"
+  else
+    fail "cluster: $R on node 1, 1000 lines produced" "create or produce failed" "$OUT"
+  fi
+
+  printf '{"version":1,"topics":[{"topic":"%s"}]}\n' "$R" >"$WORK/move.json"
+  if run reassign-generate reassign --topics-to-move-json-file "$WORK/move.json" --broker-list 2,3 --generate &&
+    grep -q "^Current partition replica assignment" "$OUT" &&
+    grep -qF "{\"version\":1,\"partitions\":[{\"topic\":\"$R\",\"partition\":0,\"replicas\":[1]," "$OUT" &&
+    grep -A1 "^Proposed partition reassignment configuration" "$OUT" | grep -qE "\"topic\":\"$R\",\"partition\":0,\"replicas\":\[[23]\]"; then
+    pass "kafka-reassign-partitions --generate (current [1], proposal on 2 or 3)"
+  else
+    fail "kafka-reassign-partitions --generate (current [1], proposal on 2 or 3)" "want the current assignment [1] and a proposal on broker 2 or 3" "$OUT"
+  fi
+
+  printf '{"version":1,"partitions":[{"topic":"%s","partition":0,"replicas":[2,3]}]}\n' "$R" >"$WORK/plan.json"
+  if run reassign-execute reassign --reassignment-json-file "$WORK/plan.json" --execute &&
+    grep -q "Successfully started partition reassignment for $R-0" "$OUT"; then
+    pass "kafka-reassign-partitions --execute ($R-0 to [2,3])"
+  else
+    fail "kafka-reassign-partitions --execute ($R-0 to [2,3])" "want 'Successfully started partition reassignment for $R-0'" "$OUT"
+  fi
+
+  # --verify without --preserve-throttles goes on to clear the broker-level throttle configs with
+  # IncrementalAlterConfigs on BROKER resources, which Millrace refuses (broker configs are
+  # static), and exits 1 after printing the status. The status is what is checked here.
+  verified() { run reassign-verify reassign --reassignment-json-file "$WORK/plan.json" --verify --preserve-throttles &&
+    grep -q "Reassignment of partition $R-0 is completed\." "$OUT"; }
+  r_on_23() { [[ "$(described "$R" 0)" =~ ^[23]\ 2,3\ (2,3|3,2)$ ]]; }
+  if wait_for 60 verify verified && r_on_23; then
+    pass "kafka-reassign-partitions --verify (completed; replicas 2,3 both in the ISR)"
+  else
+    fail "kafka-reassign-partitions --verify (completed; replicas 2,3 both in the ISR)" "want 'Reassignment of partition $R-0 is completed.' and replicas 2,3; got '$(described "$R" 0)'" "$OUT"
+  fi
+
+  # every line from the new replicas: from the leader, then from the other one once it leads
+  read_r() { # read_r NAME : the 1000 lines of R-0 from offset 0, identical to the input
+    tool org.apache.kafka.tools.consumer.ConsoleConsumer --bootstrap-server "$CB" --topic "$R" --partition 0 \
+      --offset earliest --max-messages 1000 --timeout-ms 30000 >"$WORK/$1.txt" 2>"$WORK/$1.err" &&
+      cmp -s "$WORK/cluster-input.txt" "$WORK/$1.txt"
+  }
+  first="$(described "$R" 0 | cut -d' ' -f1)"
+  [[ "$first" == [23] ]] || first=2
+  other=$((first == 2 ? 3 : 2))
+  if read_r read-new-leader && node_stop "$first" && wait_for 30 r-other leader_is "$R" 0 "$other" && read_r read-other-replica; then
+    pass "cluster: the 1000 lines read back from node $first, then from node $other alone"
+  else
+    fail "cluster: the 1000 lines read back from node $first, then from node $other alone" \
+      "got $(wc -l <"$WORK/read-new-leader.txt" 2>/dev/null || echo 0) and $(wc -l <"$WORK/read-other-replica.txt" 2>/dev/null || echo 0) lines; partition '$(described "$R" 0)'" "$WORK/read-other-replica.err"
+  fi
+fi
+cluster_stop
 
 summary
 [[ $failed -eq 0 ]]

@@ -214,6 +214,24 @@ fn oversized_body(key: ApiKey, v: i16) -> Option<Oversized> {
         ApiKey::OffsetDelete => array(v, f, "topics", |r: &mut OffsetDeleteRequest, x| {
             r.topics = x
         }),
+        ApiKey::ElectLeaders => array(
+            v,
+            f,
+            "topic_partitions",
+            |r: &mut ElectLeadersRequest, x| r.topic_partitions = Some(x),
+        ),
+        ApiKey::AlterPartitionReassignments => array(
+            v,
+            f,
+            "topics",
+            |r: &mut AlterPartitionReassignmentsRequest, x| r.topics = x,
+        ),
+        ApiKey::ListPartitionReassignments => array(
+            v,
+            f,
+            "topics",
+            |r: &mut ListPartitionReassignmentsRequest, x| r.topics = Some(x),
+        ),
         other => panic!("{other:?} is advertised but this test has no oversized frame for it"),
     }
 }

@@ -15,15 +15,21 @@
 //!   and its leaderships move in the same entry;
 //! - leader epochs only rise (a leader change always raises it; see `partition_change.rs`);
 //! - an AlterPartition is applied only if its leader epoch and partition epoch are current and
-//!   every new ISR member is active with the broker epoch the leader saw (KIP-903).
+//!   every new ISR member is active with the broker epoch the leader saw (KIP-903);
+//! - a reassignment (KIP-455) completes only once every target replica is in the ISR, so no
+//!   replica leaves before the target set holds every committed record (`partition_change.rs`);
+//! - the automatic leader rebalance (`auto.leader.rebalance.enable`) runs only in a tick that
+//!   decided nothing else, so its preferred elections never race another change of the same
+//!   partition within one entry.
 //!
 //! Pure: no I/O, no clock (time comes in as `now_ms`), randomness (topic ids) from an injected
 //! generator — so a seeded simulator can drive it.
 //!
 //! Soft state (not in the log, rebuilt when a node becomes the active controller): the last
-//! heartbeat time of each broker.
+//! heartbeat time of each broker, and when the next leader-imbalance check is due.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use millrace_cluster::config::{BrokerConfig, TopicConfigs};
 use millrace_cluster::image::{MetadataImage, PartitionRegistration, TopicImage, NO_LEADER};
@@ -32,10 +38,13 @@ use millrace_cluster::validate_topic_name;
 use tracing::info;
 use uuid::Uuid;
 
-use crate::limits::{PARTITIONS_PER_TOPIC_MAX, PRODUCER_ID_BLOCK_SIZE};
+use crate::limits::{
+    LEADER_REBALANCE_ELECTIONS_MAX, PARTITIONS_PER_TOPIC_MAX, PRODUCER_ID_BLOCK_SIZE,
+    RECORDS_PER_USER_OP_MAX,
+};
 use crate::messages::{
     ControllerError, ControllerRequest, ControllerResponse, CreatedTopic, ElectionType,
-    PartitionsSpec, TopicSpec,
+    OngoingReassignment, PartitionsSpec, ReassignTopicSpec, TopicSpec,
 };
 use crate::partition_change::{Election, ElectionOutcome, PartitionChange};
 use crate::placement;
@@ -68,6 +77,12 @@ impl Decision {
 pub struct ControllerConfig {
     /// broker.session.timeout.ms
     pub session_timeout_ms: i64,
+    /// auto.leader.rebalance.enable
+    pub auto_leader_rebalance: bool,
+    /// leader.imbalance.check.interval.seconds, in milliseconds.
+    pub leader_imbalance_check_interval_ms: i64,
+    /// leader.imbalance.per.broker.percentage (decision 0045).
+    pub leader_imbalance_per_broker_percentage: i64,
     /// The node's broker config: num.partitions, default.replication.factor, min.insync.replicas,
     /// unclean.leader.election.enable, delete.topic.enable, topic config defaults.
     pub broker: BrokerConfig,
@@ -75,12 +90,27 @@ pub struct ControllerConfig {
 
 impl ControllerConfig {
     pub fn new(broker: BrokerConfig) -> Self {
-        let session_timeout_ms = broker
-            .get("broker.session.timeout.ms")
-            .and_then(|v| v.parse::<i64>().ok())
-            .unwrap_or(9_000);
+        let number = |key: &str, default: i64| {
+            broker
+                .get(key)
+                .and_then(|v| v.trim().parse::<i64>().ok())
+                .unwrap_or(default)
+        };
+        let session_timeout_ms = number("broker.session.timeout.ms", 9_000);
+        let leader_imbalance_check_interval_ms =
+            number("leader.imbalance.check.interval.seconds", 300)
+                .max(1)
+                .saturating_mul(1000);
+        let leader_imbalance_per_broker_percentage =
+            number("leader.imbalance.per.broker.percentage", 10).max(0);
+        let auto_leader_rebalance = broker
+            .get("auto.leader.rebalance.enable")
+            .is_none_or(|v| v.trim().eq_ignore_ascii_case("true"));
         Self {
             session_timeout_ms,
+            auto_leader_rebalance,
+            leader_imbalance_check_interval_ms,
+            leader_imbalance_per_broker_percentage,
             broker,
         }
     }
@@ -95,6 +125,9 @@ struct Session {
 pub struct Controller {
     config: ControllerConfig,
     sessions: BTreeMap<i32, Session>,
+    /// When the next leader-imbalance check is due (`None`: not scheduled yet; the first tick
+    /// schedules it one interval ahead, as activation does).
+    next_rebalance_ms: Option<i64>,
     new_topic_id: Box<dyn FnMut() -> Uuid + Send + Sync>,
 }
 
@@ -111,6 +144,7 @@ impl Controller {
         Self {
             config,
             sessions: BTreeMap::new(),
+            next_rebalance_ms: None,
             new_topic_id,
         }
     }
@@ -130,6 +164,8 @@ impl Controller {
                 )
             })
             .collect();
+        self.next_rebalance_ms =
+            Some(now_ms.saturating_add(self.config.leader_imbalance_check_interval_ms));
     }
 
     fn min_isr(&self, topic: &TopicImage) -> usize {
@@ -304,11 +340,21 @@ impl Controller {
                 election,
                 partitions,
             } => self.elect_leaders(image, election, partitions),
+            ControllerRequest::AlterPartitionReassignments { topics } => {
+                self.alter_partition_reassignments(image, topics)
+            }
+            ControllerRequest::ListPartitionReassignments { topics } => {
+                Decision::answer(ControllerResponse::ListPartitionReassignments {
+                    topics: list_partition_reassignments(image, topics),
+                })
+            }
         }
     }
 
-    /// Periodic work: fence brokers whose session expired, and elect leaders for partitions that
-    /// have none although a replica could lead. Returns the records to commit (maybe none).
+    /// Periodic work: fence brokers whose session expired, elect leaders for partitions that
+    /// have none although a replica could lead, and — when nothing else changed and the check is
+    /// due — rebalance leaders towards the preferred replicas. Returns the records to commit
+    /// (maybe none).
     pub fn tick(&mut self, image: &MetadataImage, now_ms: i64) -> Vec<MetadataRecord> {
         let mut records = Vec::new();
         let mut leaving = BTreeSet::new();
@@ -334,7 +380,100 @@ impl Controller {
             }
         }
         records.extend(self.partition_changes(image, &leaving, &[], |_| true));
+        if records.is_empty() {
+            records = self.maybe_rebalance_leaders(image, now_ms);
+        }
         records
+    }
+
+    /// The automatic preferred-leader rebalance, when enabled and due.
+    fn maybe_rebalance_leaders(
+        &mut self,
+        image: &MetadataImage,
+        now_ms: i64,
+    ) -> Vec<MetadataRecord> {
+        if !self.config.auto_leader_rebalance {
+            return Vec::new();
+        }
+        let interval = self.config.leader_imbalance_check_interval_ms;
+        let due = *self
+            .next_rebalance_ms
+            .get_or_insert_with(|| now_ms.saturating_add(interval));
+        if now_ms < due {
+            return Vec::new();
+        }
+        let (records, capped) = self.rebalance_leaders(image);
+        // A pass that hit its bound goes on at the next tick (Kafka reschedules it at once).
+        self.next_rebalance_ms = Some(if capped {
+            now_ms
+        } else {
+            now_ms.saturating_add(interval)
+        });
+        if !records.is_empty() {
+            info!(
+                elections = records.len(),
+                "leader imbalance: electing preferred leaders"
+            );
+        }
+        records
+    }
+
+    /// One rebalance pass (ZooKeeper-mode Kafka's `checkAndTriggerAutoLeaderRebalance`, decision
+    /// 0045): for every broker, the partitions it is the preferred leader of but does not lead;
+    /// when their share of the partitions it is preferred for exceeds
+    /// `leader.imbalance.per.broker.percentage`, a preferred election for each of them (it
+    /// changes nothing where the preferred replica cannot lead). Returns the records and whether
+    /// the pass stopped at `LEADER_REBALANCE_ELECTIONS_MAX`.
+    fn rebalance_leaders(&self, image: &MetadataImage) -> (Vec<MetadataRecord>, bool) {
+        /// One broker as a preferred leader.
+        #[derive(Default)]
+        struct Preferred<'a> {
+            /// Partitions it is the preferred leader of.
+            total: u64,
+            /// Those it does not lead.
+            imbalanced: Vec<(&'a Arc<TopicImage>, i32)>,
+        }
+        let mut by_broker: BTreeMap<i32, Preferred> = BTreeMap::new();
+        for topic in image.topics.values() {
+            for (index, p) in topic.partitions.iter().enumerate() {
+                let preferred = p.preferred_leader();
+                if preferred == NO_LEADER {
+                    continue;
+                }
+                let entry = by_broker.entry(preferred).or_default();
+                entry.total = entry.total.saturating_add(1);
+                if p.leader != preferred {
+                    entry
+                        .imbalanced
+                        .push((topic, i32::try_from(index).unwrap_or(i32::MAX)));
+                }
+            }
+        }
+        let percentage =
+            u64::try_from(self.config.leader_imbalance_per_broker_percentage).unwrap_or(0);
+        let mut records = Vec::new();
+        for Preferred { total, imbalanced } in by_broker.into_values() {
+            let count = u64::try_from(imbalanced.len()).unwrap_or(u64::MAX);
+            // ratio > percentage / 100, in integers
+            if count.saturating_mul(100) <= percentage.saturating_mul(total) {
+                continue;
+            }
+            for (topic, index) in imbalanced {
+                if records.len() >= LEADER_REBALANCE_ELECTIONS_MAX {
+                    return (records, true);
+                }
+                let Some(p) = topic.partition(index) else {
+                    continue;
+                };
+                let mut change =
+                    PartitionChange::new(topic.topic_id, index, p, self.min_isr(topic));
+                change.election = Election::Preferred;
+                if let (Some(r), _) = change.build(|b| image.is_active(b)) {
+                    records.push(r);
+                }
+            }
+        }
+        (records, false)
     }
 
     /// Partition changes after `leaving` brokers become inactive (fenced, shutting down or
@@ -825,12 +964,18 @@ impl Controller {
         }
     }
 
+    /// ElectLeaders as Kafka's `ReplicationControlManager.electLeaders`: ELECTION_NOT_NEEDED when
+    /// the preferred replica already leads (preferred) or the partition has a leader (unclean);
+    /// success whenever the election changes the partition, PREFERRED_LEADER_NOT_AVAILABLE /
+    /// ELIGIBLE_LEADERS_NOT_AVAILABLE when it changes nothing. Asked for every partition
+    /// (`None`), partitions that need no election are left out of the answer.
     fn elect_leaders(
         &mut self,
         image: &MetadataImage,
         election: ElectionType,
         partitions: Option<Vec<(String, i32)>>,
     ) -> Decision {
+        let all = partitions.is_none();
         let wanted: Vec<(String, i32)> = match partitions {
             Some(list) => list,
             None => image
@@ -841,53 +986,21 @@ impl Controller {
         };
         let mut records = Vec::new();
         let mut results = Vec::with_capacity(wanted.len());
+        // A partition named twice gets the first answer again, not a second record.
+        let mut decided: BTreeMap<(String, i32), Result<(), ControllerError>> = BTreeMap::new();
         for (name, index) in wanted {
-            let result = (|| {
-                let topic = image
-                    .topic(&name)
-                    .ok_or_else(|| ControllerError::UnknownTopicOrPartition(name.clone()))?;
-                let p = topic.partition(index).ok_or_else(|| {
-                    ControllerError::UnknownTopicOrPartition(format!("{name}-{index}"))
-                })?;
-                let mut change =
-                    PartitionChange::new(topic.topic_id, index, p, self.min_isr(topic));
-                let is_active = |b: i32| image.is_active(b);
-                match election {
-                    ElectionType::Preferred => {
-                        if p.leader == p.preferred_leader() {
-                            return Err(ControllerError::ElectionNotNeeded);
-                        }
-                        change.election = Election::Preferred;
-                        match change.build(is_active) {
-                            (Some(r), ElectionOutcome::Clean(b) | ElectionOutcome::FromElr(b))
-                                if b == p.preferred_leader() =>
-                            {
-                                records.push(r);
-                                Ok(())
-                            }
-                            _ => Err(ControllerError::PreferredLeaderNotAvailable),
-                        }
-                    }
-                    ElectionType::Unclean => {
-                        if p.leader != NO_LEADER && is_active(p.leader) {
-                            return Err(ControllerError::ElectionNotNeeded);
-                        }
-                        change.election = Election::Unclean;
-                        match change.build(is_active) {
-                            (
-                                Some(r),
-                                ElectionOutcome::Clean(_)
-                                | ElectionOutcome::FromElr(_)
-                                | ElectionOutcome::Unclean(_),
-                            ) => {
-                                records.push(r);
-                                Ok(())
-                            }
-                            _ => Err(ControllerError::EligibleLeadersNotAvailable),
-                        }
-                    }
-                }
-            })();
+            if let Some(first) = decided.get(&(name.clone(), index)) {
+                results.push(((name, index), first.clone()));
+                continue;
+            }
+            let result = self.elect_leader(image, election, &name, index, &mut records);
+            if records.len() > RECORDS_PER_USER_OP_MAX {
+                return Decision::error(too_large());
+            }
+            decided.insert((name.clone(), index), result.clone());
+            if all && result == Err(ControllerError::ElectionNotNeeded) {
+                continue;
+            }
             results.push(((name, index), result));
         }
         Decision {
@@ -895,6 +1008,218 @@ impl Controller {
             response: ControllerResponse::ElectLeaders { results },
         }
     }
+
+    fn elect_leader(
+        &self,
+        image: &MetadataImage,
+        election: ElectionType,
+        name: &str,
+        index: i32,
+        records: &mut Vec<MetadataRecord>,
+    ) -> Result<(), ControllerError> {
+        let topic = image
+            .topic(name)
+            .ok_or_else(|| ControllerError::UnknownTopicOrPartition(name.to_string()))?;
+        let p = topic
+            .partition(index)
+            .ok_or_else(|| ControllerError::UnknownTopicOrPartition(format!("{name}-{index}")))?;
+        let not_needed = match election {
+            ElectionType::Preferred => p.leader == p.preferred_leader(),
+            ElectionType::Unclean => p.leader != NO_LEADER,
+        };
+        if not_needed {
+            return Err(ControllerError::ElectionNotNeeded);
+        }
+        let mut change = PartitionChange::new(topic.topic_id, index, p, self.min_isr(topic));
+        change.election = match election {
+            ElectionType::Preferred => Election::Preferred,
+            ElectionType::Unclean => Election::Unclean,
+        };
+        let (record, outcome) = change.build(|b| image.is_active(b));
+        match (record, election) {
+            (Some(r), _) => {
+                if let ElectionOutcome::Unclean(b) = outcome {
+                    tracing::warn!(topic = %name, partition = index, leader = b, "unclean leader election requested: records not on this replica may be lost");
+                }
+                records.push(r);
+                Ok(())
+            }
+            (None, ElectionType::Preferred) => Err(ControllerError::PreferredLeaderNotAvailable),
+            (None, ElectionType::Unclean) => Err(ControllerError::EligibleLeadersNotAvailable),
+        }
+    }
+
+    /// AlterPartitionReassignments as Kafka's `ReplicationControlManager`: per partition, a
+    /// target starts (or replaces) a reassignment, `None` cancels the one in progress. The
+    /// records of every accepted partition commit as one entry.
+    fn alter_partition_reassignments(
+        &mut self,
+        image: &MetadataImage,
+        topics: Vec<ReassignTopicSpec>,
+    ) -> Decision {
+        let mut records = Vec::new();
+        let mut results = Vec::with_capacity(topics.len());
+        let mut touched: BTreeSet<(Uuid, i32)> = BTreeSet::new();
+        for spec in topics {
+            let mut partition_results = Vec::with_capacity(spec.partitions.len());
+            for (index, target) in spec.partitions {
+                let result = self.alter_partition_reassignment(
+                    image,
+                    &spec.name,
+                    index,
+                    target.as_deref(),
+                    &mut touched,
+                    &mut records,
+                );
+                if records.len() > RECORDS_PER_USER_OP_MAX {
+                    return Decision::error(too_large());
+                }
+                if let Err(e) = &result {
+                    info!(topic = %spec.name, partition = index, error = %e, "partition reassignment refused");
+                }
+                partition_results.push((index, result));
+            }
+            results.push((spec.name, partition_results));
+        }
+        Decision {
+            records,
+            response: ControllerResponse::AlterPartitionReassignments { results },
+        }
+    }
+
+    fn alter_partition_reassignment(
+        &self,
+        image: &MetadataImage,
+        name: &str,
+        index: i32,
+        target: Option<&[i32]>,
+        touched: &mut BTreeSet<(Uuid, i32)>,
+        records: &mut Vec<MetadataRecord>,
+    ) -> Result<(), ControllerError> {
+        let topic = image.topic(name).ok_or_else(|| {
+            ControllerError::UnknownTopicOrPartition(format!(
+                "Unable to find a topic named {name}."
+            ))
+        })?;
+        let p = topic.partition(index).ok_or_else(|| {
+            ControllerError::UnknownTopicOrPartition(format!(
+                "Unable to find partition {name}:{index}."
+            ))
+        })?;
+        if touched.contains(&(topic.topic_id, index)) {
+            // Two changes of one partition in one entry would be computed from the same state.
+            // Only a mention that changed it counts: a refused one is checked on its own, as
+            // Kafka checks every partition of the request.
+            return Err(ControllerError::InvalidRequest(format!(
+                "Partition {name}:{index} is changed earlier in the same request."
+            )));
+        }
+        let change = PartitionChange::new(topic.topic_id, index, p, self.min_isr(topic));
+        let change = match target {
+            None => {
+                if p.adding_replicas.is_empty() && p.removing_replicas.is_empty() {
+                    return Err(ControllerError::NoReassignmentInProgress);
+                }
+                let (mut change, unclean) = change.revert();
+                if change.target_replicas.is_empty() {
+                    return Err(ControllerError::InvalidReplicaAssignment(
+                        "Invalid replica assignment: addingReplicas contains all replicas.".into(),
+                    ));
+                }
+                let unclean_allowed = self.unclean_allowed(topic);
+                if unclean && !unclean_allowed {
+                    return Err(ControllerError::InvalidReplicaAssignment(format!(
+                        "Unable to revert partition assignment for {name}:{index} because it would require an unclean leader election."
+                    )));
+                }
+                if unclean_allowed {
+                    change.election = Election::Unclean;
+                }
+                change
+            }
+            Some(target) => {
+                check_reassignment_target(image, target)?;
+                change.reassign(target)
+            }
+        };
+        let (record, _) = change.build(|b| image.is_active(b));
+        if let Some(r) = record {
+            records.push(r);
+            touched.insert((topic.topic_id, index));
+        }
+        Ok(())
+    }
+}
+
+fn too_large() -> ControllerError {
+    ControllerError::PolicyViolation("Unable to perform excessively large batch operation.".into())
+}
+
+/// Kafka's `validateManualPartitionAssignment` for a reassignment target: not empty, every broker
+/// registered, none twice.
+fn check_reassignment_target(image: &MetadataImage, target: &[i32]) -> Result<(), ControllerError> {
+    if target.is_empty() {
+        return Err(ControllerError::InvalidReplicaAssignment(
+            "The manual partition assignment includes an empty replica list.".into(),
+        ));
+    }
+    let mut sorted = target.to_vec();
+    sorted.sort_unstable();
+    let mut previous = None;
+    for b in sorted {
+        if image.broker(b).is_none() {
+            return Err(ControllerError::InvalidReplicaAssignment(format!(
+                "The manual partition assignment includes broker {b}, but no such broker is registered."
+            )));
+        }
+        if previous == Some(b) {
+            return Err(ControllerError::InvalidReplicaAssignment(format!(
+                "The manual partition assignment includes the broker {b} more than once."
+            )));
+        }
+        previous = Some(b);
+    }
+    Ok(())
+}
+
+/// ListPartitionReassignments over the committed image: every partition being reassigned, or
+/// those of the named topics and partitions (unknown topics and partitions are left out).
+pub fn list_partition_reassignments(
+    image: &MetadataImage,
+    topics: Option<Vec<(String, Vec<i32>)>>,
+) -> Vec<(String, Vec<OngoingReassignment>)> {
+    let ongoing = |index: i32, p: &PartitionRegistration| {
+        (!p.adding_replicas.is_empty() || !p.removing_replicas.is_empty()).then(|| {
+            OngoingReassignment {
+                partition: index,
+                replicas: p.replicas.clone(),
+                adding_replicas: p.adding_replicas.clone(),
+                removing_replicas: p.removing_replicas.clone(),
+            }
+        })
+    };
+    let wanted: Vec<(String, Vec<i32>)> = match topics {
+        Some(list) => list,
+        None => image
+            .topics
+            .values()
+            .map(|t| (t.name.clone(), (0..t.partition_count()).collect()))
+            .collect(),
+    };
+    let mut out = Vec::new();
+    for (name, partitions) in wanted {
+        let Some(topic) = image.topic(&name) else {
+            continue;
+        };
+        let found: Vec<OngoingReassignment> = partitions
+            .into_iter()
+            .filter_map(|i| topic.partition(i).and_then(|p| ongoing(i, p)))
+            .collect();
+        if !found.is_empty() {
+            out.push((name, found));
+        }
+    }
+    out
 }
 
 /// A new partition's registration: the active assigned replicas form the ISR; the first of them

@@ -25,3 +25,17 @@ pub const CONTROLLER_RETRY_MS: u64 = 50;
 /// Milliseconds between heartbeats while the broker is fenced or shutting down (it wants the
 /// controller's next answer soon); otherwise broker.heartbeat.interval.ms applies.
 pub const FAST_HEARTBEAT_MS: u64 = 50;
+
+/// Records: most partition records one admin request (ElectLeaders, AlterPartitionReassignments)
+/// may produce; more is refused as a whole with POLICY_VIOLATION (Kafka's
+/// `MAX_RECORDS_PER_USER_OP`). Keeps one decision's entry far below the metadata batch bound (a
+/// partition change is a few hundred bytes). Enforced by `Controller::elect_leaders` and
+/// `Controller::alter_partition_reassignments`.
+pub const RECORDS_PER_USER_OP_MAX: usize = 10_000;
+
+/// Partitions: most preferred-leader elections one automatic rebalance pass makes; a pass that
+/// reaches it runs again at the next tick instead of after `leader.imbalance.check.interval.seconds`
+/// (Kafka's `MAX_ELECTIONS_PER_IMBALANCE`). Enforced by `Controller::rebalance_leaders`.
+pub const LEADER_REBALANCE_ELECTIONS_MAX: usize = 1_000;
+
+const _: () = assert!(LEADER_REBALANCE_ELECTIONS_MAX <= RECORDS_PER_USER_OP_MAX);

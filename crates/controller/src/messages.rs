@@ -1,7 +1,8 @@
 //! What brokers ask the active controller, and what it answers: Kafka's broker-to-controller
 //! requests (BrokerRegistration, BrokerHeartbeat, AlterPartition, AllocateProducerIds) and the admin
 //! requests every broker forwards to the controller (CreateTopics, DeleteTopics, CreatePartitions,
-//! configs, ElectLeaders), in our own serde encoding on the controller listener.
+//! configs, ElectLeaders, AlterPartitionReassignments, ListPartitionReassignments), in our own
+//! serde encoding on the controller listener.
 //!
 //! The front end translates wire requests into these and [`ControllerError`] back into Kafka error
 //! codes; nothing here knows the wire format.
@@ -81,6 +82,31 @@ pub enum ControllerRequest {
         election: ElectionType,
         partitions: Option<Vec<(String, i32)>>,
     },
+    /// [AlterPartitionReassignments] (KIP-455) Start, replace or cancel reassignments.
+    AlterPartitionReassignments { topics: Vec<ReassignTopicSpec> },
+    /// [ListPartitionReassignments] `None` = every reassignment in progress; otherwise the given
+    /// partitions of the given topics (unknown ones are left out, as Kafka does).
+    ListPartitionReassignments {
+        topics: Option<Vec<(String, Vec<i32>)>>,
+    },
+}
+
+/// AlterPartitionReassignments for one topic.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReassignTopicSpec {
+    pub name: String,
+    /// (partition, target replicas); `None` cancels the reassignment in progress.
+    pub partitions: Vec<(i32, Option<Vec<i32>>)>,
+}
+
+/// One partition's reassignment in progress.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OngoingReassignment {
+    pub partition: i32,
+    /// The target followed by the replicas being removed.
+    pub replicas: Vec<i32>,
+    pub adding_replicas: Vec<i32>,
+    pub removing_replicas: Vec<i32>,
 }
 
 /// A topic as CreateTopics asks for it; `None` = the broker default (Kafka's -1).
@@ -90,6 +116,7 @@ pub struct TopicSpec {
     pub partitions: Option<i32>,
     pub replication_factor: Option<i16>,
     /// Manual assignment: partition index → broker ids. Empty = let the controller place.
+    #[serde(deserialize_with = "int_keyed")]
     pub assignments: BTreeMap<i32, Vec<i32>>,
     pub configs: BTreeMap<String, String>,
 }
@@ -162,11 +189,22 @@ pub enum ControllerResponse {
     ElectLeaders {
         results: Vec<((String, i32), Result<(), ControllerError>)>,
     },
+    /// Per topic of the request, in order: (partition, result) in request order.
+    AlterPartitionReassignments {
+        results: Vec<(String, PartitionResults)>,
+    },
+    /// Topics with reassignments in progress, by name.
+    ListPartitionReassignments {
+        topics: Vec<(String, Vec<OngoingReassignment>)>,
+    },
     /// The request as a whole was refused.
     Error {
         error: ControllerError,
     },
 }
+
+/// (partition, result) per partition of one topic, in request order.
+pub type PartitionResults = Vec<(i32, Result<(), ControllerError>)>;
 
 /// A topic CreateTopics made (or would make, with validate_only).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -224,17 +262,47 @@ pub enum ControllerError {
     #[error("Leader election not needed for topic partition.")]
     ElectionNotNeeded,
     /// PREFERRED_LEADER_NOT_AVAILABLE (80)
-    #[error("Failed to elect leader for partition: preferred replica is not available")]
+    #[error("The preferred leader was not available.")]
     PreferredLeaderNotAvailable,
     /// ELIGIBLE_LEADERS_NOT_AVAILABLE (83)
-    #[error("Failed to elect leader for partition: no eligible replica")]
+    #[error("Eligible topic partition leaders are not available.")]
     EligibleLeadersNotAvailable,
+    /// NO_REASSIGNMENT_IN_PROGRESS (85): a cancel of a partition that is not being reassigned.
+    #[error("No partition reassignment is in progress.")]
+    NoReassignmentInProgress,
+    /// POLICY_VIOLATION (44): the request would write more records than one decision may.
+    #[error("{0}")]
+    PolicyViolation(String),
     /// REQUEST_TIMED_OUT (7): the decision was not committed in time (outcome unknown).
     #[error("{0}")]
     Timeout(String),
     /// UNKNOWN_SERVER_ERROR (-1)
     #[error("{0}")]
     Internal(String),
+}
+
+/// Reads a `BTreeMap<i32, V>` that JSON holds as an object. serde_json writes the keys as strings
+/// and reads them back as integers, except inside an internally tagged enum such as
+/// [`ControllerRequest`]: serde buffers the variant before typing it, and the buffered key "0" is
+/// no longer accepted as an `i32` (every forwarded CreateTopics with a manual assignment was
+/// refused as undecodable). So the keys are read as strings and parsed here.
+fn int_keyed<'de, D, V>(deserializer: D) -> Result<BTreeMap<i32, V>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    V: Deserialize<'de>,
+{
+    use serde::de::Error;
+    let by_text = BTreeMap::<String, V>::deserialize(deserializer)?;
+    let mut out = BTreeMap::new();
+    for (key, value) in by_text {
+        let index: i32 = key
+            .parse()
+            .map_err(|_| D::Error::custom(format!("map key {key:?} is not an i32")))?;
+        if out.insert(index, value).is_some() {
+            return Err(D::Error::custom(format!("map key {index} appears twice")));
+        }
+    }
+    Ok(out)
 }
 
 impl ControllerRequest {
@@ -255,5 +323,93 @@ impl ControllerResponse {
 
     pub fn decode(bytes: &[u8]) -> Result<Self, String> {
         serde_json::from_slice(bytes).map_err(|e| format!("undecodable controller response: {e}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every forwarded request must decode on the controller as it was encoded on the broker.
+    fn check_round_trip(request: ControllerRequest) {
+        let decoded = ControllerRequest::decode(&request.encode());
+        assert_eq!(decoded.as_ref(), Ok(&request), "{request:?}");
+    }
+
+    #[test]
+    fn forwarded_requests_round_trip() {
+        check_round_trip(ControllerRequest::CreateTopics {
+            topics: vec![TopicSpec {
+                name: "t".into(),
+                assignments: BTreeMap::from([(0, vec![1, 2]), (1, vec![2, 3]), (-7, vec![])]),
+                configs: BTreeMap::from([("cleanup.policy".into(), "compact".into())]),
+                ..TopicSpec::default()
+            }],
+            validate_only: false,
+        });
+        check_round_trip(ControllerRequest::ElectLeaders {
+            election: ElectionType::Unclean,
+            partitions: Some(vec![("t".into(), 0), ("u".into(), 3)]),
+        });
+        check_round_trip(ControllerRequest::AlterPartitionReassignments {
+            topics: vec![ReassignTopicSpec {
+                name: "t".into(),
+                partitions: vec![(0, Some(vec![2, 3])), (1, None)],
+            }],
+        });
+        check_round_trip(ControllerRequest::ListPartitionReassignments {
+            topics: Some(vec![("t".into(), vec![0, 9])]),
+        });
+        check_round_trip(ControllerRequest::ListPartitionReassignments { topics: None });
+    }
+
+    #[test]
+    fn a_partition_index_that_is_no_i32_is_refused() {
+        for key in ["x", "2147483648", "1.5"] {
+            let json = format!(
+                r#"{{"type":"CreateTopics","validate_only":false,"topics":[{{"name":"t","partitions":null,"replication_factor":null,"assignments":{{"{key}":[1]}},"configs":{{}}}}]}}"#
+            );
+            let decoded = ControllerRequest::decode(json.as_bytes());
+            assert!(
+                matches!(&decoded, Err(e) if e.contains("is not an i32")),
+                "{key}: {decoded:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn answers_round_trip() {
+        let responses = [
+            ControllerResponse::ElectLeaders {
+                results: vec![
+                    (("t".into(), 0), Ok(())),
+                    (("t".into(), 1), Err(ControllerError::ElectionNotNeeded)),
+                ],
+            },
+            ControllerResponse::AlterPartitionReassignments {
+                results: vec![(
+                    "t".into(),
+                    vec![
+                        (0, Ok(())),
+                        (1, Err(ControllerError::NoReassignmentInProgress)),
+                    ],
+                )],
+            },
+            ControllerResponse::ListPartitionReassignments {
+                topics: vec![(
+                    "t".into(),
+                    vec![OngoingReassignment {
+                        partition: 0,
+                        replicas: vec![2, 3, 1],
+                        adding_replicas: vec![2, 3],
+                        removing_replicas: vec![1],
+                    }],
+                )],
+            },
+        ];
+        for response in responses {
+            let decoded = ControllerResponse::decode(&response.encode());
+            assert_eq!(decoded.as_ref(), Ok(&response));
+        }
     }
 }

@@ -16,6 +16,15 @@
 //!   else a partition with a single replica elects that replica when it is active (nothing better
 //!   can ever come back); else no leader.
 //! - Preferred election puts the first assigned replica in charge when it is a valid leader.
+//! - Reassignment (KIP-455): while one is in progress, `replicas` is the target followed by the
+//!   replicas being removed, `adding_replicas` = target − original, `removing_replicas` =
+//!   original − target. Every change first checks whether it completes the reassignment (Kafka's
+//!   `completeReassignmentIfNeeded`): once the target ISR, without the removing replicas, is
+//!   non-empty and holds every remaining replica, `replicas` becomes the target, the removing
+//!   replicas leave the ISR and both lists empty — in the same record, before the election, so a
+//!   leader being removed hands over to a replica of the target's ISR.
+//! - A change whose replicas no longer include every current replica raises the leader epoch even
+//!   when the leader stays (Kafka: so the removed replicas' fetches are fenced).
 //!
 //! Pure: no I/O, no clock. Read first: [`PartitionChange`], [`PartitionChange::build`].
 
@@ -63,7 +72,8 @@ pub struct PartitionChange<'a> {
     pub unclean_shutdown: Vec<i32>,
     pub election: Election,
     pub min_isr: usize,
-    /// Force a leader epoch bump even if the leader stays (a reassignment removed replicas).
+    /// Force a leader epoch bump even if the leader stays (besides the bump that removing
+    /// replicas implies).
     pub bump_leader_epoch: bool,
 }
 
@@ -90,6 +100,52 @@ impl<'a> PartitionChange<'a> {
         }
     }
 
+    /// Starts a reassignment towards `target` (Kafka's `PartitionReassignmentReplicas`), or
+    /// replaces the one in progress: the current `replicas` (which during a reassignment hold
+    /// the earlier target and the replicas it removes) count as the original. `replicas` becomes
+    /// the target followed by the replicas to remove; adding and removing are sorted. A target
+    /// that only reorders the replicas completes in the same change.
+    pub fn reassign(mut self, target: &[i32]) -> Self {
+        let current = &self.current.replicas;
+        let mut removing: Vec<i32> = current
+            .iter()
+            .copied()
+            .filter(|b| !target.contains(b))
+            .collect();
+        removing.sort_unstable();
+        removing.dedup();
+        let mut adding: Vec<i32> = target
+            .iter()
+            .copied()
+            .filter(|b| !current.contains(b))
+            .collect();
+        adding.sort_unstable();
+        adding.dedup();
+        let mut replicas = target.to_vec();
+        replicas.extend(removing.iter().copied());
+        self.target_replicas = replicas;
+        self.target_adding = adding;
+        self.target_removing = removing;
+        self
+    }
+
+    /// Cancels the reassignment in progress (Kafka's `PartitionReassignmentRevert`): the replicas
+    /// being added leave `replicas` and the ISR. Returns `true` when no replica of the original
+    /// set is left in the ISR; the first original replica then becomes the ISR, which is an
+    /// unclean election the caller must allow (Kafka refuses the cancel otherwise).
+    pub fn revert(mut self) -> (Self, bool) {
+        let adding = self.current.adding_replicas.clone();
+        self.target_replicas.retain(|b| !adding.contains(b));
+        self.target_isr.retain(|b| !adding.contains(b));
+        self.target_adding.clear();
+        self.target_removing.clear();
+        let unclean = self.target_isr.is_empty();
+        if let (true, Some(&first)) = (unclean, self.target_replicas.first()) {
+            self.target_isr = vec![first];
+        }
+        (self, unclean)
+    }
+
     /// Takes `broker` out of the ISR (fenced, shutting down, restarted).
     pub fn without(mut self, broker: i32) -> Self {
         self.target_isr.retain(|&b| b != broker);
@@ -98,9 +154,10 @@ impl<'a> PartitionChange<'a> {
 
     /// Computes the record, or `None` when nothing changes.
     pub fn build(
-        self,
+        mut self,
         is_active: impl Fn(i32) -> bool,
     ) -> (Option<MetadataRecord>, ElectionOutcome) {
+        self.complete_reassignment_if_possible();
         let current = self.current;
         let mut isr = self.target_isr.clone();
         let (mut elr, last_known_elr) = self.target_elr();
@@ -196,11 +253,50 @@ impl<'a> PartitionChange<'a> {
         if self.target_removing != current.removing_replicas {
             change.removing_replicas = Some(self.target_removing.clone());
         }
-        change.bump_leader_epoch = self.bump_leader_epoch && change.leader.is_none();
+        let replicas_removed = current
+            .replicas
+            .iter()
+            .any(|b| !self.target_replicas.contains(b));
+        change.bump_leader_epoch =
+            (self.bump_leader_epoch || replicas_removed) && change.leader.is_none();
         if change.is_empty() {
             return (None, outcome);
         }
         (Some(change.build()), outcome)
+    }
+
+    /// Whether a reassignment is in progress in the target state.
+    pub fn is_reassigning(&self) -> bool {
+        !self.target_adding.is_empty() || !self.target_removing.is_empty()
+    }
+
+    /// Completes the reassignment in progress when the target ISR allows it (Kafka's
+    /// `PartitionReassignmentReplicas.maybeCompleteReassignment`): without the removing replicas,
+    /// the ISR must be non-empty and hold every remaining replica.
+    fn complete_reassignment_if_possible(&mut self) {
+        if !self.is_reassigning() {
+            return;
+        }
+        let removing = &self.target_removing;
+        let isr: Vec<i32> = self
+            .target_isr
+            .iter()
+            .copied()
+            .filter(|b| !removing.contains(b))
+            .collect();
+        let replicas: Vec<i32> = self
+            .target_replicas
+            .iter()
+            .copied()
+            .filter(|b| !removing.contains(b))
+            .collect();
+        if isr.is_empty() || replicas.is_empty() || !replicas.iter().all(|b| isr.contains(b)) {
+            return;
+        }
+        self.target_isr = isr;
+        self.target_replicas = replicas;
+        self.target_adding.clear();
+        self.target_removing.clear();
     }
 
     /// The ELR and last known ELR for the target ISR (KIP-966).
@@ -464,6 +560,119 @@ mod tests {
         let (record, outcome) = PartitionChange::new(Uuid::nil(), 0, &current, 2).build(|_| true);
         assert!(record.is_none());
         assert_eq!(outcome, ElectionOutcome::Unchanged);
+    }
+
+    #[test]
+    fn a_reassignment_adds_replicas_then_completes_once_they_are_in_sync() {
+        // [1,2,3] -> [2,3,4]: 4 is added (hosted, fetching) while 1 still leads.
+        let current = reg(&[1, 2, 3], &[1, 2, 3], &[], 1);
+        let next = check(
+            current,
+            |c| c.reassign(&[2, 3, 4]),
+            &[1, 2, 3, 4],
+            2,
+            (1, &[1, 2, 3], &[]),
+            ElectionOutcome::Unchanged,
+        );
+        assert_eq!(next.replicas, vec![2, 3, 4, 1]);
+        assert_eq!(next.adding_replicas, vec![4]);
+        assert_eq!(next.removing_replicas, vec![1]);
+        assert_eq!(
+            next.leader_epoch, 5,
+            "adding replicas keeps the leader epoch"
+        );
+        // The leader adds 4 to the ISR: the reassignment completes in the same change, and the
+        // leader being removed hands over to the first in-sync replica of the target.
+        let done = check(
+            next,
+            |mut c| {
+                c.target_isr = vec![1, 2, 3, 4];
+                c
+            },
+            &[1, 2, 3, 4],
+            2,
+            (2, &[2, 3, 4], &[]),
+            ElectionOutcome::Clean(2),
+        );
+        assert_eq!(done.replicas, vec![2, 3, 4]);
+        assert!(done.adding_replicas.is_empty() && done.removing_replicas.is_empty());
+        assert_eq!(done.leader_epoch, 6);
+    }
+
+    #[test]
+    fn a_reassignment_waits_while_a_target_replica_is_out_of_sync() {
+        let current = reg(&[1, 2, 3], &[1, 2, 3], &[], 1);
+        let next = check(
+            current,
+            |c| c.reassign(&[1, 2, 4]),
+            &[1, 2, 3, 4],
+            1,
+            (1, &[1, 2, 3], &[]),
+            ElectionOutcome::Unchanged,
+        );
+        // 3 (being removed) drops out; 4 has not caught up: nothing completes.
+        let next = check(
+            next,
+            |c| c.without(3),
+            &[1, 2, 4],
+            1,
+            (1, &[1, 2], &[]),
+            ElectionOutcome::Unchanged,
+        );
+        assert_eq!(next.replicas, vec![1, 2, 4, 3]);
+        assert_eq!(
+            (
+                next.adding_replicas.as_slice(),
+                next.removing_replicas.as_slice()
+            ),
+            (&[4][..], &[3][..])
+        );
+    }
+
+    #[test]
+    fn a_shrinking_reassignment_completes_at_once_and_raises_the_leader_epoch() {
+        let current = reg(&[1, 2, 3], &[1, 2, 3], &[], 1);
+        let next = check(
+            current,
+            |c| c.reassign(&[1, 2]),
+            &[1, 2, 3],
+            1,
+            (1, &[1, 2], &[]),
+            ElectionOutcome::Unchanged,
+        );
+        assert_eq!(next.replicas, vec![1, 2]);
+        assert!(next.removing_replicas.is_empty());
+        assert_eq!(
+            next.leader_epoch, 6,
+            "a removed replica's fetches must be fenced"
+        );
+    }
+
+    #[test]
+    fn cancelling_a_reassignment_drops_the_added_replicas() {
+        let mut current = reg(&[2, 3, 4, 1], &[1, 2, 3], &[], 1);
+        current.adding_replicas = vec![4];
+        current.removing_replicas = vec![1];
+        let (change, unclean) = PartitionChange::new(Uuid::nil(), 0, &current, 2).revert();
+        assert!(!unclean);
+        let (record, _) = change.build(|_| true);
+        let next = after(&current, record);
+        // Kafka's revert keeps the order of the reassignment's replica list.
+        assert_eq!(next.replicas, vec![2, 3, 1]);
+        assert_eq!((next.leader, next.isr.as_slice()), (1, &[1, 2, 3][..]));
+        assert!(next.adding_replicas.is_empty() && next.removing_replicas.is_empty());
+        assert_eq!(next.leader_epoch, 6);
+    }
+
+    #[test]
+    fn cancelling_when_only_added_replicas_are_in_sync_is_unclean() {
+        let mut current = reg(&[4, 1], &[4], &[], 4);
+        current.adding_replicas = vec![4];
+        current.removing_replicas = vec![1];
+        let (change, unclean) = PartitionChange::new(Uuid::nil(), 0, &current, 1).revert();
+        assert!(unclean);
+        assert_eq!(change.target_isr, vec![1]);
+        assert_eq!(change.target_replicas, vec![1]);
     }
 
     #[test]

@@ -13,14 +13,15 @@ use std::sync::Arc;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{
-    AlterConfigsRequest, ApiKey, ApiVersionsRequest, CreatePartitionsRequest, CreateTopicsRequest,
-    DeleteGroupsRequest, DeleteRecordsRequest, DeleteTopicsRequest, DescribeClusterRequest,
-    DescribeConfigsRequest, DescribeGroupsRequest, DescribeLogDirsRequest,
-    DescribeProducersRequest, DescribeTopicPartitionsRequest, FetchRequest, FindCoordinatorRequest,
-    HeartbeatRequest, IncrementalAlterConfigsRequest, InitProducerIdRequest, JoinGroupRequest,
-    LeaveGroupRequest, ListGroupsRequest, ListOffsetsRequest, MetadataRequest, OffsetCommitRequest,
-    OffsetDeleteRequest, OffsetFetchRequest, OffsetForLeaderEpochRequest, ProduceRequest,
-    RequestHeader, ResponseHeader, SyncGroupRequest,
+    AlterConfigsRequest, AlterPartitionReassignmentsRequest, ApiKey, ApiVersionsRequest,
+    CreatePartitionsRequest, CreateTopicsRequest, DeleteGroupsRequest, DeleteRecordsRequest,
+    DeleteTopicsRequest, DescribeClusterRequest, DescribeConfigsRequest, DescribeGroupsRequest,
+    DescribeLogDirsRequest, DescribeProducersRequest, DescribeTopicPartitionsRequest,
+    ElectLeadersRequest, FetchRequest, FindCoordinatorRequest, HeartbeatRequest,
+    IncrementalAlterConfigsRequest, InitProducerIdRequest, JoinGroupRequest, LeaveGroupRequest,
+    ListGroupsRequest, ListOffsetsRequest, ListPartitionReassignmentsRequest, MetadataRequest,
+    OffsetCommitRequest, OffsetDeleteRequest, OffsetFetchRequest, OffsetForLeaderEpochRequest,
+    ProduceRequest, RequestHeader, ResponseHeader, SyncGroupRequest,
 };
 use kafka_protocol::protocol::{Decodable, Encodable};
 use tokio::task::JoinHandle;
@@ -301,6 +302,30 @@ pub fn dispatch(
             Ok(spawn(
                 route,
                 api::offset_delete::handle(ctx, request, version),
+                true,
+            ))
+        }
+        ApiKey::ElectLeaders => {
+            let request: ElectLeadersRequest = decode(&mut buf, route)?;
+            Ok(spawn(
+                route,
+                api::elect_leaders::handle(ctx.clone(), request, version),
+                true,
+            ))
+        }
+        ApiKey::AlterPartitionReassignments => {
+            let request: AlterPartitionReassignmentsRequest = decode(&mut buf, route)?;
+            Ok(spawn(
+                route,
+                api::alter_partition_reassignments::handle(ctx.clone(), request, version),
+                true,
+            ))
+        }
+        ApiKey::ListPartitionReassignments => {
+            let request: ListPartitionReassignmentsRequest = decode(&mut buf, route)?;
+            Ok(spawn(
+                route,
+                api::list_partition_reassignments::handle(ctx.clone(), request, version),
                 true,
             ))
         }

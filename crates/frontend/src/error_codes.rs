@@ -49,6 +49,8 @@ pub const OFFSET_NOT_AVAILABLE: i16 = 78;
 pub const PREFERRED_LEADER_NOT_AVAILABLE: i16 = 80;
 pub const ELIGIBLE_LEADERS_NOT_AVAILABLE: i16 = 83;
 pub const ELECTION_NOT_NEEDED: i16 = 84;
+pub const NO_REASSIGNMENT_IN_PROGRESS: i16 = 85;
+pub const POLICY_VIOLATION: i16 = 44;
 pub const INVALID_UPDATE_VERSION: i16 = 95;
 pub const STALE_BROKER_EPOCH: i16 = 77;
 pub const INELIGIBLE_REPLICA: i16 = 107;
@@ -171,6 +173,8 @@ pub fn from_controller(err: &ControllerError, context: &str) -> KafkaError {
         ControllerError::ElectionNotNeeded => ELECTION_NOT_NEEDED,
         ControllerError::PreferredLeaderNotAvailable => PREFERRED_LEADER_NOT_AVAILABLE,
         ControllerError::EligibleLeadersNotAvailable => ELIGIBLE_LEADERS_NOT_AVAILABLE,
+        ControllerError::NoReassignmentInProgress => NO_REASSIGNMENT_IN_PROGRESS,
+        ControllerError::PolicyViolation(_) => POLICY_VIOLATION,
         ControllerError::Timeout(_) => REQUEST_TIMED_OUT,
         ControllerError::Internal(_) => return unknown(err, context),
     };

@@ -105,7 +105,7 @@ impl Quorum {
     pub fn new(cfg: &SimConfig, rng: &mut Rng) -> Self {
         let config = ControllerConfig {
             session_timeout_ms: cfg.session_timeout_ms,
-            broker: BrokerConfig::default(),
+            ..ControllerConfig::new(BrokerConfig::default())
         };
         Self {
             log: Vec::new(),

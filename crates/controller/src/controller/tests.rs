@@ -129,6 +129,120 @@ impl Harness {
         self.image.partition(topic, p).cloned().expect("partition")
     }
 
+    /// Every partition's leader proposes to add `broker` back to its ISR (it caught up).
+    fn rejoin_isr(&mut self, broker: i32) {
+        let topics: Vec<(String, Uuid, i32)> = self
+            .image
+            .topics
+            .values()
+            .map(|t| (t.name.clone(), t.topic_id, t.partition_count()))
+            .collect();
+        for (name, topic_id, count) in topics {
+            for index in 0..count {
+                let p = self.partition(&name, index);
+                if !p.replicas.contains(&broker) || p.isr.contains(&broker) || p.leader < 0 {
+                    continue;
+                }
+                let r = self.request(ControllerRequest::AlterPartition {
+                    node_id: p.leader,
+                    broker_epoch: self.epochs[&p.leader],
+                    topic_id,
+                    partition: index,
+                    leader_epoch: p.leader_epoch,
+                    partition_epoch: p.partition_epoch,
+                    new_isr: p
+                        .isr
+                        .iter()
+                        .map(|&b| (b, -1))
+                        .chain([(broker, self.epochs[&broker])])
+                        .collect(),
+                });
+                assert!(
+                    matches!(r, ControllerResponse::AlterPartition { result: Ok(_) }),
+                    "{r:?}"
+                );
+            }
+        }
+    }
+
+    /// A broker process restarts cleanly (new incarnation) and is unfenced.
+    fn restart(&mut self, broker: i32, incarnation: u128) {
+        self.epochs.remove(&broker);
+        self.register(broker, incarnation, true);
+        self.heartbeat(broker, false);
+    }
+
+    fn elect(
+        &mut self,
+        election: ElectionType,
+        partitions: Option<Vec<(&str, i32)>>,
+    ) -> Vec<((String, i32), Result<(), ControllerError>)> {
+        let r = self.request(ControllerRequest::ElectLeaders {
+            election,
+            partitions: partitions
+                .map(|l| l.into_iter().map(|(t, p)| (t.to_string(), p)).collect()),
+        });
+        let ControllerResponse::ElectLeaders { results } = r else {
+            panic!("{r:?}")
+        };
+        results
+    }
+
+    fn reassign(
+        &mut self,
+        topic: &str,
+        targets: &[(i32, Option<&[i32]>)],
+    ) -> Vec<(i32, Result<(), ControllerError>)> {
+        let r = self.request(ControllerRequest::AlterPartitionReassignments {
+            topics: vec![crate::messages::ReassignTopicSpec {
+                name: topic.into(),
+                partitions: targets
+                    .iter()
+                    .map(|(p, t)| (*p, t.map(<[i32]>::to_vec)))
+                    .collect(),
+            }],
+        });
+        let ControllerResponse::AlterPartitionReassignments { mut results } = r else {
+            panic!("{r:?}")
+        };
+        assert_eq!(results.len(), 1);
+        let (name, partitions) = results.remove(0);
+        assert_eq!(name, topic);
+        partitions
+    }
+
+    fn ongoing(&mut self) -> Vec<(String, Vec<crate::messages::OngoingReassignment>)> {
+        let r = self.request(ControllerRequest::ListPartitionReassignments { topics: None });
+        let ControllerResponse::ListPartitionReassignments { topics } = r else {
+            panic!("{r:?}")
+        };
+        topics
+    }
+
+    /// Creates `name` with the given assignment (partition i gets `assignment[i]`).
+    fn create_assigned(&mut self, name: &str, assignment: &[&[i32]], configs: &[(&str, &str)]) {
+        let response = self.request(ControllerRequest::CreateTopics {
+            topics: vec![TopicSpec {
+                name: name.into(),
+                assignments: assignment
+                    .iter()
+                    .enumerate()
+                    .map(|(i, r)| (i as i32, r.to_vec()))
+                    .collect(),
+                configs: configs
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+                ..Default::default()
+            }],
+            validate_only: false,
+        });
+        assert!(
+            matches!(&response, ControllerResponse::CreateTopics { results } if results[0].1.is_ok()),
+            "{response:?}"
+        );
+    }
+
     /// Every broker except `silent` heartbeats, over `ms` of time, in 2 s steps.
     fn run(&mut self, ms: i64, silent: &[i32]) {
         let mut left = ms;
@@ -169,6 +283,20 @@ impl Harness {
                 }
                 for b in &p.elr {
                     assert!(!p.isr.contains(b), "ISR and ELR overlap {p:?}");
+                }
+                for b in p
+                    .isr
+                    .iter()
+                    .chain(&p.adding_replicas)
+                    .chain(&p.removing_replicas)
+                {
+                    assert!(p.replicas.contains(b), "{b} is not a replica {p:?}");
+                }
+                for b in &p.adding_replicas {
+                    assert!(
+                        !p.removing_replicas.contains(b),
+                        "adding and removing {p:?}"
+                    );
                 }
             }
         }
@@ -626,4 +754,402 @@ fn delete_and_grow_topics() {
         Err(ControllerError::UnknownTopicOrPartition(_))
     ));
     assert!(h.image.topic("t").is_none());
+}
+
+#[test]
+fn elect_leaders_follows_kafkas_answers() {
+    let mut h = Harness::new(&[("auto.leader.rebalance.enable", "false")]);
+    h.start(&[1, 2, 3]);
+    h.create("t", 3, 3, &[]);
+    // Every preferred replica leads: nothing to do, so an all-partitions request lists nothing.
+    assert!(h.elect(ElectionType::Preferred, None).is_empty());
+    // Named partitions are answered one by one.
+    let r = h.elect(
+        ElectionType::Preferred,
+        Some(vec![("t", 0), ("t", 9), ("nope", 0)]),
+    );
+    assert_eq!(r[0].1, Err(ControllerError::ElectionNotNeeded));
+    assert!(matches!(
+        r[1].1,
+        Err(ControllerError::UnknownTopicOrPartition(_))
+    ));
+    assert!(matches!(
+        r[2].1,
+        Err(ControllerError::UnknownTopicOrPartition(_))
+    ));
+    // A partition with a leader needs no unclean election.
+    let r = h.elect(ElectionType::Unclean, Some(vec![("t", 1)]));
+    assert_eq!(r[0].1, Err(ControllerError::ElectionNotNeeded));
+
+    // Broker 1 dies and comes back: the partitions it prefers are led elsewhere.
+    h.run(SESSION_MS + 2_000, &[1]);
+    h.restart(1, 501);
+    let moved: Vec<i32> = (0..3)
+        .filter(|&p| h.partition("t", p).preferred_leader() == 1)
+        .collect();
+    assert!(!moved.is_empty());
+    for &p in &moved {
+        assert_ne!(h.partition("t", p).leader, 1);
+    }
+    // Out of the ISR it cannot be elected.
+    let r = h.elect(ElectionType::Preferred, None);
+    assert_eq!(r.len(), moved.len(), "{r:?}");
+    assert!(r
+        .iter()
+        .all(|(_, e)| *e == Err(ControllerError::PreferredLeaderNotAvailable)));
+    // Back in the ISR it is; only the partitions that needed it are answered.
+    h.rejoin_isr(1);
+    let epochs: Vec<i32> = moved
+        .iter()
+        .map(|&p| h.partition("t", p).leader_epoch)
+        .collect();
+    let r = h.elect(ElectionType::Preferred, None);
+    assert_eq!(r.len(), moved.len(), "{r:?}");
+    assert!(r.iter().all(|(_, e)| e.is_ok()), "{r:?}");
+    for (i, &p) in moved.iter().enumerate() {
+        let reg = h.partition("t", p);
+        assert_eq!(reg.leader, 1);
+        assert!(reg.leader_epoch > epochs[i]);
+    }
+    h.check_invariants();
+}
+
+#[test]
+fn unclean_election_elects_an_out_of_sync_replica_only_when_asked() {
+    let mut h = Harness::new(&[("min.insync.replicas", "1")]);
+    h.start(&[1, 2]);
+    h.create_assigned("t", &[&[1, 2]], &[]);
+    // 2 falls out of the ISR (the leader shrinks it), then the leader dies.
+    let p = h.partition("t", 0);
+    let topic_id = h.image.topic("t").expect("t").topic_id;
+    let r = h.request(ControllerRequest::AlterPartition {
+        node_id: 1,
+        broker_epoch: h.epochs[&1],
+        topic_id,
+        partition: 0,
+        leader_epoch: p.leader_epoch,
+        partition_epoch: p.partition_epoch,
+        new_isr: vec![(1, -1)],
+    });
+    assert!(matches!(
+        r,
+        ControllerResponse::AlterPartition { result: Ok(_) }
+    ));
+    h.run(SESSION_MS + 2_000, &[1]);
+    assert_eq!(h.partition("t", 0).leader, NO_LEADER);
+    // A preferred election cannot help; an unclean one elects 2.
+    let r = h.elect(ElectionType::Preferred, Some(vec![("t", 0)]));
+    assert_eq!(r[0].1, Err(ControllerError::PreferredLeaderNotAvailable));
+    let r = h.elect(ElectionType::Unclean, Some(vec![("t", 0)]));
+    assert_eq!(r[0].1, Ok(()));
+    let p = h.partition("t", 0);
+    assert_eq!((p.leader, p.isr.as_slice()), (2, &[2][..]));
+    h.check_invariants();
+}
+
+#[test]
+fn unclean_election_without_an_active_replica_is_not_available() {
+    let mut h = Harness::new(&[]);
+    h.start(&[1, 2]);
+    h.create_assigned("t", &[&[1, 2]], &[]);
+    h.run(SESSION_MS + 2_000, &[1, 2]);
+    assert_eq!(h.partition("t", 0).leader, NO_LEADER);
+    let r = h.elect(ElectionType::Unclean, Some(vec![("t", 0)]));
+    assert_eq!(r[0].1, Err(ControllerError::EligibleLeadersNotAvailable));
+}
+
+/// Settings of the rebalance tests: a 10 s check interval.
+const REBALANCE: &[(&str, &str)] = &[
+    ("auto.leader.rebalance.enable", "true"),
+    ("leader.imbalance.check.interval.seconds", "10"),
+];
+
+/// Broker 1 (preferred leader of 2 of 6 partitions) dies and returns in sync.
+fn imbalanced(settings: &[(&str, &str)]) -> (Harness, Vec<i32>) {
+    let mut h = Harness::new(settings);
+    h.start(&[1, 2, 3]);
+    h.create("t", 6, 3, &[]);
+    let preferred_1: Vec<i32> = (0..6)
+        .filter(|&p| h.partition("t", p).preferred_leader() == 1)
+        .collect();
+    assert_eq!(preferred_1.len(), 2);
+    h.run(SESSION_MS + 2_000, &[1]);
+    h.restart(1, 601);
+    h.rejoin_isr(1);
+    for &p in &preferred_1 {
+        assert_ne!(h.partition("t", p).leader, 1);
+    }
+    (h, preferred_1)
+}
+
+#[test]
+fn auto_rebalance_moves_leaders_back_to_the_preferred_replica_after_the_interval() {
+    let (mut h, preferred_1) = imbalanced(REBALANCE);
+    // A newly active controller checks one interval (10 s) after it took over.
+    let image = h.image.clone();
+    h.controller.activate(&image, h.now);
+    h.run(8_000, &[]);
+    for &p in &preferred_1 {
+        assert_ne!(h.partition("t", p).leader, 1, "moved before the interval");
+    }
+    h.run(4_000, &[]);
+    for p in 0..6 {
+        let reg = h.partition("t", p);
+        assert_eq!(reg.leader, reg.preferred_leader(), "{reg:?}");
+    }
+    h.check_invariants();
+}
+
+#[test]
+fn auto_rebalance_is_off_when_disabled() {
+    let settings = [
+        ("auto.leader.rebalance.enable", "false"),
+        ("leader.imbalance.check.interval.seconds", "10"),
+    ];
+    let (mut h, preferred_1) = imbalanced(&settings);
+    h.run(60_000, &[]);
+    for &p in &preferred_1 {
+        assert_ne!(h.partition("t", p).leader, 1);
+    }
+}
+
+#[test]
+fn auto_rebalance_waits_until_a_broker_is_over_the_imbalance_percentage() {
+    // Broker 1 leads 0 of its 2 preferred partitions: 100 %, above 99 %: rebalanced.
+    let mut settings = REBALANCE.to_vec();
+    settings.push(("leader.imbalance.per.broker.percentage", "99"));
+    let (mut h, preferred_1) = imbalanced(&settings);
+    h.run(30_000, &[]);
+    for &p in &preferred_1 {
+        assert_eq!(h.partition("t", p).leader, 1);
+    }
+    // At 100 % nothing is ever above the threshold.
+    settings.pop();
+    settings.push(("leader.imbalance.per.broker.percentage", "100"));
+    let (mut h, preferred_1) = imbalanced(&settings);
+    h.run(30_000, &[]);
+    for &p in &preferred_1 {
+        assert_ne!(h.partition("t", p).leader, 1);
+    }
+}
+
+#[test]
+fn auto_rebalance_leaves_a_preferred_replica_that_is_out_of_sync() {
+    let mut h = Harness::new(REBALANCE);
+    h.start(&[1, 2, 3]);
+    h.create("t", 6, 3, &[]);
+    h.run(SESSION_MS + 2_000, &[1]);
+    h.restart(1, 701);
+    // Not back in any ISR: the rebalance elects nothing and writes nothing.
+    let before = h.offset;
+    h.run(30_000, &[]);
+    assert_eq!(
+        h.offset, before,
+        "an election that changes nothing wrote a record"
+    );
+    for p in 0..6 {
+        assert_ne!(h.partition("t", p).leader, 1);
+    }
+}
+
+#[test]
+fn a_reassignment_adds_replicas_then_removes_the_old_ones_and_the_leader_steps_down() {
+    let mut h = Harness::new(&[("min.insync.replicas", "2")]);
+    h.start(&[1, 2, 3, 4]);
+    h.create_assigned("t", &[&[1, 2, 3], &[2, 3, 4]], &[]);
+    let before = h.partition("t", 0);
+    assert_eq!(before.leader, 1);
+    let r = h.reassign("t", &[(0, Some(&[2, 3, 4]))]);
+    assert_eq!(r, vec![(0, Ok(()))]);
+    // Started: the new replica is a replica (hosted, fetching), nothing left yet.
+    let p = h.partition("t", 0);
+    assert_eq!(p.replicas, vec![2, 3, 4, 1]);
+    assert_eq!(
+        (p.adding_replicas.clone(), p.removing_replicas.clone()),
+        (vec![4], vec![1])
+    );
+    assert_eq!((p.leader, p.leader_epoch), (1, before.leader_epoch));
+    assert_eq!(p.isr, vec![1, 2, 3]);
+    let ongoing = h.ongoing();
+    assert_eq!(ongoing.len(), 1);
+    assert_eq!(ongoing[0].0, "t");
+    assert_eq!(
+        ongoing[0].1,
+        vec![crate::messages::OngoingReassignment {
+            partition: 0,
+            replicas: vec![2, 3, 4, 1],
+            adding_replicas: vec![4],
+            removing_replicas: vec![1],
+        }]
+    );
+    // Time passes: nothing completes while 4 is out of sync.
+    h.run(10_000, &[]);
+    assert_eq!(h.partition("t", 0).replicas, vec![2, 3, 4, 1]);
+    // The leader adds 4 once it caught up: the reassignment completes, 1 steps down.
+    h.rejoin_isr(4);
+    let p = h.partition("t", 0);
+    assert_eq!(p.replicas, vec![2, 3, 4]);
+    assert_eq!(p.isr, vec![2, 3, 4]);
+    assert_eq!(p.leader, 2);
+    assert!(p.leader_epoch > before.leader_epoch);
+    assert!(p.adding_replicas.is_empty() && p.removing_replicas.is_empty());
+    assert!(h.ongoing().is_empty());
+    h.check_invariants();
+}
+
+#[test]
+fn a_reassignment_that_only_reorders_or_shrinks_completes_at_once() {
+    let mut h = Harness::new(&[]);
+    h.start(&[1, 2, 3]);
+    h.create_assigned("t", &[&[1, 2, 3], &[1, 2, 3]], &[]);
+    let r = h.reassign("t", &[(0, Some(&[3, 2, 1])), (1, Some(&[1, 2]))]);
+    assert_eq!(r, vec![(0, Ok(())), (1, Ok(()))]);
+    let p0 = h.partition("t", 0);
+    assert_eq!((p0.replicas.as_slice(), p0.leader), (&[3, 2, 1][..], 1));
+    let p1 = h.partition("t", 1);
+    assert_eq!(
+        (p1.replicas.as_slice(), p1.isr.as_slice()),
+        (&[1, 2][..], &[1, 2][..])
+    );
+    assert_eq!(
+        p1.leader_epoch, 1,
+        "a removed replica is fenced by a new leader epoch"
+    );
+    assert!(h.ongoing().is_empty());
+    // The reordered partition's new preferred leader takes over on a preferred election.
+    let r = h.elect(ElectionType::Preferred, Some(vec![("t", 0)]));
+    assert_eq!(r[0].1, Ok(()));
+    assert_eq!(h.partition("t", 0).leader, 3);
+}
+
+#[test]
+fn cancelling_a_reassignment_reverts_it() {
+    let mut h = Harness::new(&[]);
+    h.start(&[1, 2, 3, 4]);
+    h.create_assigned("t", &[&[1, 2, 3]], &[]);
+    let r = h.reassign("t", &[(0, None)]);
+    assert_eq!(r, vec![(0, Err(ControllerError::NoReassignmentInProgress))]);
+    h.reassign("t", &[(0, Some(&[2, 3, 4]))]);
+    let started = h.partition("t", 0);
+    let r = h.reassign("t", &[(0, None)]);
+    assert_eq!(r, vec![(0, Ok(()))]);
+    let p = h.partition("t", 0);
+    assert_eq!(p.replicas, vec![2, 3, 1]);
+    assert_eq!((p.leader, p.isr.as_slice()), (1, &[1, 2, 3][..]));
+    assert!(p.adding_replicas.is_empty() && p.removing_replicas.is_empty());
+    assert!(p.leader_epoch > started.leader_epoch, "4 left the replicas");
+    assert!(h.ongoing().is_empty());
+}
+
+#[test]
+fn invalid_reassignments_are_refused_per_partition() {
+    let mut h = Harness::new(&[]);
+    h.start(&[1, 2, 3]);
+    h.create_assigned("t", &[&[1, 2], &[2, 3]], &[]);
+    let before = h.offset;
+    let r = h.reassign("t", &[(0, Some(&[])), (1, Some(&[2, 2])), (5, Some(&[1]))]);
+    assert!(matches!(
+        r[0].1,
+        Err(ControllerError::InvalidReplicaAssignment(_))
+    ));
+    assert!(matches!(
+        r[1].1,
+        Err(ControllerError::InvalidReplicaAssignment(_))
+    ));
+    assert!(matches!(
+        r[2].1,
+        Err(ControllerError::UnknownTopicOrPartition(_))
+    ));
+    let r = h.reassign("t", &[(0, Some(&[1, 9]))]);
+    assert!(
+        matches!(&r[0].1, Err(ControllerError::InvalidReplicaAssignment(m)) if m.contains("broker 9")),
+        "{r:?}"
+    );
+    let r = h.reassign("nope", &[(0, Some(&[1]))]);
+    assert!(matches!(
+        r[0].1,
+        Err(ControllerError::UnknownTopicOrPartition(_))
+    ));
+    assert_eq!(h.offset, before, "a refused reassignment wrote something");
+    // One partition twice in a request: the second is refused, the first applies.
+    let r = h.reassign("t", &[(0, Some(&[1, 3])), (0, Some(&[2, 3]))]);
+    assert_eq!(r[0].1, Ok(()));
+    assert!(matches!(r[1].1, Err(ControllerError::InvalidRequest(_))));
+    assert_eq!(h.partition("t", 0).replicas, vec![1, 3, 2]);
+    // A refused mention does not count: the next mention of that partition is checked alone.
+    let r = h.reassign("t", &[(1, Some(&[9])), (1, Some(&[3, 1]))]);
+    assert!(matches!(
+        r[0].1,
+        Err(ControllerError::InvalidReplicaAssignment(_))
+    ));
+    assert_eq!(r[1].1, Ok(()), "{r:?}");
+    assert_eq!(h.partition("t", 1).replicas, vec![3, 1, 2]);
+}
+
+#[test]
+fn replicas_dying_midway_stall_a_reassignment_without_removing_anything() {
+    let mut h = Harness::new(&[("min.insync.replicas", "2")]);
+    h.start(&[1, 2, 3, 4]);
+    h.create_assigned("t", &[&[1, 2, 3]], &[]);
+    h.reassign("t", &[(0, Some(&[2, 3, 4]))]);
+    // The new replica's broker dies before catching up: nothing completes, nothing is removed.
+    h.run(SESSION_MS + 2_000, &[4]);
+    let p = h.partition("t", 0);
+    assert_eq!(p.replicas, vec![2, 3, 4, 1]);
+    assert_eq!((p.leader, p.isr.as_slice()), (1, &[1, 2, 3][..]));
+    // Then the leader (being removed) dies: an in-sync replica of the target takes over; the
+    // reassignment stays in progress.
+    h.run(SESSION_MS + 2_000, &[1, 4]);
+    let p = h.partition("t", 0);
+    assert_eq!((p.leader, p.isr.as_slice()), (2, &[2, 3][..]));
+    assert_eq!(p.replicas, vec![2, 3, 4, 1]);
+    assert_eq!(p.adding_replicas, vec![4]);
+    // 4 returns and catches up from the new leader: now the reassignment completes, without 1.
+    h.restart(4, 4001);
+    h.rejoin_isr(4);
+    let p = h.partition("t", 0);
+    assert_eq!(p.replicas, vec![2, 3, 4]);
+    assert_eq!((p.leader, p.isr.as_slice()), (2, &[2, 3, 4][..]));
+    assert!(h.ongoing().is_empty());
+    // 1 comes back: it is no replica any more (its broker deletes the log), and leads nothing.
+    h.restart(1, 1001);
+    h.run(4_000, &[]);
+    assert!(!h.partition("t", 0).replicas.contains(&1));
+    h.check_invariants();
+}
+
+#[test]
+fn an_election_writing_more_than_the_record_bound_is_a_policy_violation() {
+    let mut h = Harness::new(&[("auto.leader.rebalance.enable", "false")]);
+    h.register(1, 1000, true);
+    h.heartbeat(1, false);
+    h.register(2, 2000, true); // registered, still fenced: not in any ISR
+    let partitions = RECORDS_PER_USER_OP_MAX + 1;
+    let first = partitions / 2;
+    let assignment: Vec<&[i32]> = vec![&[1, 2]; first];
+    h.create_assigned("a", &assignment, &[]);
+    let assignment: Vec<&[i32]> = vec![&[1, 2]; partitions - first];
+    h.create_assigned("b", &assignment, &[]);
+    // 2 is unfenced, then 1 dies: every partition is leaderless, 2 could lead uncleanly.
+    h.run(SESSION_MS + 2_000, &[1]);
+    assert_eq!(h.partition("b", 0).leader, NO_LEADER);
+    let before = h.offset;
+    let r = h.request(ControllerRequest::ElectLeaders {
+        election: ElectionType::Unclean,
+        partitions: None,
+    });
+    assert!(
+        matches!(
+            r,
+            ControllerResponse::Error {
+                error: ControllerError::PolicyViolation(_)
+            }
+        ),
+        "{r:?}"
+    );
+    assert_eq!(h.offset, before);
+    // A request within the bound goes through.
+    let r = h.elect(ElectionType::Unclean, Some(vec![("a", 0), ("b", 0)]));
+    assert!(r.iter().all(|(_, e)| e.is_ok()), "{r:?}");
+    assert_eq!(h.partition("b", 0).leader, 2);
 }
