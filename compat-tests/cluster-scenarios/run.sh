@@ -4,8 +4,7 @@
 # Kafka's CLI tools (kafka-topics, kafka-configs). Each test starts its own cluster.
 #
 #   compat-tests/cluster-scenarios/run.sh [pytest args...]     e.g. -k controller
-#   MILLRACE_BIN=$PWD/compat-tests/cluster-scenarios/kafka-cluster-shim.sh \
-#       compat-tests/cluster-scenarios/run.sh                  # against Apache Kafka 4.1.1 (by hand)
+#   (run by compat-tests/run-all.sh like every */run.sh; about 95 s on 2 cores)
 #
 # Needs python3, java 17+ and mvn (Kafka's tools, resolved by compat-tests/java/common.sh), kcat
 # (installed with apt-get when missing).
@@ -17,7 +16,7 @@ set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOT="$(cd "$HERE/../.." && pwd)"
-# shellcheck source=../java/common.sh
+# shellcheck source-path=SCRIPTDIR source=../java/common.sh
 source "$ROOT/compat-tests/java/common.sh" # lib/millrace.sh, java_dist_classpath
 
 VENV="$HERE/.venv"
