@@ -20,6 +20,7 @@ from millrace import Cluster, unique_topic, wait_until
 
 RECORDS = 4000
 KILL_AFTER = 1000  # acknowledged records before the leader is killed
+KILL_AT_PRODUCED = RECORDS // 2  # ... which happens while the second half is being produced
 OP_TIMEOUT = 30.0
 
 
@@ -77,7 +78,11 @@ def test_confluent_kafka_round_trip_across_leader_kill9():
             p.poll(0)
             if i % 50 == 0:
                 time.sleep(0.01)  # a steady stream, so that requests are in flight at the kill
-            if "at_acked" not in kill_info and len(acked) >= KILL_AFTER:
+            if i == KILL_AT_PRODUCED:
+                # Half the records are still to come: once KILL_AFTER are acknowledged, kill -9 the
+                # leader (a thread: production goes on meanwhile, with requests in flight).
+                wait_until(lambda: p.poll(0.05) >= 0 and len(acked) >= KILL_AFTER, OP_TIMEOUT, interval=0,
+                           what=f"{KILL_AFTER} acknowledged records")
                 kill_info["at_acked"] = len(acked)
                 threading.Thread(target=kill_leader, daemon=True).start()
         assert p.flush(90) == 0, "records still unacknowledged after 90 s"
