@@ -6,11 +6,13 @@
 #      AdminClient, cooperative-sticky consumer group), each class with its own broker;
 #   2. cli.sh (kafka-topics, console producer/consumer, kafka-consumer-groups, kafka-configs,
 #      kafka-producer-perf-test, kafka-get-offsets);
-#   3. connect.sh (Kafka Connect distributed, FileStreamSource -> topic -> FileStreamSink, resume).
-# and prints one line "N passed, M failed" summing all three (exit status non-zero on failures).
+#   3. connect.sh (Kafka Connect distributed, FileStreamSource -> topic -> FileStreamSink, resume);
+#   4. cluster: ClusterLeaderChangeTest on a 3-node cluster (lib/millrace.sh millrace_cluster_start):
+#      the default producer across a kill -9 of the partition leader, read back exactly once.
+# and prints one line "N passed, M failed" summing the parts (exit status non-zero on failures).
 #
 #   compat-tests/java/run.sh                 # everything
-#   compat-tests/java/run.sh junit cli       # some parts (junit, cli, connect)
+#   compat-tests/java/run.sh junit cli       # some parts (junit, cli, connect, cluster)
 #   JUNIT_TEST=AdminClientTest compat-tests/java/run.sh junit    # one class (Surefire -Dtest)
 #   MILLRACE_BIN=$PWD/compat-tests/reference/kafka-shim.sh MILLRACE_START_TIMEOUT=120 compat-tests/java/run.sh
 #
@@ -27,7 +29,7 @@ source "$HERE/common.sh"
 cd "$HERE"
 
 parts=("$@")
-((${#parts[@]})) || parts=(junit cli connect)
+((${#parts[@]})) || parts=(junit cli connect cluster)
 total_p=0 total_f=0
 lines=()
 add() { # add PART PASSED FAILED
@@ -60,23 +62,17 @@ echo "java: broker $MILLRACE_BIN"
 START_TIMEOUT="${MILLRACE_START_TIMEOUT:-10}"
 BUILD_DIR="$HERE/target/run-$$"
 cleanup() {
-  if [[ -n "${KEEP_WORK:-}" ]]; then echo "java: kept $BUILD_DIR"; else rm -rf "$BUILD_DIR"; fi
+  millrace_cluster_stop
+  if [[ -n "${KEEP_WORK:-}" ]]; then echo "java: kept $BUILD_DIR"; else rm -rf "$BUILD_DIR" "$BUILD_DIR-cluster"; fi
 }
 trap cleanup EXIT
 
 # last "N passed, M failed" line of a log -> "N M"
 counts() { sed -nE 's/^([0-9]+) passed, ([0-9]+) failed$/\1 \2/p' "$1" | tail -n1; }
 
-for part in "${parts[@]}"; do
-  case "$part" in
-    junit)
-      echo "=== junit (Surefire) ==="
-      args=(test -Dmaven.test.failure.ignore=true "-DbuildDir=$BUILD_DIR" "-Dmillrace.bin=$MILLRACE_BIN"
-        "-Dmillrace.start.timeout.s=$START_TIMEOUT")
-      [[ -n "${JUNIT_TEST:-}" ]] && args+=("-Dtest=$JUNIT_TEST")
-      rc=0
-      mvn_cmd "${JAVA_JUNIT_TIMEOUT:-600}" "${args[@]}" 2>&1 | grep -vE '^\[(INFO|WARNING)\]' || rc=${PIPESTATUS[0]}
-      res="$(python3 - "$BUILD_DIR/surefire-reports" <<'PY'
+# surefire_counts DIR: prints PASS/FAIL lines of the Surefire reports in DIR on stderr, "P F" on stdout
+surefire_counts() {
+  python3 - "$1" <<'PY'
 import glob, sys, xml.etree.ElementTree as ET
 p = f = 0
 for path in sorted(glob.glob(sys.argv[1] + "/TEST-*.xml")):
@@ -98,7 +94,18 @@ for path in sorted(glob.glob(sys.argv[1] + "/TEST-*.xml")):
                 print("        " + line[:400], file=sys.stderr)
 print(p, f)
 PY
-)" || res=""
+}
+
+for part in "${parts[@]}"; do
+  case "$part" in
+    junit)
+      echo "=== junit (Surefire) ==="
+      args=(test -Dmaven.test.failure.ignore=true "-DbuildDir=$BUILD_DIR" "-Dmillrace.bin=$MILLRACE_BIN"
+        "-Dmillrace.start.timeout.s=$START_TIMEOUT")
+      [[ -n "${JUNIT_TEST:-}" ]] && args+=("-Dtest=$JUNIT_TEST")
+      rc=0
+      mvn_cmd "${JAVA_JUNIT_TIMEOUT:-600}" "${args[@]}" 2>&1 | grep -vE '^\[(INFO|WARNING)\]' || rc=${PIPESTATUS[0]}
+      res="$(surefire_counts "$BUILD_DIR/surefire-reports")" || res=""
       read -r p f <<<"${res:-0 0}"
       if [[ $rc -ne 0 ]]; then
         echo "java: mvn test exited $rc (build error, dependency resolution, or timeout)" >&2
@@ -121,8 +128,37 @@ PY
       rm -f "$log"
       add "$part" "$p" "$f"
       ;;
+    cluster)
+      # ClusterLeaderChangeTest on a 3-node cluster (lib/millrace.sh), in its own build dir so
+      # that its reports do not mix with the junit part's (where it skips itself).
+      echo "=== cluster (ClusterLeaderChangeTest, 3-node cluster) ==="
+      p=0 f=1
+      if millrace_cluster_start 3 "$BUILD_DIR-cluster/nodes"; then
+        export MILLRACE_CLUSTER_NODES
+        rc=0
+        mvn_cmd 300 test -Dmaven.test.failure.ignore=true "-DbuildDir=$BUILD_DIR-cluster" \
+          "-Dmillrace.bin=$MILLRACE_BIN" -Dtest=ClusterLeaderChangeTest 2>&1 |
+          grep -vE '^\[(INFO|WARNING)\]' || rc=${PIPESTATUS[0]}
+        export -n MILLRACE_CLUSTER_NODES
+        millrace_cluster_stop
+        grep -h '^leader-change:' "$BUILD_DIR-cluster"/surefire-reports/*ClusterLeaderChangeTest-output.txt 2>/dev/null || true
+        res="$(surefire_counts "$BUILD_DIR-cluster/surefire-reports")" || res=""
+        read -r p f <<<"${res:-0 0}"
+        if [[ $rc -ne 0 ]]; then
+          echo "java: mvn test exited $rc" >&2
+          f=$((f + 1))
+        elif ((p + f == 0)); then
+          echo "java: ClusterLeaderChangeTest did not run" >&2
+          f=1
+        fi
+      else
+        echo "java: the 3-node cluster did not start" >&2
+      fi
+      echo "cluster: $p passed, $f failed"
+      add cluster "$p" "$f"
+      ;;
     *)
-      echo "java: unknown part $part (junit, cli, connect)" >&2
+      echo "java: unknown part $part (junit, cli, connect, cluster)" >&2
       add "$part" 0 1
       ;;
   esac

@@ -8,7 +8,9 @@
 # and read back byte-identical with `kcat -C -e -o beginning`, and (not for
 # none) proof from librdkafka's debug log that the batches were compressed on
 # the way in and came back compressed (fetched bytes << uncompressed); keys and
-# headers; -o -N (ListOffsets latest); -o s@TS (ListOffsets by timestamp).
+# headers; -o -N (ListOffsets latest); -o s@TS (ListOffsets by timestamp);
+# groups.sh (balanced consumer -G) and leader-change.sh (3-node cluster, kill -9 of the
+# partition leader while kcat -P streams; every line read back exactly once, in order).
 #
 # Env: MILLRACE_BIN, KCAT (default kcat), KCAT_MESSAGES (default 10000),
 #      KCAT_TIMEOUT (seconds per kcat call, default 60),
@@ -247,6 +249,17 @@ if [[ "$(echo "$groups_out" | tail -n 1)" =~ ^([0-9]+)\ passed,\ ([0-9]+)\ faile
   ((BASH_REMATCH[2] == 0)) || failures+=("groups")
 else
   fail "groups" "groups.sh printed no summary"
+fi
+
+# --- forced leader change on a 3-node cluster: its own cluster, see leader-change.sh ------------
+leader_out="$(bash "$(dirname "${BASH_SOURCE[0]}")/leader-change.sh" 2>&1)" || true
+echo "$leader_out" | sed -e 's/^/  /'
+if [[ "$(echo "$leader_out" | tail -n 1)" =~ ^([0-9]+)\ passed,\ ([0-9]+)\ failed$ ]]; then
+  passed=$((passed + BASH_REMATCH[1]))
+  failed=$((failed + BASH_REMATCH[2]))
+  ((BASH_REMATCH[2] == 0)) || failures+=("leader-change")
+else
+  fail "leader-change" "leader-change.sh printed no summary"
 fi
 
 if ((failed > 0)); then

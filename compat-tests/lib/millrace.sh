@@ -134,9 +134,205 @@ millrace_session() {
 # The EXIT trap of millrace_session.
 millrace_session_end() {
   millrace_stop
+  millrace_cluster_stop
   if [[ -n "${KEEP_WORK:-}" || "${!MILLRACE_SESSION_FAILVAR:-0}" != 0 ]]; then
     echo "$MILLRACE_SESSION_NAME: work dir kept: $WORK"
   else
     rm -rf "$WORK"
   fi
+}
+
+# --- a cluster of N nodes ----------------------------------------------------------------------
+#
+#   millrace_cluster_start N WORKDIR [--set name=value ...]
+#       starts N nodes with the cluster command line of issue 12 (node i: --node-id i, data dir
+#       WORKDIR/node<i>/data, --listen 127.0.0.1:K<i>, --controller-listen 127.0.0.1:C<i>,
+#       --controller-voters 1@127.0.0.1:C1,...; stdout/stderr in WORKDIR/node<i>/{stdout,stderr}.log)
+#       and waits until each printed "millrace ready" (MILLRACE_CLUSTER_START_TIMEOUT, default 60 s).
+#       Sets MILLRACE_CLUSTER_N, MILLRACE_CLUSTER_PIDS[i], MILLRACE_CLUSTER_PORTS[i],
+#       MILLRACE_CLUSTER_BOOTSTRAP (127.0.0.1:K1,...) and MILLRACE_CLUSTER_NODES
+#       ("1=127.0.0.1:K1=PID1,2=..."; export it for a test program that kills a node by its pid).
+#   millrace_cluster_kill I            SIGKILL node I (only the pid this shell started)
+#   millrace_cluster_restart I         start node I again on its data dir and ports, wait until ready
+#   millrace_cluster_stop              SIGTERM every node, SIGKILL after 20 s; no-op without a cluster
+#
+# The brokers get the environment without MILLRACE_* variables (except MILLRACE_LOG): Millrace
+# reads those as config keys and the suites export their own (MILLRACE_ADDR, ...).
+MILLRACE_CLUSTER_N=0
+MILLRACE_CLUSTER_DIR=""
+MILLRACE_CLUSTER_VOTERS=""
+MILLRACE_CLUSTER_BOOTSTRAP=""
+MILLRACE_CLUSTER_NODES=""
+MILLRACE_CLUSTER_PIDS=()
+MILLRACE_CLUSTER_PORTS=()
+MILLRACE_CLUSTER_CPORTS=()
+MILLRACE_CLUSTER_SETS=()
+MILLRACE_CLUSTER_READY_FROM=()
+
+# millrace_pid_running PID: the process exists and is not a zombie (a node a test killed by its
+# pid stays a zombie until this shell waits for it)
+millrace_pid_running() {
+  [[ -n "$1" ]] && kill -0 "$1" 2>/dev/null || return 1
+  local state
+  state="$(sed -E 's/^[0-9]+ \(.*\) (.).*/\1/' "/proc/$1/stat" 2>/dev/null || echo '?')"
+  [[ "$state" != Z ]]
+}
+
+# millrace_free_ports N: N distinct free loopback ports, one per line
+millrace_free_ports() {
+  python3 - "$1" <<'PY'
+import socket, sys
+socks = []
+for _ in range(int(sys.argv[1])):
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    socks.append(s)
+print("\n".join(str(s.getsockname()[1]) for s in socks))
+PY
+}
+
+# the environment without MILLRACE_* (but MILLRACE_LOG), as `env -u` arguments
+millrace_broker_env_args() {
+  local v
+  for v in $(compgen -e); do
+    [[ $v == MILLRACE_* && $v != MILLRACE_LOG ]] && printf -- '-u\n%s\n' "$v"
+  done
+  return 0
+}
+
+millrace_cluster_start() {
+  local n="$1" workdir="$2"
+  shift 2
+  local bin i
+  bin="$(millrace_bin)" || return 1
+  MILLRACE_CLUSTER_BIN="$bin"
+  MILLRACE_CLUSTER_N="$n"
+  MILLRACE_CLUSTER_DIR="$workdir"
+  MILLRACE_CLUSTER_SETS=()
+  while (($#)); do
+    case "$1" in
+      --set) MILLRACE_CLUSTER_SETS+=(--set "$2"); shift 2 ;;
+      *) MILLRACE_CLUSTER_SETS+=(--set "$1"); shift ;;
+    esac
+  done
+  local ports
+  mapfile -t ports < <(millrace_free_ports $((2 * n)))
+  ((${#ports[@]} == 2 * n)) || { echo "millrace: no free ports" >&2; return 1; }
+  MILLRACE_CLUSTER_PIDS=() MILLRACE_CLUSTER_PORTS=() MILLRACE_CLUSTER_CPORTS=()
+  local voters=() addrs=()
+  for ((i = 1; i <= n; i++)); do
+    MILLRACE_CLUSTER_PORTS[i]="${ports[2 * (i - 1)]}"
+    MILLRACE_CLUSTER_CPORTS[i]="${ports[2 * (i - 1) + 1]}"
+    voters+=("$i@127.0.0.1:${MILLRACE_CLUSTER_CPORTS[i]}")
+    addrs+=("127.0.0.1:${MILLRACE_CLUSTER_PORTS[i]}")
+  done
+  MILLRACE_CLUSTER_VOTERS="$(IFS=,; echo "${voters[*]}")"
+  MILLRACE_CLUSTER_BOOTSTRAP="$(IFS=,; echo "${addrs[*]}")"
+  for ((i = 1; i <= n; i++)); do
+    millrace_cluster_launch "$i" || { millrace_cluster_stop; return 1; }
+  done
+  for ((i = 1; i <= n; i++)); do
+    millrace_cluster_wait_ready "$i" || { millrace_cluster_stop; return 1; }
+  done
+}
+
+# millrace_cluster_launch I: starts node I in the background (no wait)
+millrace_cluster_launch() {
+  local i="$1" dir="$MILLRACE_CLUSTER_DIR/node$1"
+  mkdir -p "$dir/data"
+  local envargs
+  mapfile -t envargs < <(millrace_broker_env_args)
+  echo "=== start at $(date +%T) ===" >>"$dir/stdout.log"
+  echo "=== start at $(date +%T) ===" >>"$dir/stderr.log"
+  MILLRACE_CLUSTER_READY_FROM[i]="$(wc -l <"$dir/stdout.log")"
+  env "${envargs[@]}" "$MILLRACE_CLUSTER_BIN" --node-id "$i" --data-dir "$dir/data" \
+    --listen "127.0.0.1:${MILLRACE_CLUSTER_PORTS[i]}" \
+    --controller-listen "127.0.0.1:${MILLRACE_CLUSTER_CPORTS[i]}" \
+    --controller-voters "$MILLRACE_CLUSTER_VOTERS" "${MILLRACE_CLUSTER_SETS[@]}" \
+    >>"$dir/stdout.log" 2>>"$dir/stderr.log" </dev/null &
+  MILLRACE_CLUSTER_PIDS[i]=$!
+  millrace_cluster_nodes_var
+}
+
+millrace_cluster_nodes_var() {
+  local i nodes=()
+  for ((i = 1; i <= MILLRACE_CLUSTER_N; i++)); do
+    nodes+=("$i=127.0.0.1:${MILLRACE_CLUSTER_PORTS[i]}=${MILLRACE_CLUSTER_PIDS[i]:-0}")
+  done
+  MILLRACE_CLUSTER_NODES="$(IFS=,; echo "${nodes[*]}")"
+}
+
+# millrace_cluster_wait_ready I: waits for node I's "millrace ready" line of its latest start
+millrace_cluster_wait_ready() {
+  local i="$1" dir="$MILLRACE_CLUSTER_DIR/node$1"
+  local pid="${MILLRACE_CLUSTER_PIDS[i]}"
+  local timeout_s="${MILLRACE_CLUSTER_START_TIMEOUT:-60}"
+  local deadline=$(($(date +%s) + timeout_s))
+  while :; do
+    if tail -n "+$((MILLRACE_CLUSTER_READY_FROM[i] + 1))" "$dir/stdout.log" | grep -q "millrace ready"; then
+      return 0
+    fi
+    if ! millrace_pid_running "$pid"; then
+      local rc=0
+      wait "$pid" || rc=$?
+      echo "millrace: cluster node $i exited (rc=$rc) before 'millrace ready'; stderr tail:" >&2
+      tail -n 30 "$dir/stderr.log" >&2 || true
+      return 1
+    fi
+    if (($(date +%s) > deadline)); then
+      echo "millrace: cluster node $i not ready within ${timeout_s}s; stderr tail:" >&2
+      tail -n 30 "$dir/stderr.log" >&2 || true
+      return 1
+    fi
+    sleep 0.1
+  done
+}
+
+millrace_cluster_kill() {
+  local i="$1" pid="${MILLRACE_CLUSTER_PIDS[$1]:-}"
+  [[ -n "$pid" ]] || return 0
+  kill -CONT "$pid" 2>/dev/null || true
+  kill -KILL "$pid" 2>/dev/null || true
+  wait "$pid" 2>/dev/null || true
+  MILLRACE_CLUSTER_PIDS[i]=""
+  millrace_cluster_nodes_var
+}
+
+millrace_cluster_restart() {
+  local i="$1" pid="${MILLRACE_CLUSTER_PIDS[$1]:-}"
+  if millrace_pid_running "$pid"; then
+    echo "millrace: cluster node $i is still running (pid $pid)" >&2
+    return 1
+  fi
+  [[ -n "$pid" ]] && { wait "$pid" 2>/dev/null || true; }
+  millrace_cluster_launch "$i" && millrace_cluster_wait_ready "$i"
+}
+
+millrace_cluster_stop() {
+  local i pid left
+  for ((i = 1; i <= MILLRACE_CLUSTER_N; i++)); do
+    pid="${MILLRACE_CLUSTER_PIDS[i]:-}"
+    [[ -n "$pid" ]] && kill -CONT "$pid" 2>/dev/null && kill -TERM "$pid" 2>/dev/null
+  done
+  for ((left = 200; left > 0; left--)); do
+    local running=0
+    for ((i = 1; i <= MILLRACE_CLUSTER_N; i++)); do
+      pid="${MILLRACE_CLUSTER_PIDS[i]:-}"
+      millrace_pid_running "$pid" && running=1
+    done
+    ((running)) || break
+    sleep 0.1
+  done
+  for ((i = 1; i <= MILLRACE_CLUSTER_N; i++)); do
+    pid="${MILLRACE_CLUSTER_PIDS[i]:-}"
+    [[ -n "$pid" ]] || continue
+    if millrace_pid_running "$pid"; then
+      echo "millrace: cluster node $i (pid $pid) ignored SIGTERM for 20 s; SIGKILL" >&2
+      kill -KILL "$pid" 2>/dev/null || true
+    fi
+    wait "$pid" 2>/dev/null || true
+    MILLRACE_CLUSTER_PIDS[i]=""
+  done
+  MILLRACE_CLUSTER_N=0
+  return 0
 }

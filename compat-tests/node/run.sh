@@ -4,7 +4,9 @@
 # Scenarios as in compat-tests/go (kafkajs-compat.js): metadata, round trip,
 # gzip/snappy/lz4/zstd, consumer group commit + resume, admin topics,
 # idempotent produce (asked for explicitly: kafkajs is not idempotent by
-# default). A scenario the client cannot express is printed NOT EXPRESSIBLE
+# default); then kafkajs-leader-change.js on a 3-node cluster (lib/millrace.sh
+# millrace_cluster_start): kill -9 of a partition's leader while an idempotent
+# producer sends, every record read back exactly once in order. A scenario the client cannot express is printed NOT EXPRESSIBLE
 # and counted neither as passed nor as failed.
 #
 #   compat-tests/node/run.sh [scenario-substring ...]     e.g. compression
@@ -82,6 +84,37 @@ fi
 if ! millrace_alive; then
   echo "node: the broker is no longer running; stderr tail:" >&2
   tail -n 20 "$WORK/broker/broker.stderr" >&2 || true
+fi
+millrace_stop
+
+# --- forced leader change on a 3-node cluster (kafkajs-leader-change.js) -----
+# Runs with no filter, or with a filter that names it (e.g. run.sh leader).
+run_cluster=1
+if (($#)); then
+  run_cluster=0
+  for f in "$@"; do [[ "leader-change" == *"$f"* ]] && run_cluster=1; done
+fi
+if ((run_cluster)); then
+  echo "=== kafkajs-leader-change (3-node cluster) ==="
+  if millrace_cluster_start 3 "$WORK/cluster" --set group.initial.rebalance.delay.ms=0 \
+    --set offsets.topic.num.partitions=6; then
+    export MILLRACE_CLUSTER_NODES
+    lrc=0
+    timeout --kill-after=15 150 "$NODE" kafkajs-leader-change.js 2>&1 | tee "$WORK/leader-change.log" || lrc=$?
+    line="$(grep -E '^kafkajs-leader-change: [0-9]+ passed, [0-9]+ failed$' "$WORK/leader-change.log" | tail -n1 || true)"
+    if [[ $line =~ ([0-9]+)\ passed,\ ([0-9]+)\ failed ]]; then
+      lp="${BASH_REMATCH[1]}" lf="${BASH_REMATCH[2]}"
+    else
+      lp=0 lf=1
+    fi
+    [[ $lrc -ne 0 && $lf -eq 0 ]] && lf=1
+    millrace_cluster_stop
+  else
+    echo "node: the 3-node cluster did not start" >&2
+    lp=0 lf=1
+  fi
+  passed=$((passed + lp))
+  failed=$((failed + lf))
 fi
 summary "$passed" "$failed"
 [[ $failed -eq 0 ]]
