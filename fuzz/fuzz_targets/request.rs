@@ -24,19 +24,17 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::Decodable;
 use libfuzzer_sys::fuzz_target;
-use millrace_cluster::{BrokerConfig, BrokerEndpoint, Cluster, NewTopic};
+use millrace_cluster::BrokerConfig;
 use millrace_frontend::dispatch::dispatch;
+use millrace_frontend::testing::single_node_context;
 use millrace_frontend::BrokerContext;
-use millrace_groups::{CoordinatorConfig, GroupConfig, GroupCoordinator, OffsetsPartition};
 use millrace_store::{FlushPolicy, Store, StoreConfig};
-use tokio_util::sync::CancellationToken;
 
 const PARTITIONS_PER_INPUT_MAX: i64 = 64;
 const INPUTS_PER_BROKER: u64 = 20_000;
 const PARTITIONS_PER_BROKER_MAX: usize = 2_000;
 /// Virtual time a response may take (the clock is paused: this costs no real time).
 const RESPONSE_WAIT: Duration = Duration::from_secs(600);
-const OFFSETS_PARTITIONS: i32 = 3;
 
 struct Harness {
     runtime: tokio::runtime::Runtime,
@@ -70,50 +68,9 @@ impl Harness {
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
         let config = BrokerConfig::from_layers([&layer]).expect("config");
-        let endpoint = BrokerEndpoint {
-            node_id: 1,
-            host: "127.0.0.1".into(),
-            port: 9092,
-        };
-        let cluster =
-            Arc::new(Cluster::open(config, store.clone(), dir.path(), endpoint).expect("cluster"));
-        // The topic the captured seeds use, and the group coordinator's partitions.
-        for (name, partitions) in [("__consumer_offsets", OFFSETS_PARTITIONS), ("fuzz", 2)] {
-            cluster
-                .create_topic(&NewTopic {
-                    name: name.into(),
-                    partitions: Some(partitions),
-                    replication_factor: Some(1),
-                    ..Default::default()
-                })
-                .expect("topic");
-        }
-        let partitions = (0..OFFSETS_PARTITIONS)
-            .map(|p| OffsetsPartition {
-                partition: p,
-                log: cluster
-                    .partition_log("__consumer_offsets", p)
-                    .expect("offsets log"),
-            })
-            .collect();
-        let groups = GroupCoordinator::new(
-            CoordinatorConfig {
-                group: GroupConfig {
-                    initial_rebalance_delay_ms: 0,
-                    ..GroupConfig::default()
-                },
-                offsets_retention_ms: 1_000_000,
-                leader_epoch: 0,
-                snapshot_dir: None,
-            },
-            partitions,
-        );
-        groups.load();
-        let ctx = Arc::new(BrokerContext {
-            cluster,
-            groups,
-            data_dir: dir.path().display().to_string(),
-            shutdown: CancellationToken::new(),
+        // The topic the captured seeds use; the context adds the group coordinator's partitions.
+        let (ctx, _no_hold) = runtime.block_on(async {
+            single_node_context(store.clone(), dir.path(), config, &[("fuzz", 2)], false)
         });
         Harness {
             runtime,

@@ -20,6 +20,7 @@ pub mod limits;
 pub mod request_memory;
 pub mod server;
 pub mod splice;
+pub mod testing;
 pub mod versions;
 
 use std::sync::Arc;
