@@ -25,16 +25,17 @@ fi
 command -v cargo >/dev/null || { echo "Rust (cargo) is required: https://rustup.rs"; exit 1; }
 rustup component add rustfmt clippy >/dev/null 2>&1 || true
 
-echo "== cargo fmt --check"
+echo "== cargo fmt --check (at $((SECONDS / 60)) min)"
 cargo fmt --all -- --check
-echo "== cargo clippy"
+echo "== cargo clippy (at $((SECONDS / 60)) min)"
 cargo clippy --workspace --all-targets -- -D warnings
-echo "== cargo test"
+echo "== cargo test (at $((SECONDS / 60)) min)"
 cargo test --workspace -- --test-threads=2
-echo "== fuzz smoke"
+echo "== fuzz smoke (at $((SECONDS / 60)) min)"
 bash fuzz/ci.sh
-echo "== bench smoke"
+echo "== bench smoke (at $((SECONDS / 60)) min)"
 bash crates/bench/smoke.sh
-echo "== compat-tests"
+echo "== compat-tests (at $((SECONDS / 60)) min)"
 cargo build -p millrace-broker
 MILLRACE_BIN="$PWD/target/debug/millrace" bash compat-tests/run-all.sh
+echo "== all tests done in $((SECONDS / 60)) min"
