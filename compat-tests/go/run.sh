@@ -81,13 +81,13 @@ millrace_stop
 # The test skips itself above (no MILLRACE_CLUSTER_NODES); here it gets its own cluster. Runs
 # unless COMPAT_GO_CLUSTER=0.
 if [[ "${COMPAT_GO_CLUSTER:-1}" != 0 ]]; then
-  echo "=== TestFranzLeaderChangeRoundTrip (3-node cluster) ==="
+  echo "=== TestFranzLeaderChangeRoundTrip, TestSaramaClusterProducesToEveryLeader (3-node cluster) ==="
   lp=0 lf=1
   if millrace_cluster_start 3 "$WORK/cluster"; then
     export MILLRACE_CLUSTER_NODES
     lrc=0
     set +o pipefail
-    timeout --kill-after=15 180 "$GO" test -count=1 -json -timeout 150s -run '^TestFranzLeaderChangeRoundTrip$' . \
+    timeout --kill-after=15 180 "$GO" test -count=1 -json -timeout 150s -run '^(TestFranzLeaderChangeRoundTrip|TestSaramaClusterProducesToEveryLeader)$' . \
       2>"$WORK/cluster-test.stderr" | python3 "$HERE/gotest2text.py" "$WORK/cluster-counts"
     lrc=${PIPESTATUS[0]}
     set -o pipefail
