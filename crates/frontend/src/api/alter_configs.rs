@@ -2,6 +2,10 @@
 //! (key 44, SET/DELETE/APPEND/SUBTRACT per key), forwarded to the active controller; every broker
 //! applies the committed configs to its replicas' logs. Broker configs are static in Millrace:
 //! altering them is refused with INVALID_REQUEST.
+//!
+//! Replication throttles (Kafka's `*.replication.throttled.*`) do not exist here: deleting one, at
+//! broker or topic level, is a no-op that succeeds, because `kafka-reassign-partitions --verify`
+//! clears them on every broker and topic once a reassignment completes.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -22,6 +26,21 @@ use crate::limits::ADMIN_TIMEOUT_MS_MAX;
 use crate::BrokerContext;
 
 type Outcome = Result<(), (i16, String)>;
+
+/// Kafka's replication-throttle configs (broker rates, topic replica lists); never set here.
+const THROTTLE_CONFIGS: &[&str] = &[
+    "leader.replication.throttled.rate",
+    "follower.replication.throttled.rate",
+    "replica.alter.log.dirs.io.max.bytes.per.second",
+    "leader.replication.throttled.replicas",
+    "follower.replication.throttled.replicas",
+];
+/// IncrementalAlterConfigs' DELETE operation.
+const OP_DELETE: i8 = 1;
+
+fn deletes_a_throttle(name: &str, op: i8) -> bool {
+    op == OP_DELETE && THROTTLE_CONFIGS.contains(&name)
+}
 
 pub async fn handle(
     ctx: Arc<BrokerContext>,
@@ -79,12 +98,24 @@ pub async fn handle_incremental(
     let mut responses = Vec::with_capacity(request.resources.len());
     for resource in request.resources {
         let name = resource.resource_name.to_string();
+        let only_throttle_deletes = resource
+            .configs
+            .iter()
+            .all(|c| deletes_a_throttle(c.name.as_str(), c.config_operation));
         let outcome = match check_resource(resource.resource_type) {
+            _ if only_throttle_deletes
+                && matches!(resource.resource_type, RESOURCE_BROKER | RESOURCE_TOPIC)
+                && (resource.resource_type == RESOURCE_BROKER
+                    || ctx.cluster.image().topic(&name).is_some()) =>
+            {
+                Ok(())
+            }
             Err(e) => Err(e),
             Ok(()) => {
                 let changes = resource
                     .configs
                     .iter()
+                    .filter(|c| !deletes_a_throttle(c.name.as_str(), c.config_operation))
                     .map(|c| ConfigChangeSpec {
                         name: c.name.to_string(),
                         op: c.config_operation,
