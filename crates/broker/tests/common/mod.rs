@@ -854,12 +854,25 @@ pub async fn wait_for_coordinator(conn: &mut RawConn, group: &str) {
             .with_key_type(0);
         let response: kafka_protocol::messages::FindCoordinatorResponse =
             conn.request(2, &request).await;
-        if response.error_code == 0 {
+        // As in Kafka, a coordinator is named while it still loads its partition; its group
+        // requests answer COORDINATOR_LOAD_IN_PROGRESS (14) until it is loaded.
+        let loaded = if response.error_code == 0 {
+            let describe = kafka_protocol::messages::DescribeGroupsRequest::default()
+                .with_groups(vec![kafka_protocol::messages::GroupId(
+                    StrBytes::from_string(group.to_string()),
+                )]);
+            let described: kafka_protocol::messages::DescribeGroupsResponse =
+                conn.request(3, &describe).await;
+            described.groups.first().map(|g| g.error_code) == Some(0)
+        } else {
+            false
+        };
+        if loaded {
             return;
         }
         assert!(
             Instant::now() < deadline,
-            "no coordinator for {group} within {IO_TIMEOUT:?}: {response:?}"
+            "no loaded coordinator for {group} within {IO_TIMEOUT:?}: {response:?}"
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
