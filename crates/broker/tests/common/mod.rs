@@ -857,10 +857,10 @@ pub async fn wait_for_coordinator(conn: &mut RawConn, group: &str) {
         // As in Kafka, a coordinator is named while it still loads its partition; its group
         // requests answer COORDINATOR_LOAD_IN_PROGRESS (14) until it is loaded.
         let loaded = if response.error_code == 0 {
-            let describe = kafka_protocol::messages::DescribeGroupsRequest::default()
-                .with_groups(vec![kafka_protocol::messages::GroupId(
-                    StrBytes::from_string(group.to_string()),
-                )]);
+            let describe =
+                kafka_protocol::messages::DescribeGroupsRequest::default().with_groups(vec![
+                    kafka_protocol::messages::GroupId(StrBytes::from_string(group.to_string())),
+                ]);
             let described: kafka_protocol::messages::DescribeGroupsResponse =
                 conn.request(3, &describe).await;
             described.groups.first().map(|g| g.error_code) == Some(0)
