@@ -95,7 +95,10 @@ impl ControllerClient {
             }
             // Wait for a leadership change or a short while, whichever comes first.
             let pause = retry.min(deadline - now);
-            let _ = tokio::time::timeout(pause, view.changed()).await;
+            if let Ok(Err(_closed)) = tokio::time::timeout(pause, view.changed()).await {
+                // The quorum is gone (shutting down): no change will come; do not spin.
+                tokio::time::sleep(pause).await;
+            }
         }
     }
 }

@@ -31,15 +31,18 @@ pub const NODE_ID: i32 = 1;
 /// Partitions of `__consumer_offsets` in this context.
 pub const OFFSETS_PARTITIONS: i32 = 3;
 
-/// A quorum that is never reachable: proposals and controller calls fail.
-struct NoQuorum;
+/// A quorum that is never reachable: proposals and controller calls fail; its view never
+/// changes (no leader).
+struct NoQuorum {
+    view: tokio::sync::watch::Sender<QuorumView>,
+}
 
 impl MetadataQuorum for NoQuorum {
     fn propose(&self, _payload: Vec<u8>) -> BoxFuture<'_, Result<u64, ProposeError>> {
         Box::pin(async { Err(ProposeError::NotLeader { leader: None }) })
     }
     fn view(&self) -> tokio::sync::watch::Receiver<QuorumView> {
-        tokio::sync::watch::channel(QuorumView::default()).1
+        self.view.subscribe()
     }
     fn call(
         &self,
@@ -105,7 +108,13 @@ pub fn single_node_context(
         }
     }
     image.apply_batch(2, &MetadataBatch::new(records));
-    let controller = Arc::new(ControllerClient::new(NODE_ID, Arc::new(NoQuorum), None));
+    let controller = Arc::new(ControllerClient::new(
+        NODE_ID,
+        Arc::new(NoQuorum {
+            view: tokio::sync::watch::channel(QuorumView::default()).0,
+        }),
+        None,
+    ));
     let replicas = ReplicaManager::new(
         ReplicaManagerConfig {
             node_id: NODE_ID,
