@@ -1,8 +1,8 @@
 //! FindCoordinator (key 10): the coordinator of group `g` is the leader of `__consumer_offsets`
 //! partition `partition_for(g)` (Kafka's `abs(hashCode) % N`), as the committed image says; while
-//! it has no leader, or the leader here has not yet taken up the group coordinator's role,
-//! COORDINATOR_NOT_AVAILABLE. Like Kafka, the answer names a coordinator that is still replaying
-//! the partition: its group requests answer COORDINATOR_LOAD_IN_PROGRESS meanwhile.
+//! it has no leader, or the leader here has not yet taken up the group coordinator's role or is
+//! still replaying the partition, COORDINATOR_NOT_AVAILABLE (the only error Kafka answers here;
+//! every client retries it).
 //!
 //! `__consumer_offsets` is created on the first FindCoordinator, as Kafka does (compacted,
 //! `offsets.topic.num.partitions`, replication factor `offsets.topic.replication.factor`, 1 on a
@@ -24,7 +24,7 @@ use kafka_protocol::protocol::StrBytes;
 use millrace_cluster::image::NO_LEADER;
 use millrace_controller::messages::TopicSpec;
 use millrace_controller::{ControllerRequest, ControllerResponse};
-use millrace_groups::{partition_for, GroupError, OFFSETS_TOPIC};
+use millrace_groups::{partition_for, OFFSETS_TOPIC};
 use tracing::{info, warn};
 
 use super::str_bytes;
@@ -68,15 +68,13 @@ pub fn handle(
         let Some(broker) = image.broker(leader).filter(|b| !b.fenced) else {
             return refuse(COORDINATOR_NOT_AVAILABLE, None);
         };
-        // Kafka answers FindCoordinator with the partition's leader, or COORDINATOR_NOT_AVAILABLE;
-        // a coordinator still loading is named (the group requests get LOAD_IN_PROGRESS), and one
-        // that has not taken up the leadership yet is "not available": some clients (kafkajs)
-        // retry FindCoordinator only on that code.
-        if leader == ctx.cluster.node_id() {
-            match ctx.groups.check_coordinator(key) {
-                Ok(()) | Err(GroupError::CoordinatorLoadInProgress) => {}
-                Err(_) => return refuse(COORDINATOR_NOT_AVAILABLE, None),
-            }
+        // Kafka answers FindCoordinator only with the partition's leader or
+        // COORDINATOR_NOT_AVAILABLE. A coordinator here that is still loading, or has not taken
+        // up the leadership yet, is "not available" until it serves: kafkajs retries
+        // FindCoordinator only on that code, and crashes its consumer on a JoinGroup answered
+        // COORDINATOR_LOAD_IN_PROGRESS.
+        if leader == ctx.cluster.node_id() && ctx.groups.check_coordinator(key).is_err() {
+            return refuse(COORDINATOR_NOT_AVAILABLE, None);
         }
         (
             NONE,
