@@ -854,8 +854,8 @@ pub async fn wait_for_coordinator(conn: &mut RawConn, group: &str) {
             .with_key_type(0);
         let response: kafka_protocol::messages::FindCoordinatorResponse =
             conn.request(2, &request).await;
-        // As in Kafka, a coordinator is named while it still loads its partition; its group
-        // requests answer COORDINATOR_LOAD_IN_PROGRESS (14) until it is loaded.
+        // A named coordinator serves; checked once more with a group request, which would
+        // answer COORDINATOR_LOAD_IN_PROGRESS (14) if its partition were still loading.
         let loaded = if response.error_code == 0 {
             let describe =
                 kafka_protocol::messages::DescribeGroupsRequest::default().with_groups(vec![
