@@ -1,10 +1,12 @@
-//! Fuzz target: the store's record batch validator and record decoder through its public API
-//! (`millrace_store::batch::validate`, `validate_stored`, `records::decode_records`). Checks: no
-//! panic, no abort, and what the validator accepts stays within the input.
+//! Fuzz target: the store's record batch validator, its produce-time record walk and the record
+//! decoder through the public API (`millrace_store::batch::validate`, `validate_stored`,
+//! `validator::check_client_batch`, `records::decode_records`). Checks: no panic, no abort, and
+//! what the validators accept stays within the input.
 
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
+use millrace_store::validator::{self, RecordRules, TimestampWindow};
 use millrace_store::{batch, records};
 
 fuzz_target!(|data: &[u8]| {
@@ -19,6 +21,21 @@ fuzz_target!(|data: &[u8]| {
             header.total_size() <= data.len(),
             "validated past the input"
         );
+    }
+    // The record walk runs on any parsable header, CRC or not (the fuzzer cannot forge CRC-32C),
+    // with both rules on.
+    if let Ok(header) = batch::BatchHeader::parse(data) {
+        let rules = RecordRules {
+            require_keys: true,
+            timestamps: Some(TimestampWindow {
+                now_ms: 1_700_000_000_000,
+                before_max_ms: 3_600_000,
+                after_max_ms: 3_600_000,
+            }),
+        };
+        if validator::check_client_batch(data, &header, &rules).is_ok() {
+            assert!(header.total_size() <= data.len(), "walked past the input");
+        }
     }
     // The decoder runs whether or not the CRC holds, so the fuzzer reaches the records without
     // having to forge CRC-32C.

@@ -848,6 +848,14 @@ impl BrokerConfig {
             } else {
                 TimestampType::CreateTime
             },
+            message_timestamp_before_max_ms: long(
+                "message.timestamp.before.max.ms",
+                defaults.message_timestamp_before_max_ms,
+            ),
+            message_timestamp_after_max_ms: long(
+                "message.timestamp.after.max.ms",
+                defaults.message_timestamp_after_max_ms,
+            ),
             flush_messages: long("flush.messages", defaults.flush_messages),
             flush_ms: long("flush.ms", defaults.flush_ms),
         }

@@ -191,6 +191,16 @@ fn overrides(config: &LogConfig, defaults: &LogConfig) -> BTreeMap<String, Strin
         format!("{:?}", defaults.message_timestamp_type),
     );
     put(
+        "message.timestamp.before.max.ms",
+        config.message_timestamp_before_max_ms.to_string(),
+        defaults.message_timestamp_before_max_ms.to_string(),
+    );
+    put(
+        "message.timestamp.after.max.ms",
+        config.message_timestamp_after_max_ms.to_string(),
+        defaults.message_timestamp_after_max_ms.to_string(),
+    );
+    put(
         "flush.messages",
         config.flush_messages.to_string(),
         defaults.flush_messages.to_string(),

@@ -57,6 +57,7 @@ pub const INELIGIBLE_REPLICA: i16 = 107;
 pub const DUPLICATE_BROKER_REGISTRATION: i16 = 101;
 pub const UNSUPPORTED_COMPRESSION_TYPE: i16 = 76;
 pub const INVALID_RECORD: i16 = 87;
+pub const INVALID_TIMESTAMP: i16 = 32;
 pub const TOPIC_DELETION_DISABLED: i16 = 73;
 pub const UNKNOWN_TOPIC_ID: i16 = 100;
 pub const NON_EMPTY_GROUP: i16 = 68;
@@ -100,21 +101,37 @@ pub fn from_append(err: &AppendError, context: &str) -> KafkaError {
         AppendError::CorruptMessage(m) => KafkaError::new(CORRUPT_MESSAGE, m.clone()),
         AppendError::InvalidRecord(m) => KafkaError::new(INVALID_RECORD, m.clone()),
         AppendError::InvalidRecords {
-            message,
-            record_indexes,
-        } => KafkaError {
-            record_errors: record_indexes
-                .iter()
-                .map(|&i| (i, message.clone()))
-                .collect(),
-            ..KafkaError::new(
-                INVALID_RECORD,
-                format!(
-                    "One or more records have been rejected due to {} record errors in total.",
-                    record_indexes.len()
-                ),
-            )
-        },
+            invalid_timestamp,
+            record_errors,
+            total,
+        } => {
+            // Kafka's wording (LogValidator): the timestamp case names no count; the other lists
+            // the first three.
+            let (code, message) = if *invalid_timestamp {
+                (
+                    INVALID_TIMESTAMP,
+                    "One or more records have been rejected due to invalid timestamp".to_string(),
+                )
+            } else {
+                let first: Vec<String> = record_errors
+                    .iter()
+                    .take(3)
+                    .map(|(i, m)| format!("{{batchIndex={i}, message={m}}}"))
+                    .collect();
+                (
+                    INVALID_RECORD,
+                    format!(
+                        "One or more records have been rejected due to {total} record errors in \
+                         total, and only showing the first three errors at most: [{}]",
+                        first.join(", ")
+                    ),
+                )
+            };
+            KafkaError {
+                record_errors: record_errors.clone(),
+                ..KafkaError::new(code, message)
+            }
+        }
         AppendError::MessageTooLarge { .. } => KafkaError::new(MESSAGE_TOO_LARGE, err.to_string()),
         AppendError::OutOfOrderSequence(m) => {
             KafkaError::new(OUT_OF_ORDER_SEQUENCE_NUMBER, m.clone())

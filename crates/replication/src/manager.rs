@@ -25,7 +25,7 @@ use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use millrace_cluster::config::BrokerConfig;
 use millrace_cluster::image::{MetadataImage, SharedImage, NO_LEADER};
 use millrace_controller::messages::ControllerError;
@@ -622,7 +622,7 @@ impl ReplicaManager {
     pub fn append(
         self: &Arc<Self>,
         tp: &TopicPartition,
-        records: BytesMut,
+        records: impl AsRef<[u8]>,
         acks: i16,
     ) -> Result<(AppendInfo, Option<AckWait>), ReplicaError> {
         self.append_in_epoch(tp, records, acks, None)
@@ -633,7 +633,7 @@ impl ReplicaManager {
     pub fn append_in_epoch(
         self: &Arc<Self>,
         tp: &TopicPartition,
-        records: BytesMut,
+        records: impl AsRef<[u8]>,
         acks: i16,
         leader_epoch: Option<i32>,
     ) -> Result<(AppendInfo, Option<AckWait>), ReplicaError> {

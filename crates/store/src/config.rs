@@ -201,6 +201,12 @@ pub struct LogConfig {
     pub min_compaction_lag_ms: i64,
     /// `message.timestamp.type`.
     pub message_timestamp_type: TimestampType,
+    /// `message.timestamp.before.max.ms`: with CreateTime, a record timestamp older than now by
+    /// more than this is refused (INVALID_TIMESTAMP).
+    pub message_timestamp_before_max_ms: i64,
+    /// `message.timestamp.after.max.ms`: with CreateTime, a record timestamp newer than now by
+    /// more than this is refused (INVALID_TIMESTAMP). Kafka 4's default: one hour.
+    pub message_timestamp_after_max_ms: i64,
     /// `flush.messages`: fsync after this many messages (policy `never`).
     pub flush_messages: i64,
     /// `flush.ms`: fsync after this long (policy `never`).
@@ -222,6 +228,8 @@ impl Default for LogConfig {
             min_cleanable_dirty_ratio: 0.5,
             min_compaction_lag_ms: 0,
             message_timestamp_type: TimestampType::CreateTime,
+            message_timestamp_before_max_ms: i64::MAX,
+            message_timestamp_after_max_ms: 3_600_000,
             flush_messages: i64::MAX,
             flush_ms: i64::MAX,
         }

@@ -55,16 +55,19 @@ pub enum AppendError {
     /// magic != 2, record count mismatch, … → Kafka INVALID_RECORD (87).
     #[error("invalid record: {0}")]
     InvalidRecord(String),
-    /// Particular records of the batch are refused (a keyless record on a compacted topic) →
-    /// Kafka INVALID_RECORD (87) with `record_errors` naming them (KIP-467), so that a client
-    /// fails only those records.
-    #[error("invalid records {record_indexes:?}: {message}")]
+    /// Particular records of the batch are refused (a keyless record on a compacted topic, a
+    /// timestamp outside the topic's window) → Kafka INVALID_TIMESTAMP (32) when any timestamp
+    /// is refused, else INVALID_RECORD (87), with `record_errors` naming them (KIP-467), so that
+    /// a client fails only those records.
+    #[error("{total} records refused, first ones {record_errors:?}")]
     InvalidRecords {
-        /// Why each listed record was refused.
-        message: String,
-        /// Positions of the refused records in their batch (0-based), at most
+        /// Some record's timestamp is outside the topic's window.
+        invalid_timestamp: bool,
+        /// (position of the record in its batch, 0-based; why it was refused), at most
         /// `limits::RECORD_ERRORS_MAX` of them.
-        record_indexes: Vec<i32>,
+        record_errors: Vec<(i32, String)>,
+        /// How many records were refused in all.
+        total: usize,
     },
     /// One batch is larger than `max.message.bytes` → Kafka MESSAGE_TOO_LARGE (10).
     #[error("batch of {size} bytes exceeds max.message.bytes {max}")]

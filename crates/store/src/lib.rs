@@ -47,6 +47,7 @@ mod shared;
 pub mod storage;
 pub mod testing;
 mod time_index;
+pub mod validator;
 
 use std::collections::HashMap;
 use std::path::PathBuf;

@@ -21,8 +21,9 @@ pub const BATCH_LENGTH_MIN: usize = BATCH_HEADER_BYTES - LOG_OVERHEAD_BYTES;
 /// `message.max.bytes`/`max.message.bytes` settings are validated against it at start.
 pub const BATCH_BYTES_MAX: usize = 100 * 1024 * 1024;
 
-/// Bytes: largest output of one decompression (compaction, exact timestamp lookup). A batch that
-/// inflates beyond this is refused as a decompression bomb. Enforced by `compression::decompress`.
+/// Bytes: largest output of one decompression (the produce-time record walk, compaction, exact
+/// timestamp lookup). A batch that inflates beyond this is refused as a decompression bomb
+/// (CORRUPT_MESSAGE on produce). Enforced by `compression::decompress` and `validator`.
 pub const DECOMPRESSED_BYTES_MAX: usize = 128 * 1024 * 1024;
 
 /// Records: most records decoded from one batch. Enforced by `records::decode_records`.
@@ -90,6 +91,11 @@ pub const FLUSHER_THREADS: usize = 4;
 /// Bytes: per `pread` while a fetch skips from an index entry to the fetch offset (about two index
 /// intervals at the default `index.interval.bytes`).
 pub const READ_SKIP_CHUNK_BYTES: usize = 8 * 1024;
+
+/// Bytes: the buffer through which `compression::reader` streams gzip and zstd output (snappy and
+/// lz4 stream from their own block buffer); the produce-time record walk never holds more of the
+/// decompressed payload than this plus the codec's own window or block.
+pub const DECOMPRESS_SCRATCH_BYTES: usize = 64 * 1024;
 
 /// Batches: most batches one `append` call may carry.
 pub const BATCHES_PER_APPEND_MAX: usize = 1024;

@@ -18,7 +18,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use kafka_protocol::messages::produce_response::{
     BatchIndexAndErrorMessage, LeaderIdAndEpoch, NodeEndpoint, PartitionProduceResponse,
     TopicProduceResponse,
@@ -161,7 +161,7 @@ fn append(
     if let Err(e) = check_single_batch(&records, version) {
         return Outcome::refused(index, e);
     }
-    match ctx.replicas.append(tp, BytesMut::from(&records[..]), acks) {
+    match ctx.replicas.append(tp, &records, acks) {
         Ok((info, wait)) => {
             let mut ok = PartitionProduceResponse::default()
                 .with_index(index)

@@ -1,8 +1,8 @@
-//! Appending: the leader append (validate, idempotent producer checks, assign offsets) and the
-//! one write path every append goes through once its offsets are decided (`write_batches`: roll
-//! if needed, one `pwrite`, index, producer state, leader-epoch cache, flush policy). A follower
-//! append (replication) will validate the leader's batches and call `write_batches` with the
-//! leader's offsets unchanged.
+//! Appending: the leader append (validate every record, idempotent producer checks, assign
+//! offsets) and the one write path every append goes through once its offsets are decided
+//! (`write_batches`: roll if needed, one `pwrite`, index, producer state, leader-epoch cache,
+//! flush policy). A follower append (replication) validates the leader's batches and calls
+//! `write_batches` with the leader's offsets unchanged.
 //!
 //! Size rule: a batch larger than the topic's `max.message.bytes` or than `BATCH_BYTES_MAX` (the
 //! largest batch recovery reads back) is refused with `MessageTooLarge`, so every batch that
@@ -18,8 +18,8 @@ use crate::limits::{
     BATCHES_PER_APPEND_MAX, BATCH_BYTES_MAX, SEGMENT_BYTES_MAX, SEGMENT_RELATIVE_OFFSET_MAX,
 };
 use crate::producer_state::{Check, ProducerStates};
-use crate::records;
 use crate::segment::{self, Segment, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX};
+use crate::validator::{self, RecordRules, TimestampWindow};
 
 fn batch_error(e: BatchError) -> AppendError {
     match e {
@@ -37,34 +37,30 @@ pub(crate) fn batch_bytes_max(config: &LogConfig) -> usize {
         .min(BATCH_BYTES_MAX)
 }
 
-/// Compacted topics need a key on every record (Kafka answers INVALID_RECORD otherwise); this
-/// is the one place the produce path decompresses, with the usual output limit.
-fn require_keys(batch_bytes: &[u8]) -> Result<(), AppendError> {
-    let (_, recs) = records::decode_records(batch_bytes)
-        .map_err(|e| AppendError::CorruptMessage(format!("undecodable records: {e}")))?;
-    let record_indexes: Vec<i32> = recs
-        .iter()
-        .enumerate()
-        .filter(|(_, r)| r.key.is_none())
-        .map(|(i, _)| i32::try_from(i).unwrap_or(i32::MAX))
-        .take(crate::limits::RECORD_ERRORS_MAX)
-        .collect();
-    if !record_indexes.is_empty() {
-        return Err(AppendError::InvalidRecords {
-            message: "Compacted topic cannot accept message without key.".into(),
-            record_indexes,
-        });
+/// The topic's per-record rules at `now`.
+fn record_rules(config: &LogConfig, now: i64) -> RecordRules {
+    RecordRules {
+        require_keys: config.cleanup_policy.compact,
+        timestamps: (config.message_timestamp_type == TimestampType::CreateTime).then_some(
+            TimestampWindow {
+                now_ms: now,
+                before_max_ms: config.message_timestamp_before_max_ms,
+                after_max_ms: config.message_timestamp_after_max_ms,
+            },
+        ),
     }
-    Ok(())
 }
 
-/// Validates every batch of `records` (structure, CRC, size, keys on compacted topics) →
-/// (position, header) of each.
+/// Validates every batch of a client's `records`: structure, CRC and size (`batch::validate`),
+/// then every record (`validator`) → (position, header) of each, the header's maxTimestamp being
+/// the largest record timestamp.
 fn validate_batches(
     records: &[u8],
     config: &LogConfig,
+    now: i64,
 ) -> Result<Vec<(usize, BatchHeader)>, AppendError> {
     let max = batch_bytes_max(config);
+    let rules = record_rules(config, now);
     let mut batches: Vec<(usize, BatchHeader)> = Vec::new();
     let mut pos = 0usize;
     while pos < records.len() {
@@ -78,10 +74,10 @@ fn validate_batches(
                 });
             }
         }
-        let h = batch::validate(rest).map_err(batch_error)?;
-        if config.cleanup_policy.compact && !h.is_control() {
-            require_keys(rest.get(..h.total_size()).unwrap_or(&[]))?;
-        }
+        let mut h = batch::validate(rest).map_err(batch_error)?;
+        let checked =
+            validator::check_client_batch(rest.get(..h.total_size()).unwrap_or(&[]), &h, &rules)?;
+        h.max_timestamp = checked.max_timestamp;
         batches.push((pos, h));
         pos += h.total_size();
         if batches.len() > BATCHES_PER_APPEND_MAX {
@@ -98,16 +94,21 @@ fn validate_batches(
 
 impl PartitionLog {
     /// Appends one or more v2 batches as the partition's leader; see `API.md`.
+    ///
+    /// `records` is validated where it lies and copied only once it passed: a refused batch (a
+    /// decompression bomb, say) costs no second buffer.
     pub fn append(
         &self,
-        mut records: BytesMut,
+        records: impl AsRef<[u8]>,
         leader_epoch: i32,
     ) -> Result<AppendInfo, AppendError> {
         self.writable()?;
         let config = self.config();
         let ts_type = config.message_timestamp_type;
-        let mut batches = validate_batches(&records, &config)?;
         let now = now_ms();
+        let mut batches = validate_batches(records.as_ref(), &config, now)?;
+        // The store patches offsets, epochs and timestamps into its own copy.
+        let mut records = BytesMut::from(records.as_ref());
         let mut inner = self.inner.lock();
         self.writable()?;
 
@@ -159,6 +160,9 @@ impl PartitionLog {
                 batch::set_log_append_time(b, now);
                 h.max_timestamp = now;
                 h.attributes |= batch::ATTR_LOG_APPEND_TIME;
+            } else {
+                batch::set_create_time(b, h.max_timestamp);
+                h.attributes &= !batch::ATTR_LOG_APPEND_TIME;
             }
             next = h.next_offset();
         }
