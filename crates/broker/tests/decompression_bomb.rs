@@ -26,21 +26,6 @@ const CORRUPT_MESSAGE: i16 = 2;
 const XERIAL_HEADER: &[u8] = b"\x82SNAPPY\x00\x00\x00\x00\x01\x00\x00\x00\x01";
 const XERIAL_BLOCK_BYTES: usize = 32 * 1024;
 
-/// VmRSS and VmHWM of `pid`, bytes.
-fn rss_and_peak(pid: u32) -> (usize, usize) {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("/proc status");
-    let field = |name: &str| {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|rest| rest.split_whitespace().next())
-            .and_then(|kb| kb.parse::<usize>().ok())
-            .map(|kb| kb * 1024)
-            .unwrap_or_else(|| panic!("{name} missing from /proc/{pid}/status"))
-    };
-    (field("VmRSS:"), field("VmHWM:"))
-}
-
 /// The uncompressed record stream of one record (no key, `value_len` zeros, no headers).
 fn record_stream(value_len: u64) -> impl Read {
     let mut body = BytesMut::new();

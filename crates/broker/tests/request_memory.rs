@@ -28,21 +28,6 @@ const SLACK: usize = 48 * MIB;
 /// A write that makes no progress for this long means the broker stopped reading.
 const STALL: Duration = Duration::from_secs(3);
 
-/// (VmRSS, VmHWM) of `pid` in bytes.
-fn rss_and_peak(pid: u32) -> (usize, usize) {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("/proc status");
-    let field = |name: &str| {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|rest| rest.split_whitespace().next())
-            .and_then(|kb| kb.parse::<usize>().ok())
-            .map(|kb| kb * 1024)
-            .unwrap_or_else(|| panic!("{name} missing from /proc/{pid}/status"))
-    };
-    (field("VmRSS:"), field("VmHWM:"))
-}
-
 /// Opens a connection, sends the size and header of a `DECLARED`-byte Produce request, then body
 /// bytes until the broker stops reading (or one byte short of the whole request). Returns the
 /// connection, still open, and how many bytes went out.

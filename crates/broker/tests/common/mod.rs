@@ -358,6 +358,21 @@ pub async fn assert_no_message(consumer: &StreamConsumer, quiet: Duration) {
     }
 }
 
+/// (VmRSS, VmHWM) of `pid` in bytes.
+pub fn rss_and_peak(pid: u32) -> (usize, usize) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("/proc status");
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|rest| rest.split_whitespace().next())
+            .and_then(|kb| kb.parse::<usize>().ok())
+            .map(|kb| kb * 1024)
+            .unwrap_or_else(|| panic!("{name} missing from /proc/{pid}/status"))
+    };
+    (field("VmRSS:"), field("VmHWM:"))
+}
+
 // ---------------------------------------------------------------------------------------------
 // Raw protocol helpers
 // ---------------------------------------------------------------------------------------------
