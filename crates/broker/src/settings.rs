@@ -294,27 +294,36 @@ impl Settings {
 
 /// `1@host:port,2@host:port` → id → host:port.
 fn parse_voters(value: &str) -> Result<BTreeMap<i32, String>, SettingsError> {
-    let what = "controller.quorum.voters";
-    let mut voters = BTreeMap::new();
+    let voters = parse_id_addresses("controller.quorum.voters", value, '@')?;
+    if voters.is_empty() {
+        return Err(invalid("controller.quorum.voters", value, "no voters"));
+    }
+    Ok(voters)
+}
+
+/// `id<sep>host:port,…` → id → `host:port`; ids are non-negative and appear once.
+fn parse_id_addresses(
+    what: &str,
+    value: &str,
+    sep: char,
+) -> Result<BTreeMap<i32, String>, SettingsError> {
+    let mut out = BTreeMap::new();
     for entry in value.split(',').map(str::trim).filter(|e| !e.is_empty()) {
         let (id, addr) = entry
-            .split_once('@')
-            .ok_or_else(|| invalid(what, value, "expected id@host:port entries"))?;
+            .split_once(sep)
+            .ok_or_else(|| invalid(what, value, &format!("expected id{sep}host:port entries")))?;
         let id: i32 = id
             .trim()
             .parse()
             .ok()
             .filter(|id| *id >= 0)
-            .ok_or_else(|| invalid(what, value, "a voter id is not a non-negative integer"))?;
+            .ok_or_else(|| invalid(what, value, "a node id is not a non-negative integer"))?;
         let (host, port) = parse_host_port(what, addr)?;
-        if voters.insert(id, format!("{host}:{port}")).is_some() {
-            return Err(invalid(what, value, "a voter id appears twice"));
+        if out.insert(id, format!("{host}:{port}")).is_some() {
+            return Err(invalid(what, value, "a node id appears twice"));
         }
     }
-    if voters.is_empty() {
-        return Err(invalid(what, value, "no voters"));
-    }
-    Ok(voters)
+    Ok(out)
 }
 
 fn quorum_settings(config: &BrokerConfig) -> Result<Option<QuorumSettings>, SettingsError> {
@@ -378,20 +387,7 @@ fn quorum_settings(config: &BrokerConfig) -> Result<Option<QuorumSettings>, Sett
 
 /// `2=host:port,3=host:port` (MILLRACE_TEST_PEER_ADDRESSES).
 fn parse_peer_addresses(value: &str) -> Result<BTreeMap<i32, String>, SettingsError> {
-    let what = "MILLRACE_TEST_PEER_ADDRESSES";
-    let mut out = BTreeMap::new();
-    for entry in value.split(',').map(str::trim).filter(|e| !e.is_empty()) {
-        let (id, addr) = entry
-            .split_once('=')
-            .ok_or_else(|| invalid(what, value, "expected id=host:port entries"))?;
-        let id: i32 = id
-            .trim()
-            .parse()
-            .map_err(|_| invalid(what, value, "bad node id"))?;
-        let (host, port) = parse_host_port(what, addr)?;
-        out.insert(id, format!("{host}:{port}"));
-    }
-    Ok(out)
+    parse_id_addresses("MILLRACE_TEST_PEER_ADDRESSES", value, '=')
 }
 
 #[cfg(test)]
