@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::*;
-use millrace_store::storage::{OsStorage, Storage};
+use millrace_store::storage::{OsStorage, PowerLossStorage, Storage};
 use millrace_store::{FlushPolicy, LogConfig, Store, TopicId, TopicPartition};
 
 /// A disk on which, once `slow` is set, every fdatasync and directory fsync takes `SLOW_SYNC`
@@ -175,4 +175,86 @@ fn measure_start_and_stop_of_ten_thousand_partitions() {
     lap("recovery open");
     assert!(!store.opened_after_clean_shutdown());
     assert_eq!(store.partitions().len(), MEASURED as usize);
+}
+
+/// Inode and bytes of every producer snapshot in a partition directory, by file name.
+fn snapshots_in(dir: &Path) -> Vec<(String, u64, Vec<u8>)> {
+    use std::os::unix::fs::MetadataExt;
+    let mut out: Vec<(String, u64, Vec<u8>)> = std::fs::read_dir(dir)
+        .expect("list")
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".snapshot"))
+        .map(|e| {
+            let ino = e.metadata().expect("stat").ino();
+            let bytes = std::fs::read(e.path()).expect("read");
+            (e.file_name().to_string_lossy().into_owned(), ino, bytes)
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// Goal: closing an idle partition (opened after a clean shutdown, nothing appended) replaces no
+/// producer snapshot — it fsyncs the identical one in place — and what it vouches for survives a
+/// power cut right after the shutdown (`PowerLossStorage`, several seeds): the marker, the
+/// snapshot bytes, every record and the producer state (a resent idempotent batch is a
+/// duplicate).
+#[test]
+fn idle_partitions_close_without_replacing_their_snapshots() {
+    let idempotent = |seq: i32| {
+        let value = format!("v{seq}").into_bytes();
+        millrace_store::testing::encode_batch(&[(None, Some(&value[..]), 1)], 42, 0, seq)
+    };
+    for seed in 0..4u64 {
+        let dir = tempfile::tempdir().expect("tmp");
+        let config = store_config(dir.path(), FlushPolicy::Batch);
+        let t = tp("idle", 0);
+        {
+            let store = Store::open(config.clone()).expect("open");
+            let log = store
+                .create_partition(&t, LogConfig::default(), TopicId::from_bytes([3; 16]))
+                .expect("create");
+            for seq in 0..3 {
+                log.append(idempotent(seq), 0).expect("append");
+            }
+            store.shutdown().expect("shutdown");
+        }
+        let part_dir = dir.path().join(t.to_string());
+        let before = snapshots_in(&part_dir);
+        assert!(!before.is_empty(), "no producer snapshot after shutdown");
+        {
+            let storage =
+                Arc::new(PowerLossStorage::new(dir.path(), seed, u64::MAX).expect("model"));
+            let store = Store::open_with_storage(config.clone(), storage.clone()).expect("reopen");
+            assert!(store.opened_after_clean_shutdown());
+            store.shutdown().expect("idle shutdown");
+            drop(store);
+            assert_eq!(
+                snapshots_in(&part_dir),
+                before,
+                "the idle close replaced a snapshot"
+            );
+            storage.power_loss().expect("power loss");
+        }
+        assert!(dir.path().join(".clean-shutdown").exists(), "seed {seed}");
+        let after: Vec<(String, Vec<u8>)> = snapshots_in(&part_dir)
+            .into_iter()
+            .map(|(name, _, bytes)| (name, bytes))
+            .collect();
+        let want: Vec<(String, Vec<u8>)> = before
+            .into_iter()
+            .map(|(name, _, bytes)| (name, bytes))
+            .collect();
+        assert_eq!(after, want, "seed {seed}: snapshots after the power cut");
+        let store = Store::open(config).expect("open after power cut");
+        assert!(store.opened_after_clean_shutdown(), "seed {seed}");
+        assert_eq!(
+            read_all(&store, &t),
+            vec![(0, 0), (1, 1), (2, 2)],
+            "seed {seed}"
+        );
+        let log = store.partition(&t).expect("partition");
+        let again = log.append(idempotent(2), 0).expect("resend");
+        assert!(again.duplicate, "seed {seed}: producer state lost");
+    }
 }
