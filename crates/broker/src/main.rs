@@ -20,7 +20,7 @@ mod settings;
 use std::io::Write;
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use clap::Parser;
 use millrace_cluster::{BrokerConfig, BrokerEndpoint, Cluster, MetadataError};
@@ -73,7 +73,14 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(run(settings, fail_sync_of, shutdown_signal())) {
+    // The signal handlers are installed before anything else runs, so a SIGTERM during a long
+    // start (opening thousands of partitions) is kept and stops the broker cleanly once the start
+    // reaches its first wait, instead of killing the process mid-open.
+    let outcome = runtime.block_on(async {
+        let shutdown = shutdown_signal();
+        run(settings, fail_sync_of, shutdown).await
+    });
+    match outcome {
         Ok(()) => ExitCode::SUCCESS,
         Err(e)
             if e.chain().any(|c| {
@@ -106,27 +113,33 @@ fn init_logging() {
         .init();
 }
 
-/// Resolves on SIGTERM or SIGINT.
-async fn shutdown_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut term) => {
+/// Installs the SIGTERM and SIGINT handlers now (inside the runtime), and returns a future that
+/// resolves on the first of those signals, whenever it arrived.
+fn shutdown_signal() -> impl std::future::Future<Output = ()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let interrupt = signal(SignalKind::interrupt());
+    let terminate = signal(SignalKind::terminate());
+    async move {
+        match (interrupt, terminate) {
+            (Ok(mut interrupt), Ok(mut terminate)) => {
                 tokio::select! {
-                    _ = ctrl_c => {}
-                    _ = term.recv() => {}
+                    _ = interrupt.recv() => {}
+                    _ = terminate.recv() => {}
                 }
             }
-            Err(e) => {
+            (Ok(mut interrupt), Err(e)) => {
                 warn!(error = %e, "cannot listen for SIGTERM; only SIGINT stops the broker");
-                let _ = ctrl_c.await;
+                interrupt.recv().await;
+            }
+            (Err(e), Ok(mut terminate)) => {
+                warn!(error = %e, "cannot listen for SIGINT; only SIGTERM stops the broker");
+                terminate.recv().await;
+            }
+            (Err(e), Err(_)) => {
+                warn!(error = %e, "cannot listen for SIGTERM or SIGINT; the broker stops only when killed");
+                std::future::pending::<()>().await;
             }
         }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = ctrl_c.await;
     }
 }
 
@@ -164,6 +177,7 @@ async fn run(
         // Replication owns the high watermark (a quorum of one included).
         high_watermark_follows_durable: false,
     };
+    let open_started = Instant::now();
     let store = match fail_sync_of {
         None => Store::open(store_config),
         Some(text) => {
@@ -175,6 +189,12 @@ async fn run(
         }
     }
     .with_context(|| format!("cannot open the store in {}", settings.data_dir.display()))?;
+    info!(
+        partitions = store.partitions().len(),
+        after_clean_shutdown = store.opened_after_clean_shutdown(),
+        elapsed_ms = open_started.elapsed().as_millis(),
+        "store opened"
+    );
     let endpoint = BrokerEndpoint {
         node_id: config.node_id(),
         host: host.clone(),
@@ -226,32 +246,17 @@ async fn run(
 
     // Ready once this process is registered, unfenced and its replicas follow the image.
     let mut ready = ready;
-    tokio::select! {
-        r = ready.wait_for(|r| *r) => { r.context("the node stopped before it was ready")?; }
-        _ = &mut shutdown => {
-            info!("stopped before ready");
-        }
+    let stopped_before_ready = tokio::select! {
+        r = ready.wait_for(|r| *r) => { r.context("the node stopped before it was ready")?; false }
+        _ = &mut shutdown => true,
+    };
+    if stopped_before_ready {
+        // No ready line: the stop below is the same as after one (a clean stop, exit 0).
+        info!("stopped before ready");
+    } else {
+        announce_ready(&endpoint, &cluster, &settings, bound);
+        shutdown.await;
     }
-    info!(
-        node_id = endpoint.node_id,
-        cluster_id = %cluster.cluster_id(),
-        data_dir = %settings.data_dir.display(),
-        advertised = %format!("{}:{}", endpoint.host, endpoint.port),
-        "millrace ready"
-    );
-    let mut out = std::io::stdout().lock();
-    let _ = writeln!(
-        out,
-        "millrace ready: node {} listening on {bound} (advertised {}:{}, cluster {})",
-        endpoint.node_id,
-        endpoint.host,
-        endpoint.port,
-        cluster.cluster_id()
-    );
-    let _ = out.flush();
-    drop(out);
-
-    shutdown.await;
     info!("shutting down: moving leaderships away (controlled shutdown)");
     controlled_shutdown(&node, &config).await;
     info!("shutting down: no new connections; finishing in-flight requests");
@@ -269,15 +274,48 @@ async fn run(
             .await
             .context("group snapshot task")?;
     }
+    let partitions = store.partitions().len();
+    let flush_started = Instant::now();
     tokio::task::spawn_blocking(move || store.shutdown())
         .await
         .context("store shutdown task")?
         .context("store shutdown")?;
+    info!(
+        partitions,
+        elapsed_ms = flush_started.elapsed().as_millis(),
+        "shutting down: every log flushed, clean-shutdown marker written"
+    );
     if let Err(e) = node.quorum.quorum().shutdown().await {
         warn!(error = %e, "metadata quorum shutdown failed");
     }
     info!("clean shutdown complete");
     Ok(())
+}
+
+/// Logs readiness and prints the one ready line on stdout that scripts and tests wait for.
+fn announce_ready(
+    endpoint: &BrokerEndpoint,
+    cluster: &Cluster,
+    settings: &Settings,
+    bound: std::net::SocketAddr,
+) {
+    info!(
+        node_id = endpoint.node_id,
+        cluster_id = %cluster.cluster_id(),
+        data_dir = %settings.data_dir.display(),
+        advertised = %format!("{}:{}", endpoint.host, endpoint.port),
+        "millrace ready"
+    );
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(
+        out,
+        "millrace ready: node {} listening on {bound} (advertised {}:{}, cluster {})",
+        endpoint.node_id,
+        endpoint.host,
+        endpoint.port,
+        cluster.cluster_id()
+    );
+    let _ = out.flush();
 }
 
 /// Asks the controller to move this broker's leaderships away, and waits (bounded) until it did.
@@ -286,6 +324,18 @@ async fn controlled_shutdown(node: &node::Node, config: &BrokerConfig) {
         .get("controlled.shutdown.enable")
         .is_none_or(|v| v.trim().eq_ignore_ascii_case("true"));
     if !enabled {
+        return;
+    }
+    // Like Kafka's BrokerLifecycleManager: only a registered, unfenced broker can lead, so only
+    // it has leaderships to move; a broker still waiting to register (its previous session
+    // has not expired) or fenced stops at once instead of waiting out the bound for nothing.
+    let leads_maybe = node
+        .lifecycle
+        .watch()
+        .borrow()
+        .is_some_and(|r| !r.fenced && !r.shut_down);
+    if !leads_maybe {
+        info!("shutting down: not registered or fenced, so no leaderships to move");
         return;
     }
     node.lifecycle.begin_controlled_shutdown();

@@ -346,3 +346,77 @@ async fn two_brokers_have_different_cluster_ids() {
         "fresh data dirs must get distinct cluster ids"
     );
 }
+
+/// How long the restarted broker of `sigterm_before_ready_stops_cleanly` cannot register: its
+/// previous incarnation's session stays valid this long after the controller starts.
+const LONG_SESSION: &str = "broker.session.timeout.ms=60000";
+
+/// A SIGTERM that arrives before the broker is ready still stops it cleanly and promptly: exit
+/// 0, no ready line, the clean-shutdown marker written. Here the broker is restarted right after
+/// `kill -9`, so it cannot register (its old session has not expired) and is never ready; it
+/// leads nothing, so no controlled shutdown is waited for.
+#[test]
+fn sigterm_before_ready_stops_cleanly() {
+    let mut broker = Broker::start_with(&[LONG_SESSION]);
+    broker.kill9();
+    let log_path = broker.data_dir().with_extension("restart.log");
+    let log = std::fs::File::create(&log_path).expect("create log file");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_millrace"))
+        .arg("--data-dir")
+        .arg(broker.data_dir())
+        .arg("--listen")
+        .arg(broker.bootstrap())
+        .args(["--set", LONG_SESSION])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::from(log))
+        .spawn()
+        .expect("spawn millrace");
+    let log_text = || std::fs::read_to_string(&log_path).unwrap_or_default();
+    let deadline = Instant::now() + STARTUP_TIMEOUT;
+    while !log_text().contains("broker registration failed") {
+        assert!(
+            Instant::now() < deadline,
+            "the restarted broker never tried to register; stderr:\n{}",
+            log_text()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let started = Instant::now();
+    let status = std::process::Command::new("kill")
+        .arg("-TERM")
+        .arg(child.id().to_string())
+        .status()
+        .expect("run kill -TERM");
+    assert!(status.success(), "kill -TERM failed: {status:?}");
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("try_wait on broker") {
+            break status;
+        }
+        if started.elapsed() > SHUTDOWN_TIMEOUT {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "no exit {SHUTDOWN_TIMEOUT:?} after SIGTERM; stderr:\n{}",
+                log_text()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let took = started.elapsed();
+    let mut stdout = String::new();
+    let _ =
+        std::io::Read::read_to_string(&mut child.stdout.take().expect("piped stdout"), &mut stdout);
+    assert!(
+        status.success(),
+        "SIGTERM before ready: exit status {status:?}; stderr:\n{}",
+        log_text()
+    );
+    assert!(!stdout.contains("millrace ready"), "stdout: {stdout}");
+    assert!(
+        took < Duration::from_secs(5),
+        "SIGTERM before ready took {took:?}"
+    );
+    assert!(broker.data_dir().join(".clean-shutdown").exists());
+    let _ = std::fs::remove_file(&log_path);
+}

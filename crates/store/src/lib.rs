@@ -51,6 +51,7 @@ pub mod validator;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
@@ -69,6 +70,7 @@ pub use producer_state::{BatchMetadata, ProducerStateEntry};
 pub use shared::DurableListener;
 
 use checkpoint::{CLEAN_SHUTDOWN_FILE, HIGH_WATERMARK_FILE, LOG_START_FILE, RECOVERY_POINT_FILE};
+use limits::SHUTDOWN_THREADS;
 use partition_dir::DELETE_SUFFIX;
 use recovery::PartitionCheckpoints;
 use shared::StoreShared;
@@ -348,9 +350,9 @@ impl Store {
             return Err(StoreError::Offline(reason));
         }
         let logs: Vec<Arc<PartitionLog>> = self.partitions.read().values().cloned().collect();
-        for log in &logs {
-            log.close()?;
-        }
+        close_all(&logs)?;
+        // Every partition's files are durable now (`close_all` returned only after each
+        // `close` did): the checkpoints and the marker may vouch for them.
         self.shared.write_offset_checkpoints()?;
         let marker = self.shared.data_dir().join(CLEAN_SHUTDOWN_FILE);
         checkpoint::write_atomic(&*self.shared.storage, &marker, b"")
@@ -366,6 +368,44 @@ impl Store {
         if let Some(handle) = self.flusher_thread.lock().take() {
             let _ = handle.join();
         }
+    }
+}
+
+/// Closes every log (`PartitionLog::close`: fsyncs, active indexes, a producer snapshot, a
+/// directory fsync) on up to `SHUTDOWN_THREADS` threads at once, and returns once all are closed
+/// or one failed. After the first error no further log is started; the error is returned (the
+/// caller then writes no marker).
+fn close_all(logs: &[Arc<PartitionLog>]) -> Result<(), StoreError> {
+    let next = AtomicUsize::new(0);
+    let failed: Mutex<Option<StoreError>> = Mutex::new(None);
+    // Each call takes logs one at a time until none is left or one failed: every log is closed
+    // at most once, so the loop ends after at most `logs.len()` closes in all.
+    let work = || loop {
+        if failed.lock().is_some() {
+            return;
+        }
+        let Some(log) = logs.get(next.fetch_add(1, Ordering::SeqCst)) else {
+            return;
+        };
+        if let Err(e) = log.close() {
+            failed.lock().get_or_insert(e);
+            return;
+        }
+    };
+    let helpers = SHUTDOWN_THREADS.min(logs.len()).saturating_sub(1);
+    std::thread::scope(|scope| {
+        for i in 0..helpers {
+            // A helper that cannot be spawned leaves its share to the others (this thread
+            // always works too), so a failed spawn costs time, never a log.
+            let _ = std::thread::Builder::new()
+                .name(format!("millrace-close-{i}"))
+                .spawn_scoped(scope, work);
+        }
+        work();
+    });
+    match failed.into_inner() {
+        Some(e) => Err(e),
+        None => Ok(()),
     }
 }
 

@@ -254,6 +254,30 @@ impl PartitionLog {
         Ok(())
     }
 
+    /// `write_snapshot`, unless the snapshot file at `offset` already holds exactly these bytes
+    /// (nothing changed since it was written, as for an idle partition that was opened and is
+    /// closed again): then it is fdatasynced where it is, so that closing an idle partition
+    /// creates, renames and deletes no file. Either way the snapshot is durable on return, but for
+    /// its directory entry, which `close` fsyncs next.
+    fn write_snapshot_unless_on_disk(&self, offset: i64, payload: &[u8]) -> Result<(), StoreError> {
+        let path = snapshot_path(&self.dir, offset);
+        let same = match checkpoint::read_bounded(&path) {
+            Ok(Some(on_disk)) => on_disk == checkpoint::encode_snapshot(offset, payload),
+            // Missing, or unreadable (the write below reports what is wrong).
+            Ok(None) | Err(_) => false,
+        };
+        if !same {
+            return self.write_snapshot(offset, payload);
+        }
+        let storage = &*self.shared.storage;
+        let file = storage
+            .open(&path, false)
+            .map_err(|e| StoreError::io(format!("open {}", path.display()), e))?;
+        storage
+            .sync(&file)
+            .map_err(|e| StoreError::io(format!("fdatasync {}", path.display()), e))
+    }
+
     pub(super) fn write_epoch_checkpoint(&self, entries: &[(i32, i64)]) -> Result<(), StoreError> {
         let path = self.dir.join(LEADER_EPOCH_FILE);
         let bytes = checkpoint::encode_epochs(entries);
@@ -300,7 +324,7 @@ impl PartitionLog {
                 .map_err(|e| StoreError::io(format!("fdatasync {}", path.display()), e))?;
         }
         let leo = inner.log_end_offset;
-        self.write_snapshot(leo, &inner.producers.encode())?;
+        self.write_snapshot_unless_on_disk(leo, &inner.producers.encode())?;
         storage
             .sync_dir(&self.dir)
             .map_err(|e| StoreError::io(format!("fsync {}", self.dir.display()), e))?;
