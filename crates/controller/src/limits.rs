@@ -38,4 +38,13 @@ pub const RECORDS_PER_USER_OP_MAX: usize = 10_000;
 /// (Kafka's `MAX_ELECTIONS_PER_IMBALANCE`). Enforced by `Controller::rebalance_leaders`.
 pub const LEADER_REBALANCE_ELECTIONS_MAX: usize = 1_000;
 
+/// Bytes: a decision whose metadata entry would encode past this is committed as several entries
+/// when its records allow it (leader and ISR changes, then the broker's own record last, as
+/// Kafka's controller writes a fencing or a controlled shutdown); see `service::entries_of`.
+/// Half the quorum's bound on one entry: without the split a broker leading more than ~4,000
+/// partitions could be neither fenced nor shut down (each change is ~240 bytes).
+pub const DECISION_ENTRY_BYTES_TARGET: usize = 512 * 1024;
+
 const _: () = assert!(LEADER_REBALANCE_ELECTIONS_MAX <= RECORDS_PER_USER_OP_MAX);
+const _: () =
+    assert!(2 * DECISION_ENTRY_BYTES_TARGET <= millrace_quorum::limits::ENTRY_PAYLOAD_BYTES_MAX);

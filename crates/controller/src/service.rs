@@ -23,7 +23,9 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::controller::{Controller, ControllerConfig, Decision};
-use crate::limits::{CONTROLLER_QUEUE_MAX, CONTROLLER_TICK_MS, PROPOSE_TIMEOUT_MS};
+use crate::limits::{
+    CONTROLLER_QUEUE_MAX, CONTROLLER_TICK_MS, DECISION_ENTRY_BYTES_TARGET, PROPOSE_TIMEOUT_MS,
+};
 use crate::messages::{ControllerError, ControllerRequest, ControllerResponse};
 use crate::quorum::{MetadataQuorum, ProposeError};
 
@@ -168,12 +170,21 @@ impl DecisionLoop {
         self.commit(decision).await
     }
 
-    /// Commits the decision's records (if any) and returns its answer.
+    /// Commits the decision's records (if any) and returns its answer: one entry, or several in
+    /// order when it is too large for one and may be split (`entries_of`); the answer waits for
+    /// the last, and a failure stops the rest (the requester retries against the new image).
     async fn commit(&mut self, decision: Decision) -> ControllerResponse {
         if decision.records.is_empty() {
             return decision.response;
         }
-        match self.propose(MetadataBatch::new(decision.records)).await {
+        let mut result = Ok(0);
+        for entry in entries_of(decision.records) {
+            result = self.propose(MetadataBatch::new(entry)).await;
+            if result.is_err() {
+                break;
+            }
+        }
+        match result {
             Ok(offset) => {
                 let mut response = decision.response;
                 if let ControllerResponse::Registered { broker_epoch } = &mut response {
@@ -253,5 +264,117 @@ impl DecisionLoop {
         self.active_term = Some(view.term);
         info!(term = view.term, "this node is the active controller");
         true
+    }
+}
+/// The entries one decision's records are committed in. One entry unless it would encode past
+/// `DECISION_ENTRY_BYTES_TARGET` and every record is a partition change or a broker's state
+/// change (fencing, unfencing, controlled shutdown, unregistration): then the partition changes
+/// fill entries in order and the broker records come last, so that no image shows a broker's new
+/// state before its partitions moved. Kafka's controller writes these non-atomically too. Topic
+/// creation and deletion, registration and bootstrap stay one entry whatever their size.
+fn entries_of(records: Vec<MetadataRecord>) -> Vec<Vec<MetadataRecord>> {
+    let sizes: Vec<usize> = records
+        .iter()
+        .map(|r| serde_json::to_vec(r).map_or(0, |v| v.len() + 1))
+        .collect();
+    let splittable = records.iter().all(|r| {
+        matches!(
+            r,
+            MetadataRecord::PartitionChange { .. }
+                | MetadataRecord::FenceBroker { .. }
+                | MetadataRecord::UnfenceBroker { .. }
+                | MetadataRecord::BeginControlledShutdown { .. }
+                | MetadataRecord::UnregisterBroker { .. }
+        )
+    });
+    if !splittable || sizes.iter().sum::<usize>() <= DECISION_ENTRY_BYTES_TARGET {
+        return vec![records];
+    }
+    let mut entries: Vec<Vec<MetadataRecord>> = Vec::new();
+    let mut current: Vec<MetadataRecord> = Vec::new();
+    let mut current_bytes = 0usize;
+    let mut broker_records = Vec::new();
+    for (record, size) in records.into_iter().zip(sizes) {
+        if !matches!(record, MetadataRecord::PartitionChange { .. }) {
+            broker_records.push(record);
+            continue;
+        }
+        if !current.is_empty() && current_bytes + size > DECISION_ENTRY_BYTES_TARGET {
+            entries.push(std::mem::take(&mut current));
+            current_bytes = 0;
+        }
+        current_bytes += size;
+        current.push(record);
+    }
+    current.extend(broker_records);
+    entries.push(current);
+    entries
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn change(partition: i32) -> MetadataRecord {
+        MetadataRecord::PartitionChange {
+            topic_id: uuid::Uuid::from_bytes([7; 16]),
+            partition,
+            leader: Some(-1),
+            isr: Some(vec![2, 3]),
+            elr: None,
+            last_known_elr: None,
+            replicas: None,
+            adding_replicas: None,
+            removing_replicas: None,
+            bump_leader_epoch: false,
+        }
+    }
+
+    #[test]
+    fn a_large_fencing_is_split_with_the_fence_last() {
+        let fence = MetadataRecord::FenceBroker {
+            node_id: 1,
+            broker_epoch: 5,
+        };
+        let mut records = vec![fence.clone()];
+        records.extend((0..10_000).map(change));
+        let whole = MetadataBatch::new(records.clone()).encode().len();
+        assert!(whole > DECISION_ENTRY_BYTES_TARGET, "{whole} bytes");
+        let entries = entries_of(records);
+        assert!(entries.len() > 1, "{} entries", entries.len());
+        for e in &entries {
+            let bytes = MetadataBatch::new(e.clone()).encode().len();
+            assert!(
+                bytes <= DECISION_ENTRY_BYTES_TARGET + 64,
+                "entry of {bytes} bytes"
+            );
+        }
+        let flat: Vec<MetadataRecord> = entries.into_iter().flatten().collect();
+        assert_eq!(flat.last(), Some(&fence));
+        let partitions: Vec<i32> = flat
+            .iter()
+            .filter_map(|r| match r {
+                MetadataRecord::PartitionChange { partition, .. } => Some(*partition),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(partitions, (0..10_000).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn small_or_atomic_decisions_stay_one_entry() {
+        let small = vec![
+            MetadataRecord::FenceBroker {
+                node_id: 1,
+                broker_epoch: 5,
+            },
+            change(0),
+        ];
+        assert_eq!(entries_of(small.clone()), vec![small]);
+        let mut big_removal: Vec<MetadataRecord> = (0..10_000).map(change).collect();
+        big_removal.push(MetadataRecord::RemoveTopic {
+            topic_id: uuid::Uuid::from_bytes([7; 16]),
+        });
+        assert_eq!(entries_of(big_removal).len(), 1);
     }
 }
