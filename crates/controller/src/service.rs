@@ -316,18 +316,12 @@ mod tests {
     use super::*;
 
     fn change(partition: i32) -> MetadataRecord {
-        MetadataRecord::PartitionChange {
-            topic_id: uuid::Uuid::from_bytes([7; 16]),
-            partition,
+        millrace_cluster::records::PartitionChangeBuilder {
             leader: Some(-1),
             isr: Some(vec![2, 3]),
-            elr: None,
-            last_known_elr: None,
-            replicas: None,
-            adding_replicas: None,
-            removing_replicas: None,
-            bump_leader_epoch: false,
+            ..MetadataRecord::partition_change(uuid::Uuid::from_bytes([7; 16]), partition)
         }
+        .build()
     }
 
     #[test]
