@@ -5,6 +5,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TERM_COLOR=never
+# A clean build gains nothing from incremental compilation; its caches only take disk.
+export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 
 need_apt=()
 command -v cmake >/dev/null || need_apt+=(cmake)
