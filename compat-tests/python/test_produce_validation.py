@@ -29,7 +29,7 @@ import time
 from typing import List, Optional, Tuple
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import TIMESTAMP_CREATE_TIME, Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka.record.util import calc_crc32c, encode_varint
 
@@ -332,12 +332,20 @@ def test_log_append_time_topics_ignore_record_timestamps(broker, conn):
     assert (code, base) == (NONE, 0), msg
 
 
-def test_producer_set_log_append_time_is_accepted(broker, conn):
-    """Kafka 4.1 accepts a producer's LogAppendTime bit (it stores the topic's type)."""
+def test_producer_set_log_append_time_is_stored_as_create_time(broker, conn):
+    """Kafka 4.1 accepts a producer's LogAppendTime bit and stores the topic's type."""
     topic = unique_topic("ts-producer-lat")
     create_topic(broker, topic)
     ts = now_ms() - 60_000
     code, base, _, msg = conn.produce(topic, batch(record(0, b"a", b"0"), 1, ts,
                                                    attributes=ATTR_LOG_APPEND_TIME))
     assert (code, base) == (NONE, 0), msg
-    assert len(read_all(broker, topic, 1)) == 1
+    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "produce-validation-unused",
+                  "enable.auto.commit": False})
+    try:
+        c.assign([TopicPartition(topic, 0, 0)])
+        m = wait_until(lambda: c.poll(0.5), OP_TIMEOUT, what="the record")
+        assert m.error() is None, m.error()
+        assert m.timestamp() == (TIMESTAMP_CREATE_TIME, ts)
+    finally:
+        c.close()

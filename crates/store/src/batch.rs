@@ -6,7 +6,9 @@
 //! producerId 43:8 · producerEpoch 51:2 · baseSequence 53:4 · recordCount 57:4 · records 61:….
 //!
 //! Invariant: the store changes only baseOffset and partitionLeaderEpoch (not covered by the CRC),
-//! plus attributes/maxTimestamp and the CRC for `LogAppendTime` topics. Pure functions, no I/O.
+//! plus attributes/maxTimestamp and the CRC for `LogAppendTime` topics, and maxTimestamp and the
+//! CRC on CreateTime topics when a producer's maxTimestamp is not its records' largest or it set
+//! the LogAppendTime bit (`set_create_time`). Pure functions, no I/O.
 
 use crate::limits::{BATCH_HEADER_BYTES, BATCH_LENGTH_MIN, LOG_OVERHEAD_BYTES};
 
@@ -371,6 +373,23 @@ pub fn set_log_append_time(batch: &mut [u8], now_ms: i64) {
     }
     if let Some(s) = batch.get_mut(35..43) {
         s.copy_from_slice(&now_ms.to_be_bytes());
+    }
+    rewrite_crc(batch);
+}
+
+/// Marks the batch CreateTime with `maxTimestamp` = the largest record timestamp (as the leader
+/// computed it) and recomputes the CRC; nothing is written when the batch already says so. Kafka
+/// does the same: the stored batch carries the topic's timestamp type, whatever the producer set.
+pub fn set_create_time(batch: &mut [u8], max_timestamp: i64) {
+    let attrs = be_i16(batch, 21);
+    if attrs & ATTR_LOG_APPEND_TIME == 0 && be_i64(batch, 35) == max_timestamp {
+        return;
+    }
+    if let Some(s) = batch.get_mut(21..23) {
+        s.copy_from_slice(&(attrs & !ATTR_LOG_APPEND_TIME).to_be_bytes());
+    }
+    if let Some(s) = batch.get_mut(35..43) {
+        s.copy_from_slice(&max_timestamp.to_be_bytes());
     }
     rewrite_crc(batch);
 }

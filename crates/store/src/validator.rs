@@ -59,7 +59,8 @@ impl TimestampWindow {
 /// What the walk learned about a batch that passed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Checked {
-    /// The largest record timestamp (`-1` when every record has none).
+    /// The largest record timestamp (CreateTime; `-1` when every record has none). The leader
+    /// stores this as the batch's maxTimestamp, as Kafka does, whatever the producer wrote.
     pub max_timestamp: i64,
 }
 

@@ -52,7 +52,8 @@ fn record_rules(config: &LogConfig, now: i64) -> RecordRules {
 }
 
 /// Validates every batch of a client's `records`: structure, CRC and size (`batch::validate`),
-/// then every record (`validator`) → (position, header) of each.
+/// then every record (`validator`) → (position, header) of each, the header's maxTimestamp being
+/// the largest record timestamp.
 fn validate_batches(
     records: &[u8],
     config: &LogConfig,
@@ -73,11 +74,10 @@ fn validate_batches(
                 });
             }
         }
-        let h = batch::validate(rest).map_err(batch_error)?;
-        // The batch is stored as sent (its maxTimestamp included): rewriting it on CreateTime
-        // topics, as Kafka does, made kafka-python groups rebalance in a loop (see the closing
-        // notes of 2026-12-01); left for a follow-up.
-        validator::check_client_batch(rest.get(..h.total_size()).unwrap_or(&[]), &h, &rules)?;
+        let mut h = batch::validate(rest).map_err(batch_error)?;
+        let checked =
+            validator::check_client_batch(rest.get(..h.total_size()).unwrap_or(&[]), &h, &rules)?;
+        h.max_timestamp = checked.max_timestamp;
         batches.push((pos, h));
         pos += h.total_size();
         if batches.len() > BATCHES_PER_APPEND_MAX {
@@ -160,6 +160,9 @@ impl PartitionLog {
                 batch::set_log_append_time(b, now);
                 h.max_timestamp = now;
                 h.attributes |= batch::ATTR_LOG_APPEND_TIME;
+            } else {
+                batch::set_create_time(b, h.max_timestamp);
+                h.attributes &= !batch::ATTR_LOG_APPEND_TIME;
             }
             next = h.next_offset();
         }
