@@ -15,6 +15,7 @@
 
 mod groups_log;
 mod node;
+mod observe;
 mod settings;
 
 use std::io::Write;
@@ -33,7 +34,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
-use crate::settings::{Cli, Settings};
+use crate::settings::{Cli, LogFormat, Settings};
 
 /// Exit code for bad settings (as `sysexits`' EX_USAGE is to shells: "you asked for something wrong").
 const EXIT_BAD_SETTINGS: u8 = 2;
@@ -49,7 +50,7 @@ const MAINTENANCE_TICK_MAX: Duration = Duration::from_secs(1);
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging();
+    init_logging(cli.log_format);
     let fail_sync_of = std::env::var(FAIL_SYNC_KNOB).ok();
     let env = std::env::vars().filter(|(k, _)| k != FAIL_SYNC_KNOB);
     let settings = match Settings::resolve(&cli, env) {
@@ -102,15 +103,20 @@ fn main() -> ExitCode {
     }
 }
 
-fn init_logging() {
+/// Logs go to stderr, filtered by `MILLRACE_LOG` (else `RUST_LOG`, else `info`), as text lines
+/// or, with `--log-format json`, one JSON object per line.
+fn init_logging(format: LogFormat) {
     let filter = std::env::var("MILLRACE_LOG")
         .or_else(|_| std::env::var("RUST_LOG"))
         .unwrap_or_else(|_| "info".to_string());
-    tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
         .with_writer(std::io::stderr)
-        .with_ansi(false)
-        .init();
+        .with_ansi(false);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().flatten_event(true).init(),
+    }
 }
 
 /// Installs the SIGTERM and SIGINT handlers now (inside the runtime), and returns a future that
@@ -158,6 +164,24 @@ async fn run(
         .await
         .with_context(|| format!("cannot listen on {}", settings.listen))?;
     let bound = listener.local_addr().context("listener address")?;
+    // The HTTP listener comes up before the store opens, so /health and /ready answer during a
+    // long recovery.
+    let observer = observe::Observer::new();
+    let http_stop = CancellationToken::new();
+    let http = match settings.http_listen {
+        Some(addr) => {
+            let http_listener = TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("cannot listen on {addr} (millrace.http.listen)"))?;
+            info!(address = %http_listener.local_addr().context("HTTP listener address")?, "HTTP listener (metrics, health, readiness)");
+            Some(tokio::spawn(observe::serve(
+                http_listener,
+                observer.clone(),
+                http_stop.clone(),
+            )))
+        }
+        None => None,
+    };
     let (host, port) = settings.advertised.clone().unwrap_or_else(|| {
         let ip = bound.ip();
         let host = if ip.is_unspecified() {
@@ -212,6 +236,14 @@ async fn run(
     let groups = open_group_coordinator(&config, &settings.data_dir, &node);
     follow_offsets_leadership(&node, &groups);
     let ready = node.start_publishing(&store, &settings.data_dir, &token);
+    observer.attach(observe::BrokerView {
+        cluster: cluster.clone(),
+        replicas: node.replicas.clone(),
+        groups: groups.clone(),
+        quorum: node.quorum.clone(),
+        node_ready: ready.clone(),
+        partition_level: config.metrics_partition_level(),
+    });
     let producer_ids = Arc::new(ProducerIdAllocator::new(
         node.controller.clone(),
         node.lifecycle.clone(),
@@ -287,6 +319,10 @@ async fn run(
     );
     if let Err(e) = node.quorum.quorum().shutdown().await {
         warn!(error = %e, "metadata quorum shutdown failed");
+    }
+    http_stop.cancel();
+    if let Some(http) = http {
+        let _ = http.await;
     }
     info!("clean shutdown complete");
     Ok(())

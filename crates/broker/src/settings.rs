@@ -43,6 +43,8 @@ const NON_CONFIG_ENV: &[&str] = &[
     "ADVERTISED_LISTENER",
     "CONFIG",
     "LOG",
+    "LOG_FORMAT",
+    "HTTP_LISTEN",
     "BIN",
     "START_TIMEOUT",
     "BUILD_TIMEOUT",
@@ -83,6 +85,20 @@ pub struct Cli {
     /// controller.quorum.voters). Without it the broker is a single-node cluster.
     #[arg(long, env = "MILLRACE_CONTROLLER_VOTERS")]
     pub controller_voters: Option<String>,
+    /// host:port of the HTTP listener serving /metrics, /health and /ready (config
+    /// millrace.http.listen; off when unset).
+    #[arg(long, env = "MILLRACE_HTTP_LISTEN")]
+    pub http_listen: Option<String>,
+    /// Log line format on stderr: `text` (default) or `json` (one object per line).
+    #[arg(long, env = "MILLRACE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+}
+
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
 }
 
 /// This node in a controller quorum.
@@ -108,6 +124,8 @@ pub struct Settings {
     pub quorum: Option<QuorumSettings>,
     /// Test only: inter-broker addresses replacing the registered ones.
     pub peer_addresses: BTreeMap<i32, String>,
+    /// The HTTP listener (metrics, health, readiness); `None` = off.
+    pub http_listen: Option<SocketAddr>,
 }
 
 /// A settings problem: always names the key or flag at fault.
@@ -173,6 +191,20 @@ fn env_layer(vars: impl Iterator<Item = (String, String)>) -> BTreeMap<String, S
     .collect()
 }
 
+/// A listener's `host:port` (as [`parse_host_port`] reads it) resolved to the address to bind.
+fn bind_address(what: &str, text: &str) -> Result<SocketAddr, SettingsError> {
+    let (host, port) = parse_host_port(what, text)?;
+    format!("{host}:{port}")
+        .parse()
+        .or_else(|_| {
+            std::net::ToSocketAddrs::to_socket_addrs(&(host.as_str(), port))
+                .ok()
+                .and_then(|mut a| a.next())
+                .ok_or(())
+        })
+        .map_err(|_| invalid(what, text, "not an address this host can bind"))
+}
+
 /// `PLAINTEXT://host:port` or plain `host:port`: one listener of a served security protocol.
 /// A list of several is refused rather than served in part, as is `SSL://` and the like.
 fn parse_host_port(what: &str, value: &str) -> Result<(String, u16), SettingsError> {
@@ -235,6 +267,9 @@ impl Settings {
         if let Some(l) = &cli.controller_listen {
             flags.insert("controller.listener".to_string(), l.clone());
         }
+        if let Some(l) = &cli.http_listen {
+            flags.insert("millrace.http.listen".to_string(), l.clone());
+        }
         let config = BrokerConfig::from_layers([&file, &env, &sets, &flags])?;
 
         let data_dir = cli
@@ -252,22 +287,7 @@ impl Settings {
                     .to_string(),
             ),
         };
-        let (host, port) = parse_host_port(listen_what, &listen_text)?;
-        let listen: SocketAddr = format!("{host}:{port}")
-            .parse()
-            .or_else(|_| {
-                std::net::ToSocketAddrs::to_socket_addrs(&(host.as_str(), port))
-                    .ok()
-                    .and_then(|mut a| a.next())
-                    .ok_or(())
-            })
-            .map_err(|_| {
-                invalid(
-                    listen_what,
-                    &listen_text,
-                    "not an address this host can bind",
-                )
-            })?;
+        let listen = bind_address(listen_what, &listen_text)?;
         let advertised = match (
             &cli.advertised_listener,
             config.explicit("advertised.listeners"),
@@ -277,6 +297,10 @@ impl Settings {
             (None, None) => None,
         };
         let quorum = quorum_settings(&config)?;
+        let http_listen = match config.explicit("millrace.http.listen") {
+            Some(text) => Some(bind_address("millrace.http.listen", text)?),
+            None => None,
+        };
         let peer_addresses = match peer_addresses_var {
             Some(v) => parse_peer_addresses(&v)?,
             None => BTreeMap::new(),
@@ -288,6 +312,7 @@ impl Settings {
             advertised,
             quorum,
             peer_addresses,
+            http_listen,
         })
     }
 }
@@ -362,22 +387,7 @@ fn quorum_settings(config: &BrokerConfig) -> Result<Option<QuorumSettings>, Sett
             ))
         }
     };
-    let (host, port) = parse_host_port("--controller-listen", &listen_text)?;
-    let listen: SocketAddr = format!("{host}:{port}")
-        .parse()
-        .or_else(|_| {
-            std::net::ToSocketAddrs::to_socket_addrs(&(host.as_str(), port))
-                .ok()
-                .and_then(|mut a| a.next())
-                .ok_or(())
-        })
-        .map_err(|_| {
-            invalid(
-                "--controller-listen",
-                &listen_text,
-                "not an address this host can bind",
-            )
-        })?;
+    let listen = bind_address("--controller-listen", &listen_text)?;
     Ok(Some(QuorumSettings {
         voters,
         listen,

@@ -293,6 +293,9 @@ pub static BROKER_CONFIGS: &[ConfigDef] = &[
     def("leader.imbalance.check.interval.seconds", "300", LONG_POS),
     def("leader.imbalance.per.broker.percentage", "10", INT_NONNEG),
     def("controlled.shutdown.enable", "true", ConfigType::Bool),
+    // Millrace's own: the HTTP listener (metrics, health, readiness) and the metrics' cardinality.
+    nodef("millrace.http.listen", ConfigType::Str),
+    def("millrace.metrics.partition.level", "true", ConfigType::Bool),
 ];
 
 /// One topic-level key and the broker key it falls back to.
@@ -639,6 +642,10 @@ impl BrokerConfig {
     }
     pub fn default_replication_factor(&self) -> i16 {
         self.long_or("default.replication.factor", 1) as i16
+    }
+    /// `millrace.metrics.partition.level`: serve the series labelled by partition.
+    pub fn metrics_partition_level(&self) -> bool {
+        self.bool_or("millrace.metrics.partition.level", true)
     }
     pub fn auto_create_topics(&self) -> bool {
         self.bool_or("auto.create.topics.enable", true)

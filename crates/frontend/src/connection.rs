@@ -52,9 +52,12 @@ pub async fn serve_connection(
     let mut frames = BufReader::with_capacity(READ_BUFFER_BYTES, read_half);
     let (queue, mut answers) = mpsc::channel::<Pending>(IN_FLIGHT_REQUESTS_PER_CONNECTION_MAX);
 
+    let in_flight = &millrace_metrics::global().requests_in_flight;
     let writer = tokio::spawn(async move {
         while let Some(pending) = answers.recv().await {
-            match pending.await {
+            let answered = pending.await;
+            in_flight.dec();
+            match answered {
                 Ok(Ok(Some(chunks))) => {
                     if let Err(e) = write_chunks(&mut write_half, &chunks).await {
                         debug!(%peer, error = %e, "write failed");
@@ -71,6 +74,11 @@ pub async fn serve_connection(
                     break;
                 }
             }
+        }
+        // Requests still queued behind a failed write are never answered.
+        answers.close();
+        while answers.recv().await.is_some() {
+            in_flight.dec();
         }
         let _ = write_half.shutdown().await;
     });
@@ -94,7 +102,9 @@ pub async fn serve_connection(
         };
         match dispatch(&ctx, frame, peer) {
             Ok(pending) => {
+                in_flight.inc();
                 if queue.send(pending).await.is_err() {
+                    in_flight.dec();
                     break;
                 }
             }

@@ -10,6 +10,7 @@
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Instant;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{
@@ -26,9 +27,12 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::{Decodable, Encodable};
 use tokio::task::JoinHandle;
 
+use millrace_metrics::{ApiErrorLabels, ApiLabels};
+
 use crate::api;
+use crate::response_errors::{error_name, ResponseErrors};
 use crate::splice;
-use crate::versions::{advertised, PRODUCE_VERSION_SERVED_MIN};
+use crate::versions::{advertised, api_name, PRODUCE_VERSION_SERVED_MIN};
 use crate::BrokerContext;
 
 /// A response being prepared, as the chunks to write in order (usually one; a Fetch response is
@@ -42,6 +46,8 @@ struct Route {
     key: ApiKey,
     version: i16,
     correlation_id: i32,
+    /// When the whole request had been read (the request-duration metric starts here).
+    started: Instant,
 }
 
 /// Decodes and starts one request. `Err` carries the reason to close the connection.
@@ -50,6 +56,7 @@ pub fn dispatch(
     frame: Bytes,
     peer: SocketAddr,
 ) -> Result<Pending, String> {
+    let started = Instant::now();
     let (Some(key_bytes), Some(version_bytes)) = (frame.get(0..2), frame.get(2..4)) else {
         return Err(format!(
             "frame of {} bytes is shorter than a request header",
@@ -70,7 +77,9 @@ pub fn dispatch(
             key,
             version: 0,
             correlation_id: header.correlation_id,
+            started,
         };
+        count_request(route);
         return Ok(ready(route, reply));
     }
     if version < range.min || version > range.max {
@@ -90,7 +99,9 @@ pub fn dispatch(
         key,
         version,
         correlation_id: header.correlation_id,
+        started,
     };
+    count_request(route);
 
     match key {
         ApiKey::Produce => {
@@ -333,13 +344,48 @@ pub fn dispatch(
     }
 }
 
+/// Kafka's RequestsPerSec, by API and version.
+fn count_request(route: Route) {
+    millrace_metrics::global()
+        .requests
+        .get_or_create(&ApiLabels {
+            api: api_name(route.key),
+            version: route.version,
+        })
+        .inc();
+}
+
+/// Kafka's TotalTimeMs and ErrorsPerSec for one answered request (`None`: acks=0, no response).
+fn observe<R: ResponseErrors>(route: Route, response: Option<&R>) {
+    let metrics = millrace_metrics::global();
+    let api = api_name(route.key);
+    metrics
+        .request_duration
+        .get_or_create(&ApiLabels {
+            api,
+            version: route.version,
+        })
+        .observe(route.started.elapsed().as_secs_f64());
+    if let Some(response) = response {
+        response.for_each_error(&mut |code| {
+            metrics
+                .request_errors
+                .get_or_create(&ApiErrorLabels {
+                    api,
+                    error: error_name(code),
+                })
+                .inc();
+        });
+    }
+}
+
 fn decode<T: Decodable>(buf: &mut Bytes, route: Route) -> Result<T, String> {
     T::decode(buf, route.version)
         .map_err(|e| format!("{:?} v{}: malformed request: {e}", route.key, route.version))
 }
 
 /// A response that is already complete.
-fn ready<R: Encodable + Send + 'static>(route: Route, response: R) -> Pending {
+fn ready<R: Encodable + ResponseErrors + Send + 'static>(route: Route, response: R) -> Pending {
     let encoded = encode(route, &response).map(|frame| Some(vec![frame]));
     tokio::spawn(async move { encoded })
 }
@@ -347,7 +393,7 @@ fn ready<R: Encodable + Send + 'static>(route: Route, response: R) -> Pending {
 /// A response that completes later (durability wait, long poll); `respond = false` drops it.
 fn spawn<R, F>(route: Route, response: F, respond: bool) -> Pending
 where
-    R: Encodable + Send + 'static,
+    R: Encodable + ResponseErrors + Send + 'static,
     F: Future<Output = R> + Send + 'static,
 {
     tokio::spawn(async move {
@@ -355,13 +401,15 @@ where
         if respond {
             encode(route, &response).map(|frame| Some(vec![frame]))
         } else {
+            observe(route, None::<&R>);
             Ok(None)
         }
     })
 }
 
 /// Size prefix + response header (at the API's response header version) + body.
-fn encode<R: Encodable>(route: Route, response: &R) -> Result<Bytes, String> {
+fn encode<R: Encodable + ResponseErrors>(route: Route, response: &R) -> Result<Bytes, String> {
+    observe(route, Some(response));
     let header = ResponseHeader::default().with_correlation_id(route.correlation_id);
     let header_version = route.key.response_header_version(route.version);
     let fail = |e: anyhow::Error| {

@@ -18,6 +18,7 @@ pub mod dispatch;
 pub mod error_codes;
 pub mod limits;
 pub mod request_memory;
+pub mod response_errors;
 pub mod server;
 pub mod splice;
 pub mod testing;

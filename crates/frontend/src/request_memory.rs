@@ -104,6 +104,7 @@ impl RequestMemory {
         match granted.checked_add(bytes) {
             Some(total) if total <= ceiling => {
                 *granted = total;
+                set_queue_gauge(total);
                 true
             }
             _ => false,
@@ -114,6 +115,7 @@ impl RequestMemory {
         {
             let mut granted = self.lock();
             *granted = granted.saturating_sub(bytes);
+            set_queue_gauge(*granted);
         }
         self.released.notify_waiters();
     }
@@ -157,6 +159,13 @@ impl AsRef<[u8]> for GrantedBuffer {
     fn as_ref(&self) -> &[u8] {
         &self.buffer
     }
+}
+
+/// The request-queue metric follows the budget's use (set under the budget's lock).
+fn set_queue_gauge(granted: usize) {
+    millrace_metrics::global()
+        .request_queue_bytes
+        .set(i64::try_from(granted).unwrap_or(i64::MAX));
 }
 
 fn small_request_bytes_max() -> usize {

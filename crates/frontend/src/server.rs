@@ -42,19 +42,26 @@ pub async fn run(listener: TcpListener, ctx: Arc<BrokerContext>) {
                 continue;
             }
         };
+        let metrics = millrace_metrics::global();
         if active.load(Ordering::Acquire) >= connections_max {
+            metrics.connections_refused.inc();
             warn!(%peer, connections_max, "refusing connection: max.connections reached");
             drop(stream);
             continue;
         }
         debug!(%peer, "accepted connection");
         active.fetch_add(1, Ordering::AcqRel);
+        metrics.connections_accepted.inc();
+        metrics.connections.inc();
         let active = active.clone();
         let ctx = ctx.clone();
         let limits = limits.clone();
         tracker.spawn(async move {
             serve_connection(stream, peer, ctx, limits).await;
             active.fetch_sub(1, Ordering::AcqRel);
+            let metrics = millrace_metrics::global();
+            metrics.connections.dec();
+            metrics.connections_closed.inc();
         });
     }
     drop(listener);

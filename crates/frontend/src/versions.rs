@@ -8,6 +8,8 @@
 //! Produce v0-2 are advertised like Kafka 4 does but refused when they arrive (the connection is
 //! closed), since magic 0/1 message sets are gone.
 
+use std::sync::OnceLock;
+
 use kafka_protocol::messages::ApiKey;
 
 /// An advertised (key, min, max).
@@ -64,6 +66,25 @@ pub const PRODUCE_VERSION_SERVED_MIN: i16 = 3;
 /// The advertised range of `key`, if it is served at all.
 pub fn advertised(key: ApiKey) -> Option<ApiRange> {
     ADVERTISED.iter().copied().find(|r| r.key == key)
+}
+
+/// The API's name as Kafka spells it ("Produce", "Fetch"), for metric labels; "Unknown" for a key
+/// Millrace does not serve. The names are made once, for the advertised keys only.
+pub fn api_name(key: ApiKey) -> &'static str {
+    static NAMES: OnceLock<Vec<(ApiKey, &'static str)>> = OnceLock::new();
+    NAMES
+        .get_or_init(|| {
+            ADVERTISED
+                .iter()
+                .map(|r| {
+                    let name: &'static str = Box::leak(format!("{:?}", r.key).into_boxed_str());
+                    (r.key, name)
+                })
+                .collect()
+        })
+        .iter()
+        .find(|(k, _)| *k == key)
+        .map_or("Unknown", |(_, name)| name)
 }
 
 #[cfg(test)]

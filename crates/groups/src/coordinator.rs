@@ -133,6 +133,23 @@ pub struct CommitRequest {
     pub partitions: Vec<CommitPartition>,
 }
 
+/// See [`GroupCoordinator::metrics_snapshot`].
+#[derive(Debug, Default)]
+pub struct CoordinatorSnapshot {
+    pub groups: Vec<GroupSnapshot>,
+    /// `__consumer_offsets` partitions led here whose state is still being replayed.
+    pub loading_partitions: usize,
+}
+
+/// One group as the metrics see it.
+#[derive(Debug)]
+pub struct GroupSnapshot {
+    pub group_id: String,
+    pub state: GroupState,
+    /// (topic, partition, committed offset).
+    pub offsets: Vec<(String, i32, i64)>,
+}
+
 /// ListGroups entry.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GroupListing {
@@ -1156,6 +1173,39 @@ impl GroupCoordinator {
                 by_topic.into_iter().collect()
             }
         })
+    }
+
+    // ----- metrics and readiness -----
+
+    /// What the metrics read at scrape time: each group loaded here with its state and committed
+    /// offsets, and how many `__consumer_offsets` partitions led here are still loading. Takes
+    /// each shard's lock once, briefly.
+    pub fn metrics_snapshot(&self) -> CoordinatorSnapshot {
+        let mut out = CoordinatorSnapshot::default();
+        for shard in &self.shards {
+            let shard = shard.lock();
+            match shard.leadership {
+                Leadership::Loaded(_) => {}
+                Leadership::Loading(_) => {
+                    out.loading_partitions += 1;
+                    continue;
+                }
+                Leadership::NotLeader | Leadership::Failed { .. } => continue,
+            }
+            for entry in shard.groups.values() {
+                let g = &entry.group;
+                out.groups.push(GroupSnapshot {
+                    group_id: g.id().to_string(),
+                    state: g.state(),
+                    offsets: g
+                        .offsets
+                        .iter()
+                        .map(|((topic, partition), o)| (topic.clone(), *partition, o.offset))
+                        .collect(),
+                });
+            }
+        }
+        out
     }
 
     // ----- admin -----

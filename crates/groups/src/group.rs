@@ -740,6 +740,7 @@ impl Group {
         self.initial_delay = None;
         self.new_member_added = false;
         self.generation = self.generation.wrapping_add(1).max(1);
+        millrace_metrics::global().group_rebalances.inc();
         if self.members.is_empty() {
             self.protocol_name = None;
             self.leader = None;

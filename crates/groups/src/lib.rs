@@ -27,9 +27,9 @@ mod replay;
 pub mod snapshot;
 
 pub use coordinator::{
-    partition_for, CommitPartition, CommitRequest, CoordinatorConfig, FetchTopics,
-    GroupCoordinator, GroupDescription, GroupListing, LoadHold, MemberDescription, PartitionStatus,
-    Reply,
+    partition_for, CommitPartition, CommitRequest, CoordinatorConfig, CoordinatorSnapshot,
+    FetchTopics, GroupCoordinator, GroupDescription, GroupListing, GroupSnapshot, LoadHold,
+    MemberDescription, PartitionStatus, Reply,
 };
 pub use error::GroupError;
 pub use group::{

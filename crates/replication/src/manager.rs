@@ -141,6 +141,11 @@ impl HostedPartition {
         self.state.lock().replica().epoch_start_offset()
     }
 
+    /// As leader: replica set, ISR and follower progress, for the metrics.
+    pub fn leader_health(&self) -> Option<crate::replica::LeaderHealth> {
+        self.state.lock().replica().leader_health()
+    }
+
     /// As leader: the committed ISR.
     pub fn isr(&self) -> Option<Vec<i32>> {
         self.state.lock().replica().isr().map(<[i32]>::to_vec)

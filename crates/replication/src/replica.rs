@@ -122,6 +122,16 @@ pub enum Action {
     },
 }
 
+/// See [`PartitionReplica::leader_health`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeaderHealth {
+    pub replicas: usize,
+    pub isr: usize,
+    pub under_min_isr: bool,
+    /// `None` with no followers.
+    pub slowest_follower_log_end: Option<i64>,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct FollowerState {
     log_end_offset: i64,
@@ -235,6 +245,24 @@ impl PartitionReplica {
         }
     }
 
+    /// As leader, for the metrics: (replicas, committed ISR size, whether under min ISR, the
+    /// smallest follower log end offset known — 0 for a follower not heard from).
+    pub fn leader_health(&self) -> Option<LeaderHealth> {
+        match &self.role {
+            Role::Leader(l) => Some(LeaderHealth {
+                replicas: l.state.replicas.len(),
+                isr: l.state.isr.len(),
+                under_min_isr: l.state.isr.len() < self.config.min_insync_replicas,
+                slowest_follower_log_end: l
+                    .followers
+                    .values()
+                    .map(|f| f.log_end_offset.max(0))
+                    .min(),
+            }),
+            _ => None,
+        }
+    }
+
     /// As leader: whether `acks=all` must be refused (KIP-966 strict min ISR).
     pub fn is_under_min_isr(&self) -> bool {
         match &self.role {
@@ -305,6 +333,7 @@ impl PartitionReplica {
                         {
                             l.pending_isr = None;
                             l.resend_pending = false;
+                            count_isr_change(&l.state.isr, &state.isr);
                             l.state = state;
                         }
                         // Not newer than what the metadata already settled (which cleared the
@@ -405,6 +434,7 @@ impl PartitionReplica {
                         }
                     }
                     l.followers.retain(|r, _| state.replicas.contains(r));
+                    count_isr_change(&l.state.isr, &state.isr);
                     l.state = state;
                 }
             }
@@ -419,6 +449,7 @@ impl PartitionReplica {
                         (r, FollowerState::unknown(caught_up))
                     })
                     .collect();
+                millrace_metrics::global().leader_elections.inc();
                 self.role = Role::Leader(LeaderState {
                     state,
                     epoch_start_offset: log_end_offset,
@@ -570,6 +601,16 @@ impl PartitionReplica {
             partition_epoch: l.state.partition_epoch,
             isr: with_epochs,
         });
+    }
+}
+
+/// Kafka's IsrShrinksPerSec / IsrExpandsPerSec: one committed ISR change of a partition led here.
+fn count_isr_change(before: &[i32], after: &[i32]) {
+    let metrics = millrace_metrics::global();
+    if after.len() < before.len() {
+        metrics.isr_shrinks.inc();
+    } else if after.len() > before.len() {
+        metrics.isr_expands.inc();
     }
 }
 

@@ -13,13 +13,22 @@
 //! Not here: what a partition syncs. The queue holds `FlushTarget`s, which `log/` implements, so
 //! this module does not depend on the log.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
 use crate::limits::FLUSHER_THREADS;
+
+/// Bytes written to segments since the last flush round began, every store of the process (the
+/// bytes-per-flush metric; one relaxed add per append).
+static WRITTEN_SINCE_ROUND: AtomicU64 = AtomicU64::new(0);
+
+/// Counts `bytes` just written to a segment file.
+pub(crate) fn count_written(bytes: usize) {
+    WRITTEN_SINCE_ROUND.fetch_add(bytes as u64, Ordering::Relaxed);
+}
 
 /// A partition with deferred durability work.
 pub(crate) trait FlushTarget: Send + Sync {
@@ -119,8 +128,12 @@ pub(crate) fn run(queue: Arc<FlushQueue>, interval: Duration) {
         .collect();
     while let Some(round) = queue.take() {
         let started = Instant::now();
+        let bytes = WRITTEN_SINCE_ROUND.swap(0, Ordering::Relaxed);
         flush_round(round, &tx, helpers.len());
         let elapsed = started.elapsed();
+        let metrics = millrace_metrics::global();
+        metrics.log_flush_duration.observe(elapsed.as_secs_f64());
+        metrics.log_flush_bytes.observe(bytes as f64);
         if elapsed < interval && !queue.stop.load(Ordering::SeqCst) {
             std::thread::sleep(interval - elapsed);
         }

@@ -71,6 +71,8 @@ struct Wanted {
 
 struct WantedTopic {
     name: TopicName,
+    /// The topic's name as the metrics label (resolved by id for v13+).
+    label: Arc<str>,
     topic_id: Uuid,
     partitions: Vec<Wanted>,
 }
@@ -117,12 +119,30 @@ pub async fn handle(ctx: Arc<BrokerContext>, request: FetchRequest, version: i16
             || Instant::now() >= deadline
             || ctx.shutdown.is_cancelled();
         if done {
+            if matches!(fetcher, Fetcher::Consumer) {
+                count_bytes_out(&topics, &response);
+            }
             return response;
         }
         tokio::select! {
             _ = &mut notified => {}
             _ = tokio::time::sleep_until(deadline) => {}
             _ = ctx.shutdown.cancelled() => {}
+        }
+    }
+}
+
+/// Kafka's BytesOutPerSec: the record bytes a consumer fetch returns, per topic.
+fn count_bytes_out(topics: &[WantedTopic], response: &FetchResponse) {
+    let metrics = millrace_metrics::global();
+    for (topic, answered) in topics.iter().zip(&response.responses) {
+        let bytes: usize = answered
+            .partitions
+            .iter()
+            .filter_map(|p| p.records.as_ref().map(Bytes::len))
+            .sum();
+        if bytes > 0 {
+            metrics.record_bytes_out(&topic.label, bytes as u64);
         }
     }
 }
@@ -158,7 +178,12 @@ fn resolve(ctx: &Arc<BrokerContext>, request: FetchRequest, version: i16) -> Vec
                     missing: meta.is_none().then_some(missing),
                 })
                 .collect();
+            let label: Arc<str> = match &meta {
+                Some(m) => Arc::from(m.name.as_str()),
+                None => Arc::from(topic.topic.0.as_str()),
+            };
             WantedTopic {
+                label,
                 name: topic.topic,
                 topic_id: topic.topic_id,
                 partitions,

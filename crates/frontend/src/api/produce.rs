@@ -73,6 +73,7 @@ pub fn handle(
     let mut topics: Vec<(kafka_protocol::messages::TopicName, Vec<Outcome>)> = Vec::new();
     for topic in request.topic_data {
         let name = topic.name.0.to_string();
+        let label: Arc<str> = Arc::from(name.as_str());
         let outcomes = topic
             .partition_data
             .into_iter()
@@ -92,7 +93,7 @@ pub fn handle(
                     );
                 }
                 let tp = TopicPartition::new(&name, p.index);
-                append(ctx, &tp, p.records, version, acks)
+                append(ctx, &tp, &label, p.records, version, acks)
             })
             .collect();
         topics.push((topic.name, outcomes));
@@ -152,6 +153,7 @@ pub fn handle(
 fn append(
     ctx: &Arc<BrokerContext>,
     tp: &TopicPartition,
+    label: &Arc<str>,
     records: Option<Bytes>,
     version: i16,
     acks: i16,
@@ -163,6 +165,14 @@ fn append(
     }
     match ctx.replicas.append(tp, &records, acks) {
         Ok((info, wait)) => {
+            if !info.duplicate {
+                let records_in = info.last_offset - info.base_offset + 1;
+                millrace_metrics::global().record_bytes_in(
+                    label,
+                    records.len() as u64,
+                    u64::try_from(records_in).unwrap_or(0),
+                );
+            }
             let mut ok = PartitionProduceResponse::default()
                 .with_index(index)
                 .with_base_offset(info.base_offset)

@@ -238,6 +238,7 @@ impl PartitionLog {
             }
             return Err(StoreError::io(format!("append to {}", path.display()), e).into());
         }
+        crate::flusher::count_written(records.len());
         let mut record_count = 0i64;
         for (pos, h) in batches {
             seg.track_batch(pre_size + *pos as u64, h, config.index_interval_bytes);

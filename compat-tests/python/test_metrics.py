@@ -1,0 +1,232 @@
+"""Goal: an operator's questions are answered over HTTP (issue 17): /metrics in the Prometheus text
+format, parsed here by the `prometheus_client` package's own parser, moves with real client
+traffic (bytes and records in and out, request counts and latency histograms, consumer lag), and
+/ready answers 503 while the group coordinator replays a large __consumer_offsets, 200 after, with
+/health 200 throughout.
+
+Millrace-only: the HTTP listener is Millrace's own surface (Kafka exposes JMX), so this suite does
+not run against the Apache Kafka reference.
+
+Run: .venv/bin/pytest -q compat-tests/python/test_metrics.py (starts its own brokers from
+target/debug/millrace, or MILLRACE_BIN)."""
+
+import os
+import shutil
+import socket
+import threading
+import time
+import urllib.error
+import urllib.request
+import uuid
+
+import pytest
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from prometheus_client.parser import text_string_to_metric_families
+
+from groups_helpers import Broker, create_topic
+from test_dashboard import documented_metrics
+
+PARTITIONS = 2
+PER_PARTITION = 100
+VALUE = b"v" * 100
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def http_get(port, path, timeout=5):
+    """(status, body) or (None, error) when nothing answers."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=timeout) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+    except (urllib.error.URLError, ConnectionError, socket.timeout) as e:
+        return None, str(e)
+
+
+def scrape(port):
+    """{(name, frozenset(labels)): value} of every sample, via prometheus_client's parser."""
+    status, text = http_get(port, "/metrics")
+    assert status == 200, text
+    samples = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            samples[(s.name, frozenset(s.labels.items()))] = s.value
+    return samples
+
+
+def value(samples, name, **labels):
+    return samples.get((name, frozenset((k, str(v)) for k, v in labels.items())), 0.0)
+
+
+def total(samples, name, **labels):
+    """Sum over every series of `name` whose labels include `labels`."""
+    want = {(k, str(v)) for k, v in labels.items()}
+    return sum(v for (n, ls), v in samples.items() if n == name and want <= ls)
+
+
+@pytest.fixture
+def http_broker():
+    port = free_port()
+    b = Broker(settings={"millrace.http.listen": f"127.0.0.1:{port}"}).start()
+    b.http_port = port
+    yield b
+    b.kill()
+
+
+def test_metrics_follow_produce_consume_and_lag(http_broker):
+    b, port = http_broker, http_broker.http_port
+    topic, group = f"metrics-{uuid.uuid4().hex[:8]}", f"g-{uuid.uuid4().hex[:8]}"
+    create_topic(b.bootstrap, topic, PARTITIONS)
+    before = scrape(port)
+    assert value(before, "millrace_ready") == 1.0
+
+    p = Producer({"bootstrap.servers": b.bootstrap, "linger.ms": 5})
+    for i in range(PER_PARTITION):
+        for part in range(PARTITIONS):
+            p.produce(topic, value=VALUE, partition=part)
+    assert p.flush(30) == 0
+
+    # The group consumed half of each partition and committed that.
+    c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": group, "enable.auto.commit": False})
+    c.assign([TopicPartition(topic, part, 0) for part in range(PARTITIONS)])
+    seen = {part: 0 for part in range(PARTITIONS)}
+    deadline = time.time() + 30
+    while sum(seen.values()) < PARTITIONS * PER_PARTITION and time.time() < deadline:
+        m = c.poll(0.5)
+        if m is not None and not m.error():
+            seen[m.partition()] += 1
+    assert seen == {part: PER_PARTITION for part in range(PARTITIONS)}
+    half = PER_PARTITION // 2
+    c.commit(offsets=[TopicPartition(topic, part, half) for part in range(PARTITIONS)], asynchronous=False)
+    c.close()
+
+    after = scrape(port)
+    records_in = value(after, "millrace_topic_records_in_total", topic=topic)
+    assert records_in == PARTITIONS * PER_PARTITION
+    bytes_in = value(after, "millrace_topic_bytes_in_total", topic=topic)
+    # Batches: the values plus per-record and per-batch overhead (at most ~60 bytes a record here).
+    assert PARTITIONS * PER_PARTITION * len(VALUE) <= bytes_in <= PARTITIONS * PER_PARTITION * (len(VALUE) + 60)
+    bytes_out = value(after, "millrace_topic_bytes_out_total", topic=topic)
+    assert bytes_out >= bytes_in, (bytes_out, bytes_in)
+    for part in range(PARTITIONS):
+        assert value(after, "millrace_log_end_offset", topic=topic, partition=part) == PER_PARTITION
+        assert value(after, "millrace_high_watermark", topic=topic, partition=part) == PER_PARTITION
+        assert value(after, "millrace_log_start_offset", topic=topic, partition=part) == 0
+        assert value(after, "millrace_log_size_bytes", topic=topic, partition=part) > 0
+
+    for api in ("Produce", "Fetch"):
+        count = total(after, "millrace_request_duration_seconds_count", api=api) - total(
+            before, "millrace_request_duration_seconds_count", api=api)
+        assert count > 0, api
+        assert total(after, "millrace_requests_total", api=api) > total(before, "millrace_requests_total", api=api)
+        # The +Inf bucket holds every observation.
+        assert total(after, "millrace_request_duration_seconds_bucket", api=api, le="+Inf") == total(
+            after, "millrace_request_duration_seconds_count", api=api)
+
+    # Lag = high watermark - committed = the records the group has not consumed.
+    for part in range(PARTITIONS):
+        assert value(after, "millrace_consumer_group_lag", group=group, topic=topic, partition=part) == PER_PARTITION - half
+    assert value(after, "millrace_consumer_group_lag_sum", group=group) == PARTITIONS * (PER_PARTITION - half)
+    assert value(after, "millrace_groups", state="Empty") >= 1
+    assert value(after, "millrace_log_flush_duration_seconds_count") > value(before, "millrace_log_flush_duration_seconds_count")
+    assert value(after, "millrace_connections_accepted_total") > 0
+    assert value(after, "millrace_partitions") >= PARTITIONS
+    assert value(after, "millrace_under_replicated_partitions") == 0
+    assert value(after, "millrace_active_controller") == 1
+
+    # One refused request: CreateTopics of a topic that exists.
+    with pytest.raises(KafkaException):
+        create_topic(b.bootstrap, topic, PARTITIONS)
+    errors = scrape(port)
+    assert value(errors, "millrace_request_errors_total", api="CreateTopics", error="TOPIC_ALREADY_EXISTS") == 1, {
+        k: v for k, v in errors.items() if k[0] == "millrace_request_errors_total"}
+    check_served_equals_documented(port)
+
+
+def check_served_equals_documented(port):
+    """Every metric family served is in docs/operations.md's table with the same type, and every
+    documented one is served (after traffic: a labelled family appears with its first series)."""
+    status, text = http_get(port, "/metrics")
+    assert status == 200
+    served = {}
+    for family in text_string_to_metric_families(text):
+        # The parser names a counter family without its _total suffix.
+        name = family.name + "_total" if family.type == "counter" else family.name
+        served[name] = family.type
+    documented = documented_metrics()
+    assert served == documented, {
+        "served, not in docs/operations.md": sorted(set(served) - set(documented)),
+        "documented, not served": sorted(set(documented) - set(served)),
+        "type differs": sorted(n for n in set(served) & set(documented) if served[n] != documented[n]),
+    }
+
+
+def test_partition_level_series_can_be_turned_off():
+    port = free_port()
+    b = Broker(settings={"millrace.http.listen": f"127.0.0.1:{port}",
+                         "millrace.metrics.partition.level": "false"}).start()
+    try:
+        topic = f"metrics-{uuid.uuid4().hex[:8]}"
+        create_topic(b.bootstrap, topic, PARTITIONS)
+        samples = scrape(port)
+        assert not [k for k in samples if ("partition", "0") in k[1]], "a partition-labelled series"
+        assert value(samples, "millrace_partitions") >= PARTITIONS
+    finally:
+        b.kill()
+
+
+def commit_many(bootstrap, group, topic, partitions, rounds):
+    """`rounds` OffsetCommit requests of `partitions` offsets each."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        for r in range(rounds):
+            c.commit(offsets=[TopicPartition(topic, part, r) for part in range(partitions)], asynchronous=False)
+    finally:
+        c.close()
+
+
+def test_ready_waits_for_the_coordinator_to_replay_offsets():
+    port = free_port()
+    settings = {"millrace.http.listen": f"127.0.0.1:{port}", "offsets.topic.num.partitions": "1"}
+    b = Broker(settings=settings).start()
+    topic, group = f"ready-{uuid.uuid4().hex[:8]}", f"g-{uuid.uuid4().hex[:8]}"
+    create_topic(b.bootstrap, topic, 500)
+    commit_many(b.bootstrap, group, topic, 500, 400)  # 200,000 offset records to replay
+    # kill -9 and no group snapshot: the restart replays the whole log.
+    b.kill()
+    shutil.rmtree(os.path.join(b.data_dir, "data", "group_snapshot.sled"), ignore_errors=True)
+
+    statuses, health = [], []
+    stop = threading.Event()
+
+    def watch():
+        while not stop.is_set():
+            statuses.append(http_get(port, "/ready", timeout=2))
+            health.append(http_get(port, "/health", timeout=2)[0])
+            time.sleep(0.01)
+
+    t = threading.Thread(target=watch, daemon=True)
+    t.start()
+    try:
+        b.start(timeout=120)
+        deadline = time.time() + 120
+        while time.time() < deadline and not (statuses and statuses[-1][0] == 200):
+            time.sleep(0.05)
+    finally:
+        stop.set()
+        t.join(timeout=10)
+        b.kill()
+    answered = [s for s in statuses if s[0] is not None]
+    assert answered and answered[-1][0] == 200, statuses[-5:]
+    loading = [body for code, body in answered if code == 503 and "loading" in body]
+    assert loading, f"never saw 503 during the replay: {sorted(set(c for c, _ in answered))}"
+    first_ready = next(i for i, (code, _) in enumerate(answered) if code == 200)
+    assert all(code == 503 for code, _ in answered[:first_ready])
+    assert all(code == 200 for code, _ in answered[first_ready:]), "ready went back to 503"
+    assert all(h == 200 for h in health if h is not None), set(health)
+    assert len([h for h in health if h is not None]) >= len(loading)

@@ -1,0 +1,495 @@
+//! What an operator can ask the broker over HTTP (`--http-listen`, config
+//! `millrace.http.listen`): `GET /metrics` (Prometheus text format 0.0.4), `GET /health` (200
+//! while the process serves HTTP at all) and `GET /ready` (200 once the store is open, the node is
+//! registered and unfenced with its replicas following the metadata, and every
+//! `__consumer_offsets` partition led here is loaded; 503 with the reason otherwise).
+//!
+//! What it owns: the listener, the registry, and the scrape-time collector. The event metrics
+//! (counters, histograms) live in `millrace_metrics` and are bumped where things happen; the
+//! state metrics (offsets, high watermarks, sizes, ISR health, group states and consumer lag) are
+//! read here when scraped, from the replica manager, the metadata image and the coordinator, so
+//! keeping them costs nothing between scrapes. `millrace.metrics.partition.level=false` leaves out
+//! every series labelled by partition.
+//!
+//! The listener starts before the store opens, so `/health` answers (and `/ready` says why not)
+//! during a long recovery; the broker's parts are handed over with [`Observer::attach`].
+//!
+//! Bounds: at most `HTTP_CONNECTIONS_MAX` connections at once (more wait in the accept queue), a
+//! request head must arrive within `HTTP_HEADER_READ_TIMEOUT`, requests have no body we read.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use millrace_cluster::Cluster;
+use millrace_controller::raft::RaftQuorum;
+use millrace_groups::{GroupCoordinator, GroupState, PartitionStatus, OFFSETS_TOPIC};
+use millrace_metrics::prometheus_client::collector::Collector;
+use millrace_metrics::prometheus_client::encoding::{
+    prometheus_text, DescriptorEncoder, EncodeMetric,
+};
+use millrace_metrics::prometheus_client::metrics::counter::ConstCounter;
+use millrace_metrics::prometheus_client::metrics::gauge::ConstGauge;
+use millrace_metrics::prometheus_client::metrics::MetricType;
+use millrace_metrics::prometheus_client::registry::Registry;
+use millrace_replication::ReplicaManager;
+use tokio::net::TcpListener;
+use tokio::sync::{watch, Semaphore};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, warn};
+
+/// Concurrent HTTP connections served; more wait unaccepted.
+const HTTP_CONNECTIONS_MAX: usize = 64;
+/// A request head must arrive within this long.
+const HTTP_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The broker's parts the collector and `/ready` read; handed over once they exist.
+pub struct BrokerView {
+    pub cluster: Arc<Cluster>,
+    pub replicas: Arc<ReplicaManager>,
+    pub groups: Arc<GroupCoordinator>,
+    pub quorum: Arc<RaftQuorum>,
+    /// True once registered, unfenced and following the metadata image.
+    pub node_ready: watch::Receiver<bool>,
+    /// `millrace.metrics.partition.level`.
+    pub partition_level: bool,
+}
+
+/// The HTTP side's shared state.
+pub struct Observer {
+    registry: Registry,
+    view: Arc<OnceLock<BrokerView>>,
+}
+
+impl Observer {
+    pub fn new() -> Arc<Self> {
+        let view = Arc::new(OnceLock::new());
+        let mut registry = Registry::with_prefix("millrace");
+        millrace_metrics::global().register(&mut registry);
+        registry.register_collector(Box::new(StateCollector { view: view.clone() }));
+        Arc::new(Self { registry, view })
+    }
+
+    /// Hands over the broker's parts (once; a second call is ignored).
+    pub fn attach(&self, view: BrokerView) {
+        let _ = self.view.set(view);
+    }
+
+    /// `Ok` when ready, else why not.
+    pub fn readiness(&self) -> Result<(), String> {
+        readiness(self.view.get())
+    }
+
+    fn metrics_text(&self) -> Result<String, std::fmt::Error> {
+        let mut text = String::new();
+        prometheus_text::encode(&mut text, &self.registry)?;
+        Ok(text)
+    }
+}
+
+/// Serves HTTP on `listener` until `stop` is cancelled.
+pub async fn serve(listener: TcpListener, observer: Arc<Observer>, stop: CancellationToken) {
+    let permits = Arc::new(Semaphore::new(HTTP_CONNECTIONS_MAX));
+    loop {
+        let Ok(permit) = permits.clone().acquire_owned().await else {
+            return;
+        };
+        let accepted = tokio::select! {
+            _ = stop.cancelled() => return,
+            accepted = listener.accept() => accepted,
+        };
+        let stream = match accepted {
+            Ok((stream, _)) => stream,
+            Err(e) => {
+                warn!(error = %e, "HTTP accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let observer = observer.clone();
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            let service = service_fn(move |request: Request<Incoming>| {
+                let observer = observer.clone();
+                async move { Ok::<_, Infallible>(route(&observer, &request)) }
+            });
+            let connection = http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(HTTP_HEADER_READ_TIMEOUT)
+                .keep_alive(true)
+                .serve_connection(TokioIo::new(stream), service);
+            tokio::pin!(connection);
+            tokio::select! {
+                r = connection.as_mut() => {
+                    if let Err(e) = r {
+                        debug!(error = %e, "HTTP connection ended with an error");
+                    }
+                }
+                _ = stop.cancelled() => {}
+            }
+            drop(permit);
+        });
+    }
+}
+
+fn route(observer: &Observer, request: &Request<Incoming>) -> Response<Full<Bytes>> {
+    if request.method() != Method::GET && request.method() != Method::HEAD {
+        return reply(StatusCode::METHOD_NOT_ALLOWED, "text/plain", "GET only\n");
+    }
+    match request.uri().path() {
+        "/metrics" => match observer.metrics_text() {
+            Ok(text) => reply(StatusCode::OK, prometheus_text::CONTENT_TYPE, text),
+            Err(_) => reply(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "text/plain",
+                "cannot encode the metrics\n",
+            ),
+        },
+        "/health" => reply(StatusCode::OK, "text/plain", "ok\n"),
+        "/ready" => match observer.readiness() {
+            Ok(()) => reply(StatusCode::OK, "text/plain", "ready\n"),
+            Err(reason) => reply(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "text/plain",
+                format!("not ready: {reason}\n"),
+            ),
+        },
+        _ => reply(
+            StatusCode::NOT_FOUND,
+            "text/plain",
+            "not found (try /metrics, /health, /ready)\n",
+        ),
+    }
+}
+
+fn reply(status: StatusCode, content_type: &str, body: impl Into<Bytes>) -> Response<Full<Bytes>> {
+    let mut response = Response::new(Full::new(body.into()));
+    *response.status_mut() = status;
+    if let Ok(value) = content_type.parse() {
+        response
+            .headers_mut()
+            .insert(hyper::header::CONTENT_TYPE, value);
+    }
+    response
+}
+
+fn readiness(view: Option<&BrokerView>) -> Result<(), String> {
+    let view = view.ok_or("the store is opening (log recovery)")?;
+    if !*view.node_ready.borrow() {
+        return Err(
+            "not yet registered and unfenced, or replicas not yet following the metadata".into(),
+        );
+    }
+    let mut loading = Vec::new();
+    for hosted in view.replicas.hosted() {
+        if hosted.tp.topic != OFFSETS_TOPIC || !hosted.progress().borrow().is_leader {
+            continue;
+        }
+        match view.groups.partition_status(hosted.tp.partition) {
+            Some(PartitionStatus::Loaded { .. }) => {}
+            Some(PartitionStatus::Failed { .. }) => {
+                return Err(format!(
+                    "the group coordinator failed to load {OFFSETS_TOPIC}-{}",
+                    hosted.tp.partition
+                ))
+            }
+            _ => loading.push(hosted.tp.partition),
+        }
+    }
+    if !loading.is_empty() {
+        return Err(format!(
+            "the group coordinator is loading {} {OFFSETS_TOPIC} partition(s) ({:?})",
+            loading.len(),
+            loading
+        ));
+    }
+    Ok(())
+}
+
+/// The state metrics, read at scrape time.
+#[derive(Debug)]
+struct StateCollector {
+    view: Arc<OnceLock<BrokerView>>,
+}
+
+impl std::fmt::Debug for BrokerView {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BrokerView")
+            .field("partition_level", &self.partition_level)
+            .finish_non_exhaustive()
+    }
+}
+
+/// One gauge (or counter) family with label pairs, written at once.
+struct Series<'a> {
+    name: &'a str,
+    help: &'a str,
+    metric_type: MetricType,
+    rows: Vec<(Vec<(&'static str, String)>, i64)>,
+}
+
+impl<'a> Series<'a> {
+    fn gauge(name: &'a str, help: &'a str) -> Self {
+        Self {
+            name,
+            help,
+            metric_type: MetricType::Gauge,
+            rows: Vec::new(),
+        }
+    }
+    fn push(&mut self, labels: Vec<(&'static str, String)>, value: i64) {
+        self.rows.push((labels, value));
+    }
+    fn encode(self, encoder: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let mut family = encoder.encode_descriptor(self.name, self.help, None, self.metric_type)?;
+        for (labels, value) in &self.rows {
+            let metric = family.encode_family(labels)?;
+            match self.metric_type {
+                MetricType::Counter => {
+                    ConstCounter::new(u64::try_from(*value).unwrap_or(0)).encode(metric)?
+                }
+                _ => ConstGauge::new(*value).encode(metric)?,
+            }
+        }
+        Ok(())
+    }
+}
+
+fn single(name: &str, help: &str, value: i64, encoder: &mut DescriptorEncoder) -> std::fmt::Result {
+    let metric = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
+    ConstGauge::new(value).encode(metric)
+}
+
+fn tp_labels(topic: &str, partition: i32) -> Vec<(&'static str, String)> {
+    vec![
+        ("topic", topic.to_string()),
+        ("partition", partition.to_string()),
+    ]
+}
+
+impl Collector for StateCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let view = self.view.get();
+        let ready = i64::from(readiness(view).is_ok());
+        single("ready", "1 when /ready answers 200", ready, &mut encoder)?;
+        let Some(view) = view else {
+            return Ok(());
+        };
+        let per_partition = view.partition_level;
+        let mut log_end = Series::gauge(
+            "log_end_offset",
+            "Offset after the last record of the local log",
+        );
+        let mut log_start = Series::gauge("log_start_offset", "First offset of the local log");
+        let mut high_watermark = Series::gauge(
+            "high_watermark",
+            "Offset up to which records are committed (readable by consumers)",
+        );
+        let mut log_size = Series::gauge("log_size_bytes", "Bytes of the local log's segments");
+        let mut fetch_lag = Series::gauge(
+            "replica_fetch_lag",
+            "Records: leader log end minus the slowest follower's, for partitions led here",
+        );
+        let (mut hosted_count, mut leaders, mut under_replicated, mut under_min_isr) = (0, 0, 0, 0);
+        let mut max_lag = 0i64;
+        let mut high_watermarks: HashMap<(String, i32), i64> = HashMap::new();
+        for hosted in view.replicas.hosted() {
+            hosted_count += 1;
+            let tp = &hosted.tp;
+            let progress = *hosted.progress().borrow();
+            let leo = hosted.log.log_end_offset();
+            high_watermarks.insert((tp.topic.clone(), tp.partition), progress.high_watermark);
+            if progress.is_leader {
+                leaders += 1;
+                if let Some(health) = hosted.leader_health() {
+                    under_replicated += i64::from(health.isr < health.replicas);
+                    under_min_isr += i64::from(health.under_min_isr);
+                    if let Some(slowest) = health.slowest_follower_log_end {
+                        let lag = (leo - slowest).max(0);
+                        max_lag = max_lag.max(lag);
+                        if per_partition {
+                            fetch_lag.push(tp_labels(&tp.topic, tp.partition), lag);
+                        }
+                    }
+                }
+            }
+            if per_partition {
+                log_end.push(tp_labels(&tp.topic, tp.partition), leo);
+                log_start.push(
+                    tp_labels(&tp.topic, tp.partition),
+                    hosted.log.log_start_offset(),
+                );
+                high_watermark.push(tp_labels(&tp.topic, tp.partition), progress.high_watermark);
+                log_size.push(
+                    tp_labels(&tp.topic, tp.partition),
+                    i64::try_from(hosted.log.size_bytes()).unwrap_or(i64::MAX),
+                );
+            }
+        }
+        if per_partition {
+            log_end.encode(&mut encoder)?;
+            log_start.encode(&mut encoder)?;
+            high_watermark.encode(&mut encoder)?;
+            log_size.encode(&mut encoder)?;
+            fetch_lag.encode(&mut encoder)?;
+        }
+        single(
+            "partitions",
+            "Partition replicas hosted here",
+            hosted_count,
+            &mut encoder,
+        )?;
+        single(
+            "leader_partitions",
+            "Partitions led here",
+            leaders,
+            &mut encoder,
+        )?;
+        single(
+            "under_replicated_partitions",
+            "Partitions led here whose ISR is smaller than their replica set",
+            under_replicated,
+            &mut encoder,
+        )?;
+        single(
+            "under_min_isr_partitions",
+            "Partitions led here whose ISR is below min.insync.replicas",
+            under_min_isr,
+            &mut encoder,
+        )?;
+        single(
+            "replica_max_lag",
+            "Records: the largest replica_fetch_lag of the partitions led here",
+            max_lag,
+            &mut encoder,
+        )?;
+        let image = view.cluster.image();
+        let offline = image
+            .topics
+            .values()
+            .flat_map(|t| t.partitions.iter())
+            .filter(|p| p.leader < 0)
+            .count();
+        single(
+            "offline_partitions",
+            "Partitions in the metadata image without a leader",
+            i64::try_from(offline).unwrap_or(i64::MAX),
+            &mut encoder,
+        )?;
+        let quorum = view.quorum.quorum();
+        single(
+            "active_controller",
+            "1 on the node that is the active controller",
+            i64::from(quorum.leader() == Some(quorum.node_id())),
+            &mut encoder,
+        )?;
+        self.encode_groups(view, &high_watermarks, &mut encoder)
+    }
+}
+
+impl StateCollector {
+    fn encode_groups(
+        &self,
+        view: &BrokerView,
+        high_watermarks: &HashMap<(String, i32), i64>,
+        encoder: &mut DescriptorEncoder,
+    ) -> std::fmt::Result {
+        let snapshot = view.groups.metrics_snapshot();
+        let mut by_state: Vec<(GroupState, i64)> = [
+            GroupState::Empty,
+            GroupState::PreparingRebalance,
+            GroupState::CompletingRebalance,
+            GroupState::Stable,
+            GroupState::Dead,
+        ]
+        .into_iter()
+        .map(|s| (s, 0))
+        .collect();
+        let mut lag = Series::gauge(
+            "consumer_group_lag",
+            "Records: high watermark minus the group's committed offset, partitions hosted here",
+        );
+        let mut lag_sum = Series::gauge(
+            "consumer_group_lag_sum",
+            "Records: consumer_group_lag summed over the group's committed partitions hosted here",
+        );
+        for group in &snapshot.groups {
+            if let Some((_, n)) = by_state.iter_mut().find(|(s, _)| *s == group.state) {
+                *n += 1;
+            }
+            let mut sum = 0i64;
+            let mut any = false;
+            for (topic, partition, committed) in &group.offsets {
+                let Some(&hw) = high_watermarks.get(&(topic.clone(), *partition)) else {
+                    continue;
+                };
+                let behind = (hw - committed).max(0);
+                sum += behind;
+                any = true;
+                if view.partition_level {
+                    let mut labels = tp_labels(topic, *partition);
+                    labels.insert(0, ("group", group.group_id.clone()));
+                    lag.push(labels, behind);
+                }
+            }
+            if any {
+                lag_sum.push(vec![("group", group.group_id.clone())], sum);
+            }
+        }
+        let mut groups = Series::gauge("groups", "Groups this coordinator owns, by state");
+        for (state, n) in by_state {
+            groups.push(vec![("state", state.name().to_string())], n);
+        }
+        groups.encode(encoder)?;
+        if view.partition_level {
+            lag.encode(encoder)?;
+        }
+        lag_sum.encode(encoder)?;
+        single(
+            "group_coordinator_loading_partitions",
+            "__consumer_offsets partitions led here still being loaded",
+            i64::try_from(snapshot.loading_partitions).unwrap_or(i64::MAX),
+            encoder,
+        )
+    }
+}
+
+/// Writes `text` for tests and debugging: every metric line whose name starts with `prefix`.
+#[cfg(test)]
+fn lines_with(text: &str, prefix: &str) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    for line in text.lines().filter(|l| l.starts_with(prefix)) {
+        let _ = writeln!(out, "{line}");
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn before_attach_only_the_event_metrics_and_not_ready() {
+        let observer = Observer::new();
+        let text = observer.metrics_text().expect("encode");
+        assert!(
+            lines_with(&text, "millrace_ready").contains("millrace_ready 0"),
+            "{text}"
+        );
+        assert!(
+            text.contains("# TYPE millrace_connections_accepted_total counter"),
+            "{text}"
+        );
+        let reason = observer.readiness().expect_err("not ready");
+        assert!(reason.contains("store"), "{reason}");
+    }
+}

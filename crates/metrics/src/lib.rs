@@ -1,0 +1,292 @@
+//! Millrace's event metrics: the counters and histograms that the front end, the store, the
+//! replication layer and the group coordinator bump as things happen (requests, bytes in and out,
+//! flushes, ISR changes, rebalances), in `prometheus-client` types.
+//!
+//! What it owns: one process-wide [`Metrics`] ([`global`]) and its registration into a
+//! `prometheus_client` [`Registry`] ([`Metrics::register`]). State that can be read when scraped
+//! (offsets, high watermarks, lag, group states) is not kept here: the broker's collector reads it
+//! from the store and the coordinator at scrape time, so nothing on the hot path maintains it.
+//!
+//! Names follow Kafka's metric meanings in Prometheus style (`millrace_…`, counters end in
+//! `_total`, durations in seconds); the list with meanings and units is in docs/operations.md.
+//!
+//! Cost: a counter or histogram update is one atomic operation; a labelled one first looks its
+//! series up in a read-locked map (the label set is built on the stack for static labels; topic
+//! labels are one `Arc<str>` clone).
+//!
+//! Invariant: every metric is registered exactly once by [`Metrics::register`]; code that records
+//! never registers.
+
+use std::sync::{Arc, OnceLock};
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::{Registry, Unit};
+
+pub use prometheus_client;
+
+/// Request latency buckets: 0.5 ms doubling to ~16 s (16 buckets).
+const REQUEST_SECONDS_FIRST_BUCKET: f64 = 0.000_5;
+const REQUEST_SECONDS_BUCKETS: u16 = 16;
+/// fsync latency buckets: 50 µs doubling to ~1.6 s.
+const FLUSH_SECONDS_FIRST_BUCKET: f64 = 0.000_05;
+const FLUSH_SECONDS_BUCKETS: u16 = 16;
+/// Bytes per flush: 1 KiB, ×4 up to 256 GiB.
+const FLUSH_BYTES_FIRST_BUCKET: f64 = 1024.0;
+const FLUSH_BYTES_BUCKETS: u16 = 14;
+
+/// One API at one version.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ApiLabels {
+    pub api: &'static str,
+    pub version: i16,
+}
+
+/// One API and one Kafka error name.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ApiErrorLabels {
+    pub api: &'static str,
+    pub error: &'static str,
+}
+
+/// One topic.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TopicLabels {
+    pub topic: Arc<str>,
+}
+
+fn request_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(
+        REQUEST_SECONDS_FIRST_BUCKET,
+        2.0,
+        REQUEST_SECONDS_BUCKETS,
+    ))
+}
+
+/// Every event metric of the process.
+#[derive(Debug)]
+pub struct Metrics {
+    // ----- requests and connections (Kafka's RequestMetrics and SocketServer) -----
+    pub requests: Family<ApiLabels, Counter>,
+    pub request_errors: Family<ApiErrorLabels, Counter>,
+    pub request_duration: Family<ApiLabels, Histogram, fn() -> Histogram>,
+    pub requests_in_flight: Gauge,
+    pub request_queue_bytes: Gauge,
+    pub connections: Gauge,
+    pub connections_accepted: Counter,
+    pub connections_closed: Counter,
+    pub connections_refused: Counter,
+    // ----- topics (Kafka's BrokerTopicMetrics) -----
+    pub topic_bytes_in: Family<TopicLabels, Counter>,
+    pub topic_records_in: Family<TopicLabels, Counter>,
+    pub topic_bytes_out: Family<TopicLabels, Counter>,
+    // ----- store (Kafka's LogFlushStats) -----
+    pub log_flush_duration: Histogram,
+    pub log_flush_bytes: Histogram,
+    // ----- replication -----
+    pub isr_shrinks: Counter,
+    pub isr_expands: Counter,
+    pub leader_elections: Counter,
+    // ----- groups -----
+    pub group_rebalances: Counter,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self {
+            requests: Family::default(),
+            request_errors: Family::default(),
+            request_duration: Family::new_with_constructor(request_histogram),
+            requests_in_flight: Gauge::default(),
+            request_queue_bytes: Gauge::default(),
+            connections: Gauge::default(),
+            connections_accepted: Counter::default(),
+            connections_closed: Counter::default(),
+            connections_refused: Counter::default(),
+            topic_bytes_in: Family::default(),
+            topic_records_in: Family::default(),
+            topic_bytes_out: Family::default(),
+            log_flush_duration: Histogram::new(exponential_buckets(
+                FLUSH_SECONDS_FIRST_BUCKET,
+                2.0,
+                FLUSH_SECONDS_BUCKETS,
+            )),
+            log_flush_bytes: Histogram::new(exponential_buckets(
+                FLUSH_BYTES_FIRST_BUCKET,
+                4.0,
+                FLUSH_BYTES_BUCKETS,
+            )),
+            isr_shrinks: Counter::default(),
+            isr_expands: Counter::default(),
+            leader_elections: Counter::default(),
+            group_rebalances: Counter::default(),
+        }
+    }
+}
+
+/// The process's metrics.
+pub fn global() -> &'static Metrics {
+    static METRICS: OnceLock<Metrics> = OnceLock::new();
+    METRICS.get_or_init(Metrics::default)
+}
+
+impl Metrics {
+    /// Registers every event metric in `registry` (expected to carry the `millrace` prefix).
+    /// Counters get their `_total` suffix from the encoder.
+    pub fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "requests",
+            "Requests decoded, by API and version (Kafka RequestsPerSec)",
+            self.requests.clone(),
+        );
+        registry.register(
+            "request_errors",
+            "Non-zero error codes in responses, one per code, by API and Kafka error name (Kafka ErrorsPerSec)",
+            self.request_errors.clone(),
+        );
+        registry.register_with_unit(
+            "request_duration",
+            "Time from a request's arrival to its response being ready to write (Kafka TotalTimeMs)",
+            Unit::Seconds,
+            self.request_duration.clone(),
+        );
+        registry.register(
+            "requests_in_flight",
+            "Requests read and not yet answered, all connections",
+            self.requests_in_flight.clone(),
+        );
+        registry.register_with_unit(
+            "request_queue",
+            "Request bytes held against queued.max.request.bytes",
+            Unit::Bytes,
+            self.request_queue_bytes.clone(),
+        );
+        registry.register(
+            "connections",
+            "Open client connections",
+            self.connections.clone(),
+        );
+        registry.register(
+            "connections_accepted",
+            "Client connections accepted",
+            self.connections_accepted.clone(),
+        );
+        registry.register(
+            "connections_closed",
+            "Client connections closed",
+            self.connections_closed.clone(),
+        );
+        registry.register(
+            "connections_refused",
+            "Client connections refused at max.connections",
+            self.connections_refused.clone(),
+        );
+        registry.register(
+            "topic_bytes_in",
+            "Record batch bytes appended as leader from producers (Kafka BytesInPerSec)",
+            self.topic_bytes_in.clone(),
+        );
+        registry.register(
+            "topic_records_in",
+            "Records appended as leader from producers (Kafka MessagesInPerSec)",
+            self.topic_records_in.clone(),
+        );
+        registry.register(
+            "topic_bytes_out",
+            "Record bytes returned to consumers (Kafka BytesOutPerSec)",
+            self.topic_bytes_out.clone(),
+        );
+        registry.register_with_unit(
+            "log_flush_duration",
+            "Duration of one flush round of the store (Kafka LogFlushRateAndTimeMs)",
+            Unit::Seconds,
+            self.log_flush_duration.clone(),
+        );
+        registry.register_with_unit(
+            "log_flush",
+            "Bytes made durable by one flush round of the store",
+            Unit::Bytes,
+            self.log_flush_bytes.clone(),
+        );
+        registry.register(
+            "isr_shrinks",
+            "ISR shrinks of partitions led here (Kafka IsrShrinksPerSec)",
+            self.isr_shrinks.clone(),
+        );
+        registry.register(
+            "isr_expands",
+            "ISR expansions of partitions led here (Kafka IsrExpandsPerSec)",
+            self.isr_expands.clone(),
+        );
+        registry.register(
+            "leader_elections",
+            "Leaderships this broker took up",
+            self.leader_elections.clone(),
+        );
+        registry.register(
+            "group_rebalances",
+            "Rebalances completed by groups this coordinator owns",
+            self.group_rebalances.clone(),
+        );
+    }
+
+    /// Counts one produced batch set of `topic`.
+    pub fn record_bytes_in(&self, topic: &Arc<str>, bytes: u64, records: u64) {
+        let labels = TopicLabels {
+            topic: topic.clone(),
+        };
+        self.topic_bytes_in.get_or_create(&labels).inc_by(bytes);
+        self.topic_records_in.get_or_create(&labels).inc_by(records);
+    }
+
+    /// Counts record bytes returned to a consumer from `topic`.
+    pub fn record_bytes_out(&self, topic: &Arc<str>, bytes: u64) {
+        let labels = TopicLabels {
+            topic: topic.clone(),
+        };
+        self.topic_bytes_out.get_or_create(&labels).inc_by(bytes);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use prometheus_client::encoding::prometheus_text::encode;
+
+    #[test]
+    fn registered_names_are_kafka_meanings_in_prometheus_style() {
+        let m = Metrics::default();
+        m.requests
+            .get_or_create(&ApiLabels {
+                api: "Produce",
+                version: 9,
+            })
+            .inc();
+        m.request_duration
+            .get_or_create(&ApiLabels {
+                api: "Produce",
+                version: 9,
+            })
+            .observe(0.002);
+        m.record_bytes_in(&Arc::from("t"), 100, 3);
+        m.log_flush_bytes.observe(4096.0);
+        let mut registry = Registry::with_prefix("millrace");
+        m.register(&mut registry);
+        let mut text = String::new();
+        encode(&mut text, &registry).expect("encode");
+        for line in [
+            "millrace_requests_total{api=\"Produce\",version=\"9\"} 1",
+            "millrace_topic_bytes_in_total{topic=\"t\"} 100",
+            "millrace_topic_records_in_total{topic=\"t\"} 3",
+            "millrace_request_duration_seconds_count{api=\"Produce\",version=\"9\"} 1",
+            "millrace_log_flush_bytes_count 1",
+            "# TYPE millrace_connections gauge",
+            "# TYPE millrace_log_flush_duration_seconds histogram",
+        ] {
+            assert!(text.contains(line), "{line} missing from\n{text}");
+        }
+    }
+}
