@@ -83,12 +83,18 @@ impl Broker {
 
     /// Starts a broker with extra `--set name=value` settings (given as `name=value`).
     pub fn start_with(settings: &[&str]) -> Broker {
-        let data_dir = tempfile::tempdir().expect("create data dir");
-        let log_dir = tempfile::tempdir().expect("create log dir");
-        let extra_args: Vec<String> = settings
+        let args: Vec<String> = settings
             .iter()
             .flat_map(|s| ["--set".to_string(), (*s).to_string()])
             .collect();
+        Broker::start_with_args(&args)
+    }
+
+    /// Starts a broker with extra command-line arguments.
+    pub fn start_with_args(args: &[String]) -> Broker {
+        let data_dir = tempfile::tempdir().expect("create data dir");
+        let log_dir = tempfile::tempdir().expect("create log dir");
+        let extra_args = args.to_vec();
         let mut broker = Broker {
             child: None,
             data_dir,

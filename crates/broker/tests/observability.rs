@@ -1,0 +1,104 @@
+//! The operator's view of a real broker process: `--log-format json` writes one JSON object per
+//! stderr line, and the HTTP listener answers `/health`, `/ready`, `/metrics` and refuses what it
+//! does not serve (the metric values themselves are checked with real clients in
+//! compat-tests/python/test_metrics.py).
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::time::{Duration, Instant};
+
+use common::Broker;
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// One HTTP/1.1 request; (status code, body).
+fn http(addr: SocketAddr, method: &str, path: &str) -> (u16, String) {
+    let mut stream = TcpStream::connect(addr).expect("connect to the HTTP listener");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    write!(
+        stream,
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .expect("send");
+    let mut text = String::new();
+    stream.read_to_string(&mut text).expect("read the answer");
+    let status = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let body = text
+        .split_once("\r\n\r\n")
+        .map_or("", |(_, b)| b)
+        .to_string();
+    (status, body)
+}
+
+#[test]
+fn json_logs_and_the_http_endpoints() {
+    let port = free_port();
+    let broker = Broker::start_with_args(&[
+        "--log-format".to_string(),
+        "json".to_string(),
+        "--http-listen".to_string(),
+        format!("127.0.0.1:{port}"),
+    ]);
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().expect("address");
+
+    assert_eq!(http(addr, "GET", "/health"), (200, "ok\n".to_string()));
+    // Ready once the ready line is out and nothing is left to load (no group has been used yet).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let ready = loop {
+        let answer = http(addr, "GET", "/ready");
+        if answer.0 == 200 || Instant::now() > deadline {
+            break answer;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(ready, (200, "ready\n".to_string()));
+    let (status, metrics) = http(addr, "GET", "/metrics");
+    assert_eq!(status, 200);
+    assert!(metrics.contains("\nmillrace_ready 1\n"), "{metrics}");
+    assert!(metrics.contains("# TYPE millrace_log_flush_duration_seconds histogram"));
+    assert_eq!(http(addr, "GET", "/nope").0, 404);
+    assert_eq!(http(addr, "POST", "/metrics").0, 405);
+
+    let stderr = broker.stderr_tail(1_000);
+    let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert!(lines.len() >= 5, "{stderr}");
+    for line in &lines {
+        let event: serde_json::Value = serde_json::from_str(line)
+            .unwrap_or_else(|e| panic!("not one JSON object per line ({e}): {line}"));
+        assert!(
+            event.get("timestamp").is_some() && event.get("level").is_some(),
+            "{line}"
+        );
+    }
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("\"message\":\"store opened\"")),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_bad_http_listen_address_is_a_settings_error() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_millrace"))
+        .args(["--http-listen", "nowhere", "--data-dir"])
+        .arg(tempfile::tempdir().expect("dir").path())
+        .output()
+        .expect("run millrace");
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("millrace.http.listen"), "{stderr}");
+}
