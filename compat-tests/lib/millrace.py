@@ -313,11 +313,13 @@ def broker_env() -> Dict[str, str]:
 class ClusterNode:
     """One node of a :class:`Cluster`: fixed id, data dir and ports; restartable."""
 
-    def __init__(self, cluster: "Cluster", node_id: int, port: int, controller_port: int) -> None:
+    def __init__(self, cluster: "Cluster", node_id: int, port: int, controller_port: int,
+                 http_port: Optional[int] = None) -> None:
         self.cluster = cluster
         self.id = node_id
         self.port = port
         self.controller_port = controller_port
+        self.http_port = http_port  # --http-listen (metrics, health, readiness), when asked for
         self.dir = cluster.work_dir / f"node{node_id}"
         self.data_dir = self.dir / "data"
         self.stdout_path = self.dir / "stdout.log"
@@ -341,6 +343,8 @@ class ClusterNode:
             "--listen", self.bootstrap, "--controller-listen", f"127.0.0.1:{self.controller_port}",
             "--controller-voters", c.voters,
         ]
+        if self.http_port is not None:
+            args += ["--http-listen", f"127.0.0.1:{self.http_port}"]
         for name, value in c.settings.items():
             args += ["--set", f"{name}={value}"]
         return args
@@ -462,7 +466,8 @@ atexit.register(_kill_leftover_nodes)
 class Cluster:
     """N ``millrace`` processes on loopback forming one cluster (a controller quorum of N voters).
 
-    ``Cluster(3, {"min.insync.replicas": "2"}).start()``; ``cluster.nodes[i]`` (1-based ids) can
+    ``Cluster(3, {"min.insync.replicas": "2"}).start()`` (``http=True``: each node also serves
+    ``--http-listen`` on ``node.http_port``); ``cluster.nodes[i]`` (1-based ids) can
     be killed, stopped, paused and restarted; ``cluster.close()`` stops every node (SIGTERM, then
     SIGKILL) and removes the work dir unless MILLRACE_KEEP_WORK is set or ``keep=True``.
     """
@@ -474,6 +479,7 @@ class Cluster:
         binary: Optional[Path] = None,
         start_timeout: Optional[float] = None,
         work_dir: Optional[Path] = None,
+        http: bool = False,
     ) -> None:
         if nodes < 1:
             raise ValueError("a cluster has at least one node")
@@ -484,9 +490,11 @@ class Cluster:
         self.start_timeout = start_timeout or max(30.0, float(os.environ.get("MILLRACE_START_TIMEOUT", "10")))
         self.work_dir = Path(work_dir) if work_dir else Path(tempfile.mkdtemp(prefix="millrace-cluster-"))
         self.work_dir.mkdir(parents=True, exist_ok=True)
-        ports = free_ports(2 * nodes)
+        ports = free_ports(3 * nodes)
         self.nodes: Dict[int, ClusterNode] = {
-            i: ClusterNode(self, i, ports[2 * (i - 1)], ports[2 * (i - 1) + 1]) for i in range(1, nodes + 1)
+            i: ClusterNode(self, i, ports[3 * (i - 1)], ports[3 * (i - 1) + 1],
+                           ports[3 * (i - 1) + 2] if http else None)
+            for i in range(1, nodes + 1)
         }
         self.voters = ",".join(f"{i}@127.0.0.1:{n.controller_port}" for i, n in self.nodes.items())
         self.keep = False

@@ -230,3 +230,67 @@ def test_ready_waits_for_the_coordinator_to_replay_offsets():
     assert all(code == 200 for code, _ in answered[first_ready:]), "ready went back to 503"
     assert all(h == 200 for h in health if h is not None), set(health)
     assert len([h for h in health if h is not None]) >= len(loading)
+
+
+def test_replication_metrics_follow_a_broker_crash_and_return():
+    """3 nodes, a topic of 3 partitions with 3 replicas: healthy → one node killed (its ISR
+    membership ends when its session expires, leaderships move) → it returns and catches up."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+    from millrace import Cluster, wait_until
+
+    cluster = Cluster(3, {"broker.session.timeout.ms": "3000", "broker.heartbeat.interval.ms": "500"},
+                      http=True).start()
+    try:
+        topic = f"repl-{uuid.uuid4().hex[:8]}"
+        adm = AdminClient({"bootstrap.servers": cluster.bootstrap})
+        adm.create_topics([NewTopic(topic, 3, 3)], request_timeout=30)[topic].result(30)
+
+        def scrape_all(ids):
+            return {i: scrape(cluster.nodes[i].http_port) for i in ids}
+
+        def sum_of(samples_by_node, name):
+            return sum(value(s, name) for s in samples_by_node.values())
+
+        def healthy():
+            s = scrape_all(cluster.ids)
+            return (sum_of(s, "millrace_leader_partitions") >= 3
+                    and sum_of(s, "millrace_under_replicated_partitions") == 0
+                    and sum(value(x, "millrace_partitions") for x in s.values()) >= 9)
+        wait_until(healthy, 60, what="every partition led with a full ISR")
+        before = scrape_all(cluster.ids)
+        assert sum_of(before, "millrace_active_controller") == 1
+        assert sum_of(before, "millrace_offline_partitions") == 0
+        shrinks_before = sum_of(before, "millrace_isr_shrinks_total")
+        expands_before = sum_of(before, "millrace_isr_expands_total")
+        # Kill a node that is not the active controller (the metrics of a controller change are
+        # not what this test is about).
+        victim = next(i for i in cluster.ids if value(before[i], "millrace_active_controller") == 0)
+        cluster.nodes[victim].kill()
+        survivors = [i for i in cluster.ids if i != victim]
+
+        def degraded():
+            s = scrape_all(survivors)
+            return (sum_of(s, "millrace_under_replicated_partitions") == 3
+                    and sum_of(s, "millrace_leader_partitions") >= 3)
+        wait_until(degraded, 60, what="three under-replicated partitions led by the survivors")
+        after_kill = scrape_all(survivors)
+        # The survivors' own partitions shrank their ISR; the victim's moved to a new leader (an
+        # election, whose new leader epoch starts with the smaller ISR: not a shrink).
+        victim_led = value(before[victim], "millrace_leader_partitions")
+        assert victim_led >= 1
+        assert sum_of(after_kill, "millrace_isr_shrinks_total") - shrinks_before >= 3 - victim_led
+        elections = sum_of(after_kill, "millrace_leader_elections_total") - sum(
+            value(before[i], "millrace_leader_elections_total") for i in survivors)
+        assert elections >= victim_led
+        assert sum_of(after_kill, "millrace_offline_partitions") == 0
+
+        cluster.nodes[victim].start()
+
+        def recovered():
+            s = scrape_all(cluster.ids)
+            return sum_of(s, "millrace_under_replicated_partitions") == 0 and sum_of(
+                s, "millrace_isr_expands_total") - expands_before >= 3
+        wait_until(recovered, 90, what="the returned node back in every ISR")
+        assert value(scrape(cluster.nodes[victim].http_port), "millrace_ready") == 1
+    finally:
+        cluster.close()
