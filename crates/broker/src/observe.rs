@@ -15,7 +15,8 @@
 //! during a long recovery; the broker's parts are handed over with [`Observer::attach`].
 //!
 //! Bounds: at most `HTTP_CONNECTIONS_MAX` connections at once (more wait in the accept queue), a
-//! request head must arrive within `HTTP_HEADER_READ_TIMEOUT`, requests have no body we read.
+//! request head must arrive within `HTTP_HEADER_READ_TIMEOUT`, one request per connection (no
+//! keep-alive), and no request body is read.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -124,7 +125,9 @@ pub async fn serve(listener: TcpListener, observer: Arc<Observer>, stop: Cancell
             let connection = http1::Builder::new()
                 .timer(TokioTimer::new())
                 .header_read_timeout(HTTP_HEADER_READ_TIMEOUT)
-                .keep_alive(true)
+                // One request per connection: an idle kept-alive connection would hold one of
+                // the HTTP_CONNECTIONS_MAX permits for as long as the client likes.
+                .keep_alive(false)
                 .serve_connection(TokioIo::new(stream), service);
             tokio::pin!(connection);
             tokio::select! {
