@@ -27,6 +27,8 @@ fi
 command -v cargo >/dev/null || { echo "Rust (cargo) is required: https://rustup.rs"; exit 1; }
 rustup component add rustfmt clippy >/dev/null 2>&1 || true
 
+# A full disk shows up as a linker killed by SIGBUS; say up front how much room there is.
+echo "== disk free: $(df -h --output=avail . | tail -1 | tr -d ' ')"
 echo "== cargo fmt --check (at $((SECONDS / 60)) min)"
 cargo fmt --all -- --check
 echo "== cargo clippy (at $((SECONDS / 60)) min)"
@@ -40,4 +42,4 @@ bash crates/bench/smoke.sh
 echo "== compat-tests (at $((SECONDS / 60)) min)"
 cargo build -p millrace-broker
 MILLRACE_BIN="$PWD/target/debug/millrace" bash compat-tests/run-all.sh
-echo "== all tests done in $((SECONDS / 60)) min"
+echo "== all tests done in $((SECONDS / 60)) min (disk free: $(df -h --output=avail . | tail -1 | tr -d ' '))"

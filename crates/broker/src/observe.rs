@@ -37,7 +37,6 @@ use millrace_metrics::prometheus_client::collector::Collector;
 use millrace_metrics::prometheus_client::encoding::{
     prometheus_text, DescriptorEncoder, EncodeMetric,
 };
-use millrace_metrics::prometheus_client::metrics::counter::ConstCounter;
 use millrace_metrics::prometheus_client::metrics::gauge::ConstGauge;
 use millrace_metrics::prometheus_client::metrics::MetricType;
 use millrace_metrics::prometheus_client::registry::Registry;
@@ -231,11 +230,10 @@ impl std::fmt::Debug for BrokerView {
     }
 }
 
-/// One gauge (or counter) family with label pairs, written at once.
+/// One gauge family with label pairs, written at once.
 struct Series<'a> {
     name: &'a str,
     help: &'a str,
-    metric_type: MetricType,
     rows: Vec<(Vec<(&'static str, String)>, i64)>,
 }
 
@@ -244,7 +242,6 @@ impl<'a> Series<'a> {
         Self {
             name,
             help,
-            metric_type: MetricType::Gauge,
             rows: Vec::new(),
         }
     }
@@ -252,15 +249,10 @@ impl<'a> Series<'a> {
         self.rows.push((labels, value));
     }
     fn encode(self, encoder: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let mut family = encoder.encode_descriptor(self.name, self.help, None, self.metric_type)?;
+        let mut family =
+            encoder.encode_descriptor(self.name, self.help, None, MetricType::Gauge)?;
         for (labels, value) in &self.rows {
-            let metric = family.encode_family(labels)?;
-            match self.metric_type {
-                MetricType::Counter => {
-                    ConstCounter::new(u64::try_from(*value).unwrap_or(0)).encode(metric)?
-                }
-                _ => ConstGauge::new(*value).encode(metric)?,
-            }
+            ConstGauge::new(*value).encode(family.encode_family(labels)?)?;
         }
         Ok(())
     }

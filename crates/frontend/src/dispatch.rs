@@ -48,6 +48,8 @@ struct Route {
     correlation_id: i32,
     /// When the whole request had been read (the request-duration metric starts here).
     started: Instant,
+    /// The API's name, the metrics' label.
+    api: &'static str,
 }
 
 /// Decodes and starts one request. `Err` carries the reason to close the connection.
@@ -78,6 +80,7 @@ pub fn dispatch(
             version: 0,
             correlation_id: header.correlation_id,
             started,
+            api: api_name(key),
         };
         count_request(route);
         return Ok(ready(route, reply));
@@ -100,6 +103,7 @@ pub fn dispatch(
         version,
         correlation_id: header.correlation_id,
         started,
+        api: api_name(key),
     };
     count_request(route);
 
@@ -349,7 +353,7 @@ fn count_request(route: Route) {
     millrace_metrics::global()
         .requests
         .get_or_create(&ApiLabels {
-            api: api_name(route.key),
+            api: route.api,
             version: route.version,
         })
         .inc();
@@ -358,7 +362,7 @@ fn count_request(route: Route) {
 /// Kafka's TotalTimeMs and ErrorsPerSec for one answered request (`None`: acks=0, no response).
 fn observe<R: ResponseErrors>(route: Route, response: Option<&R>) {
     let metrics = millrace_metrics::global();
-    let api = api_name(route.key);
+    let api = route.api;
     metrics
         .request_duration
         .get_or_create(&ApiLabels {
