@@ -191,6 +191,16 @@ fn env_layer(vars: impl Iterator<Item = (String, String)>) -> BTreeMap<String, S
     .collect()
 }
 
+/// A listener as Kafka's `listeners` spells it: `host:port` becomes `PLAINTEXT://host:port`.
+fn as_listener(value: &str) -> String {
+    let value = value.trim();
+    if value.contains("://") {
+        value.to_string()
+    } else {
+        format!("PLAINTEXT://{value}")
+    }
+}
+
 /// A listener's `host:port` (as [`parse_host_port`] reads it) resolved to the address to bind.
 fn bind_address(what: &str, text: &str) -> Result<SocketAddr, SettingsError> {
     let (host, port) = parse_host_port(what, text)?;
@@ -269,6 +279,25 @@ impl Settings {
         }
         if let Some(l) = &cli.http_listen {
             flags.insert("millrace.http.listen".to_string(), l.clone());
+        }
+        // The dedicated flags are static broker configs under Kafka's names too, so that
+        // DescribeConfigs reports them as STATIC_BROKER_CONFIG, as Kafka does for server.properties.
+        // Checked here first so that a bad value names the flag.
+        for (flag, key, value) in [
+            ("--listen", "listeners", &cli.listen),
+            (
+                "--advertised-listener",
+                "advertised.listeners",
+                &cli.advertised_listener,
+            ),
+        ] {
+            if let Some(value) = value {
+                parse_host_port(flag, value)?;
+                flags.insert(key.to_string(), as_listener(value));
+            }
+        }
+        if let Some(dir) = &cli.data_dir {
+            flags.insert("log.dirs".to_string(), dir.display().to_string());
         }
         let config = BrokerConfig::from_layers([&file, &env, &sets, &flags])?;
 
@@ -422,6 +451,37 @@ mod tests {
         assert_eq!(s.data_dir, PathBuf::from(DEFAULT_DATA_DIR));
         assert_eq!(s.config.node_id(), 1);
         assert!(s.advertised.is_none());
+    }
+
+    #[test]
+    fn dedicated_flags_are_static_broker_configs() {
+        let s = Settings::resolve(
+            &cli(&[
+                "--listen",
+                "127.0.0.1:19092",
+                "--advertised-listener",
+                "broker-1:9092",
+                "--data-dir",
+                "/var/lib/millrace",
+            ]),
+            std::iter::empty(),
+        )
+        .unwrap();
+        assert_eq!(
+            s.config.explicit("listeners"),
+            Some("PLAINTEXT://127.0.0.1:19092")
+        );
+        assert_eq!(
+            s.config.explicit("advertised.listeners"),
+            Some("PLAINTEXT://broker-1:9092")
+        );
+        assert_eq!(s.config.explicit("log.dirs"), Some("/var/lib/millrace"));
+        assert_eq!(
+            s.config.source("advertised.listeners"),
+            millrace_cluster::ConfigSource::StaticBrokerConfig
+        );
+        assert_eq!(s.listen.to_string(), "127.0.0.1:19092");
+        assert_eq!(s.advertised, Some(("broker-1".to_string(), 9092)));
     }
 
     #[test]

@@ -267,16 +267,17 @@ async fn malformed_request_body_closes_the_connection() {
 
 /// The (key, min, max) ranges the broker promises at least: each key present, with exactly
 /// this min (Produce min 0 matters to old librdkafka) and at least this max.
-const CONTRACT: [(i16, i16, i16); 9] = [
-    (0, 0, 12), // Produce (v0-2 advertised for old librdkafka, rejected if used)
+const CONTRACT: [(i16, i16, i16); 10] = [
+    (0, 0, 13), // Produce (v0-2 advertised for old librdkafka, rejected if used; 13 marks 4.1)
     (1, 4, 12), // Fetch
-    (2, 1, 7),  // ListOffsets
+    (2, 1, 10), // ListOffsets
     (3, 0, 12), // Metadata
     (18, 0, 4), // ApiVersions
     (19, 2, 7), // CreateTopics
     (20, 1, 6), // DeleteTopics
     (37, 0, 3), // CreatePartitions
     (60, 0, 1), // DescribeCluster
+    (74, 0, 1), // ListConfigResources
 ];
 
 /// Keys only controllers or brokers send each other; a client-facing broker must not advertise

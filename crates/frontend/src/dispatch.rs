@@ -20,9 +20,10 @@ use kafka_protocol::messages::{
     DescribeLogDirsRequest, DescribeProducersRequest, DescribeTopicPartitionsRequest,
     ElectLeadersRequest, FetchRequest, FindCoordinatorRequest, HeartbeatRequest,
     IncrementalAlterConfigsRequest, InitProducerIdRequest, JoinGroupRequest, LeaveGroupRequest,
-    ListGroupsRequest, ListOffsetsRequest, ListPartitionReassignmentsRequest, MetadataRequest,
-    OffsetCommitRequest, OffsetDeleteRequest, OffsetFetchRequest, OffsetForLeaderEpochRequest,
-    ProduceRequest, RequestHeader, ResponseHeader, SyncGroupRequest,
+    ListConfigResourcesRequest, ListGroupsRequest, ListOffsetsRequest,
+    ListPartitionReassignmentsRequest, MetadataRequest, OffsetCommitRequest, OffsetDeleteRequest,
+    OffsetFetchRequest, OffsetForLeaderEpochRequest, ProduceRequest, RequestHeader, ResponseHeader,
+    SyncGroupRequest,
 };
 use kafka_protocol::protocol::{Decodable, Encodable};
 use tokio::task::JoinHandle;
@@ -187,6 +188,13 @@ pub fn dispatch(
                 route,
                 api::init_producer_id::handle(ctx.clone(), request, version),
                 true,
+            ))
+        }
+        ApiKey::ListConfigResources => {
+            let request: ListConfigResourcesRequest = decode(&mut buf, route)?;
+            Ok(ready(
+                route,
+                api::list_config_resources::handle(ctx, request, version),
             ))
         }
         ApiKey::DescribeConfigs => {

@@ -14,9 +14,10 @@ use kafka_protocol::messages::{
     DescribeLogDirsResponse, DescribeProducersResponse, DescribeTopicPartitionsResponse,
     ElectLeadersResponse, FetchResponse, FindCoordinatorResponse, HeartbeatResponse,
     IncrementalAlterConfigsResponse, InitProducerIdResponse, JoinGroupResponse, LeaveGroupResponse,
-    ListGroupsResponse, ListOffsetsResponse, ListPartitionReassignmentsResponse, MetadataResponse,
-    OffsetCommitResponse, OffsetDeleteResponse, OffsetFetchResponse, OffsetForLeaderEpochResponse,
-    ProduceResponse, SyncGroupResponse,
+    ListConfigResourcesResponse, ListGroupsResponse, ListOffsetsResponse,
+    ListPartitionReassignmentsResponse, MetadataResponse, OffsetCommitResponse,
+    OffsetDeleteResponse, OffsetFetchResponse, OffsetForLeaderEpochResponse, ProduceResponse,
+    SyncGroupResponse,
 };
 
 /// Every Kafka error code a response carries, for the request-error metrics (Kafka's ErrorsPerSec).
@@ -126,6 +127,12 @@ impl ResponseErrors for CreatePartitionsResponse {
 }
 
 impl ResponseErrors for DescribeClusterResponse {
+    fn for_each_error(&self, f: &mut dyn FnMut(i16)) {
+        visit(self.error_code, f);
+    }
+}
+
+impl ResponseErrors for ListConfigResourcesResponse {
     fn for_each_error(&self, f: &mut dyn FnMut(i16)) {
         visit(self.error_code, f);
     }

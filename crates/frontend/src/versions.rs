@@ -26,9 +26,9 @@ const fn range(key: ApiKey, min: i16, max: i16) -> ApiRange {
 
 /// Everything Millrace answers. A key missing here closes the connection when it arrives.
 pub const ADVERTISED: &[ApiRange] = &[
-    range(ApiKey::Produce, 0, 12),
+    range(ApiKey::Produce, 0, 13),
     range(ApiKey::Fetch, 4, 17),
-    range(ApiKey::ListOffsets, 1, 7),
+    range(ApiKey::ListOffsets, 1, 10),
     range(ApiKey::Metadata, 0, 12),
     range(ApiKey::FindCoordinator, 0, 6),
     range(ApiKey::ApiVersions, 0, 4),
@@ -40,6 +40,7 @@ pub const ADVERTISED: &[ApiRange] = &[
     range(ApiKey::ListPartitionReassignments, 0, 0),
     range(ApiKey::InitProducerId, 0, 5),
     range(ApiKey::DescribeConfigs, 1, 4),
+    range(ApiKey::ListConfigResources, 0, 1),
     range(ApiKey::AlterConfigs, 0, 2),
     range(ApiKey::IncrementalAlterConfigs, 0, 1),
     range(ApiKey::DeleteRecords, 0, 2),

@@ -1,5 +1,9 @@
-//! ListOffsets (key 2): earliest (-2), latest (-1), max timestamp (-3, v7+), or the first offset
-//! whose timestamp is at or after a given time.
+//! ListOffsets (key 2): earliest (-2), latest (-1), max timestamp (-3, v7+), earliest local (-4,
+//! v8+), latest tiered (-5, v9+), or the first offset whose timestamp is at or after a given time.
+//!
+//! Millrace has no tiered storage (KIP-405), so, as Kafka answers for a topic without remote
+//! storage, "earliest local" is the log start offset and "latest tiered" finds nothing (-1). v10's
+//! `timeout_ms` bounds a wait for remote storage that never happens here.
 //!
 //! "Latest" is the high watermark (equal to the last stable offset, with no transactions). Only the
 //! partition's leader answers, with a current leader epoch (v4+, KIP-320); a new leader answers
@@ -22,8 +26,14 @@ use crate::BrokerContext;
 const LATEST: i64 = -1;
 const EARLIEST: i64 = -2;
 const MAX_TIMESTAMP: i64 = -3;
+const EARLIEST_LOCAL_TIMESTAMP: i64 = -4;
+const LATEST_TIERED_TIMESTAMP: i64 = -5;
 /// First version that knows MAX_TIMESTAMP.
 const MAX_TIMESTAMP_VERSION_MIN: i16 = 7;
+/// First version that knows EARLIEST_LOCAL_TIMESTAMP (KIP-405).
+const EARLIEST_LOCAL_VERSION_MIN: i16 = 8;
+/// First version that knows LATEST_TIERED_TIMESTAMP (KIP-1005).
+const LATEST_TIERED_VERSION_MIN: i16 = 9;
 /// First version with `leader_epoch` in the response.
 const LEADER_EPOCH_VERSION_MIN: i16 = 4;
 
@@ -90,6 +100,10 @@ fn lookup(
         LATEST | MAX_TIMESTAMP if !confirmed => Err(OFFSET_NOT_AVAILABLE),
         LATEST => Ok((log.high_watermark(), -1)),
         EARLIEST => Ok((log.log_start_offset(), -1)),
+        EARLIEST_LOCAL_TIMESTAMP if version >= EARLIEST_LOCAL_VERSION_MIN => {
+            Ok((log.log_start_offset(), -1))
+        }
+        LATEST_TIERED_TIMESTAMP if version >= LATEST_TIERED_VERSION_MIN => Ok((-1, -1)),
         MAX_TIMESTAMP if version < MAX_TIMESTAMP_VERSION_MIN => Err(UNSUPPORTED_VERSION),
         MAX_TIMESTAMP => log
             .max_timestamp()

@@ -12,7 +12,8 @@
 //! (`millrace_store::batch`, the workspace's one v2 codec). The store checks the rest (CRC,
 //! lengths, counts, size). Records for internal topics (`__consumer_offsets`) are refused with
 //! INVALID_TOPIC_EXCEPTION, as Kafka does for clients. A partition this broker does not lead gets
-//! NOT_LEADER_OR_FOLLOWER with the current leader and its endpoint (v10+, KIP-951).
+//! NOT_LEADER_OR_FOLLOWER with the current leader and its endpoint (v10+, KIP-951). From v13 topics
+//! come by id, not name (KIP-516); an unknown id gets UNKNOWN_TOPIC_ID.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -23,16 +24,17 @@ use kafka_protocol::messages::produce_response::{
     BatchIndexAndErrorMessage, LeaderIdAndEpoch, NodeEndpoint, PartitionProduceResponse,
     TopicProduceResponse,
 };
-use kafka_protocol::messages::{BrokerId, ProduceRequest, ProduceResponse};
+use kafka_protocol::messages::{BrokerId, ProduceRequest, ProduceResponse, TopicName};
 use millrace_replication::AckWait;
 use millrace_store::batch::{BatchHeader, BatchPrefix};
 use millrace_store::TopicPartition;
+use uuid::Uuid;
 
 use super::leadership::{self, LeaderHint, Refusal};
 use super::str_bytes;
 use crate::error_codes::{
     self, KafkaError, CORRUPT_MESSAGE, INVALID_RECORD, INVALID_REQUIRED_ACKS,
-    INVALID_TOPIC_EXCEPTION, UNSUPPORTED_COMPRESSION_TYPE,
+    INVALID_TOPIC_EXCEPTION, UNKNOWN_TOPIC_ID, UNSUPPORTED_COMPRESSION_TYPE,
 };
 use crate::limits::PRODUCE_TIMEOUT_MS_MAX;
 use crate::BrokerContext;
@@ -43,6 +45,8 @@ const CODEC_ZSTD: u8 = 4;
 const ZSTD_VERSION_MIN: i16 = 7;
 /// First Produce version with KIP-951 leader hints.
 const LEADER_HINT_VERSION_MIN: i16 = 10;
+/// First Produce version that names topics by id (KIP-516).
+const TOPIC_ID_VERSION_MIN: i16 = 13;
 
 /// One partition's outcome; `wait` is set when the answer must wait for the acknowledgement.
 struct Outcome {
@@ -70,14 +74,27 @@ pub fn handle(
     let acks = request.acks;
     let timeout =
         Duration::from_millis((request.timeout_ms.max(0) as u64).min(PRODUCE_TIMEOUT_MS_MAX));
-    let mut topics: Vec<(kafka_protocol::messages::TopicName, Vec<Outcome>)> = Vec::new();
+    let mut topics: Vec<(TopicName, Uuid, Vec<Outcome>)> = Vec::new();
     for topic in request.topic_data {
-        let name = topic.name.0.to_string();
+        // v13+ names a topic by its id alone (KIP-516); an id this broker does not know is
+        // UNKNOWN_TOPIC_ID for each of its partitions, as Kafka answers.
+        let (topic_name, known) = if version >= TOPIC_ID_VERSION_MIN {
+            match ctx.cluster.topic_by_id(topic.topic_id) {
+                Some(t) => (super::topic_name(&t.name), true),
+                None => (topic.name, false),
+            }
+        } else {
+            (topic.name, true)
+        };
+        let name = topic_name.0.to_string();
         let label: Arc<str> = Arc::from(name.as_str());
         let outcomes = topic
             .partition_data
             .into_iter()
             .map(|p| {
+                if !known {
+                    return Outcome::refused(p.index, KafkaError::code(UNKNOWN_TOPIC_ID));
+                }
                 if !matches!(acks, -1..=1) {
                     return Outcome::refused(p.index, KafkaError::code(INVALID_REQUIRED_ACKS));
                 }
@@ -96,14 +113,14 @@ pub fn handle(
                 append(ctx, &tp, &label, p.records, version, acks)
             })
             .collect();
-        topics.push((topic.name, outcomes));
+        topics.push((topic_name, topic.topic_id, outcomes));
     }
     let ctx = Arc::clone(ctx);
 
     async move {
         let mut responses = Vec::with_capacity(topics.len());
         let mut hints: Vec<LeaderHint> = Vec::new();
-        for (name, outcomes) in topics {
+        for (name, topic_id, outcomes) in topics {
             let mut partitions = Vec::with_capacity(outcomes.len());
             for outcome in outcomes {
                 let result = match (outcome.result, outcome.wait) {
@@ -130,6 +147,7 @@ pub fn handle(
             responses.push(
                 TopicProduceResponse::default()
                     .with_name(name)
+                    .with_topic_id(topic_id)
                     .with_partition_responses(partitions),
             );
         }

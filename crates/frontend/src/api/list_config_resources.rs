@@ -1,0 +1,79 @@
+//! ListConfigResources (key 74, KIP-1142; v0 was KIP-1000's ListClientMetricsResources): the names
+//! of the resources whose configs DescribeConfigs can show, by config resource type.
+//!
+//! v0 lists client-metrics subscriptions only; v1 takes a type filter, empty meaning every type the
+//! broker supports (topic, broker, broker logger, client metrics, group), and a type outside that
+//! set answers UNSUPPORTED_VERSION, as Kafka does. Millrace has neither client-metrics
+//! subscriptions (KIP-714) nor dynamic group configs, so those two types list nothing.
+
+use std::sync::Arc;
+
+use kafka_protocol::messages::list_config_resources_response::ConfigResource;
+use kafka_protocol::messages::{ListConfigResourcesRequest, ListConfigResourcesResponse};
+
+use super::describe_configs::{RESOURCE_BROKER, RESOURCE_BROKER_LOGGER, RESOURCE_TOPIC};
+use super::str_bytes;
+use crate::error_codes::UNSUPPORTED_VERSION;
+use crate::BrokerContext;
+
+/// Config resource type of a client-metrics subscription (KIP-714).
+const RESOURCE_CLIENT_METRICS: i8 = 16;
+/// Config resource type of a group's dynamic config (KIP-848).
+const RESOURCE_GROUP: i8 = 32;
+/// The types v1 serves, in the order the answer lists them.
+const V1_TYPES: [i8; 5] = [
+    RESOURCE_TOPIC,
+    RESOURCE_BROKER,
+    RESOURCE_BROKER_LOGGER,
+    RESOURCE_CLIENT_METRICS,
+    RESOURCE_GROUP,
+];
+
+pub fn handle(
+    ctx: &Arc<BrokerContext>,
+    request: ListConfigResourcesRequest,
+    version: i16,
+) -> ListConfigResourcesResponse {
+    let mut response = ListConfigResourcesResponse::default();
+    let wanted: Vec<i8> = if version == 0 {
+        vec![RESOURCE_CLIENT_METRICS]
+    } else if request.resource_types.is_empty() {
+        V1_TYPES.to_vec()
+    } else {
+        request.resource_types
+    };
+    if let Some(bad) = wanted.iter().find(|t| !V1_TYPES.contains(t)) {
+        tracing::debug!(resource_type = bad, "ListConfigResources: unsupported type");
+        response.error_code = UNSUPPORTED_VERSION;
+        return response;
+    }
+    let resource = |name: String, resource_type: i8| {
+        ConfigResource::default()
+            .with_resource_name(str_bytes(&name))
+            .with_resource_type(resource_type)
+    };
+    for resource_type in V1_TYPES.into_iter().filter(|t| wanted.contains(t)) {
+        match resource_type {
+            RESOURCE_TOPIC => {
+                let image = ctx.cluster.image();
+                response.config_resources.extend(
+                    image
+                        .topics
+                        .keys()
+                        .map(|name| resource(name.clone(), resource_type)),
+                );
+            }
+            RESOURCE_BROKER | RESOURCE_BROKER_LOGGER => {
+                response.config_resources.extend(
+                    ctx.cluster
+                        .brokers()
+                        .into_iter()
+                        .map(|b| resource(b.node_id.to_string(), resource_type)),
+                );
+            }
+            // No client-metrics subscriptions and no dynamic group configs exist in Millrace.
+            _ => {}
+        }
+    }
+    response
+}
