@@ -10,7 +10,8 @@
 #   trap 'millrace_stop' EXIT        # always
 #
 # Env: MILLRACE_BIN, MILLRACE_START_TIMEOUT (seconds, default 10),
-#      MILLRACE_BUILD_TIMEOUT (seconds, default 3600).
+#      MILLRACE_BUILD_TIMEOUT (seconds, default 3600), MILLRACE_LISTEN (the broker's
+#      --listen, default 127.0.0.1:0).
 
 MILLRACE_LIB_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 MILLRACE_REPO_ROOT="$(cd "$MILLRACE_LIB_DIR/../.." && pwd)"
@@ -47,7 +48,7 @@ millrace_start() {
   mkdir -p "$workdir/data"
   MILLRACE_WORKDIR="$workdir"
   local out="$workdir/broker.stdout" err="$workdir/broker.stderr"
-  local args=(--data-dir "$workdir/data" --listen 127.0.0.1:0)
+  local args=(--data-dir "$workdir/data" --listen "${MILLRACE_LISTEN:-127.0.0.1:0}")
   while (($#)); do
     case "$1" in
       --set) args+=(--set "$2"); shift 2 ;;

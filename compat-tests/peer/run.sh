@@ -3,11 +3,12 @@
 # each against its own Millrace broker:
 #   franz-go/    franz-go's pkg/kgo integration tests (ALLOWLIST)
 #   librdkafka/  librdkafka's tests/ test-runner (ALLOWLIST)
+#   kafka-python/ kafka-python's test/integration pytest suite (ALLOWLIST)
 # Builds are cached under compat-tests/peer/.cache/ (gitignored); a cold
 # cache costs about 3-5 minutes on 2 cores (librdkafka + its tests, the kgo
 # test binary), a warm run about 4-6 minutes.
 #
-#   compat-tests/peer/run.sh [franz-go|librdkafka ...]
+#   compat-tests/peer/run.sh [franz-go|librdkafka|kafka-python ...]
 #
 # Env: everything the two run.sh read; PEER_SUITE_TIMEOUT (seconds per suite,
 #      default 480).
@@ -21,7 +22,7 @@ ROOT="$(cd "$HERE/../.." && pwd)"
 source "$ROOT/compat-tests/lib/millrace.sh"
 
 suites=("$@")
-((${#suites[@]})) || suites=(franz-go librdkafka)
+((${#suites[@]})) || suites=(franz-go librdkafka kafka-python)
 
 if MILLRACE_BIN="$(millrace_bin)"; then
   export MILLRACE_BIN

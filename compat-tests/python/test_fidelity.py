@@ -1,0 +1,270 @@
+"""What a client of Kafka 4.1 reads off the broker, field for field (issue 19, part 3).
+
+- kafka-python infers the broker's version from ApiVersions (Produce v13 is
+  its mark of 4.1) and picks its protocol versions by it;
+- DescribeConfigs names where a broker config comes from: set at start-up
+  (flags here, server.properties on Kafka) is STATIC_BROKER_CONFIG, never
+  set is DEFAULT_CONFIG;
+- ListConfigResources (key 74, KIP-1142) lists the topics and brokers whose
+  configs can be described, by type;
+- ListOffsets v8/v9: EARLIEST_LOCAL (-4) is the log start offset and
+  LATEST_TIERED (-5) finds nothing on a broker without tiered storage;
+- Produce v13 names topics by id (KIP-516), byte for byte here, since
+  kafka-python stops at v9: a known id appends, an unknown id gets
+  UNKNOWN_TOPIC_ID and appends nothing anywhere.
+
+Runs against Apache Kafka 4.1.1 too (compat-tests/reference/kafka-shim.sh),
+with the same assertions.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+import uuid
+from typing import List, Optional, Tuple
+
+import pytest
+from confluent_kafka.admin import AdminClient
+from confluent_kafka import TopicCollection
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.admin import ConfigResource, ConfigResourceType
+from kafka.protocol.consumer.offsets import OffsetSpec
+from kafka.record.util import calc_crc32c, encode_varint
+
+from millrace import unique_topic, wait_until
+
+OP_TIMEOUT_MS = 15000
+NONE = 0
+UNKNOWN_TOPIC_ID = 100
+
+
+@pytest.fixture
+def admin(broker):
+    client = KafkaAdminClient(bootstrap_servers=broker.bootstrap, request_timeout_ms=OP_TIMEOUT_MS,
+                              bootstrap_timeout_ms=OP_TIMEOUT_MS)
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+def create_topic(admin: KafkaAdminClient, partitions: int = 1) -> str:
+    from kafka.admin import NewTopic
+
+    topic = unique_topic("fidelity")
+    admin.create_topics([NewTopic(topic, partitions, 1)], timeout_ms=OP_TIMEOUT_MS)
+    return topic
+
+
+def broker_id(admin: KafkaAdminClient) -> int:
+    return int(admin.describe_cluster()["brokers"][0]["broker_id"])
+
+
+# ------------------------------------------------------------ version inference
+def test_kafka_python_infers_kafka_4_1(broker):
+    consumer = KafkaConsumer(bootstrap_servers=broker.bootstrap, api_version=None,
+                             request_timeout_ms=OP_TIMEOUT_MS)
+    try:
+        assert consumer.config["api_version"] == (4, 1)
+    finally:
+        consumer.close()
+
+
+# ------------------------------------------------------------ config sources
+def test_describe_configs_names_static_and_default_broker_configs(broker, admin):
+    node = broker_id(admin)
+    configs = admin.describe_configs([ConfigResource(ConfigResourceType.BROKER, node)],
+                                     config_filter="all")
+    entries = configs["broker"][str(node)]
+    # Set at start-up on both brokers: --listen / --data-dir here, server.properties on Kafka.
+    for name in ("listeners", "log.dirs"):
+        assert entries[name]["config_source"] == "STATIC_BROKER_CONFIG", (name, entries[name])
+        assert entries[name]["value"], (name, entries[name])
+    # Not updatable without a restart on either (Kafka lets `listeners` change per broker).
+    assert entries["log.dirs"]["read_only"] is True
+    # Set by neither.
+    assert entries["message.max.bytes"]["config_source"] == "DEFAULT_CONFIG"
+    assert entries["message.max.bytes"]["value"] == "1048588"
+
+
+# ------------------------------------------------------------ ListConfigResources
+def test_list_config_resources_by_type(broker, admin):
+    topic = create_topic(admin)
+    node = str(broker_id(admin))
+
+    def listed() -> dict:
+        return admin.list_config_resources()
+
+    wait_until(lambda: topic in listed().get("topic", []), timeout=15, what=f"{topic} listed")
+    every = listed()
+    assert node in every["broker"], every
+    assert node in every["broker_logger"], every
+    assert set(every) <= {"topic", "broker", "broker_logger", "client_metrics", "group"}, every
+
+    only_topics = admin.list_config_resources(resource_types=["TOPIC"])
+    assert set(only_topics) == {"topic"}, only_topics
+    assert topic in only_topics["topic"]
+
+    only_brokers = admin.list_config_resources(resource_types=["BROKER"])
+    assert only_brokers == {"broker": [node]}, only_brokers
+
+
+# ------------------------------------------------------------ ListOffsets v8/v9
+def test_list_offsets_earliest_local_and_latest_tiered(broker, admin):
+    topic = create_topic(admin)
+    producer = KafkaProducer(bootstrap_servers=broker.bootstrap, enable_idempotence=False, acks="all",
+                             request_timeout_ms=OP_TIMEOUT_MS, max_block_ms=OP_TIMEOUT_MS)
+    try:
+        for i in range(10):
+            producer.send(topic, value=b"v%d" % i, partition=0)
+        producer.flush(timeout=OP_TIMEOUT_MS / 1000)
+    finally:
+        producer.close(timeout=5)
+    tp = TopicPartition(topic, 0)
+    admin.delete_records({tp: 4}, timeout_ms=OP_TIMEOUT_MS)
+
+    found = admin.list_partition_offsets({tp: OffsetSpec.EARLIEST_LOCAL})
+    assert found[tp].offset == 4, found
+    found = admin.list_partition_offsets({tp: OffsetSpec.EARLIEST})
+    assert found[tp].offset == 4, found
+    found = admin.list_partition_offsets({tp: OffsetSpec.LATEST})
+    assert found[tp].offset == 10, found
+    found = admin.list_partition_offsets({tp: OffsetSpec.LATEST_TIERED})
+    assert found[tp].offset == -1, found
+
+
+# ------------------------------------------------------------ Produce v13 by topic id
+def varint(v: int) -> bytes:
+    out = bytearray()
+    encode_varint(v, out.append)
+    return bytes(out)
+
+
+def uvarint(v: int) -> bytes:
+    out = bytearray()
+    while True:
+        b = v & 0x7F
+        v >>= 7
+        if v:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+def one_record_batch(value: bytes) -> bytes:
+    body = b"\x00" + varint(0) + varint(0) + varint(-1) + varint(len(value)) + value + varint(0)
+    records = varint(len(body)) + body
+    ts = 1_700_000_000_000
+    after_crc = struct.pack(">hiqqqhii", 0, 0, ts, ts, -1, -1, -1, 1) + records
+    crc = calc_crc32c(memoryview(after_crc))
+    inner = struct.pack(">ibI", -1, 2, crc) + after_crc
+    return struct.pack(">qi", 0, len(inner)) + inner
+
+
+class Reader:
+    def __init__(self, data: bytes) -> None:
+        self.data, self.pos = data, 0
+
+    def take(self, n: int) -> bytes:
+        out = self.data[self.pos:self.pos + n]
+        assert len(out) == n, "response truncated"
+        self.pos += n
+        return out
+
+    def unpack(self, fmt: str):
+        return struct.unpack(fmt, self.take(struct.calcsize(fmt)))
+
+    def uvarint(self) -> int:
+        shift = value = 0
+        while True:
+            b = self.take(1)[0]
+            value |= (b & 0x7F) << shift
+            if not b & 0x80:
+                return value
+            shift += 7
+
+    def skip_tagged(self) -> None:
+        for _ in range(self.uvarint()):
+            self.uvarint()
+            self.take(self.uvarint())
+
+
+def produce_v13(bootstrap: str, topic_id: uuid.UUID, value: bytes) -> List[Tuple[uuid.UUID, int, int]]:
+    """One Produce v13 (acks=-1) of one record to partition 0 → [(topic_id, error, base_offset)]."""
+    partition = struct.pack(">i", 0) + uvarint(len(one_record_batch(value)) + 1) \
+        + one_record_batch(value) + uvarint(0)
+    topic_data = topic_id.bytes + uvarint(2) + partition + uvarint(0)
+    body = uvarint(0) + struct.pack(">hi", -1, OP_TIMEOUT_MS) + uvarint(2) + topic_data + uvarint(0)
+    client = b"fidelity"
+    header = struct.pack(">hhih", 0, 13, 7, len(client)) + client + uvarint(0)
+    frame = header + body
+    host, port = bootstrap.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=OP_TIMEOUT_MS / 1000) as sock:
+        sock.sendall(struct.pack(">i", len(frame)) + frame)
+        size = struct.unpack(">i", recv_exact(sock, 4))[0]
+        r = Reader(recv_exact(sock, size))
+    (correlation,) = r.unpack(">i")
+    assert correlation == 7
+    r.skip_tagged()
+    out = []
+    for _ in range(r.uvarint() - 1):
+        tid = uuid.UUID(bytes=r.take(16))
+        for _ in range(r.uvarint() - 1):
+            _index, error, base_offset, _append_time, _start = r.unpack(">ihqqq")
+            for _ in range(r.uvarint() - 1):  # record_errors
+                r.unpack(">i")
+                n = r.uvarint()
+                r.take(max(n - 1, 0))
+            n = r.uvarint()  # error_message
+            r.take(max(n - 1, 0))
+            r.skip_tagged()
+            out.append((tid, error, base_offset))
+        r.skip_tagged()
+    return out
+
+
+def recv_exact(sock: socket.socket, n: int) -> bytes:
+    out = bytearray()
+    while len(out) < n:
+        chunk = sock.recv(n - len(out))
+        if not chunk:
+            raise ConnectionError("broker closed the connection")
+        out += chunk
+    return bytes(out)
+
+
+def topic_id_of(bootstrap: str, topic: str) -> uuid.UUID:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    description = admin.describe_topics(TopicCollection([topic]))[topic].result(timeout=15)
+    msb = description.topic_id.get_most_significant_bits() & (2**64 - 1)
+    lsb = description.topic_id.get_least_significant_bits() & (2**64 - 1)
+    return uuid.UUID(int=(msb << 64) | lsb)
+
+
+def test_produce_v13_by_topic_id(broker, admin):
+    topic = create_topic(admin)
+    tid = topic_id_of(broker.bootstrap, topic)
+    assert tid.int != 0
+
+    assert produce_v13(broker.bootstrap, tid, b"first") == [(tid, NONE, 0)]
+    assert produce_v13(broker.bootstrap, tid, b"second") == [(tid, NONE, 1)]
+
+    unknown = uuid.uuid4()
+    answer = produce_v13(broker.bootstrap, unknown, b"nowhere")
+    assert [(t, e) for t, e, _ in answer] == [(unknown, UNKNOWN_TOPIC_ID)], answer
+
+    consumer = KafkaConsumer(bootstrap_servers=broker.bootstrap, group_id=None,
+                             enable_auto_commit=False, auto_offset_reset="earliest",
+                             request_timeout_ms=OP_TIMEOUT_MS, consumer_timeout_ms=1000)
+    try:
+        tp = TopicPartition(topic, 0)
+        consumer.assign([tp])
+        got: List[Optional[bytes]] = []
+        wait_until(lambda: got.extend(r.value for r in consumer) or len(got) >= 2,
+                   timeout=15, what="both records read back")
+        assert got == [b"first", b"second"]
+        assert consumer.end_offsets([tp])[tp] == 2
+    finally:
+        consumer.close()
