@@ -35,7 +35,7 @@ use millrace_store::{
     StoreError, TopicId, TopicPartition,
 };
 use parking_lot::{Mutex, RwLock};
-use tokio::sync::{watch, Notify};
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 use uuid::Uuid;
@@ -212,8 +212,6 @@ pub struct ReplicaManager {
     partitions: RwLock<HashMap<TopicPartition, Arc<HostedPartition>>>,
     /// Follower partitions by leader broker.
     pub(crate) following: RwLock<BTreeMap<i32, BTreeSet<TopicPartition>>>,
-    /// Woken by every leader append (followers' long polls wait on it).
-    appended: Arc<Notify>,
     pub(crate) fetchers: Mutex<BTreeMap<i32, crate::fetcher::FetcherHandle>>,
     /// This process's broker epoch (sent in replica fetches, KIP-903), -1 before registration.
     pub(crate) broker_epoch: AtomicI64,
@@ -252,7 +250,6 @@ impl ReplicaManager {
             controller,
             partitions: RwLock::new(HashMap::new()),
             following: RwLock::new(BTreeMap::new()),
-            appended: Arc::new(Notify::new()),
             fetchers: Mutex::new(BTreeMap::new()),
             broker_epoch: AtomicI64::new(-1),
             current: AtomicBool::new(false),
@@ -301,11 +298,6 @@ impl ReplicaManager {
         tokio::time::timeout(timeout, rx.wait_for(|a| *a >= offset))
             .await
             .is_ok_and(|r| r.is_ok())
-    }
-
-    /// Woken by every leader append.
-    pub fn appended(&self) -> Arc<Notify> {
-        Arc::clone(&self.appended)
     }
 
     fn replica_config(&self, image: &MetadataImage, topic: &str) -> ReplicaConfig {
@@ -390,6 +382,11 @@ impl ReplicaManager {
                     pr.is_leader = is_leader;
                     pr.high_watermark = part.replica().high_watermark();
                 });
+                if was_leader != is_leader || old_epoch != Some(epoch_now) {
+                    // Parked fetches answer now (NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH, or
+                    // the new leader's data), not at their deadline.
+                    hosted.log.wake_watchers();
+                }
                 if is_leader && (!was_leader || old_epoch != Some(epoch_now)) {
                     info!(partition = %tp, leader_epoch = epoch_now, "became leader");
                     changes.push(LeadershipChange::Became {
@@ -664,7 +661,7 @@ impl ReplicaManager {
         }
         drop(part);
         if !info.duplicate {
-            self.appended.notify_waiters();
+            hosted.log.wake_log_end_watchers();
         }
         let wait = match acks {
             0 => None,

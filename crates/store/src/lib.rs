@@ -48,6 +48,7 @@ pub mod storage;
 pub mod testing;
 mod time_index;
 pub mod validator;
+mod watchers;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -55,7 +56,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
-use tokio::sync::Notify;
 
 pub use config::{
     CleanupPolicy, ConfigParseError, FlushPolicy, LogConfig, StoreConfig, TimestampType,
@@ -68,6 +68,7 @@ pub use partition_dir::{
 };
 pub use producer_state::{BatchMetadata, ProducerStateEntry};
 pub use shared::DurableListener;
+pub use watchers::Watchers;
 
 use checkpoint::{CLEAN_SHUTDOWN_FILE, HIGH_WATERMARK_FILE, LOG_START_FILE, RECOVERY_POINT_FILE};
 use limits::SHUTDOWN_THREADS;
@@ -289,11 +290,6 @@ impl Store {
         let mut v: Vec<TopicPartition> = self.partitions.read().keys().cloned().collect();
         v.sort();
         v
-    }
-
-    /// Notified (`notify_waiters`) every time any partition's high watermark advances.
-    pub fn data_available(&self) -> Arc<Notify> {
-        Arc::clone(&self.shared.data_available)
     }
 
     /// Calls `listener` (from the flusher thread, with no store lock held) each time a flush round

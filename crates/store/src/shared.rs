@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
-use tokio::sync::{watch, Notify};
+use tokio::sync::watch;
 
 use crate::checkpoint::{self, HIGH_WATERMARK_FILE, LOG_START_FILE, RECOVERY_POINT_FILE};
 use crate::config::{StoreConfig, TopicPartition};
@@ -89,7 +89,6 @@ pub(crate) struct StoreShared {
     pub(crate) config: StoreConfig,
     pub(crate) storage: Arc<dyn Storage>,
     pub(crate) cache: FileCache,
-    pub(crate) data_available: Arc<Notify>,
     pub(crate) flusher: Arc<FlushQueue>,
     offline: Mutex<Option<String>>,
     offline_flag: AtomicBool,
@@ -108,7 +107,6 @@ impl StoreShared {
         StoreShared {
             cache: FileCache::new(config.max_open_files, Arc::clone(&storage)),
             storage,
-            data_available: Arc::new(Notify::new()),
             flusher: Arc::new(FlushQueue::default()),
             offline: Mutex::new(None),
             offline_flag: AtomicBool::new(false),

@@ -268,6 +268,43 @@ fn rolls_and_restarts() {
     }
 }
 
+/// A parked fetch is woken by its own partition's high watermark, not by another partition's.
+#[tokio::test]
+async fn a_high_watermark_wakes_only_the_fetches_of_its_partition() {
+    use futures::FutureExt;
+
+    let dir = tempfile::tempdir().expect("tmp");
+    let store = open(dir.path(), FlushPolicy::Never);
+    let id = millrace_store::TopicId::from_bytes([9; 16]);
+    let a = store
+        .create_partition(&tp("w", 0), LogConfig::default(), id)
+        .expect("create a");
+    let b = store
+        .create_partition(&tp("w", 1), LogConfig::default(), id)
+        .expect("create b");
+    let on_a = std::sync::Arc::new(tokio::sync::Notify::new());
+    let on_b = std::sync::Arc::new(tokio::sync::Notify::new());
+    a.watch_high_watermark(&on_a);
+    b.watch_high_watermark(&on_b);
+
+    b.append(batch(3, 1), 0).expect("append b");
+    assert_eq!(b.high_watermark(), 3, "flush policy never: visible at once");
+    assert!(on_b.notified().now_or_never().is_some(), "b's fetch woken");
+    assert!(
+        on_a.notified().now_or_never().is_none(),
+        "a's fetch must sleep through b's append"
+    );
+
+    a.append(batch(2, 1), 0).expect("append a");
+    assert!(on_a.notified().now_or_never().is_some(), "a's fetch woken");
+
+    // Deleting a partition releases its parked fetches too.
+    let on_a_again = std::sync::Arc::new(tokio::sync::Notify::new());
+    a.watch_high_watermark(&on_a_again);
+    store.delete_partition(&tp("w", 0)).expect("delete");
+    assert!(on_a_again.notified().now_or_never().is_some());
+}
+
 #[tokio::test]
 async fn durability_policies() {
     for policy in [FlushPolicy::Batch, FlushPolicy::Always, FlushPolicy::Never] {
@@ -280,8 +317,9 @@ async fn durability_policies() {
                 millrace_store::TopicId::from_bytes([7; 16]),
             )
             .expect("create");
-        let notify = store.data_available();
-        let notified = notify.notified();
+        let waiter = std::sync::Arc::new(tokio::sync::Notify::new());
+        log.watch_high_watermark(&waiter);
+        let notified = waiter.notified();
         let info = log.append(batch(4, 1), 0).expect("append");
         tokio::time::timeout(
             std::time::Duration::from_secs(5),

@@ -4,15 +4,16 @@
 //! Consumers (no replica id): only from the partition's leader, with a current leader epoch
 //! (KIP-320), up to the high watermark (with no transactions the last stable offset equals it, so
 //! `read_committed` needs nothing more). A fetch returns at once when it has `min_bytes`, when any
-//! partition has an error, or when `max_wait_ms` is 0; otherwise it parks until some high
-//! watermark advances (the store's `data_available` notification — not a timer) or `max_wait_ms`
-//! passes, and reads again. A partition this broker does not lead answers NOT_LEADER_OR_FOLLOWER
+//! partition has an error, or when `max_wait_ms` is 0; otherwise it parks until the high watermark
+//! of a partition it asked for advances (each partition wakes only the fetches registered with it,
+//! `PartitionLog::watch_high_watermark` — not a timer, not any append anywhere), that partition
+//! changes leader or is deleted, or `max_wait_ms` passes, and reads again. A partition this broker does not lead answers NOT_LEADER_OR_FOLLOWER
 //! with the current leader (v12+) and its endpoint (v16+, KIP-951).
 //!
 //! Followers (`replica_state.replica_id` >= 0, v15+; `replica_id` before): the leader accounts the
 //! follower's fetch offset (which may move the high watermark and the ISR), answers a diverging
 //! epoch when the follower's log disagrees (v12+), and otherwise sends records up to its log end;
-//! a follower's long poll wakes on leader appends.
+//! a follower's long poll wakes on leader appends to the partitions it asked for.
 //!
 //! Size rules (KIP-74): each partition gets at most `partition_max_bytes` and the response at most
 //! `max_bytes`, except that the first batch of the first partition with data is returned whole even
@@ -100,17 +101,14 @@ pub async fn handle(ctx: Arc<BrokerContext>, request: FetchRequest, version: i16
         Fetcher::Consumer
     };
     let topics = resolve(&ctx, request, version);
-    let notify: Arc<Notify> = match fetcher {
-        Fetcher::Consumer => ctx.cluster.store.data_available(),
-        Fetcher::Follower { .. } => ctx.replicas.appended(),
-    };
+    // This fetch's own wake-up, registered with each partition it asked for: an append elsewhere
+    // does not wake it.
+    let waiter = Arc::new(Notify::new());
 
     loop {
-        // Register for the wake-up before reading, so a change between the read and the wait is
-        // not missed.
-        let notified = notify.notified();
-        tokio::pin!(notified);
-        notified.as_mut().enable();
+        // Register before reading, so a change between the read and the wait is not missed (the
+        // wake-up is kept as a permit until `notified` is awaited).
+        watch(&ctx, &topics, fetcher, &waiter);
 
         let (response, bytes, any_error) =
             read_all(&ctx, &topics, fetcher, max_bytes, read_committed, version);
@@ -125,9 +123,26 @@ pub async fn handle(ctx: Arc<BrokerContext>, request: FetchRequest, version: i16
             return response;
         }
         tokio::select! {
-            _ = &mut notified => {}
+            _ = waiter.notified() => {}
             _ = tokio::time::sleep_until(deadline) => {}
             _ = ctx.shutdown.cancelled() => {}
+        }
+    }
+}
+
+/// Registers `waiter` with every requested partition hosted here: a consumer's with the high
+/// watermark, a follower's with the log end.
+fn watch(ctx: &Arc<BrokerContext>, topics: &[WantedTopic], fetcher: Fetcher, waiter: &Arc<Notify>) {
+    for tp in topics
+        .iter()
+        .flat_map(|t| &t.partitions)
+        .filter_map(|w| w.tp.as_ref())
+    {
+        if let Some(log) = ctx.cluster.store.partition(tp) {
+            match fetcher {
+                Fetcher::Consumer => log.watch_high_watermark(waiter),
+                Fetcher::Follower { .. } => log.watch_log_end(waiter),
+            }
         }
     }
 }

@@ -154,7 +154,7 @@ impl PartitionLog {
             .fetch_max(offset, Ordering::SeqCst)
             < offset
         {
-            self.shared.data_available.notify_waiters();
+            self.high_watermark_watchers.wake();
         }
     }
 
@@ -169,7 +169,7 @@ impl PartitionLog {
             .high_watermark_atomic()
             .swap(offset, Ordering::SeqCst);
         if offset > old {
-            self.shared.data_available.notify_waiters();
+            self.high_watermark_watchers.wake();
         }
     }
 

@@ -48,7 +48,7 @@ use std::sync::{Arc, OnceLock, Weak};
 
 use bytes::Bytes;
 use parking_lot::{Mutex, RwLock};
-use tokio::sync::watch;
+use tokio::sync::{watch, Notify};
 
 use crate::config::{LogConfig, TopicPartition};
 use crate::error::StoreError;
@@ -57,6 +57,7 @@ use crate::partition_dir::{self, TopicId};
 use crate::producer_state::{ProducerStateEntry, ProducerStates};
 use crate::segment::{self, Segment, INDEX_SUFFIX, TIME_INDEX_SUFFIX};
 use crate::shared::{PartitionOffsets, StoreShared};
+use crate::watchers::Watchers;
 
 pub(crate) use compaction::SealedSegment;
 pub(crate) use durability::{list_snapshots, snapshot_path};
@@ -193,6 +194,10 @@ pub struct PartitionLog {
     durable: watch::Sender<Durable>,
     queued: AtomicBool,
     deleted: AtomicBool,
+    /// Consumer fetches parked until the high watermark moves.
+    high_watermark_watchers: Watchers,
+    /// Follower fetches parked until the leader's log end moves.
+    log_end_watchers: Watchers,
 }
 
 /// What recovery found on disk, to build a `PartitionLog` from (`PartitionLog::open`).
@@ -251,6 +256,8 @@ impl PartitionLog {
             }),
             queued: AtomicBool::new(false),
             deleted: AtomicBool::new(false),
+            high_watermark_watchers: Watchers::default(),
+            log_end_watchers: Watchers::default(),
         })
     }
 
@@ -412,6 +419,31 @@ impl PartitionLog {
         let _inner = self.inner.lock();
         self.fail_waiters(Failure::Deleted);
         self.shared.unregister_offsets(&self.tp);
+        // Parked fetches find out now (UNKNOWN_TOPIC_OR_PARTITION), not at their deadline.
+        self.wake_watchers();
+    }
+
+    /// Wakes `waiter` (once) the next time the high watermark rises, or the partition changes
+    /// hands or is deleted. The long poll of a consumer Fetch.
+    pub fn watch_high_watermark(&self, waiter: &Arc<Notify>) {
+        self.high_watermark_watchers.watch(waiter);
+    }
+
+    /// Wakes `waiter` (once) at the next [`PartitionLog::wake_log_end_watchers`], or when the
+    /// partition changes hands or is deleted. The long poll of a follower's Fetch.
+    pub fn watch_log_end(&self, waiter: &Arc<Notify>) {
+        self.log_end_watchers.watch(waiter);
+    }
+
+    /// The log end moved: a leader append (called by replication after it has accounted it).
+    pub fn wake_log_end_watchers(&self) {
+        self.log_end_watchers.wake();
+    }
+
+    /// Wakes every parked fetch: its answer may have changed (leadership, deletion).
+    pub fn wake_watchers(&self) {
+        self.high_watermark_watchers.wake();
+        self.log_end_watchers.wake();
     }
 
     /// Log start offset.
