@@ -102,3 +102,65 @@ fn a_bad_http_listen_address_is_a_settings_error() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("millrace.http.listen"), "{stderr}");
 }
+
+/// `millrace_requests_in_flight` as /metrics shows it.
+fn in_flight(addr: SocketAddr) -> Option<i64> {
+    let (_, metrics) = http(addr, "GET", "/metrics");
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("millrace_requests_in_flight "))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+fn wait_in_flight(addr: SocketAddr, want: i64, within: Duration, what: &str) {
+    let deadline = Instant::now() + within;
+    loop {
+        let now = in_flight(addr);
+        if now == Some(want) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what}: millrace_requests_in_flight is {now:?}, expected {want} within {within:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A client that goes away leaves no work behind: its long poll (25 s here) is dropped when the
+/// connection closes, not finished for no one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gone_clients_parked_fetch_is_dropped() {
+    let port = free_port();
+    let broker =
+        Broker::start_with_args(&["--http-listen".to_string(), format!("127.0.0.1:{port}")]);
+    let http_addr: SocketAddr = format!("127.0.0.1:{port}").parse().expect("address");
+    let topic = common::unique_topic("gone");
+    common::ensure_topics(broker.addr(), &[&topic]).await;
+    let idle = Duration::from_secs(10);
+    tokio::task::spawn_blocking(move || wait_in_flight(http_addr, 0, idle, "before the fetch"))
+        .await
+        .expect("poll");
+
+    let mut conn = common::RawConn::connect(broker.addr()).await;
+    conn.send(12, &common::fetch_request(&topic, 0, 0, 25_000, 1))
+        .await;
+    tokio::task::spawn_blocking(move || {
+        wait_in_flight(http_addr, 1, Duration::from_secs(10), "fetch parked")
+    })
+    .await
+    .expect("poll");
+
+    drop(conn);
+    // Well under the fetch's 25 s: the work is dropped with the connection.
+    tokio::task::spawn_blocking(move || {
+        wait_in_flight(
+            http_addr,
+            0,
+            Duration::from_secs(5),
+            "after the client left",
+        )
+    })
+    .await
+    .expect("poll");
+}

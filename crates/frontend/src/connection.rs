@@ -11,7 +11,10 @@
 //! finishes the response (durability waits, long polls). Those tasks go through a bounded queue to
 //! the writer, which awaits them one by one, so responses leave in the order requests came in while
 //! the waiting overlaps. A malformed request ends this connection only: the reader stops, the writer
-//! sends what was already answered, and the socket closes.
+//! sends what was already answered, and the socket closes. A client that has gone (its end closed,
+//! or idle past `connections.max.idle.ms`) gets nothing more: the work still queued for it (long
+//! polls, acknowledgement waits) is aborted at once rather than finished for no one. Appends it
+//! asked for have happened already, as in Kafka.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -21,6 +24,7 @@ use bytes::Bytes;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
 use crate::dispatch::{dispatch, Pending};
@@ -53,9 +57,20 @@ pub async fn serve_connection(
     let (queue, mut answers) = mpsc::channel::<Pending>(IN_FLIGHT_REQUESTS_PER_CONNECTION_MAX);
 
     let in_flight = &millrace_metrics::global().requests_in_flight;
+    // Cancelled by the reader when the client has gone.
+    let gone = CancellationToken::new();
+    let client_gone = gone.clone();
     let writer = tokio::spawn(async move {
-        while let Some(pending) = answers.recv().await {
-            let answered = pending.await;
+        while let Some(mut pending) = answers.recv().await {
+            let answered = tokio::select! {
+                biased;
+                answered = &mut pending => answered,
+                _ = client_gone.cancelled() => {
+                    pending.abort();
+                    in_flight.dec();
+                    break;
+                }
+            };
             in_flight.dec();
             match answered {
                 Ok(Ok(Some(chunks))) => {
@@ -75,9 +90,11 @@ pub async fn serve_connection(
                 }
             }
         }
-        // Requests still queued behind a failed write are never answered.
+        // Requests still queued behind a failed write, or for a client that has gone, are never
+        // answered: their work stops here.
         answers.close();
-        while answers.recv().await.is_some() {
+        while let Some(pending) = answers.recv().await {
+            pending.abort();
             in_flight.dec();
         }
         let _ = write_half.shutdown().await;
@@ -90,9 +107,13 @@ pub async fn serve_connection(
         };
         let frame = match next {
             FrameEvent::Frame(frame) => frame,
-            FrameEvent::Closed => break,
+            FrameEvent::Closed => {
+                gone.cancel();
+                break;
+            }
             FrameEvent::Idle => {
                 debug!(%peer, "closing idle connection (connections.max.idle.ms)");
+                gone.cancel();
                 break;
             }
             FrameEvent::Bad(reason) => {
