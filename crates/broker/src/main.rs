@@ -26,6 +26,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use clap::Parser;
 use millrace_cluster::{BrokerConfig, BrokerEndpoint, Cluster, MetadataError};
 use millrace_controller::ProducerIdAllocator;
+use millrace_frontend::fetch_session::FetchSessionCache;
 use millrace_frontend::BrokerContext;
 use millrace_groups::{CoordinatorConfig, GroupConfig, GroupCoordinator, OFFSETS_TOPIC};
 use millrace_replication::LeadershipChange;
@@ -236,6 +237,7 @@ async fn run(
     let groups = open_group_coordinator(&config, &settings.data_dir, &node);
     follow_offsets_leadership(&node, &groups);
     let ready = node.start_publishing(&store, &settings.data_dir, &token);
+    let fetch_sessions = Arc::new(FetchSessionCache::new(config.fetch_session_slots()));
     observer.attach(observe::BrokerView {
         cluster: cluster.clone(),
         replicas: node.replicas.clone(),
@@ -243,6 +245,7 @@ async fn run(
         quorum: node.quorum.clone(),
         node_ready: ready.clone(),
         partition_level: config.metrics_partition_level(),
+        fetch_sessions: fetch_sessions.clone(),
     });
     let producer_ids = Arc::new(ProducerIdAllocator::new(
         node.controller.clone(),
@@ -259,6 +262,7 @@ async fn run(
             .to_string(),
         groups: groups.clone(),
         shutdown: token.clone(),
+        fetch_sessions,
     });
     let timers = {
         let stop = token.clone();

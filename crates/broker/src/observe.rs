@@ -32,6 +32,7 @@ use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use millrace_cluster::Cluster;
 use millrace_controller::raft::RaftQuorum;
+use millrace_frontend::fetch_session::FetchSessionCache;
 use millrace_groups::{GroupCoordinator, GroupState, PartitionStatus, OFFSETS_TOPIC};
 use millrace_metrics::prometheus_client::collector::Collector;
 use millrace_metrics::prometheus_client::encoding::{
@@ -61,6 +62,8 @@ pub struct BrokerView {
     pub node_ready: watch::Receiver<bool>,
     /// `millrace.metrics.partition.level`.
     pub partition_level: bool,
+    /// Incremental fetch sessions (KIP-227).
+    pub fetch_sessions: Arc<FetchSessionCache>,
 }
 
 /// The HTTP side's shared state.
@@ -278,6 +281,19 @@ impl Collector for StateCollector {
         let Some(view) = view else {
             return Ok(());
         };
+        let (sessions, session_partitions) = view.fetch_sessions.stats();
+        single(
+            "fetch_sessions",
+            "Incremental fetch sessions held (KIP-227)",
+            i64::try_from(sessions).unwrap_or(i64::MAX),
+            &mut encoder,
+        )?;
+        single(
+            "fetch_session_partitions",
+            "Partitions held by the incremental fetch sessions",
+            i64::try_from(session_partitions).unwrap_or(i64::MAX),
+            &mut encoder,
+        )?;
         let per_partition = view.partition_level;
         let mut log_end = Series::gauge(
             "log_end_offset",

@@ -178,6 +178,11 @@ pub static BROKER_CONFIGS: &[ConfigDef] = &[
     ),
     def("max.connections", "2147483647", INT_NONNEG),
     def("connections.max.idle.ms", "600000", LONG_ANY),
+    def(
+        "max.incremental.fetch.session.cache.slots",
+        "1000",
+        INT_NONNEG,
+    ),
     nodef("log.retention.ms", LONG_ANY),
     nodef("log.retention.minutes", INT_POS),
     def("log.retention.hours", "168", INT_POS),
@@ -669,6 +674,11 @@ impl BrokerConfig {
     }
     pub fn max_connections(&self) -> usize {
         self.long_or("max.connections", i32::MAX as i64) as usize
+    }
+    /// Fetch sessions the broker keeps (KIP-227); 0 = none.
+    pub fn fetch_session_slots(&self) -> usize {
+        usize::try_from(self.long_or("max.incremental.fetch.session.cache.slots", 1000))
+            .unwrap_or(0)
     }
     /// `None` = connections never expire for idleness (Kafka's -1).
     pub fn connections_max_idle(&self) -> Option<Duration> {

@@ -7,8 +7,9 @@
 //! [`versions`], decodes the body and calls the API module, which translates the request into calls
 //! on [`millrace_cluster::Cluster`] and [`millrace_store`] and builds the response.
 //!
-//! **Invariant:** this crate holds no state beyond a connection; topics, logs, groups and committed
-//! offsets live in `cluster`, `store` and `groups`, which never see a Kafka wire type.
+//! **Invariant:** this crate holds no state beyond a connection, except the fetch sessions
+//! ([`fetch_session`], KIP-227), which are a wire-protocol artifact; topics, logs, groups and
+//! committed offsets live in `cluster`, `store` and `groups`, which never see a Kafka wire type.
 //!
 //! Types to read first: [`BrokerContext`], [`dispatch::dispatch`], [`versions::ADVERTISED`].
 
@@ -16,6 +17,7 @@ pub mod api;
 pub mod connection;
 pub mod dispatch;
 pub mod error_codes;
+pub mod fetch_session;
 pub mod limits;
 pub mod request_memory;
 pub mod response_errors;
@@ -48,4 +50,6 @@ pub struct BrokerContext {
     pub groups: Arc<GroupCoordinator>,
     /// Cancelled when the broker begins to shut down; long polls return early on it.
     pub shutdown: CancellationToken,
+    /// Incremental fetch sessions (KIP-227).
+    pub fetch_sessions: Arc<fetch_session::FetchSessionCache>,
 }

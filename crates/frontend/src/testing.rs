@@ -175,6 +175,7 @@ pub fn single_node_context(
         groups,
         data_dir: data_dir.display().to_string(),
         shutdown: CancellationToken::new(),
+        fetch_sessions: Arc::new(crate::fetch_session::FetchSessionCache::new(1000)),
     });
     (ctx, hold)
 }

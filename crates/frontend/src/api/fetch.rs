@@ -17,8 +17,12 @@
 //!
 //! Size rules (KIP-74): each partition gets at most `partition_max_bytes` and the response at most
 //! `max_bytes`, except that the first batch of the first partition with data is returned whole even
-//! if it is larger. Sessions are not kept: the response's session id is always 0, which clients
-//! treat as "full fetch every time".
+//! if it is larger.
+//!
+//! Sessions (KIP-227, v7+, [`crate::fetch_session`]): a fetcher that starts a session (epoch 0)
+//! then names only the partitions whose position changed, and the answer carries only the
+//! partitions with something new; the long poll still waits on, and reads, every partition of the
+//! session.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -36,10 +40,16 @@ use uuid::Uuid;
 
 use super::leadership::{self, LeaderHint, Refusal};
 use super::str_bytes;
-use crate::error_codes::{KafkaError, NONE, UNKNOWN_TOPIC_ID, UNKNOWN_TOPIC_OR_PARTITION};
+use crate::error_codes::{
+    KafkaError, FETCH_SESSION_ID_NOT_FOUND, INVALID_FETCH_SESSION_EPOCH, NONE, UNKNOWN_TOPIC_ID,
+    UNKNOWN_TOPIC_OR_PARTITION,
+};
+use crate::fetch_session::{Answered, FetchContext, SessionError, SessionPartition};
 use crate::limits::{FETCH_RESPONSE_BYTES_MAX, FETCH_WAIT_MS_MAX};
 use crate::BrokerContext;
 
+/// First Fetch version with sessions (KIP-227).
+const SESSION_VERSION_MIN: i16 = 7;
 /// First Fetch version that names topics by id.
 const TOPIC_ID_VERSION_MIN: i16 = 13;
 /// First Fetch version with `replica_state` (KIP-903).
@@ -68,13 +78,18 @@ struct Wanted {
     partition_max_bytes: usize,
     /// Set when the topic is unknown.
     missing: Option<i16>,
+    /// What this fetch session last answered for the partition (incremental sessions).
+    answered: Option<Answered>,
 }
 
 struct WantedTopic {
+    /// The topic as the request named it (empty from v13, where the id names it).
     name: TopicName,
     /// The topic's name as the metrics label (resolved by id for v13+).
     label: Arc<str>,
     topic_id: Uuid,
+    /// The topic's name in the metadata image; `None` when it does not exist.
+    meta_name: Option<String>,
     partitions: Vec<Wanted>,
 }
 
@@ -100,7 +115,33 @@ pub async fn handle(ctx: Arc<BrokerContext>, request: FetchRequest, version: i16
     } else {
         Fetcher::Consumer
     };
-    let topics = resolve(&ctx, request, version);
+    let follower = matches!(fetcher, Fetcher::Follower { .. });
+    let requested = requested_partitions(&request, version);
+    let session = if version >= SESSION_VERSION_MIN {
+        let forgotten = forgotten_partitions(&request, version);
+        ctx.fetch_sessions.begin(
+            request.session_id,
+            request.session_epoch,
+            follower,
+            requested.clone(),
+            &forgotten,
+            now_ms(),
+        )
+    } else {
+        FetchContext::Sessionless
+    };
+    let topics = match &session {
+        FetchContext::Error(e) => {
+            let code = match e {
+                SessionError::NotFound => FETCH_SESSION_ID_NOT_FOUND,
+                SessionError::InvalidEpoch => INVALID_FETCH_SESSION_EPOCH,
+            };
+            tracing::debug!(session_id = request.session_id, epoch = request.session_epoch, error = %e, "fetch session refused");
+            return FetchResponse::default().with_error_code(code);
+        }
+        FetchContext::Incremental { partitions, .. } => resolve(&ctx, partitions, version),
+        FetchContext::Sessionless | FetchContext::Full { .. } => resolve(&ctx, &requested, version),
+    };
     // This fetch's own wake-up, registered with each partition it asked for: an append elsewhere
     // does not wake it.
     let waiter = Arc::new(Notify::new());
@@ -120,7 +161,7 @@ pub async fn handle(ctx: Arc<BrokerContext>, request: FetchRequest, version: i16
             if matches!(fetcher, Fetcher::Consumer) {
                 count_bytes_out(&topics, &response);
             }
-            return response;
+            return finish_session(&ctx, &session, &topics, response);
         }
         tokio::select! {
             _ = waiter.notified() => {}
@@ -162,49 +203,156 @@ fn count_bytes_out(topics: &[WantedTopic], response: &FetchResponse) {
     }
 }
 
-fn resolve(ctx: &Arc<BrokerContext>, request: FetchRequest, version: i16) -> Vec<WantedTopic> {
-    let image = ctx.cluster.image();
+/// The request's partitions, in request order, as a session keeps them (by id from v13, else by
+/// name).
+fn requested_partitions(request: &FetchRequest, version: i16) -> Vec<SessionPartition> {
+    let by_id = version >= TOPIC_ID_VERSION_MIN;
+    let mut out = Vec::with_capacity(request.topics.iter().map(|t| t.partitions.len()).sum());
+    for topic in &request.topics {
+        let name: Arc<str> = if by_id {
+            Arc::from("")
+        } else {
+            Arc::from(topic.topic.0.as_str())
+        };
+        let topic_id = if by_id { topic.topic_id } else { Uuid::nil() };
+        for p in &topic.partitions {
+            out.push(SessionPartition {
+                topic: Arc::clone(&name),
+                topic_id,
+                partition: p.partition,
+                fetch_offset: p.fetch_offset,
+                current_leader_epoch: p.current_leader_epoch,
+                last_fetched_epoch: p.last_fetched_epoch,
+                partition_max_bytes: p.partition_max_bytes,
+                answered: None,
+            });
+        }
+    }
+    out
+}
+
+/// `forgotten_topics_data` as session keys.
+fn forgotten_partitions(request: &FetchRequest, version: i16) -> Vec<(Uuid, String, i32)> {
+    let by_id = version >= TOPIC_ID_VERSION_MIN;
     request
-        .topics
-        .into_iter()
-        .map(|topic| {
-            let meta = if version >= TOPIC_ID_VERSION_MIN {
-                image.topic_by_id(topic.topic_id).cloned()
+        .forgotten_topics_data
+        .iter()
+        .flat_map(|t| {
+            let (id, name) = if by_id {
+                (t.topic_id, String::new())
             } else {
-                image.topic(topic.topic.0.as_str()).cloned()
+                (Uuid::nil(), t.topic.0.to_string())
             };
-            let missing = if version >= TOPIC_ID_VERSION_MIN {
-                UNKNOWN_TOPIC_ID
-            } else {
-                UNKNOWN_TOPIC_OR_PARTITION
-            };
-            let partitions = topic
-                .partitions
-                .into_iter()
-                .map(|p| Wanted {
-                    tp: meta
-                        .as_ref()
-                        .map(|m| TopicPartition::new(&m.name, p.partition)),
-                    partition: p.partition,
-                    fetch_offset: p.fetch_offset,
-                    current_leader_epoch: p.current_leader_epoch,
-                    last_fetched_epoch: p.last_fetched_epoch,
-                    partition_max_bytes: p.partition_max_bytes.max(0) as usize,
-                    missing: meta.is_none().then_some(missing),
-                })
-                .collect();
-            let label: Arc<str> = match &meta {
-                Some(m) => Arc::from(m.name.as_str()),
-                None => Arc::from(topic.topic.0.as_str()),
-            };
-            WantedTopic {
-                label,
-                name: topic.topic,
-                topic_id: topic.topic_id,
-                partitions,
-            }
+            t.partitions.iter().map(move |&p| (id, name.clone(), p))
         })
         .collect()
+}
+
+/// Resolves partitions against the metadata image; consecutive partitions of one topic form one
+/// topic of the answer.
+fn resolve(
+    ctx: &Arc<BrokerContext>,
+    partitions: &[SessionPartition],
+    version: i16,
+) -> Vec<WantedTopic> {
+    let image = ctx.cluster.image();
+    let by_id = version >= TOPIC_ID_VERSION_MIN;
+    let missing = if by_id {
+        UNKNOWN_TOPIC_ID
+    } else {
+        UNKNOWN_TOPIC_OR_PARTITION
+    };
+    let mut topics: Vec<WantedTopic> = Vec::new();
+    for p in partitions {
+        let same = topics
+            .last()
+            .is_some_and(|t| t.topic_id == p.topic_id && t.name.0.as_str() == &*p.topic);
+        if !same {
+            let meta = if by_id {
+                image.topic_by_id(p.topic_id).cloned()
+            } else {
+                image.topic(&p.topic).cloned()
+            };
+            let label: Arc<str> = match &meta {
+                Some(m) => Arc::from(m.name.as_str()),
+                None => Arc::clone(&p.topic),
+            };
+            topics.push(WantedTopic {
+                label,
+                name: super::topic_name(&p.topic),
+                topic_id: p.topic_id,
+                meta_name: meta.map(|m| m.name.clone()),
+                partitions: Vec::new(),
+            });
+        }
+        let Some(topic) = topics.last_mut() else {
+            continue;
+        };
+        topic.partitions.push(Wanted {
+            tp: topic
+                .meta_name
+                .as_ref()
+                .map(|name| TopicPartition::new(name, p.partition)),
+            partition: p.partition,
+            fetch_offset: p.fetch_offset,
+            current_leader_epoch: p.current_leader_epoch,
+            last_fetched_epoch: p.last_fetched_epoch,
+            partition_max_bytes: p.partition_max_bytes.max(0) as usize,
+            missing: topic.meta_name.is_none().then_some(missing),
+            answered: p.answered,
+        });
+    }
+    topics
+}
+
+/// Ends the fetch's session part: the answer's session id, and for an incremental session only
+/// the partitions with something new; the session remembers what was answered.
+fn finish_session(
+    ctx: &Arc<BrokerContext>,
+    session: &FetchContext,
+    topics: &[WantedTopic],
+    mut response: FetchResponse,
+) -> FetchResponse {
+    let (id, incremental) = match session {
+        FetchContext::Full { id } if *id != 0 => (*id, false),
+        FetchContext::Incremental { id, .. } => (*id, true),
+        _ => return response,
+    };
+    response.session_id = id;
+    let mut answered = Vec::new();
+    for (topic, out) in topics.iter().zip(response.responses.iter_mut()) {
+        let key_name = topic.name.0.to_string();
+        out.partitions = std::mem::take(&mut out.partitions)
+            .into_iter()
+            .zip(&topic.partitions)
+            .filter_map(|(data, wanted)| {
+                let now = Answered {
+                    high_watermark: data.high_watermark,
+                    last_stable_offset: data.last_stable_offset,
+                    log_start_offset: data.log_start_offset,
+                };
+                let had_records = data.records.as_ref().is_some_and(|r| !r.is_empty());
+                let include = !incremental
+                    || had_records
+                    || data.error_code != NONE
+                    || wanted.answered != Some(now)
+                    || data.diverging_epoch.end_offset >= 0
+                    || data.current_leader.leader_id.0 >= 0;
+                if !include {
+                    return None;
+                }
+                answered.push((
+                    (topic.topic_id, key_name.clone(), wanted.partition),
+                    now,
+                    had_records,
+                ));
+                Some(data)
+            })
+            .collect();
+    }
+    response.responses.retain(|t| !t.partitions.is_empty());
+    ctx.fetch_sessions.answered(id, &answered);
+    response
 }
 
 /// One pass over every partition: the response, its record bytes, and whether any partition erred.
@@ -392,4 +540,10 @@ fn read_for_follower(
         return Ok(Bytes::new());
     }
     Ok(read.records)
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
