@@ -147,12 +147,17 @@ pub async fn handle(ctx: Arc<BrokerContext>, request: FetchRequest, version: i16
     let waiter = Arc::new(Notify::new());
 
     loop {
-        // Register before reading, so a change between the read and the wait is not missed (the
-        // wake-up is kept as a permit until `notified` is awaited).
-        watch(&ctx, &topics, fetcher, &waiter);
-
-        let (response, bytes, any_error) =
-            read_all(&ctx, &topics, fetcher, max_bytes, read_committed, version);
+        // Each partition registers the waiter before it is read, so a change between the read and
+        // the wait is not missed (the wake-up is kept as a permit until `notified` is awaited).
+        let (response, bytes, any_error) = read_all(
+            &ctx,
+            &topics,
+            fetcher,
+            &waiter,
+            max_bytes,
+            read_committed,
+            version,
+        );
         let done = bytes >= min_bytes
             || any_error
             || Instant::now() >= deadline
@@ -167,23 +172,6 @@ pub async fn handle(ctx: Arc<BrokerContext>, request: FetchRequest, version: i16
             _ = waiter.notified() => {}
             _ = tokio::time::sleep_until(deadline) => {}
             _ = ctx.shutdown.cancelled() => {}
-        }
-    }
-}
-
-/// Registers `waiter` with every requested partition hosted here: a consumer's with the high
-/// watermark, a follower's with the log end.
-fn watch(ctx: &Arc<BrokerContext>, topics: &[WantedTopic], fetcher: Fetcher, waiter: &Arc<Notify>) {
-    for tp in topics
-        .iter()
-        .flat_map(|t| &t.partitions)
-        .filter_map(|w| w.tp.as_ref())
-    {
-        if let Some(log) = ctx.cluster.store.partition(tp) {
-            match fetcher {
-                Fetcher::Consumer => log.watch_high_watermark(waiter),
-                Fetcher::Follower { .. } => log.watch_log_end(waiter),
-            }
         }
     }
 }
@@ -361,6 +349,7 @@ fn read_all(
     ctx: &Arc<BrokerContext>,
     topics: &[WantedTopic],
     fetcher: Fetcher,
+    waiter: &Arc<Notify>,
     max_bytes: usize,
     read_committed: bool,
     version: i16,
@@ -393,7 +382,7 @@ fn read_all(
                 }),
                 (Some(tp), None) => match fetcher {
                     Fetcher::Consumer => {
-                        read_for_consumer(ctx, tp, wanted, budget, total == 0, &mut data)
+                        read_for_consumer(ctx, tp, wanted, waiter, budget, total == 0, &mut data)
                     }
                     Fetcher::Follower {
                         replica_id,
@@ -402,6 +391,7 @@ fn read_all(
                         ctx,
                         tp,
                         wanted,
+                        waiter,
                         replica_id,
                         broker_epoch,
                         budget,
@@ -460,12 +450,15 @@ fn read_for_consumer(
     ctx: &Arc<BrokerContext>,
     tp: &TopicPartition,
     wanted: &Wanted,
+    waiter: &Arc<Notify>,
     budget: usize,
     first: bool,
     data: &mut PartitionData,
 ) -> Result<Bytes, Refusal> {
     let hosted = leadership::leader_replica(ctx, tp, wanted.current_leader_epoch)?;
     let log = &hosted.log;
+    // Before the high watermark is read: a rise after this wakes the long poll.
+    log.watch_high_watermark(waiter);
     let high_watermark = log.high_watermark();
     data.high_watermark = high_watermark;
     data.last_stable_offset = high_watermark;
@@ -498,12 +491,17 @@ fn read_for_follower(
     ctx: &Arc<BrokerContext>,
     tp: &TopicPartition,
     wanted: &Wanted,
+    waiter: &Arc<Notify>,
     replica_id: i32,
     broker_epoch: i64,
     budget: usize,
     version: i16,
     data: &mut PartitionData,
 ) -> Result<Bytes, Refusal> {
+    // Before the read: a leader append after this wakes the long poll.
+    if let Some(hosted) = ctx.replicas.partition(tp) {
+        hosted.log.watch_log_end(waiter);
+    }
     // A long poll reads again on every wake-up; the follower's position is accounted each time
     // (the same position: the machine sees nothing new after the first).
     let read = ctx
