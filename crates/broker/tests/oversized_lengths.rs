@@ -178,6 +178,13 @@ fn oversized_body(key: ApiKey, v: i16) -> Option<Oversized> {
         ),
         // Booleans and an int8 only: the header's client id carries the oversized length.
         ApiKey::DescribeCluster => None,
+        // v0 has no field at all (the header's client id then); v1 an int8 array.
+        ApiKey::ListConfigResources => array(
+            v,
+            f,
+            "resource_types",
+            |r: &mut ListConfigResourcesRequest, x| r.resource_types = x,
+        ),
         ApiKey::OffsetCommit => array(v, f, "topics", |r: &mut OffsetCommitRequest, x| {
             r.topics = x
         }),
@@ -357,6 +364,7 @@ async fn an_oversized_length_for_every_advertised_key_and_version_closes_only_it
     // Produce v0-2, which the codec cannot encode (the broker refuses them on the version).
     let no_length_field = |key: ApiKey, version: i16| match key {
         ApiKey::DescribeCluster => true,
+        ApiKey::ListConfigResources => version < 1,
         ApiKey::ListGroups => version < 4,
         ApiKey::ApiVersions | ApiKey::Produce => version < 3,
         _ => false,
