@@ -136,7 +136,7 @@ impl FetchSessionCache {
         session_id: i32,
         epoch: i32,
         follower: bool,
-        requested: Vec<SessionPartition>,
+        requested: &[SessionPartition],
         forgotten: &[(Uuid, String, i32)],
         now_ms: i64,
     ) -> FetchContext {
@@ -163,7 +163,7 @@ impl FetchSessionCache {
                             epoch: 1,
                             follower,
                             last_used_ms: now_ms,
-                            partitions: requested,
+                            partitions: requested.to_vec(),
                         },
                     );
                 }
@@ -195,7 +195,7 @@ impl FetchSessionCache {
                             p.last_fetched_epoch = wanted.last_fetched_epoch;
                             p.partition_max_bytes = wanted.partition_max_bytes;
                         }
-                        None => session.partitions.push(wanted),
+                        None => session.partitions.push(wanted.clone()),
                     }
                 }
                 FetchContext::Incremental {
@@ -311,7 +311,7 @@ mod tests {
             0,
             INITIAL_EPOCH,
             false,
-            vec![part("a", 0, 0), part("a", 1, 0)],
+            &[part("a", 0, 0), part("a", 1, 0)],
             &[],
             0,
         ) else {
@@ -319,36 +319,36 @@ mod tests {
         };
         assert_ne!(id, 0);
         // Epoch 1: update a-0, add b-0.
-        let ctx = cache.begin(id, 1, false, vec![part("a", 0, 5), part("b", 0, 0)], &[], 1);
+        let ctx = cache.begin(id, 1, false, &[part("a", 0, 5), part("b", 0, 0)], &[], 1);
         assert_eq!(
             offsets(&ctx),
             vec![("a".into(), 0, 5), ("a".into(), 1, 0), ("b".into(), 0, 0)]
         );
         // Epoch 2: forget a-1; nothing else named keeps its offset.
-        let ctx = cache.begin(id, 2, false, vec![], &[(Uuid::nil(), "a".into(), 1)], 2);
+        let ctx = cache.begin(id, 2, false, &[], &[(Uuid::nil(), "a".into(), 1)], 2);
         assert_eq!(offsets(&ctx), vec![("a".into(), 0, 5), ("b".into(), 0, 0)]);
         // Re-add a-1 at a new offset.
-        let ctx = cache.begin(id, 3, false, vec![part("a", 1, 7)], &[], 3);
+        let ctx = cache.begin(id, 3, false, &[part("a", 1, 7)], &[], 3);
         assert_eq!(
             offsets(&ctx),
             vec![("a".into(), 0, 5), ("b".into(), 0, 0), ("a".into(), 1, 7)]
         );
         // A replayed epoch, a skipped one, an unknown id.
         assert!(matches!(
-            cache.begin(id, 3, false, vec![], &[], 4),
+            cache.begin(id, 3, false, &[], &[], 4),
             FetchContext::Error(SessionError::InvalidEpoch)
         ));
         assert!(matches!(
-            cache.begin(id, 9, false, vec![], &[], 4),
+            cache.begin(id, 9, false, &[], &[], 4),
             FetchContext::Error(SessionError::InvalidEpoch)
         ));
         assert!(matches!(
-            cache.begin(id ^ 1, 1, false, vec![], &[], 4),
+            cache.begin(id ^ 1, 1, false, &[], &[], 4),
             FetchContext::Error(SessionError::NotFound)
         ));
         // FINAL closes it.
         assert!(matches!(
-            cache.begin(id, FINAL_EPOCH, false, vec![], &[], 5),
+            cache.begin(id, FINAL_EPOCH, false, &[], &[], 5),
             FetchContext::Sessionless
         ));
         assert!(cache.is_empty());
@@ -358,7 +358,7 @@ mod tests {
     fn partitions_that_returned_records_go_last() {
         let cache = FetchSessionCache::new(1);
         let all = vec![part("t", 0, 0), part("t", 1, 0), part("t", 2, 0)];
-        let FetchContext::Full { id } = cache.begin(0, INITIAL_EPOCH, false, all, &[], 0) else {
+        let FetchContext::Full { id } = cache.begin(0, INITIAL_EPOCH, false, &all, &[], 0) else {
             panic!("no session");
         };
         let seen = Answered {
@@ -373,7 +373,7 @@ mod tests {
                 ((Uuid::nil(), "t".into(), 1), seen, false),
             ],
         );
-        let ctx = cache.begin(id, 1, false, vec![], &[], 1);
+        let ctx = cache.begin(id, 1, false, &[], &[], 1);
         assert_eq!(
             offsets(&ctx),
             vec![("t".into(), 1, 0), ("t".into(), 2, 0), ("t".into(), 0, 0)]
@@ -389,8 +389,8 @@ mod tests {
     fn a_full_cache_evicts_the_idle_then_the_smaller_and_never_for_a_smaller_one() {
         let cache = FetchSessionCache::new(2);
         let start = |size: usize, follower: bool, now: i64| {
-            let parts = (0..size as i32).map(|p| part("t", p, 0)).collect();
-            match cache.begin(0, INITIAL_EPOCH, follower, parts, &[], now) {
+            let parts: Vec<SessionPartition> = (0..size as i32).map(|p| part("t", p, 0)).collect();
+            match cache.begin(0, INITIAL_EPOCH, follower, &parts, &[], now) {
                 FetchContext::Full { id } => id,
                 other => panic!("{other:?}"),
             }
@@ -404,13 +404,13 @@ mod tests {
         let three = start(3, false, 20);
         assert_ne!(three, 0);
         assert!(matches!(
-            cache.begin(small, 1, false, vec![], &[], 21),
+            cache.begin(small, 1, false, &[], &[], 21),
             FetchContext::Error(SessionError::NotFound)
         ));
         // Idle past the eviction time, any session makes way, even for a small one.
         let later = EVICTION_IDLE_MS + 100;
         assert!(matches!(
-            cache.begin(three, 1, false, vec![], &[], later - 50),
+            cache.begin(three, 1, false, &[], &[], later - 50),
             FetchContext::Incremental { .. }
         ));
         assert_ne!(
@@ -422,7 +422,7 @@ mod tests {
         // No cache at all.
         let none = FetchSessionCache::new(0);
         assert!(matches!(
-            none.begin(0, INITIAL_EPOCH, false, vec![part("t", 0, 0)], &[], 0),
+            none.begin(0, INITIAL_EPOCH, false, &[part("t", 0, 0)], &[], 0),
             FetchContext::Full { id: 0 }
         ));
     }

@@ -7,8 +7,9 @@
 //! partition has an error, or when `max_wait_ms` is 0; otherwise it parks until the high watermark
 //! of a partition it asked for advances (each partition wakes only the fetches registered with it,
 //! `PartitionLog::watch_high_watermark` — not a timer, not any append anywhere), that partition
-//! changes leader or is deleted, or `max_wait_ms` passes, and reads again. A partition this broker does not lead answers NOT_LEADER_OR_FOLLOWER
-//! with the current leader (v12+) and its endpoint (v16+, KIP-951).
+//! changes leader or is deleted, or `max_wait_ms` passes, and reads again. A partition this broker
+//! does not lead answers NOT_LEADER_OR_FOLLOWER with the current leader (v12+) and its endpoint
+//! (v16+, KIP-951).
 //!
 //! Followers (`replica_state.replica_id` >= 0, v15+; `replica_id` before): the leader accounts the
 //! follower's fetch offset (which may move the high watermark and the ISR), answers a diverging
@@ -123,7 +124,7 @@ pub async fn handle(ctx: Arc<BrokerContext>, request: FetchRequest, version: i16
             request.session_id,
             request.session_epoch,
             follower,
-            requested.clone(),
+            &requested,
             &forgotten,
             now_ms(),
         )
