@@ -21,7 +21,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
+use millrace_store::FileSlice;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader, Interest};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -30,6 +31,7 @@ use tracing::{debug, warn};
 use crate::dispatch::{dispatch, Pending};
 use crate::limits::{IN_FLIGHT_REQUESTS_PER_CONNECTION_MAX, READ_BUFFER_BYTES};
 use crate::request_memory::RequestMemory;
+use crate::splice::Chunk;
 use crate::BrokerContext;
 
 /// Per-connection limits taken from the broker config, and the budget all connections share.
@@ -139,13 +141,44 @@ pub async fn serve_connection(
     let _ = writer.await;
 }
 
-/// Writes a response's chunks in order.
+/// Writes a response's chunks in order: bytes with `write`, file slices with `sendfile`.
 async fn write_chunks(
     out: &mut tokio::net::tcp::OwnedWriteHalf,
-    chunks: &[bytes::Bytes],
+    chunks: &[Chunk],
 ) -> std::io::Result<()> {
     for chunk in chunks {
-        out.write_all(chunk).await?;
+        match chunk {
+            Chunk::Bytes(bytes) => out.write_all(bytes).await?,
+            Chunk::File(slice) => send_file(out.as_ref(), slice).await?,
+        }
+    }
+    Ok(())
+}
+
+/// Sends a segment file slice to the socket from the page cache (`sendfile`), waiting for the
+/// socket to drain as a write would. A file that ends before the slice does (cut by a follower's
+/// truncation after the read) fails the connection: the frame's length is already on the wire,
+/// so nothing else may take the missing bytes' place; the client reconnects and fetches again.
+async fn send_file(socket: &TcpStream, slice: &FileSlice) -> std::io::Result<()> {
+    let mut position = slice.position;
+    let end = slice.position.saturating_add(slice.len as u64);
+    while position < end {
+        let want = usize::try_from(end - position).unwrap_or(usize::MAX);
+        let sent = socket.try_io(Interest::WRITABLE, || {
+            rustix::fs::sendfile(socket, &*slice.file, Some(&mut position), want)
+                .map_err(std::io::Error::from)
+        });
+        match sent {
+            Ok(0) => {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    format!("segment file ended at {position}, before its fetch slice's end {end}"),
+                ))
+            }
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => socket.writable().await?,
+            Err(e) => return Err(e),
+        }
     }
     Ok(())
 }

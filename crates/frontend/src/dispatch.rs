@@ -32,14 +32,14 @@ use millrace_metrics::{ApiErrorLabels, ApiLabels};
 
 use crate::api;
 use crate::response_errors::{error_name, ResponseErrors};
-use crate::splice;
+use crate::splice::{self, Chunk};
 use crate::versions::{advertised, api_name, PRODUCE_VERSION_SERVED_MIN};
 use crate::BrokerContext;
 
 /// A response being prepared, as the chunks to write in order (usually one; a Fetch response is
 /// cut around its record bytes, see [`crate::splice`]): `Ok(None)` means "send nothing" (acks=0);
 /// `Err` means the response could not be built and the connection must close.
-pub type Pending = JoinHandle<Result<Option<Vec<Bytes>>, String>>;
+pub type Pending = JoinHandle<Result<Option<Vec<Chunk>>, String>>;
 
 /// Where a request is going, for encoding its response.
 #[derive(Debug, Clone, Copy)]
@@ -119,8 +119,8 @@ pub fn dispatch(
             let request: FetchRequest = decode(&mut buf, route)?;
             let response = api::fetch::handle(ctx.clone(), request, version);
             Ok(tokio::spawn(async move {
-                let mut response = response.await;
-                let records = splice::take_records(&mut response);
+                let (mut response, files) = response.await;
+                let records = splice::take_records(&mut response, &files);
                 let skeleton = encode(route, &response)?;
                 splice::splice(skeleton, records, route.version).map(Some)
             }))
@@ -398,7 +398,7 @@ fn decode<T: Decodable>(buf: &mut Bytes, route: Route) -> Result<T, String> {
 
 /// A response that is already complete.
 fn ready<R: Encodable + ResponseErrors + Send + 'static>(route: Route, response: R) -> Pending {
-    let encoded = encode(route, &response).map(|frame| Some(vec![frame]));
+    let encoded = encode(route, &response).map(|frame| Some(vec![Chunk::Bytes(frame)]));
     tokio::spawn(async move { encoded })
 }
 
@@ -411,7 +411,7 @@ where
     tokio::spawn(async move {
         let response = response.await;
         if respond {
-            encode(route, &response).map(|frame| Some(vec![frame]))
+            encode(route, &response).map(|frame| Some(vec![Chunk::Bytes(frame)]))
         } else {
             observe(route, None::<&R>);
             Ok(None)

@@ -118,7 +118,16 @@ impl Harness {
             .expect("task")
             .unwrap_or_else(|e| panic!("{key:?} v{version}: {e}"))
             .expect("a response");
-        let frame: Bytes = chunks.concat().into();
+        let frame: Bytes = chunks
+            .into_iter()
+            .flat_map(|c| match c {
+                millrace_frontend::splice::Chunk::Bytes(b) => b.to_vec(),
+                millrace_frontend::splice::Chunk::File(f) => {
+                    f.read_to_bytes().expect("slice").to_vec()
+                }
+            })
+            .collect::<Vec<u8>>()
+            .into();
         let mut body: Bytes = frame.slice(4..);
         let header = ResponseHeader::decode(&mut body, key.response_header_version(version))
             .expect("response header");

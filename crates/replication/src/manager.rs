@@ -31,7 +31,7 @@ use millrace_cluster::image::{MetadataImage, SharedImage, NO_LEADER};
 use millrace_controller::messages::ControllerError;
 use millrace_controller::{ControllerClient, ControllerRequest, ControllerResponse};
 use millrace_store::{
-    AppendError, AppendInfo, PartitionLog, ReadError, ReadResult, ReadUpperBound, Store,
+    AppendError, AppendInfo, PartitionLog, ReadError, ReadResult, ReadUpperBound, Records, Store,
     StoreError, TopicId, TopicPartition,
 };
 use parking_lot::{Mutex, RwLock};
@@ -678,7 +678,9 @@ impl ReplicaManager {
         Ok((info, wait))
     }
 
-    /// A consumer read: leader only, current leader epoch, below the high watermark.
+    /// A consumer read: leader only, current leader epoch, below the high watermark. Batches
+    /// already checked come back as a file slice to send as they are (see
+    /// `PartitionLog::read_records`).
     pub fn read_for_consumer(
         &self,
         tp: &TopicPartition,
@@ -686,14 +688,14 @@ impl ReplicaManager {
         fetch_offset: i64,
         max_bytes: usize,
         min_one_batch: bool,
-    ) -> Result<ReadResult, ReplicaError> {
+    ) -> Result<ReadResult<Records>, ReplicaError> {
         let hosted = self
             .partition(tp)
             .ok_or_else(|| ReplicaError::UnknownPartition(tp.clone()))?;
         hosted
             .check_leader(current_leader_epoch)
             .map_err(ReplicaError::Partition)?;
-        Ok(hosted.log.read(
+        Ok(hosted.log.read_records(
             fetch_offset,
             max_bytes,
             ReadUpperBound::HighWatermark,

@@ -72,6 +72,15 @@ impl OffsetIndex {
         }
     }
 
+    /// The last entry with offset < `upper` and position <= `reach` (entries grow in both, so
+    /// the entries meeting both bounds are a prefix).
+    pub(crate) fn last_within(&self, upper: i64, reach: u64) -> Option<IndexEntry> {
+        let n = self
+            .entries
+            .partition_point(|e| e.offset < upper && u64::from(e.position) <= reach);
+        n.checked_sub(1).and_then(|i| self.entries.get(i)).copied()
+    }
+
     pub(crate) fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(self.entries.len() * ENTRY_BYTES);
         for e in &self.entries {

@@ -62,7 +62,9 @@ pub use config::{
     TopicPartition,
 };
 pub use error::{AppendError, ReadError, StoreError};
-pub use log::{AppendInfo, PartitionLog, ReadResult, ReadUpperBound, ReplicatedAppend};
+pub use log::{
+    AppendInfo, FileSlice, PartitionLog, ReadResult, ReadUpperBound, Records, ReplicatedAppend,
+};
 pub use partition_dir::{
     inspect_partition_dir, partition_dirs, PartitionDirInfo, TopicId, ORPHANED_SUFFIX,
 };

@@ -14,6 +14,8 @@ use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use crate::batch::{self, BatchHeader};
 use crate::config::LogConfig;
@@ -177,6 +179,61 @@ pub(crate) struct Segment {
     pub(crate) bytes_since_index: u64,
     /// The open `.log` while the file cache holds it (saves a cache lookup per append/read).
     pub(crate) file: std::sync::Weak<File>,
+    /// Which bytes of the `.log` have passed a CRC check in this process.
+    pub(crate) checked: Arc<Checked>,
+}
+
+/// Which bytes of a segment's `.log` have passed a CRC check in this process, so that a read may
+/// send them straight from the file (`sendfile`) without reading them again: bytes an append
+/// wrote (checked on their way in: `batch::validate` for the leader, `validate_stored` for a
+/// follower), and a prefix checked by a reindex or by earlier reads. Bytes found on disk start
+/// unchecked. Shared with reads that run outside the partition lock; both marks only ever make
+/// the claim smaller when the file shrinks, so a stale load errs on the side of checking again.
+#[derive(Debug)]
+pub(crate) struct Checked {
+    /// `[0, below)` was checked.
+    below: AtomicU64,
+    /// `[appended_from, size)` was written by an append of this process (`u64::MAX`: nothing).
+    appended_from: AtomicU64,
+}
+
+impl Checked {
+    /// Nothing checked yet.
+    pub(crate) fn none() -> Arc<Checked> {
+        Checked::prefix(0)
+    }
+
+    /// `[0, below)` checked.
+    pub(crate) fn prefix(below: u64) -> Arc<Checked> {
+        Arc::new(Checked {
+            below: AtomicU64::new(below),
+            appended_from: AtomicU64::new(u64::MAX),
+        })
+    }
+
+    /// Whether every byte of `[from, to)` was checked.
+    pub(crate) fn covers(&self, from: u64, to: u64) -> bool {
+        to <= self.below.load(Ordering::Acquire)
+            || from >= self.appended_from.load(Ordering::Acquire)
+    }
+
+    /// An append wrote checked batches from `position` on (called under the partition lock,
+    /// before the bytes become readable).
+    pub(crate) fn appended_at(&self, position: u64) {
+        self.appended_from.fetch_min(position, Ordering::AcqRel);
+    }
+
+    /// A read checked `[from, to)`; it extends the checked prefix when it starts inside it.
+    pub(crate) fn read_checked(&self, from: u64, to: u64) {
+        if from <= self.below.load(Ordering::Acquire) {
+            self.below.fetch_max(to, Ordering::AcqRel);
+        }
+    }
+
+    /// The file was cut to `size` bytes (what is appended later is checked by its append).
+    pub(crate) fn truncated_to(&self, size: u64) {
+        self.below.fetch_min(size, Ordering::AcqRel);
+    }
 }
 
 impl Segment {
@@ -195,6 +252,7 @@ impl Segment {
             created_ms: now_ms,
             bytes_since_index: 0,
             file: std::sync::Weak::new(),
+            checked: Checked::none(),
         }
     }
 
@@ -215,6 +273,7 @@ impl Segment {
             created_ms: now_ms,
             bytes_since_index: 0,
             file: std::sync::Weak::new(),
+            checked: Checked::none(),
         }
     }
 
@@ -285,6 +344,7 @@ impl Segment {
         )?;
         fresh.size = end.valid_end;
         fresh.next_offset = end.next_offset;
+        fresh.checked = Checked::prefix(end.valid_end);
         fresh.finish_time_index();
         *self = fresh;
         Ok(end)

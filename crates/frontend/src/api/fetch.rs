@@ -20,6 +20,11 @@
 //! `max_bytes`, except that the first batch of the first partition with data is returned whole even
 //! if it is larger.
 //!
+//! Zero copy: a consumer's records already CRC-checked in this process are not read into memory;
+//! the partition's `records` holds a file marker and the response carries the segment file slice
+//! beside it, which the connection sends with `sendfile` ([`crate::splice`]). Followers' reads
+//! are read into memory (the bytes a leader sends its followers are checked as they are read).
+//!
 //! Sessions (KIP-227, v7+, [`crate::fetch_session`]): a fetcher that starts a session (epoch 0)
 //! then names only the partitions whose position changed, and the answer carries only the
 //! partitions with something new; the long poll still waits on, and reads, every partition of the
@@ -34,7 +39,7 @@ use kafka_protocol::messages::fetch_response::{
 };
 use kafka_protocol::messages::{BrokerId, FetchRequest, FetchResponse, TopicName};
 use millrace_replication::ReplicaError;
-use millrace_store::{ReadError, TopicPartition};
+use millrace_store::{FileSlice, ReadError, Records, TopicPartition};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 use uuid::Uuid;
@@ -47,6 +52,7 @@ use crate::error_codes::{
 };
 use crate::fetch_session::{Answered, FetchContext, SessionError, SessionPartition};
 use crate::limits::{FETCH_RESPONSE_BYTES_MAX, FETCH_WAIT_MS_MAX};
+use crate::splice;
 use crate::BrokerContext;
 
 /// First Fetch version with sessions (KIP-227).
@@ -94,7 +100,12 @@ struct WantedTopic {
     partitions: Vec<Wanted>,
 }
 
-pub async fn handle(ctx: Arc<BrokerContext>, request: FetchRequest, version: i16) -> FetchResponse {
+/// The response, and the segment file slices its file markers stand for.
+pub async fn handle(
+    ctx: Arc<BrokerContext>,
+    request: FetchRequest,
+    version: i16,
+) -> (FetchResponse, Vec<FileSlice>) {
     let wait = Duration::from_millis((request.max_wait_ms.max(0) as u64).min(FETCH_WAIT_MS_MAX));
     let deadline = Instant::now() + wait;
     let min_bytes = request.min_bytes.max(0) as usize;
@@ -138,7 +149,7 @@ pub async fn handle(ctx: Arc<BrokerContext>, request: FetchRequest, version: i16
                 SessionError::InvalidEpoch => INVALID_FETCH_SESSION_EPOCH,
             };
             tracing::debug!(session_id = request.session_id, epoch = request.session_epoch, error = %e, "fetch session refused");
-            return FetchResponse::default().with_error_code(code);
+            return (FetchResponse::default().with_error_code(code), Vec::new());
         }
         FetchContext::Incremental { partitions, .. } => resolve(&ctx, partitions, version),
         FetchContext::Sessionless | FetchContext::Full { .. } => resolve(&ctx, &requested, version),
@@ -150,7 +161,7 @@ pub async fn handle(ctx: Arc<BrokerContext>, request: FetchRequest, version: i16
     loop {
         // Each partition registers the waiter before it is read, so a change between the read and
         // the wait is not missed (the wake-up is kept as a permit until `notified` is awaited).
-        let (response, bytes, any_error) = read_all(
+        let (response, files, bytes, any_error) = read_all(
             &ctx,
             &topics,
             fetcher,
@@ -165,9 +176,9 @@ pub async fn handle(ctx: Arc<BrokerContext>, request: FetchRequest, version: i16
             || ctx.shutdown.is_cancelled();
         if done {
             if matches!(fetcher, Fetcher::Consumer) {
-                count_bytes_out(&topics, &response);
+                count_bytes_out(&topics, &response, &files);
             }
-            return finish_session(&ctx, &session, &topics, response);
+            return (finish_session(&ctx, &session, &topics, response), files);
         }
         tokio::select! {
             _ = waiter.notified() => {}
@@ -178,13 +189,13 @@ pub async fn handle(ctx: Arc<BrokerContext>, request: FetchRequest, version: i16
 }
 
 /// Kafka's BytesOutPerSec: the record bytes a consumer fetch returns, per topic.
-fn count_bytes_out(topics: &[WantedTopic], response: &FetchResponse) {
+fn count_bytes_out(topics: &[WantedTopic], response: &FetchResponse, files: &[FileSlice]) {
     let metrics = millrace_metrics::global();
     for (topic, answered) in topics.iter().zip(&response.responses) {
         let bytes: usize = answered
             .partitions
             .iter()
-            .filter_map(|p| p.records.as_ref().map(Bytes::len))
+            .filter_map(|p| p.records.as_ref().map(|r| splice::records_len(r, files)))
             .sum();
         if bytes > 0 {
             metrics.record_bytes_out(&topic.label, bytes as u64);
@@ -344,7 +355,8 @@ fn finish_session(
     response
 }
 
-/// One pass over every partition: the response, its record bytes, and whether any partition erred.
+/// One pass over every partition: the response, the file slices of its file markers, its record
+/// bytes, and whether any partition erred.
 #[allow(clippy::too_many_arguments)]
 fn read_all(
     ctx: &Arc<BrokerContext>,
@@ -354,8 +366,9 @@ fn read_all(
     max_bytes: usize,
     read_committed: bool,
     version: i16,
-) -> (FetchResponse, usize, bool) {
+) -> (FetchResponse, Vec<FileSlice>, usize, bool) {
     let mut total = 0usize;
+    let mut files = Vec::new();
     let mut any_error = false;
     let mut hints: Vec<LeaderHint> = Vec::new();
     let mut responses = Vec::with_capacity(topics.len());
@@ -398,13 +411,20 @@ fn read_all(
                         budget,
                         version,
                         &mut data,
-                    ),
+                    )
+                    .map(Records::Memory),
                 },
             };
             match outcome {
                 Ok(records) => {
                     total += records.len();
-                    data.records = Some(records);
+                    data.records = Some(match records {
+                        Records::Memory(bytes) => bytes,
+                        Records::File(slice) => {
+                            files.push(slice);
+                            splice::file_marker(files.len() - 1)
+                        }
+                    });
                     // A follower told to truncate must hear it now, not after the long poll.
                     any_error |= data.diverging_epoch.end_offset >= 0;
                 }
@@ -444,7 +464,7 @@ fn read_all(
             })
             .collect();
     }
-    (response, total, any_error)
+    (response, files, total, any_error)
 }
 
 fn read_for_consumer(
@@ -455,7 +475,7 @@ fn read_for_consumer(
     budget: usize,
     first: bool,
     data: &mut PartitionData,
-) -> Result<Bytes, Refusal> {
+) -> Result<Records, Refusal> {
     let hosted = leadership::leader_replica(ctx, tp, wanted.current_leader_epoch)?;
     let log = &hosted.log;
     // Before the high watermark is read: a rise after this wakes the long poll.
@@ -466,10 +486,10 @@ fn read_for_consumer(
     data.log_start_offset = log.log_start_offset();
     // Offsets between the high watermark and the log end exist but are not yet visible.
     if wanted.fetch_offset >= high_watermark && wanted.fetch_offset <= log.log_end_offset() {
-        return Ok(Bytes::new());
+        return Ok(Records::Memory(Bytes::new()));
     }
     if budget == 0 && !first {
-        return Ok(Bytes::new());
+        return Ok(Records::Memory(Bytes::new()));
     }
     match ctx.replicas.read_for_consumer(
         tp,

@@ -239,6 +239,8 @@ impl PartitionLog {
             return Err(StoreError::io(format!("append to {}", path.display()), e).into());
         }
         crate::flusher::count_written(records.len());
+        // Every batch here was validated (CRC included) before it was written.
+        seg.checked.appended_at(pre_size);
         let mut record_count = 0i64;
         for (pos, h) in batches {
             seg.track_batch(pre_size + *pos as u64, h, config.index_interval_bytes);

@@ -259,6 +259,7 @@ impl PartitionLog {
                 .set_len(&file, cut)
                 .map_err(|e| StoreError::io(format!("truncate {}", path.display()), e))?;
             seg.size = cut;
+            seg.checked.truncated_to(cut);
             seg.rebuild_indexes(&file, &config)
                 .map_err(|e| StoreError::io(format!("reindex {}", path.display()), e))?;
             let next = seg.next_offset;

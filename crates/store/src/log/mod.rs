@@ -62,6 +62,7 @@ use crate::watchers::Watchers;
 pub(crate) use compaction::SealedSegment;
 pub(crate) use durability::{list_snapshots, snapshot_path};
 pub use follower::ReplicatedAppend;
+pub use read::{FileSlice, Records};
 
 /// Result of a successful append.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -78,11 +79,12 @@ pub struct AppendInfo {
     pub duplicate: bool,
 }
 
-/// Result of a read.
+/// Result of a read: `R` is [`Bytes`] for [`PartitionLog::read`], [`Records`] for
+/// [`PartitionLog::read_records`].
 #[derive(Debug, Clone)]
-pub struct ReadResult {
+pub struct ReadResult<R = Bytes> {
     /// Whole batches, starting with the batch that contains the fetch offset.
-    pub records: Bytes,
+    pub records: R,
     /// High watermark at the time of the read.
     pub high_watermark: i64,
     /// Log start offset at the time of the read.

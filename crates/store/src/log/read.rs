@@ -1,8 +1,14 @@
 //! Reading for Fetch: whole stored batches starting with the one that contains the fetch offset,
-//! from one segment per call, found through the sparse offset index and read with one `pread`
-//! outside the partition lock. Every returned batch passed its CRC here (pair assertion with the
-//! append's validation); an index that disagrees with the log is rebuilt from the log once.
+//! from one segment per call, found through the sparse offset index, outside the partition lock.
+//! Every returned batch has passed its CRC check in this process: either here, read into memory
+//! with one `pread` (pair assertion with the append's validation), or earlier (the append that
+//! wrote it, a reindex, a previous read: [`Checked`]), in which case [`PartitionLog::read_records`]
+//! returns the file region itself for the connection to `sendfile`, walking only batch headers to
+//! find where to cut (from the offset index entry nearest the cut). An index that disagrees with
+//! the log is rebuilt from the log once.
 
+use std::fs::File;
+use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -12,10 +18,65 @@ use super::{ReadResult, ReadUpperBound};
 use crate::batch;
 use crate::error::{ReadError, StoreError};
 use crate::limits::LOG_OVERHEAD_BYTES;
-use crate::segment::ChunkReader;
+use crate::segment::{Checked, ChunkReader};
+
+/// Where a read's record bytes are.
+#[derive(Debug, Clone)]
+pub enum Records {
+    /// Read into memory (and checked) by this read.
+    Memory(Bytes),
+    /// Whole batches of a segment file, each CRC-checked earlier in this process, to be sent
+    /// from the file as they are.
+    File(FileSlice),
+}
+
+impl Records {
+    /// Bytes of record batches.
+    pub fn len(&self) -> usize {
+        match self {
+            Records::Memory(b) => b.len(),
+            Records::File(f) => f.len,
+        }
+    }
+
+    /// No batches.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The bytes in memory (a `pread` for a file slice).
+    pub fn into_bytes(self) -> std::io::Result<Bytes> {
+        match self {
+            Records::Memory(b) => Ok(b),
+            Records::File(f) => f.read_to_bytes(),
+        }
+    }
+}
+
+/// `len` bytes at `position` of a segment file. The open file keeps the bytes reachable even if
+/// the segment is deleted meanwhile; a file cut shorter meanwhile (a follower's truncation) makes
+/// sending it fail, never send other bytes in its place short of an append at the cut.
+#[derive(Debug, Clone)]
+pub struct FileSlice {
+    /// The segment's `.log`.
+    pub file: Arc<File>,
+    /// Byte position of the first batch.
+    pub position: u64,
+    /// Length in bytes (whole batches).
+    pub len: usize,
+}
+
+impl FileSlice {
+    /// Reads the slice into memory.
+    pub fn read_to_bytes(&self) -> std::io::Result<Bytes> {
+        let mut buf = vec![0u8; self.len];
+        self.file.read_exact_at(&mut buf, self.position)?;
+        Ok(Bytes::from(buf))
+    }
+}
 
 impl PartitionLog {
-    /// Batches starting with the one containing `fetch_offset`; see `API.md`.
+    /// Batches starting with the one containing `fetch_offset`, in memory; see `API.md`.
     pub fn read(
         &self,
         fetch_offset: i64,
@@ -23,10 +84,43 @@ impl PartitionLog {
         bound: ReadUpperBound,
         min_one_batch: bool,
     ) -> Result<ReadResult, ReadError> {
+        let read = self.read_from(fetch_offset, max_bytes, bound, min_one_batch, false)?;
+        let records = read
+            .records
+            .into_bytes()
+            .map_err(|e| StoreError::io(format!("read {}", self.tp), e))?;
+        Ok(ReadResult {
+            records,
+            high_watermark: read.high_watermark,
+            log_start_offset: read.log_start_offset,
+            log_end_offset: read.log_end_offset,
+        })
+    }
+
+    /// As [`read`](Self::read), but batches that already passed their CRC check in this process
+    /// come back as a slice of the segment file ([`Records::File`]) rather than read into memory.
+    pub fn read_records(
+        &self,
+        fetch_offset: i64,
+        max_bytes: usize,
+        bound: ReadUpperBound,
+        min_one_batch: bool,
+    ) -> Result<ReadResult<Records>, ReadError> {
+        self.read_from(fetch_offset, max_bytes, bound, min_one_batch, true)
+    }
+
+    fn read_from(
+        &self,
+        fetch_offset: i64,
+        max_bytes: usize,
+        bound: ReadUpperBound,
+        min_one_batch: bool,
+        from_file: bool,
+    ) -> Result<ReadResult<Records>, ReadError> {
         let mut offset = fetch_offset;
         let mut reindexed = false;
         loop {
-            let (file, start, expect_base, end, upper, hwm, lso, leo, seg_next) = {
+            let (located, upper, hwm, lso, leo) = {
                 let mut inner = self.inner.lock();
                 let leo = inner.log_end_offset;
                 let lso = self.offsets.log_start();
@@ -43,7 +137,7 @@ impl PartitionLog {
                     });
                 }
                 let empty = ReadResult {
-                    records: Bytes::new(),
+                    records: Records::Memory(Bytes::new()),
                     high_watermark: hwm,
                     log_start_offset: lso,
                     log_end_offset: leo,
@@ -51,32 +145,19 @@ impl PartitionLog {
                 if offset >= upper {
                     return Ok(empty);
                 }
-                let Some(located) = self.locate(&mut inner, offset)? else {
+                let Some(located) = self.locate(&mut inner, offset, upper, max_bytes)? else {
                     return Ok(empty);
                 };
-                let (file, start, expect_base, end, seg_next) = located;
-                (
-                    file,
-                    start,
-                    expect_base,
-                    end,
-                    upper,
-                    hwm,
-                    lso,
-                    leo,
-                    seg_next,
-                )
+                (located, upper, hwm, lso, leo)
             };
-            let records = match read_batches(
-                &file,
-                start,
-                expect_base,
-                end,
+            let seg_next = located.seg_next;
+            let window = Window {
                 offset,
                 upper,
                 max_bytes,
                 min_one_batch,
-            ) {
+            };
+            let records = match read_batches(&located, window, from_file) {
                 Ok(r) => r,
                 Err(e) if e.kind() == std::io::ErrorKind::InvalidData && !reindexed => {
                     // The index disagrees with the log: rebuild it from the log and retry once.
@@ -90,25 +171,17 @@ impl PartitionLog {
                 }
                 Err(e) => return Err(StoreError::io(format!("read {}", self.tp), e).into()),
             };
+            let result = |records| ReadResult {
+                records,
+                high_watermark: hwm,
+                log_start_offset: lso,
+                log_end_offset: leo,
+            };
             match records {
-                Some(records) => {
-                    return Ok(ReadResult {
-                        records,
-                        high_watermark: hwm,
-                        log_start_offset: lso,
-                        log_end_offset: leo,
-                    })
-                }
+                Some(records) => return Ok(result(records)),
                 // Nothing at or after `offset` in this segment (a compacted tail): next segment.
                 None if seg_next > offset => offset = seg_next,
-                None => {
-                    return Ok(ReadResult {
-                        records: Bytes::new(),
-                        high_watermark: hwm,
-                        log_start_offset: lso,
-                        log_end_offset: leo,
-                    })
-                }
+                None => return Ok(result(Records::Memory(Bytes::new()))),
             }
         }
     }
@@ -140,14 +213,15 @@ impl PartitionLog {
         Ok(())
     }
 
-    /// Finds the segment holding `offset` (or the first after it) → (file, start position from
-    /// the index, base offset of the batch there, segment size, offset after the segment).
-    #[allow(clippy::type_complexity)]
+    /// Finds the segment holding `offset` (or the first after it), with the offset index entries
+    /// a read starts from and may cut near.
     fn locate(
         &self,
         inner: &mut LogInner,
         offset: i64,
-    ) -> Result<Option<(Arc<std::fs::File>, u64, i64, u64, i64)>, StoreError> {
+        upper: i64,
+        max_bytes: usize,
+    ) -> Result<Option<Located>, StoreError> {
         use std::ops::Bound::{Excluded, Unbounded};
         let floor = inner
             .segments
@@ -181,56 +255,98 @@ impl PartitionLog {
                     None => return Ok(None),
                 }
             }
-            let entry = seg.indexes.as_ref().map_or(
+            let start = seg.indexes.as_ref().map_or(
                 crate::index::IndexEntry {
                     offset: seg.base_offset,
                     position: 0,
                 },
                 |(index, _)| index.lookup(offset),
             );
-            let seg_next = next_base.unwrap_or(seg.next_offset);
-            return Ok(Some((
+            // Any batch starting at or below `start + max_bytes` ends no later than a read from
+            // `start` may: a safe place to resume the header walk that finds the cut.
+            let near_cut = seg.indexes.as_ref().and_then(|(index, _)| {
+                let reach = u64::from(start.position).saturating_add(max_bytes as u64);
+                index.last_within(upper, reach)
+            });
+            return Ok(Some(Located {
                 file,
-                u64::from(entry.position),
-                entry.offset,
-                seg.size,
-                seg_next,
-            )));
+                start,
+                near_cut,
+                end: seg.size,
+                seg_next: next_base.unwrap_or(seg.next_offset),
+                checked: Arc::clone(&seg.checked),
+            }));
         }
     }
 }
 
-/// Reads whole batches from `file[start..end)`: skips batches ending before `offset`, then takes
-/// batches with base offset < `upper` while they fit `max_bytes` (the first one always, if
-/// `min_one_batch`), with one `pread` for the returned region. Each returned batch passed its CRC
-/// check here; the data is cut before the first one that does not (so a corrupt batch is never
-/// served). `None`: no batch at or after `offset` in the range. `InvalidData`: the batch at `start`
-/// does not have base offset `expect_base` (a stale index).
-#[allow(clippy::too_many_arguments)]
-fn read_batches(
-    file: &std::fs::File,
-    start: u64,
-    expect_base: i64,
+/// A segment as a read found it under the partition lock.
+struct Located {
+    file: Arc<File>,
+    /// The index entry at or below the fetch offset.
+    start: crate::index::IndexEntry,
+    /// The last index entry below the read's upper bound within `max_bytes` of `start`.
+    near_cut: Option<crate::index::IndexEntry>,
+    /// The segment's size.
     end: u64,
+    /// The offset after the segment.
+    seg_next: i64,
+    checked: Arc<Checked>,
+}
+
+/// What a read may return: batches containing or after `offset`, with base offset below `upper`,
+/// within `max_bytes` (the first one whole if `min_one_batch`).
+#[derive(Clone, Copy)]
+struct Window {
     offset: i64,
     upper: i64,
     max_bytes: usize,
     min_one_batch: bool,
-) -> std::io::Result<Option<Bytes>> {
-    use std::os::unix::fs::FileExt;
-    /// Bytes through lastOffsetDelta.
-    const PREFIX: usize = 27;
-    let prefix = |h: &[u8]| -> (i64, i64, i64) {
-        let base = i64::from_be_bytes(h[0..8].try_into().unwrap_or([0; 8]));
-        let len = i32::from_be_bytes(h[8..12].try_into().unwrap_or([0; 4]));
-        let delta = i32::from_be_bytes(h[23..27].try_into().unwrap_or([0; 4]));
-        (base, i64::from(len), i64::from(delta))
-    };
+}
+
+/// Bytes of a batch header through lastOffsetDelta.
+const PREFIX: usize = 27;
+
+/// (base offset, batch length, last offset delta) from a batch header's first `PREFIX` bytes.
+fn prefix(h: &[u8]) -> (i64, i64, i64) {
+    let base = i64::from_be_bytes(
+        h.get(0..8)
+            .and_then(|b| b.try_into().ok())
+            .unwrap_or([0; 8]),
+    );
+    let len = i32::from_be_bytes(
+        h.get(8..12)
+            .and_then(|b| b.try_into().ok())
+            .unwrap_or([0; 4]),
+    );
+    let delta = i32::from_be_bytes(
+        h.get(23..27)
+            .and_then(|b| b.try_into().ok())
+            .unwrap_or([0; 4]),
+    );
+    (base, i64::from(len), i64::from(delta))
+}
+
+/// Reads whole batches from the located segment: skips batches ending before `window.offset`,
+/// then takes batches with base offset < `upper` while they fit `max_bytes` (the first one always,
+/// if `min_one_batch`). With `from_file`, when every batch to return was checked before, the
+/// answer is the file region (found by walking headers only); otherwise one `pread` for the
+/// region, each batch checked here and the data cut before the first one that fails (so a corrupt
+/// batch is never served). `None`: no batch at or after `offset` in the segment. `InvalidData`:
+/// the batch at the index position does not have the index's base offset (a stale index).
+fn read_batches(at: &Located, window: Window, from_file: bool) -> std::io::Result<Option<Records>> {
+    let Window {
+        offset,
+        upper,
+        max_bytes,
+        min_one_batch,
+    } = window;
+    let (start, end) = (u64::from(at.start.position), at.end);
     // Skip to the batch containing `offset`, reading headers only.
-    let mut reader = ChunkReader::with_chunk(file, end, crate::limits::READ_SKIP_CHUNK_BYTES);
+    let mut reader = ChunkReader::with_chunk(&at.file, end, crate::limits::READ_SKIP_CHUNK_BYTES);
     let mut pos = start;
-    let mut expected = expect_base;
-    let (first_pos, first_base, first_total) = loop {
+    let mut expected = at.start.offset;
+    let (first_pos, first_base, first_total, first_next) = loop {
         let Some(h) = reader.bytes_at(pos, PREFIX)? else {
             return Ok(None);
         };
@@ -250,18 +366,28 @@ fn read_batches(
         }
         let last = base.saturating_add(delta);
         if last >= offset {
-            break (pos, base, total as usize);
+            break (pos, base, total as usize, last.saturating_add(1));
         }
         expected = last.saturating_add(1);
         pos += total;
     };
     if first_base >= upper || (first_total > max_bytes && !min_one_batch) {
-        return Ok(Some(Bytes::new()));
+        return Ok(Some(Records::Memory(Bytes::new())));
+    }
+    if from_file {
+        let len = walk_to_cut(&mut reader, at, window, first_pos, first_total, first_next)?;
+        if at.checked.covers(first_pos, first_pos + len as u64) {
+            return Ok(Some(Records::File(FileSlice {
+                file: Arc::clone(&at.file),
+                position: first_pos,
+                len,
+            })));
+        }
     }
     // One read for the whole answer, then cut it at a batch boundary.
     let want = (end - first_pos).min(max_bytes.max(first_total) as u64) as usize;
     let mut buf = vec![0u8; want];
-    file.read_exact_at(&mut buf, first_pos)?;
+    at.file.read_exact_at(&mut buf, first_pos)?;
     let mut cut = 0usize;
     let mut expected = first_base;
     while let Some(h) = buf.get(cut..cut + PREFIX) {
@@ -283,6 +409,47 @@ fn read_batches(
         }
         cut += total;
     }
+    at.checked.read_checked(first_pos, first_pos + cut as u64);
     buf.truncate(cut);
-    Ok(Some(Bytes::from(buf)))
+    Ok(Some(Records::Memory(Bytes::from(buf))))
+}
+
+/// The length of the region a read returns from `first_pos` (the first batch, `first_total`
+/// bytes, is always in it), walking batch headers only — from the index entry nearest the cut
+/// when that is further on, so the walk covers about one index interval whatever `max_bytes` is.
+/// The same rules as the in-memory cut: consecutive offsets, base offset below `upper`, within
+/// `max_bytes` and the segment.
+fn walk_to_cut(
+    reader: &mut ChunkReader<'_>,
+    at: &Located,
+    window: Window,
+    first_pos: u64,
+    first_total: usize,
+    first_next: i64,
+) -> std::io::Result<usize> {
+    let limit = first_pos.saturating_add(window.max_bytes.max(first_total) as u64);
+    let mut pos = first_pos + first_total as u64;
+    let mut expected = first_next;
+    if let Some(e) = at.near_cut {
+        if u64::from(e.position) > pos && e.offset > expected {
+            pos = u64::from(e.position);
+            expected = e.offset;
+        }
+    }
+    while let Some(h) = reader.bytes_at(pos, PREFIX)? {
+        let (base, len, delta) = prefix(h);
+        let total = LOG_OVERHEAD_BYTES as u64 + len.max(0) as u64;
+        if base != expected
+            || len < 0
+            || delta < 0
+            || base >= window.upper
+            || pos + total > limit
+            || pos + total > at.end
+        {
+            break;
+        }
+        expected = base.saturating_add(delta).saturating_add(1);
+        pos += total;
+    }
+    Ok((pos - first_pos) as usize)
 }
