@@ -278,28 +278,36 @@ async fn run(
         config.retention_check_interval(),
         token.clone(),
     );
-    let server = tokio::spawn(millrace_frontend::server::run(listener, ctx));
-
-    // Ready once this process is registered, unfenced and its replicas follow the image.
+    // Ready once this process is registered, unfenced and its replicas follow the image. Only
+    // then are connections accepted, as Kafka enables request processing only after startup: a
+    // client that connected earlier waits in the listen backlog rather than being told of a
+    // cluster with no live broker (librdkafka's admin client then waits a minute for the
+    // controller it was named).
     let mut ready = ready;
     let stopped_before_ready = tokio::select! {
         r = ready.wait_for(|r| *r) => { r.context("the node stopped before it was ready")?; false }
         _ = &mut shutdown => true,
     };
-    if stopped_before_ready {
+    let server = if stopped_before_ready {
         // No ready line: the stop below is the same as after one (a clean stop, exit 0).
         info!("stopped before ready");
+        None
     } else {
+        let server = tokio::spawn(millrace_frontend::server::run(listener, ctx));
         announce_ready(&endpoint, &cluster, &settings, bound);
         shutdown.await;
-    }
+        Some(server)
+    };
     info!("shutting down: moving leaderships away (controlled shutdown)");
     controlled_shutdown(&node, &config).await;
     info!("shutting down: no new connections; finishing in-flight requests");
     token.cancel();
     // Parked JoinGroup/SyncGroup requests are answered now, so the drain does not wait on them.
     groups.shutdown();
-    if let Err(e) = server.await {
+    if let Some(Err(e)) = match server {
+        Some(server) => Some(server.await),
+        None => None,
+    } {
         warn!(error = %e, "server task failed");
     }
     let _ = maintenance.await;
