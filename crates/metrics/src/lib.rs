@@ -86,6 +86,7 @@ pub struct Metrics {
     // ----- store (Kafka's LogFlushStats) -----
     pub log_flush_duration: Histogram,
     pub log_flush_bytes: Histogram,
+    pub log_flush_grouped: Counter,
     // ----- replication -----
     pub isr_shrinks: Counter,
     pub isr_expands: Counter,
@@ -119,6 +120,7 @@ impl Default for Metrics {
                 4.0,
                 FLUSH_BYTES_BUCKETS,
             )),
+            log_flush_grouped: Counter::default(),
             isr_shrinks: Counter::default(),
             isr_expands: Counter::default(),
             leader_elections: Counter::default(),
@@ -210,6 +212,11 @@ impl Metrics {
             "Bytes made durable by one flush round of the store",
             Unit::Bytes,
             self.log_flush_bytes.clone(),
+        );
+        registry.register(
+            "log_flush_grouped",
+            "Flush rounds made durable by one syncfs of the data directory's file system",
+            self.log_flush_grouped.clone(),
         );
         registry.register(
             "isr_shrinks",

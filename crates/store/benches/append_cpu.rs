@@ -27,6 +27,9 @@ impl Storage for DiscardWrites {
     fn sync_dir(&self, d: &Path) -> std::io::Result<()> {
         self.0.sync_dir(d)
     }
+    fn sync_filesystem(&self, d: &Path) -> std::io::Result<()> {
+        self.0.sync_filesystem(d)
+    }
     fn rename(&self, a: &Path, b: &Path) -> std::io::Result<()> {
         self.0.rename(a, b)
     }

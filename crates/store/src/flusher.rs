@@ -7,6 +7,13 @@
 //! across `FLUSHER_THREADS` long-lived threads), then publishes the new durable offset (and, when
 //! the store owns it, the high watermark). Rounds start at most once per `flush_interval`.
 //!
+//! A round of at least `SYNCFS_ROUND_PARTITIONS_MIN` partitions is one *grouped* commit instead:
+//! every partition's work is taken first, then one `syncfs` of the data directory's file system
+//! makes all their files' data and directory entries durable at once (one journal commit and one
+//! device flush, where per-file `fdatasync`s cost one each), then each partition publishes. The
+//! power-loss model (`storage::PowerLossStorage`) makes everything durable at a `syncfs`, and the
+//! crash tests run rounds both ways.
+//!
 //! Locking: the queue has its own short mutex + condvar; partition locks are taken only briefly
 //! (by `FlushTarget::flush_pending`) to collect what to sync and to publish the result.
 //!
@@ -19,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
-use crate::limits::FLUSHER_THREADS;
+use crate::limits::{FLUSHER_THREADS, SYNCFS_ROUND_PARTITIONS_MIN};
 
 /// Bytes written to segments since the last flush round began, every store of the process (the
 /// bytes-per-flush metric; one relaxed add per append).
@@ -30,10 +37,19 @@ pub(crate) fn count_written(bytes: usize) {
     WRITTEN_SINCE_ROUND.fetch_add(bytes as u64, Ordering::Relaxed);
 }
 
+/// The second half of a grouped flush, given the result of the `syncfs`.
+pub(crate) type FinishFlush = Box<dyn FnOnce(&std::io::Result<()>) + Send>;
+
+/// One `syncfs` of the file system holding every partition of the store.
+pub(crate) type SyncAll = Box<dyn Fn() -> std::io::Result<()> + Send>;
+
 /// A partition with deferred durability work.
 pub(crate) trait FlushTarget: Send + Sync {
     /// Does the partition's pending work: fsyncs outside its lock, then publishes offsets.
     fn flush_pending(&self);
+    /// Takes the partition's pending work for a grouped commit; the returned step finishes it
+    /// (snapshots, checkpoints, publishing) once the `syncfs` that replaces its fsyncs is done.
+    fn begin_grouped_flush(self: Arc<Self>) -> FinishFlush;
 }
 
 type Target = Arc<dyn FlushTarget>;
@@ -107,7 +123,7 @@ type Job = (Vec<Target>, Arc<Countdown>);
 /// Body of the flusher thread: takes whole rounds (so each round is one group commit, at most one
 /// per `interval`) and spreads a round over `FLUSHER_THREADS - 1` long-lived helper threads plus
 /// itself.
-pub(crate) fn run(queue: Arc<FlushQueue>, interval: Duration) {
+pub(crate) fn run(queue: Arc<FlushQueue>, interval: Duration, sync_all: SyncAll) {
     let (tx, rx) = std::sync::mpsc::channel::<Job>();
     let rx = Arc::new(Mutex::new(rx));
     let helpers: Vec<_> = (1..FLUSHER_THREADS)
@@ -129,7 +145,11 @@ pub(crate) fn run(queue: Arc<FlushQueue>, interval: Duration) {
     while let Some(round) = queue.take() {
         let started = Instant::now();
         let bytes = WRITTEN_SINCE_ROUND.swap(0, Ordering::Relaxed);
-        flush_round(round, &tx, helpers.len());
+        if round.len() >= SYNCFS_ROUND_PARTITIONS_MIN {
+            grouped_round(round, &sync_all);
+        } else {
+            flush_round(round, &tx, helpers.len());
+        }
         let elapsed = started.elapsed();
         let metrics = millrace_metrics::global();
         metrics.log_flush_duration.observe(elapsed.as_secs_f64());
@@ -141,6 +161,19 @@ pub(crate) fn run(queue: Arc<FlushQueue>, interval: Duration) {
     drop(tx);
     for h in helpers {
         let _ = h.join();
+    }
+}
+
+/// One grouped commit: every partition's work taken, one `syncfs`, every partition finished.
+fn grouped_round(round: Vec<Target>, sync_all: &SyncAll) {
+    let finishes: Vec<FinishFlush> = round
+        .into_iter()
+        .map(FlushTarget::begin_grouped_flush)
+        .collect();
+    let synced = sync_all();
+    millrace_metrics::global().log_flush_grouped.inc();
+    for finish in finishes {
+        finish(&synced);
     }
 }
 

@@ -172,9 +172,14 @@ impl Store {
         }
         let queue = Arc::clone(&shared.flusher);
         let interval = shared.config.flush_interval;
+        let sync_all: flusher::SyncAll = {
+            let storage = Arc::clone(&shared.storage);
+            let dir = data_dir.clone();
+            Box::new(move || storage.sync_filesystem(&dir))
+        };
         let handle = std::thread::Builder::new()
             .name("millrace-flusher".into())
-            .spawn(move || flusher::run(queue, interval))
+            .spawn(move || flusher::run(queue, interval, sync_all))
             .map_err(|e| StoreError::io("spawn flusher thread", e))?;
         Ok(Arc::new(Store {
             shared,

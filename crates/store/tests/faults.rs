@@ -50,6 +50,12 @@ impl Storage for Flaky {
     fn sync_dir(&self, d: &Path) -> io::Result<()> {
         OsStorage.sync_dir(d)
     }
+    fn sync_filesystem(&self, d: &Path) -> io::Result<()> {
+        if take(&self.fail_syncs) {
+            return Err(io::Error::other("injected syncfs error"));
+        }
+        OsStorage.sync_filesystem(d)
+    }
     fn rename(&self, a: &Path, b: &Path) -> io::Result<()> {
         OsStorage.rename(a, b)
     }

@@ -61,6 +61,12 @@ impl Storage for SlowSyncStorage {
         }
         Ok(())
     }
+    fn sync_filesystem(&self, dir: &Path) -> std::io::Result<()> {
+        if self.slow_sync() {
+            self.real.sync_filesystem(dir)?;
+        }
+        Ok(())
+    }
     fn rename(&self, from: &Path, to: &Path) -> std::io::Result<()> {
         self.real.rename(from, to)
     }

@@ -39,52 +39,108 @@ pub(crate) fn list_snapshots(dir: &Path) -> Vec<i64> {
         .collect()
 }
 
+/// A partition's durability work taken from it under its lock, done outside it.
+struct FlushWork {
+    pending: super::Pending,
+    active_path: PathBuf,
+    target: i64,
+    generation: u64,
+    active_base: i64,
+    sync_active: bool,
+}
+
 impl FlushTarget for PartitionLog {
     /// One flusher step for this partition: fsync sealed files, the directory and (per policy)
     /// the active segment outside the lock; write snapshots and the epoch checkpoint; then publish
     /// the recovery point and (Batch) the durable offset.
     fn flush_pending(&self) {
+        let work = self.take_flush_work();
+        let synced = self.sync_files(&work);
+        self.finish_flush(work, synced);
+    }
+
+    /// The grouped form: the work is taken now, and finished by the returned step once one
+    /// `syncfs` of the data directory, started after every partition of the round was taken, has
+    /// made the files' data and directory entries durable in place of the per-file syncs.
+    fn begin_grouped_flush(self: std::sync::Arc<Self>) -> crate::flusher::FinishFlush {
+        let work = self.take_flush_work();
+        Box::new(move |synced: &std::io::Result<()>| {
+            let synced = match synced {
+                Ok(()) => Ok(()),
+                Err(e) => Err(StoreError::io(
+                    format!("syncfs for {}", self.tp),
+                    std::io::Error::new(e.kind(), e.to_string()),
+                )),
+            };
+            self.finish_flush(work, synced);
+        })
+    }
+}
+
+impl PartitionLog {
+    fn take_flush_work(&self) -> FlushWork {
         self.queued.store(false, Ordering::SeqCst);
         let policy = self.shared.config.flush_policy;
-        let (pending, active_path, target, generation, active_base) = {
-            let mut inner = self.inner.lock();
-            let pending = std::mem::take(&mut inner.pending);
-            let active_base = inner.active_base();
-            (
-                pending,
-                segment::segment_path(&self.dir, active_base, LOG_SUFFIX),
-                inner.log_end_offset,
-                inner.generation,
-                active_base,
-            )
-        };
+        let mut inner = self.inner.lock();
+        let pending = std::mem::take(&mut inner.pending);
+        let active_base = inner.active_base();
         let sync_active = policy == FlushPolicy::Batch || pending.flush_active;
+        FlushWork {
+            pending,
+            active_path: segment::segment_path(&self.dir, active_base, LOG_SUFFIX),
+            target: inner.log_end_offset,
+            generation: inner.generation,
+            active_base,
+            sync_active,
+        }
+    }
+
+    /// The per-file syncs of `work` (sealed segments, the active one per policy, the directory).
+    fn sync_files(&self, work: &FlushWork) -> Result<(), StoreError> {
         let storage = &*self.shared.storage;
-        let result = (|| -> Result<(), StoreError> {
-            for path in &pending.sync_paths {
-                match self.shared.cache.get(path, false) {
-                    Ok(f) => storage
-                        .sync(&f)
-                        .map_err(|e| StoreError::io(format!("fdatasync {}", path.display()), e))?,
-                    // Deleted meanwhile (retention, truncation): nothing to sync.
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                    Err(e) => return Err(StoreError::io(format!("open {}", path.display()), e)),
-                }
+        for path in &work.pending.sync_paths {
+            match self.shared.cache.get(path, false) {
+                Ok(f) => storage
+                    .sync(&f)
+                    .map_err(|e| StoreError::io(format!("fdatasync {}", path.display()), e))?,
+                // Deleted meanwhile (retention, truncation): nothing to sync.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(StoreError::io(format!("open {}", path.display()), e)),
             }
-            if sync_active {
-                let f =
-                    self.shared.cache.get(&active_path, false).map_err(|e| {
-                        StoreError::io(format!("open {}", active_path.display()), e)
-                    })?;
-                storage.sync(&f).map_err(|e| {
-                    StoreError::io(format!("fdatasync {}", active_path.display()), e)
-                })?;
-            }
-            if pending.sync_dir {
-                storage
-                    .sync_dir(&self.dir)
-                    .map_err(|e| StoreError::io(format!("fsync {}", self.dir.display()), e))?;
-            }
+        }
+        if work.sync_active {
+            let path = &work.active_path;
+            let f = self
+                .shared
+                .cache
+                .get(path, false)
+                .map_err(|e| StoreError::io(format!("open {}", path.display()), e))?;
+            storage
+                .sync(&f)
+                .map_err(|e| StoreError::io(format!("fdatasync {}", path.display()), e))?;
+        }
+        if work.pending.sync_dir {
+            storage
+                .sync_dir(&self.dir)
+                .map_err(|e| StoreError::io(format!("fsync {}", self.dir.display()), e))?;
+        }
+        Ok(())
+    }
+
+    /// After the files are synced (`synced`): writes snapshots and the epoch checkpoint, then
+    /// publishes the recovery point and (Batch) the durable offset. On any failure nothing of
+    /// this round counts as synced.
+    fn finish_flush(&self, work: FlushWork, synced: Result<(), StoreError>) {
+        let FlushWork {
+            pending,
+            target,
+            generation,
+            active_base,
+            sync_active,
+            ..
+        } = work;
+        let policy = self.shared.config.flush_policy;
+        let result = synced.and_then(|()| {
             for (offset, payload) in &pending.snapshots {
                 self.write_snapshot(*offset, payload)?;
             }
@@ -92,7 +148,7 @@ impl FlushTarget for PartitionLog {
                 self.write_epoch_checkpoint(entries)?;
             }
             Ok(())
-        })();
+        });
         let mut inner = self.inner.lock();
         if let Err(e) = result {
             if !self.is_deleted() {

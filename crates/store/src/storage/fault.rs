@@ -62,6 +62,16 @@ impl Storage for FaultStorage {
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {
         self.real.sync_dir(dir)
     }
+    /// Fails while any matching file was opened: a file system sync covers that file too.
+    fn sync_filesystem(&self, dir: &Path) -> io::Result<()> {
+        if !self.matching.lock().is_empty() {
+            return Err(io::Error::other(format!(
+                "injected syncfs failure (files matching {:?} are on it)",
+                self.fail_sync_of
+            )));
+        }
+        self.real.sync_filesystem(dir)
+    }
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
         self.real.rename(from, to)
     }

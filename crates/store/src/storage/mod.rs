@@ -36,6 +36,9 @@ pub trait Storage: Send + Sync + std::fmt::Debug {
     fn sync(&self, file: &File) -> io::Result<()>;
     /// fsync of a directory, making creates, renames and removes in it durable.
     fn sync_dir(&self, dir: &Path) -> io::Result<()>;
+    /// `syncfs` of the file system holding `dir`: every file's data and every directory entry on
+    /// it durable at once (Linux reports writeback errors of the file system since 5.8).
+    fn sync_filesystem(&self, dir: &Path) -> io::Result<()>;
     /// Atomic rename.
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
     /// Removes a file (missing is not an error).
@@ -76,6 +79,9 @@ impl Storage for OsStorage {
     }
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {
         File::open(dir)?.sync_all()
+    }
+    fn sync_filesystem(&self, dir: &Path) -> io::Result<()> {
+        rustix::fs::syncfs(File::open(dir)?).map_err(io::Error::from)
     }
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
         std::fs::rename(from, to)
@@ -171,6 +177,9 @@ impl Storage for CrashStorage {
         self.step().map_err(|_| crash_error())
     }
     fn sync_dir(&self, _dir: &Path) -> io::Result<()> {
+        self.step().map_err(|_| crash_error())
+    }
+    fn sync_filesystem(&self, _dir: &Path) -> io::Result<()> {
         self.step().map_err(|_| crash_error())
     }
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {

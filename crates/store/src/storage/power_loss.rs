@@ -531,6 +531,26 @@ impl Storage for PowerLossStorage {
         Ok(())
     }
 
+    fn sync_filesystem(&self, _dir: &Path) -> io::Result<()> {
+        self.step().map_err(|_| crash_error())?;
+        let mut model = self.model.lock();
+        for node in model.nodes.values_mut() {
+            match node {
+                Node::File { durable, pending } => {
+                    for op in pending.drain(..) {
+                        apply_file(durable, &op, false);
+                    }
+                }
+                Node::Dir { durable, pending } => {
+                    for op in pending.drain(..) {
+                        apply_dir(durable, &op);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
         self.step().map_err(|_| crash_error())?;
         let mut model = self.model.lock();

@@ -154,6 +154,9 @@ impl millrace_store::storage::Storage for NoSync {
     fn sync_dir(&self, _: &Path) -> std::io::Result<()> {
         Ok(())
     }
+    fn sync_filesystem(&self, _: &Path) -> std::io::Result<()> {
+        Ok(())
+    }
     fn rename(&self, a: &Path, b: &Path) -> std::io::Result<()> {
         millrace_store::storage::OsStorage.rename(a, b)
     }
