@@ -12,6 +12,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import shutil
 import signal
 import socket
@@ -138,6 +139,71 @@ def bench(broker, mode, label, *args, timeout=900):
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def api_versions_v0(correlation_id):
+    """A whole ApiVersions v0 request frame (the first request every client sends)."""
+    client = b"w9-idle"
+    body = (18).to_bytes(2, "big") + (0).to_bytes(2, "big") + correlation_id.to_bytes(4, "big") \
+        + len(client).to_bytes(2, "big") + client
+    return len(body).to_bytes(4, "big") + body
+
+
+def open_idle_connections(port, count, deadline_s=120):
+    """`count` client connections that each asked ApiVersions once and then stay idle."""
+    conns = []
+    deadline = time.time() + deadline_s
+    try:
+        for i in range(count):
+            if time.time() > deadline:
+                raise RuntimeError(f"only {i} of {count} idle connections opened in {deadline_s} s")
+            c = socket.create_connection(("127.0.0.1", port), timeout=10)
+            c.sendall(api_versions_v0(i))
+            size = int.from_bytes(recv_exactly(c, 4), "big")
+            recv_exactly(c, size)
+            conns.append(c)
+    except BaseException:
+        close_all(conns)
+        raise
+    return conns
+
+
+def recv_exactly(conn, n):
+    out = b""
+    while len(out) < n:
+        chunk = conn.recv(n - len(out))
+        if not chunk:
+            raise RuntimeError("broker closed an idle connection")
+        out += chunk
+    return out
+
+
+def close_all(conns):
+    for c in conns:
+        try:
+            c.close()
+        except OSError:
+            pass
+
+
+def w9(broker, q):
+    """W9: broker RSS with 10,000 idle client connections, and a producer's p99 at a fixed rate
+    with them against without them."""
+    count = max(1000, int(10_000 * q))
+    produce = ["--topic", "w9", "--partitions", "6", "--message-size", "1024", "--count",
+               str(max(1000, int(100_000 * q))), "--rate-mb", "20", "--acks", "all", "--linger-ms", "1"]
+    alone = bench(broker, "produce", "W9 alone", *produce)
+    rss_before = broker.rss_mb()
+    conns = open_idle_connections(broker.port, count)
+    try:
+        time.sleep(1)
+        rss = broker.rss_mb()
+        busy = bench(broker, "produce", "W9 with idle connections", *produce)
+    finally:
+        close_all(conns)
+    p99 = lambda r: (r.get("latency") or {}).get("p99_ms")
+    return {"connections": count, "rss_mb": rss, "rss_before_mb": rss_before,
+            "p99_ms": p99(busy), "p99_alone_ms": p99(alone)}
+
+
 def workloads(q):
     """(id, description, mode, args). q scales the counts (1.0 = full run)."""
     n = lambda x: str(max(1000, int(x * q)))
@@ -172,6 +238,8 @@ def run_broker(name, kind, sets, q):
             results[wid] = bench(broker, mode, f"{wid} {name}", *args)
             if wid == "W1":
                 results["W7 under W1"] = {"rss_mb": results[wid].get("broker_peak_rss_mb")}
+        log(f"{name}: W9")
+        results["W9"] = w9(broker, q)
     finally:
         broker.stop()
     # W6: time from process start to the first acknowledged produce, on a fresh broker.
@@ -195,6 +263,12 @@ def metric(results, wid):
     if wid == "W6":
         s = r.get("seconds")
         return (s * 1000 if s is not None else None), "ms", False
+    if wid == "W9 RSS":
+        return results.get("W9", {}).get("rss_mb"), "MB RSS, 10k idle connections", False
+    if wid == "W9 p99":
+        w = results.get("W9", {})
+        a, b = w.get("p99_ms"), w.get("p99_alone_ms")
+        return (b and a / b), "p99 with ÷ without idle connections", False
     return r.get("rss_mb"), "MB RSS", False
 
 
@@ -206,7 +280,7 @@ def table(all_results, names):
     kafka = all_results["kafka"]
     rows = ["| workload | metric | " + " | ".join(names) + " | " + " | ".join(f"{n} ÷ kafka" for n in names if n != "kafka") + " |",
             "|---|---|" + "---|" * (len(names) * 2 - 1)]
-    for wid in ["W1", "W2", "W3", "W4", "W5", "W6", "W7 idle", "W7 under W1"]:
+    for wid in ["W1", "W2", "W3", "W4", "W5", "W6", "W7 idle", "W7 under W1", "W9 RSS", "W9 p99"]:
         values = [metric(all_results[n], wid)[0] for n in names]
         unit = metric(kafka, wid)[1]
         ratios = []
@@ -278,6 +352,9 @@ def main():
     ap.add_argument("--skip-build", action="store_true")
     a = ap.parse_args()
     q = 0.1 if a.quick else 1.0
+    # W9 holds 10,000 sockets here and the broker (which inherits the limit) as many.
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 65536)), hard))
     t0 = time.time()
     if not a.skip_build:
         log("building release binaries")
@@ -313,6 +390,9 @@ what a fill phase wrote (acks=1, linger 20 ms) with `fetch.max.bytes=52428800`. 
 default `log.flush.policy=batch` (fsync before acks), and Millrace with `log.flush.policy=never`
 (Kafka's durability, the like-for-like row). W6 is process start → first acknowledged produce
 (Kafka's storage format step excluded). W7 is resident memory 2 s after start and the peak during W1.
+W9 opens 10,000 client connections (`--quick`: 1,000) that each ask ApiVersions once and then stay
+idle, and reports the broker's resident memory with them and the p99 of a producer at 20 MB/s
+(acks=all, linger 1 ms) with them divided by its p99 without them (the target is ≤ 1.2).
 {END}"""
     doc = DOC.read_text() if DOC.exists() else "# Benchmarks\n\n"
     if BEGIN in doc and END in doc:

@@ -1,7 +1,8 @@
 //! Goal: on a real cluster of `millrace` processes, ElectLeaders, the automatic leader rebalance
 //! and partition reassignment (AlterPartitionReassignments / ListPartitionReassignments) work over
 //! the wire with Kafka's answers, and records produced before a reassignment — also one that a
-//! broker's death interrupts — are read back unchanged from the new replicas.
+//! broker's death interrupts — are read back unchanged from the new replicas. Followers replicate
+//! through incremental fetch sessions (KIP-227) with their leader.
 
 #[path = "common/cluster.rs"]
 mod cluster;
@@ -599,4 +600,42 @@ async fn a_broker_dying_midway_through_a_reassignment_loses_no_record() {
         (!old.exists()).then_some(())
     })
     .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn followers_replicate_through_incremental_fetch_sessions() {
+    let mut c = TestCluster::start(3, SETTINGS);
+    let topic = unique_topic("sessions");
+    let t = topic.as_str();
+    // Three partitions led by node 1 and followed by nodes 2 and 3.
+    create_topic(c.addr(1), t, &[&[1, 2, 3], &[1, 2, 3], &[1, 3, 2]]).await;
+    for p in 0..3 {
+        produce(c.addr(1), t, p, 0, 100).await;
+    }
+    // No consumer fetches here: the leader's sessions are its followers', one each, holding the
+    // partitions they follow (sessionless followers would leave the cache empty).
+    eventually(
+        "a fetch session per follower on the leader",
+        CHANGE_TIMEOUT,
+        || async {
+            let sessions = c.metric(1, "millrace_fetch_sessions")?;
+            let partitions = c.metric(1, "millrace_fetch_session_partitions")?;
+            (sessions >= 2.0 && partitions >= 6.0).then_some(())
+        },
+    )
+    .await;
+    // Every record reached the followers: each partition, read from its new leader.
+    c.stop(1);
+    for p in 0..3 {
+        let v = wait_view(c.addr(2), t, p, "a new leader", |v| {
+            v.leader == 2 || v.leader == 3
+        })
+        .await;
+        assert_eq!(
+            read_all(c.addr(v.leader), t, p, 100).await,
+            expected(100),
+            "partition {p} from node {}",
+            v.leader
+        );
+    }
 }

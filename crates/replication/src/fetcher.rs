@@ -8,13 +8,19 @@
 //! capped by our log end, becomes ours. The next fetch goes out only once everything appended is
 //! as durable as the flush policy promises, so the offset we fetch from — which is what the
 //! leader counts for its HW — is always durable here.
+//!
+//! Each fetcher keeps an incremental fetch session with its leader (KIP-227,
+//! [`crate::fetch_session`]): after the first full request, a request names only the partitions
+//! whose position changed, and the answer only the partitions with something new.
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic, ReplicaState};
+use kafka_protocol::messages::fetch_request::{
+    FetchPartition, FetchTopic, ForgottenTopic, ReplicaState,
+};
 use kafka_protocol::messages::{ApiKey, BrokerId, FetchRequest, FetchResponse};
 use millrace_store::TopicPartition;
 use tokio::sync::Notify;
@@ -23,6 +29,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::client::BrokerConnection;
+use crate::fetch_session::{FetchSessionClient, PartitionFetch, PartitionKey};
 use crate::manager::{HostedPartition, ReplicaManager};
 
 /// The Fetch version followers send.
@@ -83,6 +90,7 @@ async fn run(
     stop: CancellationToken,
 ) {
     let mut conn: Option<BrokerConnection> = None;
+    let mut session = FetchSessionClient::default();
     let mut backoff_until: HashMap<TopicPartition, Instant> = HashMap::new();
     let client_id = format!("broker-{}-fetcher-{leader}", manager.node_id());
     loop {
@@ -119,6 +127,7 @@ async fn run(
         }
         let connected = match conn.take() {
             Some(c) => Some(c),
+            // (A failed request reset the session, so a new connection starts a new one.)
             None => match manager.broker_address(leader) {
                 Some(addr) => {
                     match BrokerConnection::connect(
@@ -142,7 +151,23 @@ async fn run(
             pause(&stop, &wake, manager.config.replica_fetch_backoff()).await;
             continue;
         };
-        let request = build_request(&manager, &wanted);
+        let max_bytes = manager.config.replica_fetch_max_bytes();
+        let state: Vec<(PartitionKey, PartitionFetch)> = wanted
+            .iter()
+            .map(|(hosted, pos, log_start)| {
+                (
+                    (hosted.topic_id, hosted.tp.partition),
+                    PartitionFetch {
+                        fetch_offset: pos.fetch_offset,
+                        current_leader_epoch: pos.leader_epoch,
+                        last_fetched_epoch: pos.last_fetched_epoch,
+                        log_start_offset: *log_start,
+                        partition_max_bytes: max_bytes,
+                    },
+                )
+            })
+            .collect();
+        let request = build_request(&manager, &state, session.next_request(&state));
         let timeout = manager.config.replica_socket_timeout()
             + Duration::from_millis(u64::try_from(request.max_wait_ms.max(0)).unwrap_or(0));
         let response: FetchResponse = match c
@@ -152,11 +177,21 @@ async fn run(
             Ok(r) => r,
             Err(e) => {
                 debug!(leader, error = %e, "replica fetch failed");
+                session.reset();
                 pause(&stop, &wake, manager.config.replica_fetch_backoff()).await;
                 continue;
             }
         };
         conn = Some(c);
+        session.on_response(response.error_code, response.session_id);
+        if response.error_code != codes::NONE {
+            debug!(
+                leader,
+                code = response.error_code,
+                "fetch session refused; fetching in full"
+            );
+            continue;
+        }
         let mut to_sync = Vec::new();
         for topic in response.responses {
             for pd in topic.partitions {
@@ -242,25 +277,41 @@ async fn run(
     }
 }
 
+/// The request for the partitions `session` says to send (all of them without a session).
 fn build_request(
     manager: &ReplicaManager,
-    wanted: &[(Arc<HostedPartition>, crate::partition::FetchPosition, i64)],
+    state: &[(PartitionKey, PartitionFetch)],
+    session: crate::fetch_session::SessionRequest,
 ) -> FetchRequest {
     let mut topics: Vec<FetchTopic> = Vec::new();
-    for (hosted, pos, log_start) in wanted {
+    for key in &session.send {
+        let Some((_, f)) = state.iter().find(|(k, _)| k == key) else {
+            continue;
+        };
         let partition = FetchPartition::default()
-            .with_partition(hosted.tp.partition)
-            .with_current_leader_epoch(pos.leader_epoch)
-            .with_fetch_offset(pos.fetch_offset)
-            .with_last_fetched_epoch(pos.last_fetched_epoch)
-            .with_log_start_offset(*log_start)
-            .with_partition_max_bytes(manager.config.replica_fetch_max_bytes());
-        match topics.iter_mut().find(|t| t.topic_id == hosted.topic_id) {
+            .with_partition(key.1)
+            .with_current_leader_epoch(f.current_leader_epoch)
+            .with_fetch_offset(f.fetch_offset)
+            .with_last_fetched_epoch(f.last_fetched_epoch)
+            .with_log_start_offset(f.log_start_offset)
+            .with_partition_max_bytes(f.partition_max_bytes);
+        match topics.iter_mut().find(|t| t.topic_id == key.0) {
             Some(t) => t.partitions.push(partition),
             None => topics.push(
                 FetchTopic::default()
-                    .with_topic_id(hosted.topic_id)
+                    .with_topic_id(key.0)
                     .with_partitions(vec![partition]),
+            ),
+        }
+    }
+    let mut forgotten: Vec<ForgottenTopic> = Vec::new();
+    for (topic_id, partition) in &session.forget {
+        match forgotten.iter_mut().find(|t| t.topic_id == *topic_id) {
+            Some(t) => t.partitions.push(*partition),
+            None => forgotten.push(
+                ForgottenTopic::default()
+                    .with_topic_id(*topic_id)
+                    .with_partitions(vec![*partition]),
             ),
         }
     }
@@ -274,9 +325,10 @@ fn build_request(
         .with_min_bytes(manager.config.replica_fetch_min_bytes())
         .with_max_bytes(manager.config.replica_fetch_response_max_bytes())
         .with_isolation_level(0)
-        .with_session_id(0)
-        .with_session_epoch(-1)
+        .with_session_id(session.session_id)
+        .with_session_epoch(session.session_epoch)
         .with_topics(topics)
+        .with_forgotten_topics_data(forgotten)
 }
 
 async fn pause(stop: &CancellationToken, wake: &Notify, d: Duration) {

@@ -6,6 +6,7 @@
 
 pub mod client;
 pub mod divergence;
+pub mod fetch_session;
 pub mod fetcher;
 pub mod limits;
 pub mod manager;

@@ -30,6 +30,8 @@ struct Node {
     voter: bool,
     client_port: u16,
     controller_port: u16,
+    /// `--http-listen` (/metrics).
+    http_port: u16,
     data_dir: PathBuf,
     child: Option<Child>,
     starts: usize,
@@ -110,6 +112,7 @@ impl TestCluster {
                 voter: id <= voters,
                 client_port: free_port(),
                 controller_port: free_port(),
+                http_port: free_port(),
                 data_dir: dir.path().join(format!("node{id}")),
                 child: None,
                 starts: 0,
@@ -195,7 +198,9 @@ impl TestCluster {
             .arg("--controller-listen")
             .arg(format!("127.0.0.1:{}", node.controller_port))
             .arg("--controller-voters")
-            .arg(voters);
+            .arg(voters)
+            .arg("--http-listen")
+            .arg(format!("127.0.0.1:{}", node.http_port));
         if !node.voter {
             command.arg("--set").arg("process.roles=broker");
         }
@@ -256,6 +261,29 @@ impl TestCluster {
     }
 
     /// `host:port,...` of every node, for `bootstrap.servers`.
+    /// The node's `/metrics` text (empty when it cannot be read).
+    pub fn metrics(&self, id: i32) -> String {
+        use std::io::Write;
+        let Ok(mut conn) = std::net::TcpStream::connect(("127.0.0.1", self.node(id).http_port))
+        else {
+            return String::new();
+        };
+        let _ = conn.set_read_timeout(Some(Duration::from_secs(5)));
+        let _ = conn
+            .write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
+        let mut text = String::new();
+        let _ = conn.read_to_string(&mut text);
+        text
+    }
+
+    /// A metric's value in the node's `/metrics` (`name` with its labels, as printed), if served.
+    pub fn metric(&self, id: i32, name: &str) -> Option<f64> {
+        self.metrics(id).lines().find_map(|line| {
+            let (n, value) = line.rsplit_once(' ')?;
+            (n == name).then(|| value.parse().ok()).flatten()
+        })
+    }
+
     pub fn bootstrap(&self) -> String {
         self.nodes
             .iter()
