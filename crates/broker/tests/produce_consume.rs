@@ -291,44 +291,51 @@ async fn zstd_batch_is_stored_and_served_back() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_ack_level_delivers_all_records() {
     const COUNT: usize = 50;
-    let broker = Broker::start();
-    for acks in ["0", "1", "all"] {
-        let topic = unique_topic(&format!("acks-{acks}"));
-        let producer = producer(&broker, &[("acks", acks), ("linger.ms", "5")]);
-        let values: Vec<String> = (0..COUNT).map(|i| format!("acks-{acks}-{i}")).collect();
-        let mut futures = Vec::new();
-        for v in &values {
-            let record: FutureRecord<'_, str, str> =
-                FutureRecord::to(&topic).partition(0).payload(v.as_str());
-            futures.push(
-                producer
-                    .send_result(record)
-                    .unwrap_or_else(|(e, _)| panic!("acks={acks}: enqueue: {e:?}")),
+    // `always` appends (each an fdatasync) run off the shared runtime thread: same answers.
+    for policy in ["batch", "always"] {
+        let broker = Broker::start_with(&[&format!("log.flush.policy={policy}")]);
+        for acks in ["0", "1", "all"] {
+            check_acks(&broker, acks, COUNT).await;
+        }
+    }
+}
+
+async fn check_acks(broker: &Broker, acks: &str, count: usize) {
+    let topic = unique_topic(&format!("acks-{acks}"));
+    let producer = producer(broker, &[("acks", acks), ("linger.ms", "5")]);
+    let values: Vec<String> = (0..count).map(|i| format!("acks-{acks}-{i}")).collect();
+    let mut futures = Vec::new();
+    for v in &values {
+        let record: FutureRecord<'_, str, str> =
+            FutureRecord::to(&topic).partition(0).payload(v.as_str());
+        futures.push(
+            producer
+                .send_result(record)
+                .unwrap_or_else(|(e, _)| panic!("acks={acks}: enqueue: {e:?}")),
+        );
+    }
+    for (i, future) in futures.into_iter().enumerate() {
+        let delivery = tokio::time::timeout(SEND_TIMEOUT, future)
+            .await
+            .unwrap_or_else(|_| panic!("acks={acks}: delivery #{i} timed out"))
+            .expect("delivery future not cancelled")
+            .unwrap_or_else(|(e, _)| panic!("acks={acks}: delivery #{i} failed: {e:?}"));
+        if acks != "0" {
+            assert_eq!(
+                delivery.offset,
+                i64::try_from(i).expect("small"),
+                "acks={acks}: offset of #{i}"
             );
         }
-        for (i, future) in futures.into_iter().enumerate() {
-            let delivery = tokio::time::timeout(SEND_TIMEOUT, future)
-                .await
-                .unwrap_or_else(|_| panic!("acks={acks}: delivery #{i} timed out"))
-                .expect("delivery future not cancelled")
-                .unwrap_or_else(|(e, _)| panic!("acks={acks}: delivery #{i} failed: {e:?}"));
-            if acks != "0" {
-                assert_eq!(
-                    delivery.offset,
-                    i64::try_from(i).expect("small"),
-                    "acks={acks}: offset of #{i}"
-                );
-            }
-        }
-        let consumer = consumer(&broker, &[]);
-        assign(&consumer, &topic, &[(0, Offset::Beginning)]);
-        let got = recv_n(&consumer, COUNT, RECV_TIMEOUT).await;
-        for (i, m) in got.iter().enumerate() {
-            assert_eq!(m.offset(), i64::try_from(i).expect("small"), "acks={acks}");
-            assert_eq!(m.payload(), Some(values[i].as_bytes()), "acks={acks} #{i}");
-        }
-        assert_no_message(&consumer, Duration::from_millis(300)).await;
     }
+    let consumer = consumer(broker, &[]);
+    assign(&consumer, &topic, &[(0, Offset::Beginning)]);
+    let got = recv_n(&consumer, count, RECV_TIMEOUT).await;
+    for (i, m) in got.iter().enumerate() {
+        assert_eq!(m.offset(), i64::try_from(i).expect("small"), "acks={acks}");
+        assert_eq!(m.payload(), Some(values[i].as_bytes()), "acks={acks} #{i}");
+    }
+    assert_no_message(&consumer, Duration::from_millis(300)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

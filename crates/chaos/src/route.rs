@@ -354,6 +354,10 @@ async fn read_loop(
     let mut src_done = false;
     loop {
         tokio::select! {
+            // A mode change is seen before any byte read after it was made: once a command is
+            // acknowledged, what the client sends next is treated the new way (unbiased, a read
+            // could win the draw and pass bytes under the old mode).
+            biased;
             _ = conn.cancelled() => return,
             changed = mode_rx.changed() => {
                 if changed.is_err() {

@@ -14,6 +14,7 @@
 //! Types to read first: [`BrokerContext`], [`dispatch::dispatch`], [`versions::ADVERTISED`].
 
 pub mod api;
+pub mod blocking;
 pub mod connection;
 pub mod dispatch;
 pub mod error_codes;

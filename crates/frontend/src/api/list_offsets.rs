@@ -105,8 +105,7 @@ fn lookup(
         }
         LATEST_TIERED_TIMESTAMP if version >= LATEST_TIERED_VERSION_MIN => Ok((-1, -1)),
         MAX_TIMESTAMP if version < MAX_TIMESTAMP_VERSION_MIN => Err(UNSUPPORTED_VERSION),
-        MAX_TIMESTAMP => log
-            .max_timestamp()
+        MAX_TIMESTAMP => crate::blocking::run(|| log.max_timestamp())
             .map(|found| {
                 found
                     .filter(|&(offset, _)| offset < log.high_watermark())
@@ -115,8 +114,8 @@ fn lookup(
             .map_err(|e| error_codes::from_store(&e, context).code),
         ts if ts < 0 => Err(UNSUPPORTED_VERSION),
         // Only offsets below the high watermark are visible to consumers.
-        ts => log
-            .offset_for_timestamp(ts)
+        // May read the time index and scan a segment: off the shared runtime thread.
+        ts => crate::blocking::run(|| log.offset_for_timestamp(ts))
             .map(|found| {
                 found
                     .filter(|&(offset, _)| offset < log.high_watermark())

@@ -27,7 +27,7 @@ use kafka_protocol::messages::produce_response::{
 use kafka_protocol::messages::{BrokerId, ProduceRequest, ProduceResponse, TopicName};
 use millrace_replication::AckWait;
 use millrace_store::batch::{BatchHeader, BatchPrefix};
-use millrace_store::TopicPartition;
+use millrace_store::{FlushPolicy, TopicPartition};
 use uuid::Uuid;
 
 use super::leadership::{self, LeaderHint, Refusal};
@@ -74,47 +74,58 @@ pub fn handle(
     let acks = request.acks;
     let timeout =
         Duration::from_millis((request.timeout_ms.max(0) as u64).min(PRODUCE_TIMEOUT_MS_MAX));
-    let mut topics: Vec<(TopicName, Uuid, Vec<Outcome>)> = Vec::new();
-    for topic in request.topic_data {
-        // v13+ names a topic by its id alone (KIP-516); an id this broker does not know is
-        // UNKNOWN_TOPIC_ID for each of its partitions, as Kafka answers.
-        let (topic_name, known) = if version >= TOPIC_ID_VERSION_MIN {
-            match ctx.cluster.topic_by_id(topic.topic_id) {
-                Some(t) => (super::topic_name(&t.name), true),
-                None => (topic.name, false),
-            }
-        } else {
-            (topic.name, true)
-        };
-        let name = topic_name.0.to_string();
-        let label: Arc<str> = Arc::from(name.as_str());
-        let outcomes = topic
-            .partition_data
-            .into_iter()
-            .map(|p| {
-                if !known {
-                    return Outcome::refused(p.index, KafkaError::code(UNKNOWN_TOPIC_ID));
+    let topic_data = request.topic_data;
+    let append_all = move || {
+        let mut topics: Vec<(TopicName, Uuid, Vec<Outcome>)> = Vec::new();
+        for topic in topic_data {
+            // v13+ names a topic by its id alone (KIP-516); an id this broker does not know is
+            // UNKNOWN_TOPIC_ID for each of its partitions, as Kafka answers.
+            let (topic_name, known) = if version >= TOPIC_ID_VERSION_MIN {
+                match ctx.cluster.topic_by_id(topic.topic_id) {
+                    Some(t) => (super::topic_name(&t.name), true),
+                    None => (topic.name, false),
                 }
-                if !matches!(acks, -1..=1) {
-                    return Outcome::refused(p.index, KafkaError::code(INVALID_REQUIRED_ACKS));
-                }
-                if super::metadata::INTERNAL_TOPICS.contains(&name.as_str()) {
-                    // Only the coordinators write there (Kafka: "Cannot append to internal
-                    // topic"); a client's records would be replayed as group state.
-                    return Outcome::refused(
-                        p.index,
-                        KafkaError::new(
-                            INVALID_TOPIC_EXCEPTION,
-                            format!("Cannot append to internal topic {name}"),
-                        ),
-                    );
-                }
-                let tp = TopicPartition::new(&name, p.index);
-                append(ctx, &tp, &label, p.records, version, acks)
-            })
-            .collect();
-        topics.push((topic_name, topic.topic_id, outcomes));
-    }
+            } else {
+                (topic.name, true)
+            };
+            let name = topic_name.0.to_string();
+            let label: Arc<str> = Arc::from(name.as_str());
+            let outcomes = topic
+                .partition_data
+                .into_iter()
+                .map(|p| {
+                    if !known {
+                        return Outcome::refused(p.index, KafkaError::code(UNKNOWN_TOPIC_ID));
+                    }
+                    if !matches!(acks, -1..=1) {
+                        return Outcome::refused(p.index, KafkaError::code(INVALID_REQUIRED_ACKS));
+                    }
+                    if super::metadata::INTERNAL_TOPICS.contains(&name.as_str()) {
+                        // Only the coordinators write there (Kafka: "Cannot append to internal
+                        // topic"); a client's records would be replayed as group state.
+                        return Outcome::refused(
+                            p.index,
+                            KafkaError::new(
+                                INVALID_TOPIC_EXCEPTION,
+                                format!("Cannot append to internal topic {name}"),
+                            ),
+                        );
+                    }
+                    let tp = TopicPartition::new(&name, p.index);
+                    append(ctx, &tp, &label, p.records, version, acks)
+                })
+                .collect();
+            topics.push((topic_name, topic.topic_id, outcomes));
+        }
+        topics
+    };
+    // Under `always` each append fdatasyncs before it returns: off the shared runtime thread, so
+    // that other connections' requests are not held behind the disk.
+    let topics = if ctx.cluster.config.flush_policy() == FlushPolicy::Always {
+        crate::blocking::run(append_all)
+    } else {
+        append_all()
+    };
     let ctx = Arc::clone(ctx);
 
     async move {
