@@ -204,7 +204,7 @@ async fn publish(
                 // Creating or deleting logs fsyncs files and directories (seconds for a topic of
                 // 1,000 partitions): off the shared runtime thread, so that connections served by
                 // the same thread are not held meanwhile.
-                tokio::task::block_in_place(|| replicas.apply_image(&current, is_current));
+                millrace_frontend::blocking::run(|| replicas.apply_image(&current, is_current));
                 if first {
                     first = false;
                     set_aside_unassigned(&replicas, &store);

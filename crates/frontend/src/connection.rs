@@ -177,6 +177,7 @@ async fn send_file(socket: &TcpStream, slice: &FileSlice) -> std::io::Result<()>
             }
             Ok(_) => {}
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => socket.writable().await?,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
             Err(e) => return Err(e),
         }
     }

@@ -7,9 +7,13 @@
 //! the partitions it no longer wants as `forgotten_topics_data`; the leader answers only the
 //! partitions with something new. A session error (FETCH_SESSION_ID_NOT_FOUND,
 //! INVALID_FETCH_SESSION_EPOCH), a failed request or a new connection drops the session, and the
-//! next request is a full one again. Pure bookkeeping: the fetcher does the I/O.
+//! next request is a full one again — naming the old session with epoch 0, which closes it on the
+//! leader (unless the leader said it does not know it), so it does not hold a cache slot until it
+//! idles out. Pure bookkeeping: the fetcher does the I/O.
+//!
+//! Each request costs O(partitions) with hash lookups, whatever the number of partitions.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use uuid::Uuid;
 
@@ -54,6 +58,8 @@ pub struct FetchSessionClient {
     epoch: i32,
     /// What the leader's session holds for each partition.
     sent: HashMap<PartitionKey, PartitionFetch>,
+    /// A session to close with the next (full) request; 0: none.
+    close: i32,
     /// What the request in flight told the leader, applied to `sent` once it is answered.
     in_flight: Option<Told>,
 }
@@ -64,7 +70,7 @@ impl FetchSessionClient {
         if self.id == 0 {
             self.in_flight = Some((wanted.to_vec(), Vec::new()));
             return SessionRequest {
-                session_id: 0,
+                session_id: std::mem::take(&mut self.close),
                 session_epoch: 0,
                 send: wanted.iter().map(|(k, _)| *k).collect(),
                 forget: Vec::new(),
@@ -75,10 +81,11 @@ impl FetchSessionClient {
             .filter(|(k, f)| self.sent.get(k) != Some(f))
             .copied()
             .collect();
+        let wanted_keys: HashSet<&PartitionKey> = wanted.iter().map(|(k, _)| k).collect();
         let forget: Vec<PartitionKey> = self
             .sent
             .keys()
-            .filter(|k| !wanted.iter().any(|(w, _)| w == *k))
+            .filter(|k| !wanted_keys.contains(k))
             .copied()
             .collect();
         let request = SessionRequest {
@@ -98,8 +105,15 @@ impl FetchSessionClient {
             return;
         };
         if error != 0 {
-            // Session errors and any other top-level error: start over with a full request.
+            // Session errors and any other top-level error: start over with a full request
+            // (one the leader does not know needs no closing).
+            let close = if error == FETCH_SESSION_ID_NOT_FOUND {
+                0
+            } else {
+                self.id
+            };
             self.reset();
+            self.close = close;
             return;
         }
         if self.id == 0 {
@@ -113,7 +127,9 @@ impl FetchSessionClient {
             return;
         }
         if session_id != self.id {
+            let close = self.id;
             self.reset();
+            self.close = close;
             return;
         }
         for key in forgotten {
@@ -127,9 +143,11 @@ impl FetchSessionClient {
         };
     }
 
-    /// The request failed (no answer) or the connection is new: the next request is full.
+    /// The request failed (no answer): the next request is full, and closes this session.
     pub fn reset(&mut self) {
+        let close = if self.id != 0 { self.id } else { self.close };
         *self = FetchSessionClient::default();
+        self.close = close;
     }
 
     /// The session id (0: none).
@@ -196,13 +214,28 @@ mod tests {
             s.next_request(&[(key(0), at(1))]);
             s.on_response(error, 0);
             let again = s.next_request(&[(key(0), at(1))]);
-            assert_eq!((again.session_id, again.session_epoch), (0, 0));
+            // A session the leader does not know is not closed; one it refused an epoch of is.
+            let closes = if error == FETCH_SESSION_ID_NOT_FOUND {
+                0
+            } else {
+                9
+            };
+            assert_eq!((again.session_id, again.session_epoch), (closes, 0));
             assert_eq!(again.send, vec![key(0)]);
+            s.on_response(0, 10);
+            assert_eq!(s.next_request(&[(key(0), at(1))]).session_id, 10);
         }
+        // A failed request: the next one is full and closes the old session, once.
         let mut s = FetchSessionClient::default();
         s.next_request(&[(key(0), at(0))]);
         s.on_response(0, 9);
         s.next_request(&[(key(0), at(1))]);
+        s.reset();
+        let full = s.next_request(&[(key(0), at(1))]);
+        assert_eq!(
+            (full.session_id, full.session_epoch, full.send.len()),
+            (9, 0, 1)
+        );
         s.reset();
         assert_eq!(s.next_request(&[(key(0), at(1))]).session_id, 0);
     }

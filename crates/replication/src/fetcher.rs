@@ -283,9 +283,11 @@ fn build_request(
     state: &[(PartitionKey, PartitionFetch)],
     session: crate::fetch_session::SessionRequest,
 ) -> FetchRequest {
+    let by_key: HashMap<&PartitionKey, &PartitionFetch> =
+        state.iter().map(|(k, f)| (k, f)).collect();
     let mut topics: Vec<FetchTopic> = Vec::new();
     for key in &session.send {
-        let Some((_, f)) = state.iter().find(|(k, _)| k == key) else {
+        let Some(f) = by_key.get(key) else {
             continue;
         };
         let partition = FetchPartition::default()

@@ -27,7 +27,7 @@ impl Storage for DiscardWrites {
     fn sync_dir(&self, d: &Path) -> std::io::Result<()> {
         self.0.sync_dir(d)
     }
-    fn sync_filesystem(&self, d: &Path) -> std::io::Result<()> {
+    fn sync_filesystem(&self, d: &std::fs::File) -> std::io::Result<()> {
         self.0.sync_filesystem(d)
     }
     fn rename(&self, a: &Path, b: &Path) -> std::io::Result<()> {

@@ -7,7 +7,8 @@
 //! across `FLUSHER_THREADS` long-lived threads), then publishes the new durable offset (and, when
 //! the store owns it, the high watermark). Rounds start at most once per `flush_interval`.
 //!
-//! A round of at least `SYNCFS_ROUND_PARTITIONS_MIN` partitions is one *grouped* commit instead:
+//! Where `syncfs` reports writeback errors (Linux 5.8+), a round of at least
+//! `SYNCFS_ROUND_PARTITIONS_MIN` partitions is one *grouped* commit instead:
 //! every partition's work is taken first, then one `syncfs` of the data directory's file system
 //! makes all their files' data and directory entries durable at once (one journal commit and one
 //! device flush, where per-file `fdatasync`s cost one each), then each partition publishes. The
@@ -123,7 +124,7 @@ type Job = (Vec<Target>, Arc<Countdown>);
 /// Body of the flusher thread: takes whole rounds (so each round is one group commit, at most one
 /// per `interval`) and spreads a round over `FLUSHER_THREADS - 1` long-lived helper threads plus
 /// itself.
-pub(crate) fn run(queue: Arc<FlushQueue>, interval: Duration, sync_all: SyncAll) {
+pub(crate) fn run(queue: Arc<FlushQueue>, interval: Duration, sync_all: Option<SyncAll>) {
     let (tx, rx) = std::sync::mpsc::channel::<Job>();
     let rx = Arc::new(Mutex::new(rx));
     let helpers: Vec<_> = (1..FLUSHER_THREADS)
@@ -145,10 +146,11 @@ pub(crate) fn run(queue: Arc<FlushQueue>, interval: Duration, sync_all: SyncAll)
     while let Some(round) = queue.take() {
         let started = Instant::now();
         let bytes = WRITTEN_SINCE_ROUND.swap(0, Ordering::Relaxed);
-        if round.len() >= SYNCFS_ROUND_PARTITIONS_MIN {
-            grouped_round(round, &sync_all);
-        } else {
-            flush_round(round, &tx, helpers.len());
+        match &sync_all {
+            Some(sync_all) if round.len() >= SYNCFS_ROUND_PARTITIONS_MIN => {
+                grouped_round(round, sync_all)
+            }
+            _ => flush_round(round, &tx, helpers.len()),
         }
         let elapsed = started.elapsed();
         let metrics = millrace_metrics::global();

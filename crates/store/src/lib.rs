@@ -172,10 +172,16 @@ impl Store {
         }
         let queue = Arc::clone(&shared.flusher);
         let interval = shared.config.flush_interval;
-        let sync_all: flusher::SyncAll = {
+        // Grouped rounds sync through one handle on the data directory, opened before the
+        // store writes anything more, so that it sees every later writeback error.
+        let sync_all: Option<flusher::SyncAll> = if shared.storage.sync_filesystem_reports_errors()
+        {
             let storage = Arc::clone(&shared.storage);
-            let dir = data_dir.clone();
-            Box::new(move || storage.sync_filesystem(&dir))
+            let dir = std::fs::File::open(&data_dir)
+                .map_err(|e| StoreError::io(format!("open {}", data_dir.display()), e))?;
+            Some(Box::new(move || storage.sync_filesystem(&dir)))
+        } else {
+            None
         };
         let handle = std::thread::Builder::new()
             .name("millrace-flusher".into())

@@ -154,6 +154,8 @@ pub(crate) fn load_partition(
             .map_err(|e| io_err(format!("recover {}", path.display()), e))?;
             fresh.size = end.valid_end;
             fresh.next_offset = end.next_offset;
+            // The scan checked every batch's CRC: a read may send these bytes from the file.
+            fresh.checked = segment::Checked::prefix(end.valid_end);
             fresh.finish_time_index();
             *seg = fresh;
             if first_recovered_offset.is_none() {

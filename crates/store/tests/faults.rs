@@ -50,7 +50,7 @@ impl Storage for Flaky {
     fn sync_dir(&self, d: &Path) -> io::Result<()> {
         OsStorage.sync_dir(d)
     }
-    fn sync_filesystem(&self, d: &Path) -> io::Result<()> {
+    fn sync_filesystem(&self, d: &File) -> io::Result<()> {
         if take(&self.fail_syncs) {
             return Err(io::Error::other("injected syncfs error"));
         }

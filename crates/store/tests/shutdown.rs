@@ -61,7 +61,7 @@ impl Storage for SlowSyncStorage {
         }
         Ok(())
     }
-    fn sync_filesystem(&self, dir: &Path) -> std::io::Result<()> {
+    fn sync_filesystem(&self, dir: &std::fs::File) -> std::io::Result<()> {
         if self.slow_sync() {
             self.real.sync_filesystem(dir)?;
         }

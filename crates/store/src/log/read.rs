@@ -431,9 +431,17 @@ fn walk_to_cut(
     let mut pos = first_pos + first_total as u64;
     let mut expected = first_next;
     if let Some(e) = at.near_cut {
-        if u64::from(e.position) > pos && e.offset > expected {
-            pos = u64::from(e.position);
-            expected = e.offset;
+        // Jump only to where the index says a batch starts and the log agrees (an entry that
+        // disagrees would end the walk off a batch boundary).
+        let target = u64::from(e.position);
+        if target > pos && e.offset > expected {
+            let agrees = reader
+                .bytes_at(target, PREFIX)?
+                .is_some_and(|h| prefix(h).0 == e.offset);
+            if agrees {
+                pos = target;
+                expected = e.offset;
+            }
         }
     }
     while let Some(h) = reader.bytes_at(pos, PREFIX)? {

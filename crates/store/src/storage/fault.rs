@@ -63,7 +63,7 @@ impl Storage for FaultStorage {
         self.real.sync_dir(dir)
     }
     /// Fails while any matching file was opened: a file system sync covers that file too.
-    fn sync_filesystem(&self, dir: &Path) -> io::Result<()> {
+    fn sync_filesystem(&self, dir: &File) -> io::Result<()> {
         if !self.matching.lock().is_empty() {
             return Err(io::Error::other(format!(
                 "injected syncfs failure (files matching {:?} are on it)",

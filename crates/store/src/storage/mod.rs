@@ -36,9 +36,15 @@ pub trait Storage: Send + Sync + std::fmt::Debug {
     fn sync(&self, file: &File) -> io::Result<()>;
     /// fsync of a directory, making creates, renames and removes in it durable.
     fn sync_dir(&self, dir: &Path) -> io::Result<()>;
-    /// `syncfs` of the file system holding `dir`: every file's data and every directory entry on
-    /// it durable at once (Linux reports writeback errors of the file system since 5.8).
-    fn sync_filesystem(&self, dir: &Path) -> io::Result<()>;
+    /// `syncfs` of the file system holding the open directory `dir`: every file's data and every
+    /// directory entry on it durable at once. The handle should be opened once, before the writes
+    /// it is to cover, so that it reports every writeback error since (Linux's errseq).
+    fn sync_filesystem(&self, dir: &File) -> io::Result<()>;
+    /// Whether `sync_filesystem` reports writeback errors, so that the flusher may replace
+    /// per-file fdatasyncs with it (Linux 5.8 and later).
+    fn sync_filesystem_reports_errors(&self) -> bool {
+        true
+    }
     /// Atomic rename.
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
     /// Removes a file (missing is not an error).
@@ -49,6 +55,20 @@ pub trait Storage: Send + Sync + std::fmt::Debug {
     fn create_dir_all(&self, path: &Path) -> io::Result<()>;
     /// Truncates or extends a file.
     fn set_len(&self, file: &File, len: u64) -> io::Result<()>;
+}
+
+/// Whether the running Linux kernel is at least `major.minor` (from
+/// `/proc/sys/kernel/osrelease`; unknown counts as no).
+fn kernel_at_least(major: u32, minor: u32) -> bool {
+    let Ok(release) = std::fs::read_to_string("/proc/sys/kernel/osrelease") else {
+        return false;
+    };
+    let mut parts = release.trim().split(['.', '-']);
+    let number = |p: Option<&str>| p.and_then(|s| s.parse::<u32>().ok());
+    match (number(parts.next()), number(parts.next())) {
+        (Some(a), Some(b)) => (a, b) >= (major, minor),
+        _ => false,
+    }
 }
 
 /// The real file system.
@@ -80,8 +100,11 @@ impl Storage for OsStorage {
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {
         File::open(dir)?.sync_all()
     }
-    fn sync_filesystem(&self, dir: &Path) -> io::Result<()> {
-        rustix::fs::syncfs(File::open(dir)?).map_err(io::Error::from)
+    fn sync_filesystem(&self, dir: &File) -> io::Result<()> {
+        rustix::fs::syncfs(dir).map_err(io::Error::from)
+    }
+    fn sync_filesystem_reports_errors(&self) -> bool {
+        kernel_at_least(5, 8)
     }
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
         std::fs::rename(from, to)
@@ -179,7 +202,7 @@ impl Storage for CrashStorage {
     fn sync_dir(&self, _dir: &Path) -> io::Result<()> {
         self.step().map_err(|_| crash_error())
     }
-    fn sync_filesystem(&self, _dir: &Path) -> io::Result<()> {
+    fn sync_filesystem(&self, _dir: &File) -> io::Result<()> {
         self.step().map_err(|_| crash_error())
     }
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {

@@ -531,7 +531,7 @@ impl Storage for PowerLossStorage {
         Ok(())
     }
 
-    fn sync_filesystem(&self, _dir: &Path) -> io::Result<()> {
+    fn sync_filesystem(&self, _dir: &File) -> io::Result<()> {
         self.step().map_err(|_| crash_error())?;
         let mut model = self.model.lock();
         for node in model.nodes.values_mut() {

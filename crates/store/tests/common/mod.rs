@@ -154,7 +154,7 @@ impl millrace_store::storage::Storage for NoSync {
     fn sync_dir(&self, _: &Path) -> std::io::Result<()> {
         Ok(())
     }
-    fn sync_filesystem(&self, _: &Path) -> std::io::Result<()> {
+    fn sync_filesystem(&self, _: &std::fs::File) -> std::io::Result<()> {
         Ok(())
     }
     fn rename(&self, a: &Path, b: &Path) -> std::io::Result<()> {
