@@ -22,14 +22,15 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use millrace_store::FileSlice;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader, Interest};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, Interest};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
 use crate::dispatch::{dispatch, Pending};
-use crate::limits::{IN_FLIGHT_REQUESTS_PER_CONNECTION_MAX, READ_BUFFER_BYTES};
+use crate::limits::IN_FLIGHT_REQUESTS_PER_CONNECTION_MAX;
+use crate::read_buffer::ReadAhead;
 use crate::request_memory::RequestMemory;
 use crate::splice::Chunk;
 use crate::BrokerContext;
@@ -55,7 +56,7 @@ pub async fn serve_connection(
 ) {
     let _ = stream.set_nodelay(true);
     let (read_half, mut write_half) = stream.into_split();
-    let mut frames = BufReader::with_capacity(READ_BUFFER_BYTES, read_half);
+    let mut frames = ReadAhead::new(read_half);
     let (queue, mut answers) = mpsc::channel::<Pending>(IN_FLIGHT_REQUESTS_PER_CONNECTION_MAX);
 
     let in_flight = &millrace_metrics::global().requests_in_flight;

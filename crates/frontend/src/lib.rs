@@ -20,6 +20,7 @@ pub mod dispatch;
 pub mod error_codes;
 pub mod fetch_session;
 pub mod limits;
+pub mod read_buffer;
 pub mod request_memory;
 pub mod response_errors;
 pub mod server;

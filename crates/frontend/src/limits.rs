@@ -29,10 +29,11 @@ pub const FETCH_RESPONSE_BYTES_MAX: usize = 57_671_680;
 /// length (2).
 pub const REQUEST_FRAME_BYTES_MIN: usize = 10;
 
-/// Bytes a connection's reader buffers ahead of the request it is cutting (size fields and small
-/// requests come from here in one read). Not counted in `queued.max.request.bytes`: it is per
-/// connection and bounded by `max.connections`. Larger bodies bypass it and are read straight into
-/// their granted buffer.
+/// Bytes a connection's reader reads ahead of the request it is cutting (size fields and small
+/// requests come from one read). Not counted in `queued.max.request.bytes`: it is per connection,
+/// bounded by `max.connections`, and held only while unread bytes wait in it
+/// ([`crate::read_buffer`]). Larger bodies bypass it and are read straight into their granted
+/// buffer.
 pub const READ_BUFFER_BYTES: usize = 8 * 1024;
 
 /// How long shutdown waits for in-flight requests before closing connections anyway (ms).
