@@ -3,7 +3,7 @@
 
 Fetches Kafka 4.x jars from the Maven registry (compat-tests/reference/pom.xml), starts Kafka in
 KRaft single-node mode and Millrace on loopback ports with temporary data dirs, runs workloads
-W1-W7 against each, prints a table with ratios, and rewrites the marked section of
+W1-W9 against each (W1 and W4 also with Kafka's own Java tools), prints a table with ratios, and rewrites the marked section of
 docs/benchmarks.md with the table, the settings and an SVG plot (docs/benchmarks.svg).
 
 Usage: crates/bench/compare.py [--quick] [--no-docs]
@@ -27,6 +27,8 @@ LIBS = ROOT / "compat-tests" / ".work" / "kafka-ref" / "libs"
 POM = ROOT / "compat-tests" / "reference" / "pom.xml"
 BENCH = ROOT / "target" / "release" / "millrace-bench"
 MILLRACE = ROOT / "target" / "release" / "millrace"
+TOOLS_POM = ROOT / "compat-tests" / "java" / "dist" / "pom.xml"
+TOOLS_CP = ROOT / "target" / "bench-tools.classpath"
 DOC = ROOT / "docs" / "benchmarks.md"
 SVG = ROOT / "docs" / "benchmarks.svg"
 BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
@@ -66,6 +68,18 @@ def ensure_kafka():
     (LIBS / ".complete").touch()
 
 
+def ensure_tools():
+    """Classpath of Kafka's own tools (ProducerPerformance, ConsumerPerformance, TopicCommand)."""
+    if TOOLS_CP.exists() and TOOLS_CP.stat().st_mtime >= TOOLS_POM.stat().st_mtime:
+        return TOOLS_CP.read_text().strip()
+    log("resolving Kafka's tools jars with mvn (first run only)")
+    TOOLS_CP.parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["mvn", "-q", "-B", "-f", str(TOOLS_POM),
+                    "org.apache.maven.plugins:maven-dependency-plugin:3.8.1:build-classpath",
+                    f"-Dmdep.outputFile={TOOLS_CP}"], check=True, timeout=1200)
+    return TOOLS_CP.read_text().strip()
+
+
 class Broker:
     """One broker process on a fresh data dir."""
 
@@ -77,7 +91,8 @@ class Broker:
 
     def command(self):
         if self.kind == "millrace":
-            cmd = [str(MILLRACE), "--data-dir", str(self.dir / "data"), "--listen", f"127.0.0.1:{self.port}"]
+            cmd = [str(MILLRACE), "--data-dir", str(self.dir / "data"), "--listen", f"127.0.0.1:{self.port}",
+                   "--set", "group.initial.rebalance.delay.ms=0"]
             for s in self.sets:
                 cmd += ["--set", s]
             return cmd
@@ -204,6 +219,55 @@ def w9(broker, q):
             "p99_ms": p99(busy), "p99_alone_ms": p99(alone)}
 
 
+def w8(broker, q):
+    """W8: one consumer of 1,000 partitions while 10 records a second are spread over them."""
+    return bench(broker, "trickle", "W8", "--topic", "w8", "--partitions", "1000", "--rate", "10",
+                 "--duration", str(max(10, int(60 * q))))
+
+
+def java_tool(cp, cls, *args, timeout=900):
+    out = subprocess.run(["java", "-Xmx512m", "-cp", cp, cls, *args], capture_output=True, text=True,
+                         timeout=timeout)
+    if out.returncode != 0:
+        raise RuntimeError(f"{cls} failed: {(out.stderr or out.stdout).strip()[-500:]}")
+    return out.stdout
+
+
+def java_clients(broker, q, cp):
+    """W1 and W4 with Kafka's own tools (the Java client): ProducerPerformance with acks=all into
+    6 partitions, then ConsumerPerformance reading it back; the consume figure is the fetch phase
+    (fetch.MB.sec), which leaves out the group join."""
+    count = str(max(10_000, int(300_000 * q)))
+    bootstrap = f"127.0.0.1:{broker.port}"
+    java_tool(cp, "org.apache.kafka.tools.TopicCommand", "--bootstrap-server", bootstrap, "--create",
+              "--topic", "wj", "--partitions", "6", "--replication-factor", "1")
+    before = cpu_seconds(broker.proc.pid)
+    text = java_tool(cp, "org.apache.kafka.tools.ProducerPerformance", "--topic", "wj", "--num-records", count,
+                     "--record-size", "1024", "--throughput", "-1", "--producer-props",
+                     f"bootstrap.servers={bootstrap}", "acks=all")
+    produce_cpu = cpu_seconds(broker.proc.pid) - before
+    last = [line for line in text.splitlines() if "records sent" in line][-1]
+    mb = float(last.split("(")[1].split(" MB/sec")[0])
+    p99 = float(last.split(" ms 99th")[0].rsplit(",", 1)[1])
+    before = cpu_seconds(broker.proc.pid)
+    text = java_tool(cp, "org.apache.kafka.tools.ConsumerPerformance", "--bootstrap-server", bootstrap,
+                     "--topic", "wj", "--messages", count, "--group", "w4-java", "--timeout", "60000")
+    consume_cpu = cpu_seconds(broker.proc.pid) - before
+    lines = [line for line in text.splitlines() if line.strip()]
+    header = [h.strip() for h in lines[-2].split(",")]
+    row = dict(zip(header, [v.strip() for v in lines[-1].split(",")]))
+    fetch_mb = float(row["fetch.MB.sec"])
+    consumed_mb = float(row["data.consumed.in.MB"])
+    return {"produce_mb_per_s": mb, "produce_p99_ms": p99, "produce_cpu_s": produce_cpu,
+            "consume_fetch_mb_per_s": fetch_mb, "consume_mb": consumed_mb, "consume_cpu_s": consume_cpu,
+            "consume_cpu_s_per_gb": consume_cpu / (consumed_mb / 1024) if consumed_mb else None}
+
+
+def cpu_seconds(pid):
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def workloads(q):
     """(id, description, mode, args). q scales the counts (1.0 = full run)."""
     n = lambda x: str(max(1000, int(x * q)))
@@ -217,12 +281,111 @@ def workloads(q):
           "--count", n(1_000_000), "--acks", "all", "--linger-ms", "1"]),
         ("W4", "consume from the beginning (1 KiB messages)", "consume",
          ["--topic", "w4", "--partitions", "6"]),
-        ("W5", "produce 1 KiB, acks=all, across 1,000 partitions", "produce",
-         ["--topic", "w5", "--partitions", "1000", "--message-size", "1024", "--count", n(500_000), "--acks", "all"]),
+        ("W5", "produce 1 KiB, acks=all, across 1,000 partitions (topic created and primed first)", "produce",
+         ["--topic", "w5", "--partitions", "1000", "--message-size", "1024", "--count", n(500_000), "--acks", "all",
+          "--prime"]),
     ]
 
 
-def run_broker(name, kind, sets, q):
+class Cluster:
+    """Three nodes on loopback, each broker and controller (Kafka: KRaft combined mode; Millrace:
+    `--controller-voters`), RF 3 and min.insync.replicas=2 by default."""
+
+    NODES = (1, 2, 3)
+
+    def __init__(self, name, kind, sets=()):
+        self.name, self.kind, self.sets = name, kind, list(sets)
+        self.dir = Path(tempfile.mkdtemp(prefix=f"bench-cluster-{kind}-"))
+        self.ports = {i: free_port() for i in self.NODES}
+        self.ctrl = {i: free_port() for i in self.NODES}
+        self.procs = {}
+
+    @property
+    def bootstrap(self):
+        return ",".join(f"127.0.0.1:{p}" for p in self.ports.values())
+
+    def start(self):
+        voters = ",".join(f"{i}@127.0.0.1:{self.ctrl[i]}" for i in self.NODES)
+        cluster_id = "bench-cluster-0000000003"
+        for i in self.NODES:
+            node = self.dir / f"node{i}"
+            node.mkdir()
+            if self.kind == "millrace":
+                cmd = [str(MILLRACE), "--node-id", str(i), "--data-dir", str(node / "data"),
+                       "--listen", f"127.0.0.1:{self.ports[i]}", "--controller-listen", f"127.0.0.1:{self.ctrl[i]}",
+                       "--controller-voters", voters]
+                for s in ["default.replication.factor=3", "min.insync.replicas=2",
+                          "group.initial.rebalance.delay.ms=0", *self.sets]:
+                    cmd += ["--set", s]
+            else:
+                props = node / "server.properties"
+                props.write_text("\n".join([
+                    "process.roles=broker,controller", f"node.id={i}", f"controller.quorum.voters={voters}",
+                    "controller.listener.names=CONTROLLER",
+                    "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+                    f"listeners=PLAINTEXT://127.0.0.1:{self.ports[i]},CONTROLLER://127.0.0.1:{self.ctrl[i]}",
+                    f"advertised.listeners=PLAINTEXT://127.0.0.1:{self.ports[i]}",
+                    f"log.dirs={node / 'logs'}", "default.replication.factor=3", "min.insync.replicas=2",
+                    "offsets.topic.replication.factor=3", "transaction.state.log.replication.factor=3",
+                    "transaction.state.log.min.isr=2", "group.initial.rebalance.delay.ms=0", *self.sets, ""]))
+                (node / "log4j.properties").write_text(
+                    "log4j.rootLogger=WARN, F\nlog4j.appender.F=org.apache.log4j.FileAppender\n"
+                    f"log4j.appender.F.File={node / 'kafka.log'}\n"
+                    "log4j.appender.F.layout=org.apache.log4j.PatternLayout\n")
+                subprocess.run(["java", "-cp", f"{LIBS}/*", "kafka.tools.StorageTool", "format", "-t", cluster_id,
+                                "-c", str(props)], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                               timeout=120)
+                cmd = ["java", "-Xms1g", "-Xmx1g", "-XX:+UseG1GC", f"-Dlog4j.configuration=file:{node / 'log4j.properties'}",
+                       "-cp", f"{LIBS}/*", "kafka.Kafka", str(props)]
+            self.procs[i] = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=open(node / "stderr.log", "w"))
+        for i in self.NODES:
+            wait_port(self.ports[i], self.procs[i])
+        return self
+
+    def stop(self):
+        for p in self.procs.values():
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in self.procs.values():
+            try:
+                p.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def cpu_seconds(self):
+        return sum(cpu_seconds(p.pid) for p in self.procs.values())
+
+
+def w10(name, kind, sets, q):
+    """W10: a 3-node cluster, RF 3, min.insync.replicas=2, acks=all: produce MB/s at max rate, then
+    the p99 of a producer at a fixed 10 MB/s."""
+    cluster = Cluster(name, kind, sets).start()
+    try:
+        def run(label, *args):
+            cmd = [str(BENCH), "produce", "--bootstrap", cluster.bootstrap, "--label", label, "--json",
+                   "--partitions", "6", "--replication-factor", "3", "--message-size", "1024", "--acks", "all",
+                   "--prime", *args]
+            before = cluster.cpu_seconds()
+            out = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+            if out.returncode != 0:
+                raise RuntimeError(f"{label} failed: {out.stderr.strip()[-500:]}")
+            report = json.loads(out.stdout.strip().splitlines()[-1])
+            report["cluster_cpu_seconds"] = cluster.cpu_seconds() - before
+            return report
+        # Warm-up (the JVM's JIT, the cluster's connections) on its own topic, not measured.
+        run(f"W10 warm-up {name}", "--topic", "w10-warm-up", "--count", "50000")
+        top = run(f"W10 {name}", "--topic", "w10", "--count", str(max(10_000, int(500_000 * q))))
+        fixed = run(f"W10 fixed {name}", "--topic", "w10f", "--count", str(max(10_000, int(100_000 * q))),
+                    "--rate-mb", "10", "--linger-ms", "1")
+        return {"mb_per_s": top.get("mb_per_s"), "cluster_cpu_seconds": top.get("cluster_cpu_seconds"),
+                "p99_ms": (fixed.get("latency") or {}).get("p99_ms"), "fixed": fixed, "max": top}
+    finally:
+        cluster.stop()
+
+
+def run_broker(name, kind, sets, q, tools_cp):
     results = {}
     broker = Broker(name, kind, sets).start()
     try:
@@ -238,8 +401,16 @@ def run_broker(name, kind, sets, q):
             results[wid] = bench(broker, mode, f"{wid} {name}", *args)
             if wid == "W1":
                 results["W7 under W1"] = {"rss_mb": results[wid].get("broker_peak_rss_mb")}
+        log(f"{name}: W8")
+        results["W8"] = w8(broker, q)
         log(f"{name}: W9")
         results["W9"] = w9(broker, q)
+        log(f"{name}: W1/W4 with the Java client")
+        try:
+            results["java"] = java_clients(broker, q, tools_cp)
+        except (RuntimeError, IndexError, KeyError, ValueError, subprocess.TimeoutExpired) as e:
+            log(f"{name}: Java client run failed: {e}")
+            results["java"] = {"error": str(e)[-300:]}
     finally:
         broker.stop()
     # W6: time from process start to the first acknowledged produce, on a fresh broker.
@@ -263,6 +434,27 @@ def metric(results, wid):
     if wid == "W6":
         s = r.get("seconds")
         return (s * 1000 if s is not None else None), "ms", False
+    if wid == "W5 ready":
+        return results.get("W5", {}).get("topic_ready_seconds"), "s to create 1,000 partitions and ack a write to each", False
+    if wid == "W10":
+        return results.get("W10", {}).get("mb_per_s"), "MB/s, 3 nodes, RF 3, acks=all", True
+    if wid == "W10 p99":
+        return results.get("W10", {}).get("p99_ms"), "p99 ms at 10 MB/s, 3 nodes", False
+    if wid == "W8":
+        return results.get("W8", {}).get("broker_cpu_seconds"), "broker CPU s", False
+    if wid == "W8 fetches":
+        return results.get("W8", {}).get("fetch_requests_per_s"), "Fetch requests/s", False
+    java = results.get("java", {})
+    if wid == "W1 Java":
+        return java.get("produce_mb_per_s"), "MB/s (ProducerPerformance)", True
+    if wid == "W4 Java":
+        return java.get("consume_fetch_mb_per_s"), "fetch.MB.sec (ConsumerPerformance)", True
+    if wid == "W4 Java CPU":
+        return java.get("consume_cpu_s_per_gb"), "broker CPU s per GB consumed", False
+    if wid == "W4 CPU":
+        w4 = results.get("W4", {})
+        cpu, b = w4.get("broker_cpu_seconds"), w4.get("bytes")
+        return (cpu / (b / 1e9) if cpu is not None and b else None), "broker CPU s per GB consumed", False
     if wid == "W9 RSS":
         return results.get("W9", {}).get("rss_mb"), "MB RSS, 10k idle connections", False
     if wid == "W9 p99":
@@ -280,7 +472,8 @@ def table(all_results, names):
     kafka = all_results["kafka"]
     rows = ["| workload | metric | " + " | ".join(names) + " | " + " | ".join(f"{n} ÷ kafka" for n in names if n != "kafka") + " |",
             "|---|---|" + "---|" * (len(names) * 2 - 1)]
-    for wid in ["W1", "W2", "W3", "W4", "W5", "W6", "W7 idle", "W7 under W1", "W9 RSS", "W9 p99"]:
+    for wid in ["W1", "W1 Java", "W2", "W3", "W4", "W4 CPU", "W4 Java", "W4 Java CPU", "W5", "W5 ready", "W6",
+                "W7 idle", "W7 under W1", "W8", "W8 fetches", "W9 RSS", "W9 p99", "W10", "W10 p99"]:
         values = [metric(all_results[n], wid)[0] for n in names]
         unit = metric(kafka, wid)[1]
         ratios = []
@@ -360,12 +553,19 @@ def main():
         log("building release binaries")
         subprocess.run(["cargo", "build", "--release", "-p", "millrace-broker", "-p", "millrace-bench"], cwd=ROOT, check=True)
     ensure_kafka()
+    tools_cp = ensure_tools()
     brokers = [("kafka", "kafka", []), ("millrace", "millrace", []),
                ("millrace-never", "millrace", ["log.flush.policy=never"])]
     results = {}
     for name, kind, sets in brokers:
         log(f"== {name}")
-        results[name] = run_broker(name, kind, sets, q)
+        results[name] = run_broker(name, kind, sets, q, tools_cp)
+        log(f"{name}: W10 (3-node cluster)")
+        try:
+            results[name]["W10"] = w10(name, kind, sets, q)
+        except (RuntimeError, subprocess.SubprocessError, OSError, ValueError) as e:
+            log(f"{name}: W10 failed: {e}")
+            results[name]["W10"] = {"error": str(e)[-300:]}
     names = [b[0] for b in brokers]
     text = table(results, names)
     print(text)
@@ -390,6 +590,21 @@ what a fill phase wrote (acks=1, linger 20 ms) with `fetch.max.bytes=52428800`. 
 default `log.flush.policy=batch` (fsync before acks), and Millrace with `log.flush.policy=never`
 (Kafka's durability, the like-for-like row). W6 is process start → first acknowledged produce
 (Kafka's storage format step excluded). W7 is resident memory 2 s after start and the peak during W1.
+W5 creates its 1,000-partition topic and writes one record to every partition before the clock
+starts (`--prime`); how long that took is the "W5 ready" row. W8 (`millrace-bench trickle`) is one
+librdkafka consumer of all 1,000 partitions of a topic (`fetch.wait.max.ms=500`) while 10 records a
+second go round-robin to them, for 60 s (`--quick`: 10 s): the broker's CPU seconds over that time
+and the consumer's Fetch requests per second (librdkafka does not use KIP-227 fetch sessions, so
+each fetch names every partition on both brokers). "Java" rows run Kafka's own
+`ProducerPerformance` (300,000 × 1 KiB, acks=all, 6 partitions, client defaults) and then
+`ConsumerPerformance` on the same topic; the consume figure is the fetch phase (`fetch.MB.sec`),
+both brokers with `group.initial.rebalance.delay.ms=0`. CPU per GB is the broker's CPU seconds
+while the consumer ran, over the bytes consumed.
+W10 starts three nodes of each broker on this machine (each node broker and controller; Kafka
+in KRaft combined mode with `-Xmx1g` each) and produces to a 6-partition topic with replication
+factor 3, `min.insync.replicas=2`, acks=all: after an unmeasured warm-up of 50,000 records on
+another topic, 500,000 × 1 KiB at full speed (MB/s), then
+100,000 × 1 KiB at a fixed 10 MB/s with linger 1 ms (p99).
 W9 opens 10,000 client connections (`--quick`: 1,000) that each ask ApiVersions once and then stay
 idle, and reports the broker's resident memory with them and the p99 of a producer at 20 MB/s
 (acks=all, linger 1 ms) with them divided by its p99 without them (the target is ≤ 1.2).

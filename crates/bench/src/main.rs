@@ -2,8 +2,9 @@
 //! latency percentiles (HDR histogram), and — given the broker's pid — its CPU seconds and RSS.
 //!
 //! Modes: `produce`, `consume`, `e2e` (produce and consume in one process; latency is from send to
-//! receipt), and `first-produce` (time from a broker's process start to its first acknowledged
-//! produce). Output: a human summary, or one JSON line per run with `--json`; a progress line on
+//! receipt), `trickle` (one consumer of every partition of a many-partition topic while a few
+//! records a second arrive: the broker's cost of serving idle fetches), and `first-produce` (time
+//! from a broker's process start to its first acknowledged produce). Output: a human summary, or one JSON line per run with `--json`; a progress line on
 //! stderr when it is a terminal.
 
 mod broker_stats;
@@ -30,6 +31,8 @@ enum Mode {
     Consume(ConsumeArgs),
     /// Produce and consume at once; latency is send → receipt.
     E2e(ProduceArgs),
+    /// One consumer of every partition while a few records a second are spread over them.
+    Trickle(TrickleArgs),
     /// Start a broker command and time its first acknowledged produce.
     FirstProduce(FirstProduceArgs),
 }
@@ -46,6 +49,9 @@ pub struct Common {
     /// Partitions of the topic when it is created.
     #[arg(long, default_value_t = 1)]
     pub partitions: i32,
+    /// Replication factor of the topic when it is created.
+    #[arg(long, default_value_t = 1)]
+    pub replication_factor: i32,
     /// The broker's pid, for CPU seconds and peak RSS.
     #[arg(long)]
     pub broker_pid: Option<u32>,
@@ -91,6 +97,11 @@ pub struct ProduceArgs {
     /// Enable idempotence (needs InitProducerId).
     #[arg(long)]
     pub idempotence: bool,
+    /// Before the clock starts, write one record to every partition and wait until all are
+    /// acknowledged, so topic creation and leader election are outside the timed run; how long
+    /// that took is reported as `topic_ready_seconds`.
+    #[arg(long)]
+    pub prime: bool,
 }
 
 #[derive(Debug, Args, Clone)]
@@ -106,6 +117,21 @@ pub struct ConsumeArgs {
     /// Give up after this many seconds.
     #[arg(long, default_value_t = 600.0)]
     pub timeout: f64,
+}
+
+#[derive(Debug, Args, Clone)]
+pub struct TrickleArgs {
+    #[command(flatten)]
+    pub common: Common,
+    /// Records per second, spread round-robin over the partitions.
+    #[arg(long, default_value_t = 10.0)]
+    pub rate: f64,
+    /// Seconds of the measured phase.
+    #[arg(long, default_value_t = 60.0)]
+    pub duration: f64,
+    /// Record size in bytes.
+    #[arg(long, default_value_t = 100)]
+    pub message_size: usize,
 }
 
 #[derive(Debug, Args, Clone)]
@@ -131,6 +157,7 @@ fn main() -> anyhow::Result<()> {
         Mode::Produce(args) => workloads::produce(&args, false)?,
         Mode::E2e(args) => workloads::produce(&args, true)?,
         Mode::Consume(args) => workloads::consume(&args)?,
+        Mode::Trickle(args) => workloads::trickle(&args)?,
         Mode::FirstProduce(args) => workloads::first_produce(&args)?,
     };
     report.print();

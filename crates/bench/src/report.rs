@@ -41,6 +41,10 @@ pub struct Report {
     pub broker_cpu_seconds: Option<f64>,
     pub broker_peak_rss_mb: Option<f64>,
     pub broker_rss_mb: Option<f64>,
+    /// With `--prime`: from the CreateTopics request until every partition acknowledged a write.
+    pub topic_ready_seconds: Option<f64>,
+    /// `trickle`: Fetch requests the consumer sent per second (librdkafka's own count).
+    pub fetch_requests_per_s: Option<f64>,
     #[serde(skip)]
     pub json: bool,
 }

@@ -9,15 +9,16 @@ use hdrhistogram::Histogram;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::Message;
 use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
+use rdkafka::statistics::Statistics;
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
 use crate::broker_stats;
 use crate::report::{progress, Latency, Report};
-use crate::{seconds, Common, ConsumeArgs, FirstProduceArgs, ProduceArgs};
+use crate::{seconds, Common, ConsumeArgs, FirstProduceArgs, ProduceArgs, TrickleArgs};
 
 /// Default message count when neither --count nor --duration is given.
 const DEFAULT_COUNT: u64 = 100_000;
@@ -44,7 +45,11 @@ fn client_config(common: &Common) -> anyhow::Result<ClientConfig> {
 
 fn ensure_topic(common: &Common) -> anyhow::Result<()> {
     let admin: AdminClient<DefaultClientContext> = client_config(common)?.create()?;
-    let topic = NewTopic::new(&common.topic, common.partitions, TopicReplication::Fixed(1));
+    let topic = NewTopic::new(
+        &common.topic,
+        common.partitions,
+        TopicReplication::Fixed(common.replication_factor),
+    );
     let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
     let runtime = futures_lite_block_on(admin.create_topics([&topic], &options));
     match runtime {
@@ -125,6 +130,7 @@ fn now_ns() -> u64 {
 
 /// Produce (and, for `e2e`, consume the same messages and measure send → receipt).
 pub fn produce(args: &ProduceArgs, e2e: bool) -> anyhow::Result<Report> {
+    let creating = Instant::now();
     ensure_topic(&args.common)?;
     let deliveries = Deliveries {
         latency: Mutex::new(histogram()?),
@@ -143,6 +149,12 @@ pub fn produce(args: &ProduceArgs, e2e: bool) -> anyhow::Result<Report> {
         .set("message.timeout.ms", "120000");
     let producer: ThreadedProducer<Deliveries> = config.create_with_context(deliveries)?;
     let deliveries = producer.context().clone();
+    let topic_ready_seconds = if args.prime {
+        prime(&producer, &args.common)?;
+        Some(creating.elapsed().as_secs_f64())
+    } else {
+        None
+    };
 
     let limit = seconds(
         args.duration
@@ -213,6 +225,7 @@ pub fn produce(args: &ProduceArgs, e2e: bool) -> anyhow::Result<Report> {
         bytes: acked * size as u64,
         seconds: elapsed,
         errors: deliveries.errors.load(Ordering::Relaxed),
+        topic_ready_seconds,
         json: args.common.json,
         ..Report::default()
     };
@@ -233,6 +246,34 @@ pub fn produce(args: &ProduceArgs, e2e: bool) -> anyhow::Result<Report> {
     Ok(report)
 }
 
+/// Writes one small record to every partition of the topic and waits for all acknowledgements,
+/// then clears the delivery counters so the timed run starts from zero.
+fn prime(producer: &ThreadedProducer<Deliveries>, common: &Common) -> anyhow::Result<()> {
+    let deliveries = producer.context();
+    for partition in 0..common.partitions {
+        let record: BaseRecord<'_, (), [u8], Box<Instant>> =
+            BaseRecord::with_opaque_to(&common.topic, Box::new(Instant::now()))
+                .partition(partition)
+                .payload(&b"prime"[..]);
+        producer
+            .send(record)
+            .map_err(|(e, _)| anyhow::anyhow!("prime send failed: {e}"))?;
+    }
+    producer.flush(FLUSH_TIMEOUT).context("prime flush")?;
+    let acked = deliveries.acked.swap(0, Ordering::Relaxed);
+    let errors = deliveries.errors.swap(0, Ordering::Relaxed);
+    if errors > 0 || acked != common.partitions as u64 {
+        bail!(
+            "priming acknowledged {acked} of {} partitions ({errors} errors)",
+            common.partitions
+        );
+    }
+    if let Ok(mut h) = deliveries.latency.lock() {
+        h.reset();
+    }
+    Ok(())
+}
+
 fn fill_broker(
     report: &mut Report,
     before: Option<broker_stats::Sample>,
@@ -245,7 +286,11 @@ fn fill_broker(
     }
 }
 
-fn assign_all(consumer: &BaseConsumer, topic: &str, at_end: bool) -> anyhow::Result<(u64, i32)> {
+fn assign_all<C: ConsumerContext>(
+    consumer: &BaseConsumer<C>,
+    topic: &str,
+    at_end: bool,
+) -> anyhow::Result<(u64, i32)> {
     let metadata = consumer.fetch_metadata(Some(topic), Duration::from_secs(30))?;
     let partitions: Vec<i32> = metadata
         .topics()
@@ -255,7 +300,15 @@ fn assign_all(consumer: &BaseConsumer, topic: &str, at_end: bool) -> anyhow::Res
     let mut list = TopicPartitionList::new();
     let mut available = 0u64;
     for &p in &partitions {
-        let (low, high) = consumer.fetch_watermarks(topic, p, Duration::from_secs(30))?;
+        // A new topic's partitions may still be getting their leaders: retry for a while.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let (low, high) = loop {
+            match consumer.fetch_watermarks(topic, p, Duration::from_secs(30)) {
+                Ok(marks) => break marks,
+                Err(e) if Instant::now() > deadline => return Err(e.into()),
+                Err(_) => std::thread::sleep(Duration::from_millis(100)),
+            }
+        };
         available += (high - low).max(0) as u64;
         let offset = if at_end {
             Offset::Offset(high)
@@ -353,6 +406,94 @@ pub fn consume(args: &ConsumeArgs) -> anyhow::Result<Report> {
         bytes,
         seconds: start.elapsed().as_secs_f64(),
         errors,
+        json: args.common.json,
+        ..Report::default()
+    };
+    fill_broker(&mut report, before, after);
+    report.finish_rates();
+    Ok(report)
+}
+
+/// The consumer's Fetch requests so far, from librdkafka's statistics (every broker connection).
+#[derive(Default)]
+struct FetchCount {
+    fetches: AtomicU64,
+}
+
+impl ClientContext for FetchCount {
+    fn stats(&self, statistics: Statistics) {
+        let total: i64 = statistics
+            .brokers
+            .values()
+            .filter_map(|b| b.req.get("Fetch"))
+            .sum();
+        self.fetches
+            .store(u64::try_from(total).unwrap_or(0), Ordering::Relaxed);
+    }
+}
+
+impl ConsumerContext for FetchCount {}
+
+/// How often librdkafka reports statistics in `trickle` (the Fetch count's staleness).
+const TRICKLE_STATS_MS: u64 = 250;
+
+/// One consumer of every partition, reading from the end, while `rate` records a second go
+/// round-robin to the partitions for `duration` seconds. Reports the broker's CPU seconds over
+/// that phase and the consumer's Fetch requests per second.
+pub fn trickle(args: &TrickleArgs) -> anyhow::Result<Report> {
+    ensure_topic(&args.common)?;
+    let consumer: BaseConsumer<FetchCount> = consumer_config(&args.common)?
+        .set("fetch.wait.max.ms", "500")
+        .set("statistics.interval.ms", TRICKLE_STATS_MS.to_string())
+        .create_with_context(FetchCount::default())?;
+    let (_, partitions) = assign_all(&consumer, &args.common.topic, true)?;
+    let producer: rdkafka::producer::BaseProducer = client_config(&args.common)?
+        .set("acks", "1")
+        .set("linger.ms", "0")
+        .set("enable.idempotence", "false")
+        .create()?;
+    // Settle: positions resolved and the first fetches answered before the clock starts.
+    let settle = Instant::now();
+    while settle.elapsed() < Duration::from_secs(2) {
+        let _ = consumer.poll(Duration::from_millis(50));
+    }
+    let payload = vec![b'x'; args.message_size];
+    let period = Duration::from_secs_f64(1.0 / args.rate.max(0.001));
+    let limit = seconds(args.duration.min(RUN_SECONDS_MAX));
+    let fetches_before = consumer.context().fetches.load(Ordering::Relaxed);
+    let before = args.common.broker_pid.and_then(broker_stats::sample);
+    let start = Instant::now();
+    let (mut sent, mut received, mut errors) = (0u64, 0u64, 0u64);
+    while start.elapsed() < limit {
+        if start.elapsed() >= period.mul_f64(sent as f64) {
+            let partition = (sent % partitions.max(1) as u64) as i32;
+            let record = BaseRecord::<(), [u8]>::to(&args.common.topic)
+                .partition(partition)
+                .payload(&payload[..]);
+            if producer.send(record).is_err() {
+                errors += 1;
+            }
+            sent += 1;
+        }
+        producer.poll(Duration::ZERO);
+        match consumer.poll(Duration::from_millis(10)) {
+            Some(Ok(_)) => received += 1,
+            Some(Err(_)) => errors += 1,
+            None => {}
+        }
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    let after = args.common.broker_pid.and_then(broker_stats::sample);
+    let fetches_after = consumer.context().fetches.load(Ordering::Relaxed);
+    let _ = producer.flush(FLUSH_TIMEOUT);
+    let mut report = Report {
+        label: args.common.label.clone(),
+        mode: "trickle".into(),
+        messages: received,
+        bytes: received * args.message_size as u64,
+        seconds: elapsed,
+        errors,
+        fetch_requests_per_s: Some(fetches_after.saturating_sub(fetches_before) as f64 / elapsed),
         json: args.common.json,
         ..Report::default()
     };
