@@ -31,6 +31,8 @@ check() { # name, command...
 common=(--bootstrap "$addr" --broker-pid "$pid" --json)
 check produce "$BENCH" produce "${common[@]}" --topic smoke --partitions 3 --count 2000 --message-size 200
 check consume "$BENCH" consume "${common[@]}" --topic smoke --count 2000 --timeout 30
+check primed "$BENCH" produce "${common[@]}" --topic smoke-primed --partitions 20 --count 1000 --prime
+check trickle "$BENCH" trickle "${common[@]}" --topic smoke-trickle --partitions 20 --rate 20 --duration 3
 check e2e "$BENCH" e2e "${common[@]}" --topic smoke-e2e --partitions 2 --count 500 --rate-mb 1
 port2="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
 check first-produce "$BENCH" first-produce --bootstrap "127.0.0.1:$port2" --json --timeout 30 -- \
