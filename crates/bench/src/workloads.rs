@@ -43,6 +43,9 @@ fn client_config(common: &Common) -> anyhow::Result<ClientConfig> {
     Ok(config)
 }
 
+/// How long `ensure_topic` keeps trying while a fresh cluster elects its controller.
+const CREATE_TOPIC_RETRY: Duration = Duration::from_secs(60);
+
 fn ensure_topic(common: &Common) -> anyhow::Result<()> {
     let admin: AdminClient<DefaultClientContext> = client_config(common)?.create()?;
     let topic = NewTopic::new(
@@ -51,18 +54,23 @@ fn ensure_topic(common: &Common) -> anyhow::Result<()> {
         TopicReplication::Fixed(common.replication_factor),
     );
     let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
-    let runtime = futures_lite_block_on(admin.create_topics([&topic], &options));
-    match runtime {
-        Ok(results) => {
-            for r in results {
-                match r {
-                    Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
-                    Err((t, e)) => bail!("cannot create topic {t}: {e}"),
-                }
-            }
-            Ok(())
+    let deadline = Instant::now() + CREATE_TOPIC_RETRY;
+    loop {
+        let failure = match futures_lite_block_on(admin.create_topics([&topic], &options)) {
+            Ok(results) => match results.into_iter().find_map(|r| match r {
+                Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => None,
+                Err((t, e)) => Some(format!("cannot create topic {t}: {e}")),
+            }) {
+                None => return Ok(()),
+                Some(failure) => failure,
+            },
+            Err(e) => format!("create topics: {e}"),
+        };
+        if Instant::now() > deadline {
+            bail!("{failure}");
         }
-        Err(e) => bail!("create topics: {e}"),
+        eprintln!("{failure}; retrying");
+        std::thread::sleep(Duration::from_millis(500));
     }
 }
 

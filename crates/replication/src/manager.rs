@@ -327,6 +327,7 @@ impl ReplicaManager {
         let mut wanted: BTreeSet<TopicPartition> = BTreeSet::new();
         let mut changes = Vec::new();
         let mut following: BTreeMap<i32, BTreeSet<TopicPartition>> = BTreeMap::new();
+        self.create_new_logs(image);
         for topic in image.topics.values() {
             for (index, p) in topic.partitions.iter().enumerate() {
                 if !p.replicas.contains(&local) {
@@ -435,6 +436,38 @@ impl ReplicaManager {
         for change in changes {
             for l in listeners.iter() {
                 l(change.clone());
+            }
+        }
+    }
+
+    /// Creates, in one batch, the logs of every replica assigned here that has none yet (a new
+    /// topic's partitions): the store makes a large batch durable with one file-system sync
+    /// instead of several syncs per partition. `ensure_hosted` then finds them; a failure here
+    /// leaves it to create that log on its own.
+    fn create_new_logs(&self, image: &MetadataImage) {
+        let local = self.config.node_id;
+        let mut batch = Vec::new();
+        for topic in image.topics.values() {
+            for (index, p) in topic.partitions.iter().enumerate() {
+                if !p.replicas.contains(&local) {
+                    continue;
+                }
+                let tp = TopicPartition::new(&topic.name, i32::try_from(index).unwrap_or(i32::MAX));
+                if self.partitions.read().contains_key(&tp) || self.store.partition(&tp).is_some() {
+                    continue;
+                }
+                let config = self.config.broker.log_config(&topic.configs);
+                let id = TopicId::from_bytes(topic.topic_id.into_bytes());
+                batch.push((tp, config, id));
+            }
+        }
+        if batch.len() < 2 {
+            return;
+        }
+        let names: Vec<TopicPartition> = batch.iter().map(|(tp, _, _)| tp.clone()).collect();
+        for (tp, result) in names.iter().zip(self.store.create_partitions(batch)) {
+            if let Err(e) = result {
+                warn!(partition = %tp, error = %e, "creating log in a batch failed");
             }
         }
     }

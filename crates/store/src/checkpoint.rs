@@ -63,6 +63,17 @@ pub(crate) fn write_atomic_no_dir_sync(
     storage.rename(&tmp, path)
 }
 
+/// Writes `path` through a temporary file and a rename, syncing nothing: for a caller that
+/// makes the whole file system durable afterwards (`Store::create_partitions`).
+pub(crate) fn write_unsynced(storage: &dyn Storage, path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let tmp = tmp_path(path);
+    let file = storage.open(&tmp, true)?;
+    storage.set_len(&file, 0)?;
+    storage.write_at(&file, bytes, 0)?;
+    drop(file);
+    storage.rename(&tmp, path)
+}
+
 /// Reads a whole small file; `Ok(None)` if missing; an error if larger than the limit.
 pub(crate) fn read_bounded(path: &Path) -> io::Result<Option<Vec<u8>>> {
     match std::fs::metadata(path) {

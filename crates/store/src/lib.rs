@@ -73,7 +73,7 @@ pub use shared::DurableListener;
 pub use watchers::Watchers;
 
 use checkpoint::{CLEAN_SHUTDOWN_FILE, HIGH_WATERMARK_FILE, LOG_START_FILE, RECOVERY_POINT_FILE};
-use limits::SHUTDOWN_THREADS;
+use limits::{SHUTDOWN_THREADS, SYNCFS_ROUND_PARTITIONS_MIN};
 use partition_dir::DELETE_SUFFIX;
 use recovery::PartitionCheckpoints;
 use shared::StoreShared;
@@ -98,6 +98,9 @@ pub struct Store {
     partitions: RwLock<HashMap<TopicPartition, Arc<PartitionLog>>>,
     flusher_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
     create_lock: Mutex<()>,
+    /// One `syncfs` of the data directory's file system (Linux 5.8+ only), shared with the
+    /// flusher's grouped rounds; batched partition creation uses it too.
+    sync_all: Option<flusher::SyncAll>,
     maintenance: Mutex<cleaner::CleanerState>,
     /// The clean-shutdown marker was there when the store opened.
     opened_clean: bool,
@@ -179,19 +182,21 @@ impl Store {
             let storage = Arc::clone(&shared.storage);
             let dir = std::fs::File::open(&data_dir)
                 .map_err(|e| StoreError::io(format!("open {}", data_dir.display()), e))?;
-            Some(Box::new(move || storage.sync_filesystem(&dir)))
+            Some(Arc::new(move || storage.sync_filesystem(&dir)))
         } else {
             None
         };
+        let flusher_sync_all = sync_all.clone();
         let handle = std::thread::Builder::new()
             .name("millrace-flusher".into())
-            .spawn(move || flusher::run(queue, interval, sync_all))
+            .spawn(move || flusher::run(queue, interval, flusher_sync_all))
             .map_err(|e| StoreError::io("spawn flusher thread", e))?;
         Ok(Arc::new(Store {
             shared,
             partitions: RwLock::new(partitions),
             flusher_thread: Mutex::new(Some(handle)),
             create_lock: Mutex::new(()),
+            sync_all,
             maintenance: Mutex::new(cleaner::CleanerState::default()),
             opened_clean: clean,
         }))
@@ -217,6 +222,67 @@ impl Store {
     ) -> Result<Arc<PartitionLog>, StoreError> {
         self.shared.check_writable()?;
         let _guard = self.create_lock.lock();
+        self.write_new_partition(tp, &config, topic_id, true)?;
+        Ok(self.insert_new_partition(tp, config, topic_id))
+    }
+
+    /// Creates many empty partitions, as `create_partition` each, with one answer per request in
+    /// order. With at least `SYNCFS_ROUND_PARTITIONS_MIN` of them on a kernel whose `syncfs`
+    /// reports writeback errors, their files and directories are written unsynced and made
+    /// durable by one `syncfs` before any of them joins the store (a crash before that leaves
+    /// directories no log was ever served from, which a later create starts afresh); otherwise
+    /// each is created and synced on its own.
+    pub fn create_partitions(
+        &self,
+        batch: Vec<(TopicPartition, LogConfig, TopicId)>,
+    ) -> Vec<Result<Arc<PartitionLog>, StoreError>> {
+        let sync_all = match &self.sync_all {
+            Some(sync_all) if batch.len() >= SYNCFS_ROUND_PARTITIONS_MIN => Arc::clone(sync_all),
+            _ => {
+                return batch
+                    .into_iter()
+                    .map(|(tp, config, id)| self.create_partition(&tp, config, id))
+                    .collect()
+            }
+        };
+        let _guard = self.create_lock.lock();
+        let written: Vec<Result<(), StoreError>> = batch
+            .iter()
+            .map(|(tp, config, id)| {
+                self.shared.check_writable()?;
+                self.write_new_partition(tp, config, *id, false)
+            })
+            .collect();
+        if let Err(e) = sync_all() {
+            // The error may be any file's on this file system, another partition's unflushed
+            // appends among them, and this handle will not report it again: as a grouped
+            // flush round does, take the store offline.
+            let reason = format!("syncfs {}: {e}", self.shared.data_dir().display());
+            self.shared.mark_offline(reason.clone());
+            return batch
+                .iter()
+                .map(|_| Err(StoreError::Offline(reason.clone())))
+                .collect();
+        }
+        batch
+            .into_iter()
+            .zip(written)
+            .map(|((tp, config, id), written)| {
+                written.map(|()| self.insert_new_partition(&tp, config, id))
+            })
+            .collect()
+    }
+
+    /// Writes a new partition's directory, `config.json`, `partition.metadata` and first
+    /// segment; with `sync`, each file and both directories are synced before it returns.
+    /// Called under `create_lock`.
+    fn write_new_partition(
+        &self,
+        tp: &TopicPartition,
+        config: &LogConfig,
+        topic_id: TopicId,
+        sync: bool,
+    ) -> Result<(), StoreError> {
         if self.partitions.read().contains_key(tp) {
             return Err(StoreError::AlreadyExists(tp.clone()));
         }
@@ -238,20 +304,38 @@ impl Store {
             storage.remove_dir_all(&dir).map_err(|e| io("remove", e))?;
         }
         storage.create_dir_all(&dir).map_err(|e| io("create", e))?;
-        partition_dir::write_config(storage, &dir, &config, false)?;
-        partition_dir::write_topic_id(storage, &dir, topic_id, false)?;
+        if sync {
+            partition_dir::write_config(storage, &dir, config, false)?;
+            partition_dir::write_topic_id(storage, &dir, topic_id, false)?;
+        } else {
+            partition_dir::write_config_unsynced(storage, &dir, config)?;
+            partition_dir::write_topic_id_unsynced(storage, &dir, topic_id)?;
+        }
         let seg_path = segment::segment_path(&dir, 0, segment::LOG_SUFFIX);
         self.shared
             .cache
             .get(&seg_path, true)
             .map_err(|e| StoreError::io(format!("create {}", seg_path.display()), e))?;
-        storage.sync_dir(&dir).map_err(|e| io("fsync", e))?;
-        storage
-            .sync_dir(self.shared.data_dir())
-            .map_err(|e| io("fsync parent of", e))?;
+        if sync {
+            storage.sync_dir(&dir).map_err(|e| io("fsync", e))?;
+            storage
+                .sync_dir(self.shared.data_dir())
+                .map_err(|e| io("fsync parent of", e))?;
+        }
+        Ok(())
+    }
+
+    /// The log of a partition `write_new_partition` wrote (and something synced), now served.
+    fn insert_new_partition(
+        &self,
+        tp: &TopicPartition,
+        config: LogConfig,
+        topic_id: TopicId,
+    ) -> Arc<PartitionLog> {
+        let dir = self.partition_dir(tp);
         let log = PartitionLog::create(Arc::clone(&self.shared), tp.clone(), dir, config, topic_id);
         self.partitions.write().insert(tp.clone(), Arc::clone(&log));
-        Ok(log)
+        log
     }
 
     /// Takes a partition out of the store and renames its directory to `<dir><suffix>`, fsyncing

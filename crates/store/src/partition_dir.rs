@@ -139,6 +139,18 @@ pub(crate) fn write_topic_id(
     result.map_err(|e| StoreError::io(format!("write {}", path.display()), e))
 }
 
+/// Writes `partition.metadata` by rename with nothing synced, for a creator that syncs the
+/// whole file system next (a torn file reads as no topic id, which the creator re-assigns).
+pub(crate) fn write_topic_id_unsynced(
+    storage: &dyn Storage,
+    dir: &Path,
+    topic_id: TopicId,
+) -> Result<(), StoreError> {
+    let path = dir.join(PARTITION_METADATA_FILE);
+    checkpoint::write_unsynced(storage, &path, &encode_partition_metadata(topic_id))
+        .map_err(|e| StoreError::io(format!("write {}", path.display()), e))
+}
+
 /// The topic id in `dir`, if `partition.metadata` is there and well-formed.
 pub(crate) fn read_topic_id(dir: &Path) -> Option<TopicId> {
     let path = dir.join(PARTITION_METADATA_FILE);
@@ -174,6 +186,20 @@ pub(crate) fn write_config(
         checkpoint::write_atomic_no_dir_sync(storage, &path, &bytes)
     };
     result.map_err(|e| StoreError::io(format!("write {}", path.display()), e))
+}
+
+/// Writes `config.json` by rename with nothing synced, for a creator that syncs the whole file
+/// system next (a torn file reads as missing: defaults, rewritten by the next config change).
+pub(crate) fn write_config_unsynced(
+    storage: &dyn Storage,
+    dir: &Path,
+    config: &LogConfig,
+) -> Result<(), StoreError> {
+    let bytes = serde_json::to_vec_pretty(config)
+        .map_err(|e| StoreError::Corrupt(format!("encoding config: {e}")))?;
+    let path = dir.join(checkpoint::CONFIG_FILE);
+    checkpoint::write_unsynced(storage, &path, &bytes)
+        .map_err(|e| StoreError::io(format!("write {}", path.display()), e))
 }
 
 /// `config.json` of `dir`: `None` if missing or unreadable (logged).

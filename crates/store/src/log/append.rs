@@ -258,7 +258,7 @@ impl PartitionLog {
         if epochs_changed {
             // Deferred to the flusher: no fsync under the partition lock, and recovery rebuilds
             // the entries past the recovery point from batch headers anyway.
-            inner.pending.epochs = Some(inner.epochs.entries().to_vec());
+            inner.stage_epochs();
         }
         debug_assert!(base_offset < next);
 

@@ -144,8 +144,8 @@ impl PartitionLog {
             for (offset, payload) in &pending.snapshots {
                 self.write_snapshot(*offset, payload)?;
             }
-            if let Some(entries) = &pending.epochs {
-                self.write_epoch_checkpoint(entries)?;
+            if let Some((version, entries)) = &pending.epochs {
+                self.write_epoch_checkpoint(*version, entries)?;
             }
             Ok(())
         });
@@ -334,11 +334,30 @@ impl PartitionLog {
             .map_err(|e| StoreError::io(format!("fdatasync {}", path.display()), e))
     }
 
-    pub(super) fn write_epoch_checkpoint(&self, entries: &[(i32, i64)]) -> Result<(), StoreError> {
+    /// Writes version `version` of the leader-epoch entries to the checkpoint durably (file,
+    /// rename, directory), unless the file already holds that version or a newer one. Two
+    /// writers race: `begin_leader_epoch` writes its entries at once and queues them for the
+    /// next flush round too, while a round already under way may still hold an older list. The
+    /// version check keeps that older list from replacing the newer one on disk (a crash before
+    /// the next round would then lose the epoch begun), and spares the queued second write of
+    /// the same version (three syncs per partition on every leadership change and topic
+    /// creation).
+    pub(super) fn write_epoch_checkpoint(
+        &self,
+        version: u64,
+        entries: &[(i32, i64)],
+    ) -> Result<(), StoreError> {
+        let mut on_disk = self.epoch_checkpoint.lock();
+        if on_disk.is_some_and(|written| written >= version) {
+            return Ok(());
+        }
+        *on_disk = None;
         let path = self.dir.join(LEADER_EPOCH_FILE);
         let bytes = checkpoint::encode_epochs(entries);
         checkpoint::write_atomic(&*self.shared.storage, &path, &bytes)
-            .map_err(|e| StoreError::io(format!("write {}", path.display()), e))
+            .map_err(|e| StoreError::io(format!("write {}", path.display()), e))?;
+        *on_disk = Some(version);
+        Ok(())
     }
 
     /// Flushes everything and writes the active indexes and a producer snapshot (shutdown).
@@ -357,8 +376,8 @@ impl PartitionLog {
         for (offset, payload) in &pending.snapshots {
             self.write_snapshot(*offset, payload)?;
         }
-        if let Some(entries) = &pending.epochs {
-            self.write_epoch_checkpoint(entries)?;
+        if let Some((version, entries)) = &pending.epochs {
+            self.write_epoch_checkpoint(*version, entries)?;
         }
         if let Some(seg) = inner.segments.get_mut(&active_base) {
             seg.finish_time_index();

@@ -107,14 +107,8 @@ impl PartitionLog {
         if !inner.epochs.assign(epoch, leo) {
             return Ok(());
         }
-        let entries = inner.epochs.entries().to_vec();
-        self.write_epoch_checkpoint(&entries)?;
-        // A flush round already under way may write an older list after this one; the next
-        // round writes this one again.
-        inner.pending.epochs = Some(entries);
-        drop(inner);
-        self.enqueue_flush();
-        Ok(())
+        let (version, entries) = inner.next_epochs();
+        self.write_epoch_checkpoint(version, &entries)
     }
 
     /// Removes every record and restarts the log at `offset` (log start = log end = `offset`), as

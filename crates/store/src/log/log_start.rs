@@ -173,11 +173,8 @@ impl PartitionLog {
         if !fully && offset >= inner.log_end_offset {
             let leo = inner.log_end_offset;
             if inner.epochs.truncate_from_end(leo) {
-                let entries = inner.epochs.entries().to_vec();
-                self.write_epoch_checkpoint(&entries)?;
-                inner.pending.epochs = Some(entries);
-                drop(inner);
-                self.enqueue_flush();
+                let (version, entries) = inner.next_epochs();
+                self.write_epoch_checkpoint(version, &entries)?;
             }
             return Ok(());
         }
@@ -192,7 +189,7 @@ impl PartitionLog {
         if fully {
             // The epochs describe records that are all gone.
             inner.epochs.truncate_from_end(i64::MIN);
-            inner.pending.epochs = Some(Vec::new());
+            inner.stage_epochs();
         }
         if fully || offset <= lso {
             // Everything goes; start over at `offset` (Kafka's truncateFullyAndStartAt).
@@ -278,7 +275,7 @@ impl PartitionLog {
             .fetch_min(leo, Ordering::SeqCst);
         self.durable.send_modify(|d| d.offset = d.offset.min(leo));
         if inner.epochs.truncate_from_end(leo) {
-            inner.pending.epochs = Some(inner.epochs.entries().to_vec());
+            inner.stage_epochs();
         }
         // Producer state: drop snapshots past the end, rebuild from the newest one left.
         for snap in super::list_snapshots(&self.dir) {

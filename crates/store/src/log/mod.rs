@@ -127,8 +127,9 @@ struct Pending {
     snapshots: Vec<(i64, Vec<u8>)>,
     /// The active segment must be synced even under `Never` (flush.messages / flush.ms / recovery).
     flush_active: bool,
-    /// Leader-epoch cache entries to checkpoint (written before the recovery point passes them).
-    epochs: Option<Vec<(i32, i64)>>,
+    /// Leader-epoch cache entries to checkpoint (written before the recovery point passes them),
+    /// with their version (`LogInner::epochs_version`).
+    epochs: Option<(u64, Vec<(i32, i64)>)>,
 }
 
 impl Pending {
@@ -167,9 +168,26 @@ struct LogInner {
     generation: u64,
     /// Offset below which the log has been cleaned (compaction).
     cleaner_point: i64,
+    /// Bumped at every change of `epochs` that is to reach the checkpoint file: a write of an
+    /// older version never replaces a newer one (`write_epoch_checkpoint`).
+    epochs_version: u64,
 }
 
 impl LogInner {
+    /// Queues the current leader-epoch entries for the checkpoint file, as a new version, for
+    /// the next flush round to write.
+    fn stage_epochs(&mut self) {
+        let (version, entries) = self.next_epochs();
+        self.pending.epochs = Some((version, entries));
+    }
+
+    /// The current leader-epoch entries as a new version, for a caller that writes them itself
+    /// (at once, durably); a flush round holding an older version will not write over them.
+    fn next_epochs(&mut self) -> (u64, Vec<(i32, i64)>) {
+        self.epochs_version += 1;
+        (self.epochs_version, self.epochs.entries().to_vec())
+    }
+
     fn active_base(&self) -> i64 {
         self.segments
             .keys()
@@ -189,6 +207,12 @@ pub struct PartitionLog {
     shared: Arc<StoreShared>,
     me: Weak<PartitionLog>,
     inner: Mutex<LogInner>,
+    /// The version of the leader-epoch entries `leader-epoch-checkpoint` durably holds, as this
+    /// process last wrote it (`None`: not written since the log was loaded, or a write failed).
+    /// Held across each write, so writes are ordered, an older version never overwrites a newer
+    /// one and a version is not written twice (see `write_epoch_checkpoint`). Taken after
+    /// `inner`, never before.
+    epoch_checkpoint: Mutex<Option<u64>>,
     config: RwLock<LogConfig>,
     /// Log start offset, high watermark and recovery point (also read by the checkpoint writer).
     offsets: Arc<PartitionOffsets>,
@@ -249,6 +273,7 @@ impl PartitionLog {
             shared,
             me: me.clone(),
             inner: Mutex::new(inner),
+            epoch_checkpoint: Mutex::new(None),
             config: RwLock::new(config),
             offsets,
             log_end: AtomicI64::new(log_end_offset),
@@ -284,6 +309,7 @@ impl PartitionLog {
             last_flush_ms: now_ms(),
             generation: 0,
             cleaner_point: 0,
+            epochs_version: 0,
         };
         let log = PartitionLog::build(
             shared,
@@ -326,6 +352,7 @@ impl PartitionLog {
             last_flush_ms: now_ms(),
             generation: 0,
             cleaner_point: loaded.cleaner_point,
+            epochs_version: 0,
         };
         let persisted = loaded.config.is_some();
         let config = loaded.config.unwrap_or_default();
