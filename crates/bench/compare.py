@@ -3,7 +3,8 @@
 
 Fetches Kafka 4.x jars from the Maven registry (compat-tests/reference/pom.xml), starts Kafka in
 KRaft single-node mode and Millrace on loopback ports with temporary data dirs, runs workloads
-W1-W9 against each (W1 and W4 also with Kafka's own Java tools), prints a table with ratios, and rewrites the marked section of
+W1-W9 against each and W10 against 3-node clusters of each (W1 and W4 also with Kafka's own Java
+tools), prints a table with ratios, and rewrites the marked section of
 docs/benchmarks.md with the table, the settings and an SVG plot (docs/benchmarks.svg).
 
 Usage: crates/bench/compare.py [--quick] [--no-docs]
@@ -33,6 +34,7 @@ DOC = ROOT / "docs" / "benchmarks.md"
 SVG = ROOT / "docs" / "benchmarks.svg"
 BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
 READY_TIMEOUT_S = 120
+MIB = 1 << 20
 # Data dirs of stopped brokers, deleted only when the whole run ends: on ext4, creating files
 # right after deleting many (a 2 GB W4 log, 1,000 partition dirs) makes every inode allocation
 # skip the recently deleted ones (`recently_deleted` in the inode allocator), which slowed the
@@ -258,20 +260,24 @@ def java_clients(broker, q, cp):
                      f"bootstrap.servers={bootstrap}", "acks=all")
     produce_cpu = cpu_seconds(broker.proc.pid) - before
     last = [line for line in text.splitlines() if "records sent" in line][-1]
-    mb = float(last.split("(")[1].split(" MB/sec")[0])
+    # Kafka's tools count MB as 2^20 bytes; converted to 10^6 like every other row.
+    mb = float(last.split("(")[1].split(" MB/sec")[0]) * MIB / 1e6
     p99 = float(last.split(" ms 99th")[0].rsplit(",", 1)[1])
     before = cpu_seconds(broker.proc.pid)
     text = java_tool(cp, "org.apache.kafka.tools.ConsumerPerformance", "--bootstrap-server", bootstrap,
                      "--topic", "wj", "--messages", count, "--group", "w4-java", "--timeout", "60000")
     consume_cpu = cpu_seconds(broker.proc.pid) - before
-    lines = [line for line in text.splitlines() if line.strip()]
-    header = [h.strip() for h in lines[-2].split(",")]
-    row = dict(zip(header, [v.strip() for v in lines[-1].split(",")]))
-    fetch_mb = float(row["fetch.MB.sec"])
-    consumed_mb = float(row["data.consumed.in.MB"])
+    # The header line, then (after any warning lines) one row starting with the start time.
+    lines = text.splitlines()
+    at = max(i for i, line in enumerate(lines) if "fetch.MB.sec" in line)
+    header = [h.strip() for h in lines[at].split(",")]
+    values = [line for line in lines[at + 1:] if line[:1].isdigit()][-1]
+    row = dict(zip(header, [v.strip() for v in values.split(",")]))
+    fetch_mb = float(row["fetch.MB.sec"]) * MIB / 1e6
+    consumed_mb = float(row["data.consumed.in.MB"]) * MIB / 1e6
     return {"produce_mb_per_s": mb, "produce_p99_ms": p99, "produce_cpu_s": produce_cpu,
             "consume_fetch_mb_per_s": fetch_mb, "consume_mb": consumed_mb, "consume_cpu_s": consume_cpu,
-            "consume_cpu_s_per_gb": consume_cpu / (consumed_mb / 1024) if consumed_mb else None}
+            "consume_cpu_s_per_gb": consume_cpu / (consumed_mb / 1000) if consumed_mb else None}
 
 
 def cpu_seconds(pid):
@@ -372,8 +378,9 @@ class Cluster:
 def w10(name, kind, sets, q):
     """W10: a 3-node cluster, RF 3, min.insync.replicas=2, acks=all: produce MB/s at max rate, then
     the p99 of a producer at a fixed 10 MB/s."""
-    cluster = Cluster(name, kind, sets).start()
+    cluster = Cluster(name, kind, sets)
     try:
+        cluster.start()
         def run(label, *args):
             cmd = [str(BENCH), "produce", "--bootstrap", cluster.bootstrap, "--label", label, "--json",
                    "--partitions", "6", "--replication-factor", "3", "--message-size", "1024", "--acks", "all",
@@ -579,15 +586,16 @@ def main():
     tools_cp = ensure_tools()
     brokers = [("kafka", "kafka", []), ("millrace", "millrace", []),
                ("millrace-never", "millrace", ["log.flush.policy=never"])]
+    names = [b[0] for b in brokers]
     results = {}
     try:
         run_all(brokers, results, q, tools_cp)
     finally:
+        (ROOT / "target" / "bench-results.json").write_text(json.dumps(results, indent=2))
         for d in TRASH:
             shutil.rmtree(d, ignore_errors=True)
     text = table(results, names)
     print(text)
-    (ROOT / "target" / "bench-results.json").write_text(json.dumps(results, indent=2))
     if a.no_docs:
         return
     SVG.write_text(svg(results, names))

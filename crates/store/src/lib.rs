@@ -98,9 +98,10 @@ pub struct Store {
     partitions: RwLock<HashMap<TopicPartition, Arc<PartitionLog>>>,
     flusher_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
     create_lock: Mutex<()>,
-    /// One `syncfs` of the data directory's file system (Linux 5.8+ only), shared with the
-    /// flusher's grouped rounds; batched partition creation uses it too.
-    sync_all: Option<flusher::SyncAll>,
+    /// One `syncfs` of the data directory's file system (Linux 5.8+ only) for batched partition
+    /// creation, through its own handle on the data directory: Linux reports a writeback error
+    /// once per handle, so the flusher's grouped rounds keep their own and each sees every error.
+    create_sync_all: Option<flusher::SyncAll>,
     maintenance: Mutex<cleaner::CleanerState>,
     /// The clean-shutdown marker was there when the store opened.
     opened_clean: bool,
@@ -177,16 +178,17 @@ impl Store {
         let interval = shared.config.flush_interval;
         // Grouped rounds sync through one handle on the data directory, opened before the
         // store writes anything more, so that it sees every later writeback error.
-        let sync_all: Option<flusher::SyncAll> = if shared.storage.sync_filesystem_reports_errors()
-        {
+        let sync_all = || -> Result<Option<flusher::SyncAll>, StoreError> {
+            if !shared.storage.sync_filesystem_reports_errors() {
+                return Ok(None);
+            }
             let storage = Arc::clone(&shared.storage);
             let dir = std::fs::File::open(&data_dir)
                 .map_err(|e| StoreError::io(format!("open {}", data_dir.display()), e))?;
-            Some(Arc::new(move || storage.sync_filesystem(&dir)))
-        } else {
-            None
+            Ok(Some(Arc::new(move || storage.sync_filesystem(&dir))))
         };
-        let flusher_sync_all = sync_all.clone();
+        let flusher_sync_all = sync_all()?;
+        let create_sync_all = sync_all()?;
         let handle = std::thread::Builder::new()
             .name("millrace-flusher".into())
             .spawn(move || flusher::run(queue, interval, flusher_sync_all))
@@ -196,7 +198,7 @@ impl Store {
             partitions: RwLock::new(partitions),
             flusher_thread: Mutex::new(Some(handle)),
             create_lock: Mutex::new(()),
-            sync_all,
+            create_sync_all,
             maintenance: Mutex::new(cleaner::CleanerState::default()),
             opened_clean: clean,
         }))
@@ -227,16 +229,17 @@ impl Store {
     }
 
     /// Creates many empty partitions, as `create_partition` each, with one answer per request in
-    /// order. With at least `SYNCFS_ROUND_PARTITIONS_MIN` of them on a kernel whose `syncfs`
-    /// reports writeback errors, their files and directories are written unsynced and made
-    /// durable by one `syncfs` before any of them joins the store (a crash before that leaves
-    /// directories no log was ever served from, which a later create starts afresh); otherwise
-    /// each is created and synced on its own.
+    /// order (a partition named twice: `AlreadyExists` the second time). With at least
+    /// `SYNCFS_ROUND_PARTITIONS_MIN` of them on a kernel whose `syncfs` reports writeback errors,
+    /// their files and directories are written unsynced and made durable by one `syncfs` before
+    /// any of them joins the store (a crash before that leaves directories no log was ever
+    /// served from: recovery loads them as empty logs, torn files counting as missing);
+    /// otherwise each is created and synced on its own.
     pub fn create_partitions(
         &self,
         batch: Vec<(TopicPartition, LogConfig, TopicId)>,
     ) -> Vec<Result<Arc<PartitionLog>, StoreError>> {
-        let sync_all = match &self.sync_all {
+        let sync_all = match &self.create_sync_all {
             Some(sync_all) if batch.len() >= SYNCFS_ROUND_PARTITIONS_MIN => Arc::clone(sync_all),
             _ => {
                 return batch
@@ -246,13 +249,25 @@ impl Store {
             }
         };
         let _guard = self.create_lock.lock();
+        let mut named = std::collections::HashSet::new();
         let written: Vec<Result<(), StoreError>> = batch
             .iter()
             .map(|(tp, config, id)| {
                 self.shared.check_writable()?;
+                if !named.insert(tp) {
+                    return Err(StoreError::AlreadyExists(tp.clone()));
+                }
                 self.write_new_partition(tp, config, *id, false)
             })
             .collect();
+        if written.iter().all(Result::is_err) {
+            // Nothing was written (an offline store, say): nothing to sync.
+            return written
+                .into_iter()
+                .filter_map(Result::err)
+                .map(Err)
+                .collect();
+        }
         if let Err(e) = sync_all() {
             // The error may be any file's on this file system, another partition's unflushed
             // appends among them, and this handle will not report it again: as a grouped

@@ -336,12 +336,10 @@ impl PartitionLog {
 
     /// Writes version `version` of the leader-epoch entries to the checkpoint durably (file,
     /// rename, directory), unless the file already holds that version or a newer one. Two
-    /// writers race: `begin_leader_epoch` writes its entries at once and queues them for the
-    /// next flush round too, while a round already under way may still hold an older list. The
-    /// version check keeps that older list from replacing the newer one on disk (a crash before
-    /// the next round would then lose the epoch begun), and spares the queued second write of
-    /// the same version (three syncs per partition on every leadership change and topic
-    /// creation).
+    /// writers race: `begin_leader_epoch` (and truncation at the log end) write a new version at
+    /// once, while a flush round already under way may hold an older version queued by an
+    /// append. The version check keeps that older list from replacing the newer one on disk (a
+    /// crash before the next round would then lose the epoch just begun).
     pub(super) fn write_epoch_checkpoint(
         &self,
         version: u64,

@@ -108,7 +108,15 @@ impl PartitionLog {
             return Ok(());
         }
         let (version, entries) = inner.next_epochs();
-        self.write_epoch_checkpoint(version, &entries)
+        let written = self.write_epoch_checkpoint(version, &entries);
+        if written.is_err() {
+            // The epoch is in memory already (a later call for it is a no-op): the flusher
+            // retries the write.
+            inner.pending.epochs = Some((version, entries));
+            drop(inner);
+            self.enqueue_flush();
+        }
+        written
     }
 
     /// Removes every record and restarts the log at `offset` (log start = log end = `offset`), as
