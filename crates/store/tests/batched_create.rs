@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::*;
-use millrace_store::storage::{CrashStorage, PowerLossStorage, Storage};
+use millrace_store::storage::CrashStorage;
 use millrace_store::{FlushPolicy, LogConfig, PartitionLog, Store, StoreConfig, TopicId};
 
 /// More than the store's batch threshold (32).
@@ -59,6 +59,14 @@ fn workload(store: &Store) -> Vec<Arc<PartitionLog>> {
         std::thread::sleep(Duration::from_millis(1));
     }
     logs
+}
+
+/// The workload's partitions, each with the durable offset it published.
+fn created_by(store: &Store) -> Vec<(millrace_store::TopicPartition, i64)> {
+    workload(store)
+        .iter()
+        .map(|l| (l.topic_partition().clone(), l.durable_offset()))
+        .collect()
 }
 
 fn check(dir: &Path, created: &[(millrace_store::TopicPartition, i64)], what: &str) {
@@ -111,41 +119,17 @@ fn a_batch_loses_no_partition_it_reported_created_at_a_power_cut() {
     let dir = tempfile::tempdir().expect("tmp");
     let counter = Arc::new(CrashStorage::new(u64::MAX));
     let store = Store::open_with_storage(config(dir.path()), counter.clone()).expect("open");
-    let logs = workload(&store);
-    assert_eq!(logs.len(), PARTITIONS as usize, "crash-free run");
-    let created: Vec<_> = logs
-        .iter()
-        .map(|l| (l.topic_partition().clone(), l.durable_offset()))
-        .collect();
-    drop(logs);
+    let created = created_by(&store);
+    assert_eq!(created.len(), PARTITIONS as usize, "crash-free run");
     drop(store);
     let total = counter.ops();
     check(dir.path(), &created, "no crash");
 
-    let step = (total / CRASH_POINTS).max(1);
-    for crash_at in (1..=total).step_by(step as usize) {
-        let dir = tempfile::tempdir().expect("tmp");
-        let storage =
-            Arc::new(PowerLossStorage::new(dir.path(), crash_at, crash_at).expect("model"));
-        let shared: Arc<dyn Storage> = storage.clone();
-        let created = match Store::open_with_storage(config(dir.path()), shared) {
-            Ok(store) => {
-                let logs = workload(&store);
-                let created: Vec<_> = logs
-                    .iter()
-                    .map(|l| (l.topic_partition().clone(), l.durable_offset()))
-                    .collect();
-                drop(logs);
-                drop(store);
-                created
-            }
-            Err(_) => Vec::new(),
-        };
-        let notes = storage.power_loss().expect("power loss");
-        let what = format!(
-            "power cut at operation {crash_at} of {total} ({})",
-            notes.join("; ")
-        );
-        check(dir.path(), &created, &what);
-    }
+    at_power_cuts(
+        total,
+        CRASH_POINTS,
+        config,
+        created_by,
+        |dir, created, what| check(dir, created, what),
+    );
 }

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::*;
-use millrace_store::storage::{CrashStorage, PowerLossStorage, Storage};
+use millrace_store::storage::CrashStorage;
 use millrace_store::{FlushPolicy, LogConfig, PartitionLog, Store, StoreConfig, TopicPartition};
 
 /// More than the store's grouped-round threshold (32).
@@ -107,27 +107,11 @@ fn a_grouped_round_loses_nothing_it_published_as_durable_at_a_power_cut() {
     assert!(grouped >= 1, "no flush round was grouped");
     check(dir.path(), &durable, "no crash");
 
-    let step = (total / CRASH_POINTS).max(1);
-    for crash_at in (1..=total).step_by(step as usize) {
-        let dir = tempfile::tempdir().expect("tmp");
-        let storage =
-            Arc::new(PowerLossStorage::new(dir.path(), crash_at, crash_at).expect("model"));
-        let shared: Arc<dyn Storage> = storage.clone();
-        let durable = match Store::open_with_storage(config(dir.path()), shared) {
-            Ok(store) => {
-                let logs = workload(&store);
-                let durable = durable_offsets(&logs);
-                drop(logs);
-                drop(store);
-                durable
-            }
-            Err(_) => Vec::new(),
-        };
-        let notes = storage.power_loss().expect("power loss");
-        let what = format!(
-            "power cut at operation {crash_at} of {total} ({})",
-            notes.join("; ")
-        );
-        check(dir.path(), &durable, &what);
-    }
+    at_power_cuts(
+        total,
+        CRASH_POINTS,
+        config,
+        |store| durable_offsets(&workload(store)),
+        |dir, durable, what| check(dir, durable, what),
+    );
 }

@@ -196,3 +196,34 @@ pub fn settle(log: &millrace_store::PartitionLog) {
         std::thread::sleep(Duration::from_millis(1));
     }
 }
+
+/// Runs `workload` on a fresh store over the power-loss model, cut at `points` operations spread
+/// evenly over `total` (a crash-free run's count), and hands `check` the directory, what the
+/// workload reported before the cut (`T::default()` if the store did not even open) and a
+/// description of the cut for failure messages.
+pub fn at_power_cuts<T: Default>(
+    total: u64,
+    points: u64,
+    config: impl Fn(&Path) -> StoreConfig,
+    workload: impl Fn(&Store) -> T,
+    check: impl Fn(&Path, &T, &str),
+) {
+    use millrace_store::storage::{PowerLossStorage, Storage};
+    let step = (total / points).max(1);
+    for crash_at in (1..=total).step_by(step as usize) {
+        let dir = tempfile::tempdir().expect("tmp");
+        let storage =
+            Arc::new(PowerLossStorage::new(dir.path(), crash_at, crash_at).expect("model"));
+        let shared: Arc<dyn Storage> = storage.clone();
+        let reported = match Store::open_with_storage(config(dir.path()), shared) {
+            Ok(store) => workload(&store),
+            Err(_) => T::default(),
+        };
+        let notes = storage.power_loss().expect("power loss");
+        let what = format!(
+            "power cut at operation {crash_at} of {total} ({})",
+            notes.join("; ")
+        );
+        check(dir.path(), &reported, &what);
+    }
+}
