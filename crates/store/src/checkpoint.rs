@@ -38,40 +38,43 @@ fn tmp_path(path: &Path) -> PathBuf {
     PathBuf::from(s)
 }
 
-/// Writes `bytes` to `path` atomically and durably: `path.tmp`, fdatasync, rename, fsync dir.
-pub(crate) fn write_atomic(storage: &dyn Storage, path: &Path, bytes: &[u8]) -> io::Result<()> {
-    write_atomic_no_dir_sync(storage, path, bytes)?;
-    match path.parent() {
-        Some(dir) => storage.sync_dir(dir),
-        None => Ok(()),
-    }
+/// How much of an atomic write (`path.tmp`, rename over `path`) is synced before it returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Durability {
+    /// fdatasync the file, rename, fsync the directory.
+    Synced,
+    /// fdatasync the file and rename; the caller fsyncs the directory after more changes to it.
+    FileOnly,
+    /// Nothing synced; the caller makes the whole file system durable afterwards
+    /// (`Store::create_partitions`).
+    Unsynced,
 }
 
-/// `write_atomic` without the directory fsync, for callers that fsync the directory themselves
-/// after more changes to it.
-pub(crate) fn write_atomic_no_dir_sync(
+/// Writes `bytes` to `path` atomically and durably: `path.tmp`, fdatasync, rename, fsync dir.
+pub(crate) fn write_atomic(storage: &dyn Storage, path: &Path, bytes: &[u8]) -> io::Result<()> {
+    write_atomic_as(storage, path, bytes, Durability::Synced)
+}
+
+/// Writes `bytes` to `path` through `path.tmp` and a rename, synced as `durability` says.
+pub(crate) fn write_atomic_as(
     storage: &dyn Storage,
     path: &Path,
     bytes: &[u8],
+    durability: Durability,
 ) -> io::Result<()> {
     let tmp = tmp_path(path);
     let file = storage.open(&tmp, true)?;
     storage.set_len(&file, 0)?;
     storage.write_at(&file, bytes, 0)?;
-    storage.sync(&file)?;
+    if durability != Durability::Unsynced {
+        storage.sync(&file)?;
+    }
     drop(file);
-    storage.rename(&tmp, path)
-}
-
-/// Writes `path` through a temporary file and a rename, syncing nothing: for a caller that
-/// makes the whole file system durable afterwards (`Store::create_partitions`).
-pub(crate) fn write_unsynced(storage: &dyn Storage, path: &Path, bytes: &[u8]) -> io::Result<()> {
-    let tmp = tmp_path(path);
-    let file = storage.open(&tmp, true)?;
-    storage.set_len(&file, 0)?;
-    storage.write_at(&file, bytes, 0)?;
-    drop(file);
-    storage.rename(&tmp, path)
+    storage.rename(&tmp, path)?;
+    match path.parent() {
+        Some(dir) if durability == Durability::Synced => storage.sync_dir(dir),
+        _ => Ok(()),
+    }
 }
 
 /// Reads a whole small file; `Ok(None)` if missing; an error if larger than the limit.

@@ -42,7 +42,7 @@ pub(crate) fn count_written(bytes: usize) {
 pub(crate) type FinishFlush = Box<dyn FnOnce(&std::io::Result<()>) + Send>;
 
 /// One `syncfs` of the file system holding every partition of the store.
-pub(crate) type SyncAll = Arc<dyn Fn() -> std::io::Result<()> + Send + Sync>;
+pub(crate) type SyncAll = Box<dyn Fn() -> std::io::Result<()> + Send + Sync>;
 
 /// A partition with deferred durability work.
 pub(crate) trait FlushTarget: Send + Sync {

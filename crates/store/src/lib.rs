@@ -185,7 +185,7 @@ impl Store {
             let storage = Arc::clone(&shared.storage);
             let dir = std::fs::File::open(&data_dir)
                 .map_err(|e| StoreError::io(format!("open {}", data_dir.display()), e))?;
-            Ok(Some(Arc::new(move || storage.sync_filesystem(&dir))))
+            Ok(Some(Box::new(move || storage.sync_filesystem(&dir))))
         };
         let flusher_sync_all = sync_all()?;
         let create_sync_all = sync_all()?;
@@ -240,7 +240,7 @@ impl Store {
         batch: Vec<(TopicPartition, LogConfig, TopicId)>,
     ) -> Vec<Result<Arc<PartitionLog>, StoreError>> {
         let sync_all = match &self.create_sync_all {
-            Some(sync_all) if batch.len() >= SYNCFS_ROUND_PARTITIONS_MIN => Arc::clone(sync_all),
+            Some(sync_all) if batch.len() >= SYNCFS_ROUND_PARTITIONS_MIN => sync_all,
             _ => {
                 return batch
                     .into_iter()
@@ -319,13 +319,14 @@ impl Store {
             storage.remove_dir_all(&dir).map_err(|e| io("remove", e))?;
         }
         storage.create_dir_all(&dir).map_err(|e| io("create", e))?;
-        if sync {
-            partition_dir::write_config(storage, &dir, config, false)?;
-            partition_dir::write_topic_id(storage, &dir, topic_id, false)?;
+        // The new directory is fsynced once below (or the file system by the batch).
+        let durability = if sync {
+            checkpoint::Durability::FileOnly
         } else {
-            partition_dir::write_config_unsynced(storage, &dir, config)?;
-            partition_dir::write_topic_id_unsynced(storage, &dir, topic_id)?;
-        }
+            checkpoint::Durability::Unsynced
+        };
+        partition_dir::write_config(storage, &dir, config, durability)?;
+        partition_dir::write_topic_id(storage, &dir, topic_id, durability)?;
         let seg_path = segment::segment_path(&dir, 0, segment::LOG_SUFFIX);
         self.shared
             .cache

@@ -15,7 +15,7 @@ use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
 
-use crate::checkpoint;
+use crate::checkpoint::{self, Durability};
 use crate::config::{LogConfig, TopicPartition};
 use crate::error::StoreError;
 use crate::segment::{self, LOG_SUFFIX};
@@ -121,34 +121,23 @@ pub(crate) fn decode_partition_metadata(bytes: &[u8]) -> Option<TopicId> {
     (version == Some(0)).then_some(topic_id).flatten()
 }
 
-/// Writes `partition.metadata` atomically; the directory fsync only if `sync_dir` (a creator
-/// fsyncs the new directory itself).
+/// Writes `partition.metadata` atomically, synced as `durability` says (a creator fsyncs the
+/// new directory itself, or the whole file system; a torn file reads as no topic id, which the
+/// replica manager assigns again).
 pub(crate) fn write_topic_id(
     storage: &dyn Storage,
     dir: &Path,
     topic_id: TopicId,
-    sync_dir: bool,
+    durability: Durability,
 ) -> Result<(), StoreError> {
     let path = dir.join(PARTITION_METADATA_FILE);
-    let bytes = encode_partition_metadata(topic_id);
-    let result = if sync_dir {
-        checkpoint::write_atomic(storage, &path, &bytes)
-    } else {
-        checkpoint::write_atomic_no_dir_sync(storage, &path, &bytes)
-    };
-    result.map_err(|e| StoreError::io(format!("write {}", path.display()), e))
-}
-
-/// Writes `partition.metadata` by rename with nothing synced, for a creator that syncs the
-/// whole file system next (a torn file reads as no topic id, which the creator re-assigns).
-pub(crate) fn write_topic_id_unsynced(
-    storage: &dyn Storage,
-    dir: &Path,
-    topic_id: TopicId,
-) -> Result<(), StoreError> {
-    let path = dir.join(PARTITION_METADATA_FILE);
-    checkpoint::write_unsynced(storage, &path, &encode_partition_metadata(topic_id))
-        .map_err(|e| StoreError::io(format!("write {}", path.display()), e))
+    checkpoint::write_atomic_as(
+        storage,
+        &path,
+        &encode_partition_metadata(topic_id),
+        durability,
+    )
+    .map_err(|e| StoreError::io(format!("write {}", path.display()), e))
 }
 
 /// The topic id in `dir`, if `partition.metadata` is there and well-formed.
@@ -170,35 +159,18 @@ pub(crate) fn read_topic_id(dir: &Path) -> Option<TopicId> {
     }
 }
 
-/// Persists a `LogConfig` as `config.json` (atomically; the dir fsync only if `sync_dir`).
+/// Persists a `LogConfig` as `config.json` atomically, synced as `durability` says (a torn
+/// file reads as missing: defaults, rewritten by the next config change).
 pub(crate) fn write_config(
     storage: &dyn Storage,
     dir: &Path,
     config: &LogConfig,
-    sync_dir: bool,
+    durability: Durability,
 ) -> Result<(), StoreError> {
     let bytes = serde_json::to_vec_pretty(config)
         .map_err(|e| StoreError::Corrupt(format!("encoding config: {e}")))?;
     let path = dir.join(checkpoint::CONFIG_FILE);
-    let result = if sync_dir {
-        checkpoint::write_atomic(storage, &path, &bytes)
-    } else {
-        checkpoint::write_atomic_no_dir_sync(storage, &path, &bytes)
-    };
-    result.map_err(|e| StoreError::io(format!("write {}", path.display()), e))
-}
-
-/// Writes `config.json` by rename with nothing synced, for a creator that syncs the whole file
-/// system next (a torn file reads as missing: defaults, rewritten by the next config change).
-pub(crate) fn write_config_unsynced(
-    storage: &dyn Storage,
-    dir: &Path,
-    config: &LogConfig,
-) -> Result<(), StoreError> {
-    let bytes = serde_json::to_vec_pretty(config)
-        .map_err(|e| StoreError::Corrupt(format!("encoding config: {e}")))?;
-    let path = dir.join(checkpoint::CONFIG_FILE);
-    checkpoint::write_unsynced(storage, &path, &bytes)
+    checkpoint::write_atomic_as(storage, &path, &bytes, durability)
         .map_err(|e| StoreError::io(format!("write {}", path.display()), e))
 }
 

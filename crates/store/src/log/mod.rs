@@ -50,6 +50,7 @@ use bytes::Bytes;
 use parking_lot::{Mutex, RwLock};
 use tokio::sync::{watch, Notify};
 
+use crate::checkpoint::Durability;
 use crate::config::{LogConfig, TopicPartition};
 use crate::error::StoreError;
 use crate::leader_epoch::LeaderEpochCache;
@@ -418,7 +419,12 @@ impl PartitionLog {
             None => {}
         }
         self.writable()?;
-        partition_dir::write_topic_id(&*self.shared.storage, &self.dir, topic_id, true)?;
+        partition_dir::write_topic_id(
+            &*self.shared.storage,
+            &self.dir,
+            topic_id,
+            Durability::Synced,
+        )?;
         let _ = self.topic_id.set(topic_id);
         Ok(())
     }
@@ -497,7 +503,12 @@ impl PartitionLog {
 
     /// Replaces the topic config (persisted to `config.json`).
     pub fn update_config(&self, config: LogConfig) {
-        match partition_dir::write_config(&*self.shared.storage, &self.dir, &config, true) {
+        match partition_dir::write_config(
+            &*self.shared.storage,
+            &self.dir,
+            &config,
+            Durability::Synced,
+        ) {
             Ok(()) => self.config_persisted.store(true, Ordering::SeqCst),
             Err(e) => {
                 tracing::warn!(partition = %self.tp, error = %e, "persisting topic config failed")
