@@ -198,6 +198,29 @@ else
   fail "kafka-consumer-groups --delete" "want 'Deletion of requested consumer groups ('$G') was successful' and $G gone from --list" "$OUT"
 fi
 
+# KIP-848 (issue 19): a console consumer with group.protocol=consumer; kafka-consumer-groups
+# --describe --members --verbose shows it with its assignment (ConsumerGroupDescribe), --state
+# shows the server-side assignor and Stable.
+G2="cli-group-848-$S"
+tool org.apache.kafka.tools.consumer.ConsoleConsumer --bootstrap-server "$B" --topic "$C" --group "$G2" \
+  --consumer-property group.protocol=consumer --from-beginning --timeout-ms 60000 \
+  >"$WORK/console-consumer-848.txt" 2>"$WORK/console-consumer-848.err" &
+CONSUMER_848_PID=$!
+described_member() { # the member line names the topic's partition 0 in its assignment
+  run groups-describe-848 groups --describe --group "$G2" --members --verbose &&
+    grep -E "^$G2[[:space:]]" "$OUT" | grep -qE "$C:0|$C\(0\)"
+}
+if wait_for 45 describe-848 described_member &&
+  run groups-state-848 groups --describe --group "$G2" --state &&
+  grep -E "[[:space:]]uniform[[:space:]]+Stable[[:space:]]+1" "$OUT" >/dev/null; then
+  pass "kafka-consumer-groups --describe (KIP-848 group: member, assignment, uniform, Stable)"
+else
+  fail "kafka-consumer-groups --describe (KIP-848 group: member, assignment, uniform, Stable)" \
+    "want a $G2 member line assigned $C partition 0, and 'uniform Stable 1' in --state" "$OUT"
+fi
+kill "$CONSUMER_848_PID" 2>/dev/null || true
+wait "$CONSUMER_848_PID" 2>/dev/null || true
+
 # --- kafka-configs -------------------------------------------------------------------
 run topics-create-cfg topics --create --topic "$CFG" --partitions 1 --replication-factor 1 --config cleanup.policy=compact || true
 if run configs-describe configs --describe --entity-type topics --entity-name "$CFG" &&

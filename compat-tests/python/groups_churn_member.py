@@ -10,6 +10,9 @@ import time
 from confluent_kafka import Consumer, KafkaException
 
 bootstrap, topic, group, out_path = sys.argv[1:5]
+# "classic" (JoinGroup/SyncGroup) or "consumer" (KIP-848 ConsumerGroupHeartbeat; the session
+# timeout and heartbeat interval are then the broker's group.consumer.* settings).
+protocol = sys.argv[5] if len(sys.argv) > 5 else "classic"
 out = open(out_path, "a", buffering=1)
 out.write(f"S {time.time()}\n")
 running = True
@@ -27,17 +30,18 @@ def on_error(err):
     out.write(f"E {err.name()}\n")
 
 
-c = Consumer(
-    {
-        "bootstrap.servers": bootstrap,
-        "group.id": group,
-        "auto.offset.reset": "earliest",
-        "enable.auto.commit": False,
-        "session.timeout.ms": 6000,
-        "heartbeat.interval.ms": 500,
-        "error_cb": on_error,
-    }
-)
+conf = {
+    "bootstrap.servers": bootstrap,
+    "group.id": group,
+    "auto.offset.reset": "earliest",
+    "enable.auto.commit": False,
+    "error_cb": on_error,
+}
+if protocol == "consumer":
+    conf["group.protocol"] = "consumer"
+else:
+    conf.update({"session.timeout.ms": 6000, "heartbeat.interval.ms": 500})
+c = Consumer(conf)
 
 
 def commit(partitions=None):

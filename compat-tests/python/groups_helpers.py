@@ -24,8 +24,8 @@ class Broker:
         self.bootstrap = None
         self.log_path = os.path.join(self.data_dir, "broker.log")
 
-    def start(self, timeout=30):
-        args = [BINARY, "--data-dir", os.path.join(self.data_dir, "data"), "--listen", "127.0.0.1:0"]
+    def start(self, timeout=30, listen="127.0.0.1:0"):
+        args = [BINARY, "--data-dir", os.path.join(self.data_dir, "data"), "--listen", listen]
         for k, v in self.settings.items():
             args += ["--set", f"{k}={v}"]
         log = open(self.log_path, "ab")
@@ -61,9 +61,12 @@ class Broker:
             self.proc.kill()
             self.proc.wait(timeout=10)
 
-    def restart(self):
+    def restart(self, same_port=False, timeout=30):
+        """Stops and starts again on the same data; with `same_port`, on the same address, so
+        that clients that stay open reconnect."""
+        listen = self.bootstrap if same_port else "127.0.0.1:0"
         self.stop()
-        return self.start()
+        return self.start(timeout=timeout, listen=listen)
 
     def log_tail(self, n=40):
         try:

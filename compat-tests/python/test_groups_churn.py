@@ -1,7 +1,9 @@
 """Goal: under churn (five members joining, leaving and crashing at random while a producer
 writes), the group converges: afterwards it is Stable, every message was consumed at least once,
 no member keeps failing with UNKNOWN_MEMBER_ID/REBALANCE_IN_PROGRESS, and the last commits match
-what was consumed.
+what was consumed. Run for a classic group and for a KIP-848 consumer group (issue 19; the broker
+then gets the classic test's 6 s session timeout and 500 ms heartbeat interval through its
+group.consumer.* settings, which the client cannot choose).
 
 GROUPS_CHURN_SECONDS sets the churn phase (default 60, the full run)."""
 
@@ -14,6 +16,8 @@ import threading
 import time
 import uuid
 
+import pytest
+
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
@@ -23,14 +27,29 @@ PARTITIONS = 4
 MEMBERS_MAX = 5
 CHURN_SECONDS = float(os.environ.get("GROUPS_CHURN_SECONDS", "60"))
 HERE = os.path.dirname(os.path.abspath(__file__))
-LOOP_ERRORS = {"UNKNOWN_MEMBER_ID", "REBALANCE_IN_PROGRESS", "ILLEGAL_GENERATION"}
+LOOP_ERRORS = {
+    "UNKNOWN_MEMBER_ID",
+    "REBALANCE_IN_PROGRESS",
+    "ILLEGAL_GENERATION",
+    "FENCED_MEMBER_EPOCH",
+    "STALE_MEMBER_EPOCH",
+}
+# The broker settings that give a consumer group the classic test's timeouts (Kafka needs the
+# minimums lowered too).
+CONSUMER_PROTOCOL_SETTINGS = {
+    "group.consumer.session.timeout.ms": 6000,
+    "group.consumer.min.session.timeout.ms": 6000,
+    "group.consumer.heartbeat.interval.ms": 500,
+    "group.consumer.min.heartbeat.interval.ms": 500,
+}
 
 
 class Member:
-    def __init__(self, bootstrap, topic, group, workdir, n):
+    def __init__(self, bootstrap, topic, group, workdir, n, protocol):
         self.path = os.path.join(workdir, f"member-{n}.log")
         self.proc = subprocess.Popen(
-            [sys.executable, os.path.join(HERE, "groups_churn_member.py"), bootstrap, topic, group, self.path]
+            [sys.executable, os.path.join(HERE, "groups_churn_member.py"), bootstrap, topic, group, self.path,
+             protocol]
         )
 
     def alive(self):
@@ -50,11 +69,13 @@ class Member:
             return []
 
 
-def test_churn():
-    broker = Broker().start()
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+def test_churn(protocol):
+    settings = CONSUMER_PROTOCOL_SETTINGS if protocol == "consumer" else None
+    broker = Broker(settings=settings).start(timeout=120)
     members = []
     try:
-        run_churn(broker, members)
+        run_churn(broker, members, protocol)
     finally:
         # A failed or timed-out run must not leave member processes behind.
         for m in members:
@@ -63,7 +84,7 @@ def test_churn():
         broker.kill()
 
 
-def run_churn(broker, members):
+def run_churn(broker, members, protocol):
     topic, group = f"churn-{uuid.uuid4().hex[:8]}", f"churn-{uuid.uuid4().hex[:8]}"
     create_topic(broker.bootstrap, topic, PARTITIONS)
     workdir = broker.data_dir
@@ -92,7 +113,7 @@ def run_churn(broker, members):
         live = [m for m in members if m.alive()]
         choice = rng.choice(["start", "start", "stop", "crash"])
         if choice == "start" and len(live) < MEMBERS_MAX:
-            members.append(Member(broker.bootstrap, topic, group, workdir, len(members)))
+            members.append(Member(broker.bootstrap, topic, group, workdir, len(members), protocol))
             actions["start"] += 1
         elif choice in ("stop", "crash") and live:
             victim = rng.choice(live)
@@ -107,7 +128,7 @@ def run_churn(broker, members):
     for m in live[2:]:
         m.stop()
     while len([m for m in members if m.alive()]) < 2:
-        members.append(Member(broker.bootstrap, topic, group, workdir, len(members)))
+        members.append(Member(broker.bootstrap, topic, group, workdir, len(members), protocol))
         time.sleep(0.2)
     time.sleep(1)
     final = [m for m in members if m.alive()]

@@ -28,7 +28,9 @@ use millrace_cluster::{BrokerConfig, BrokerEndpoint, Cluster, MetadataError};
 use millrace_controller::ProducerIdAllocator;
 use millrace_frontend::fetch_session::FetchSessionCache;
 use millrace_frontend::BrokerContext;
-use millrace_groups::{CoordinatorConfig, GroupConfig, GroupCoordinator, OFFSETS_TOPIC};
+use millrace_groups::{
+    Assignor, ConsumerGroupConfig, CoordinatorConfig, GroupConfig, GroupCoordinator, OFFSETS_TOPIC,
+};
 use millrace_replication::LeadershipChange;
 use millrace_store::{Store, StoreConfig};
 use tokio::net::TcpListener;
@@ -425,7 +427,37 @@ fn open_group_coordinator(
         initial_rebalance_delay_ms: clamp_i32(long("group.initial.rebalance.delay.ms", 3_000)),
         max_size: long("group.max.size", i64::from(i32::MAX)).max(1) as usize,
     };
+    let consumer_defaults = ConsumerGroupConfig::default();
+    let assignors: Vec<Assignor> = config
+        .get("group.consumer.assignors")
+        .map(|v| {
+            v.split(',')
+                .filter_map(|name| {
+                    // Kafka also accepts the assignors' class names.
+                    let short = name.trim().rsplit('.').next().unwrap_or_default();
+                    let short = short.trim_end_matches("Assignor");
+                    Assignor::from_name(short)
+                })
+                .collect()
+        })
+        .filter(|a: &Vec<Assignor>| !a.is_empty())
+        .unwrap_or(consumer_defaults.assignors);
+    let consumer = ConsumerGroupConfig {
+        session_timeout_ms: clamp_i32(long(
+            "group.consumer.session.timeout.ms",
+            i64::from(consumer_defaults.session_timeout_ms),
+        ))
+        .max(1),
+        heartbeat_interval_ms: clamp_i32(long(
+            "group.consumer.heartbeat.interval.ms",
+            i64::from(consumer_defaults.heartbeat_interval_ms),
+        ))
+        .max(1),
+        max_size: long("group.consumer.max.size", i64::from(i32::MAX)).max(1) as usize,
+        assignors,
+    };
     let coordinator = CoordinatorConfig {
+        consumer,
         group,
         offsets_retention_ms: long("offsets.retention.minutes", 10_080).saturating_mul(60_000),
         snapshot_dir: Some(data_dir.join("group_snapshot.sled")),

@@ -239,6 +239,18 @@ fn oversized_body(key: ApiKey, v: i16) -> Option<Oversized> {
             "topics",
             |r: &mut ListPartitionReassignmentsRequest, x| r.topics = Some(x),
         ),
+        ApiKey::ConsumerGroupHeartbeat => string(
+            v,
+            f,
+            "group_id",
+            |r: &mut ConsumerGroupHeartbeatRequest, x| r.group_id = x.into(),
+        ),
+        ApiKey::ConsumerGroupDescribe => array(
+            v,
+            f,
+            "group_ids",
+            |r: &mut ConsumerGroupDescribeRequest, x| r.group_ids = x,
+        ),
         other => panic!("{other:?} is advertised but this test has no oversized frame for it"),
     }
 }

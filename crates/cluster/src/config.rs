@@ -276,6 +276,18 @@ pub static BROKER_CONFIGS: &[ConfigDef] = &[
     def("group.max.session.timeout.ms", "1800000", INT_NONNEG),
     def("group.initial.rebalance.delay.ms", "3000", INT_NONNEG),
     def("group.max.size", "2147483647", INT_POS),
+    def("group.consumer.session.timeout.ms", "45000", INT_POS),
+    def("group.consumer.min.session.timeout.ms", "45000", INT_POS),
+    def("group.consumer.max.session.timeout.ms", "60000", INT_POS),
+    def("group.consumer.heartbeat.interval.ms", "5000", INT_POS),
+    def("group.consumer.min.heartbeat.interval.ms", "5000", INT_POS),
+    def("group.consumer.max.heartbeat.interval.ms", "15000", INT_POS),
+    def("group.consumer.max.size", "2147483647", INT_POS),
+    def(
+        "group.consumer.assignors",
+        "org.apache.kafka.coordinator.group.assignor.UniformAssignor,org.apache.kafka.coordinator.group.assignor.RangeAssignor",
+        ConfigType::Str,
+    ),
     // The cluster: roles, the controller quorum, broker sessions, replication.
     def(
         "process.roles",
@@ -585,7 +597,53 @@ impl BrokerConfig {
         }
         let config = Self { set };
         config.check_request_budget()?;
+        config.check_consumer_group_timeouts()?;
         Ok(config)
+    }
+
+    /// Kafka's start-up checks of the KIP-848 timeouts: each within its min and max, and the
+    /// heartbeat interval below the session timeout.
+    fn check_consumer_group_timeouts(&self) -> Result<(), ConfigError> {
+        let get = |key: &str, fallback: i64| self.long_or(key, fallback);
+        for (key, min_key, max_key, fallback, min, max) in [
+            (
+                "group.consumer.session.timeout.ms",
+                "group.consumer.min.session.timeout.ms",
+                "group.consumer.max.session.timeout.ms",
+                45_000,
+                45_000,
+                60_000,
+            ),
+            (
+                "group.consumer.heartbeat.interval.ms",
+                "group.consumer.min.heartbeat.interval.ms",
+                "group.consumer.max.heartbeat.interval.ms",
+                5_000,
+                5_000,
+                15_000,
+            ),
+        ] {
+            let (value, lo, hi) = (get(key, fallback), get(min_key, min), get(max_key, max));
+            if value < lo || value > hi {
+                return Err(invalid(
+                    key,
+                    &value.to_string(),
+                    format!("must be in [{min_key} = {lo}, {max_key} = {hi}]"),
+                ));
+            }
+        }
+        let (interval, session) = (
+            get("group.consumer.heartbeat.interval.ms", 5_000),
+            get("group.consumer.session.timeout.ms", 45_000),
+        );
+        if interval >= session {
+            return Err(invalid(
+                "group.consumer.heartbeat.interval.ms",
+                &interval.to_string(),
+                format!("must be below group.consumer.session.timeout.ms ({session})"),
+            ));
+        }
+        Ok(())
     }
 
     /// `queued.max.request.bytes` must hold the largest request plus the small-request reserve,
@@ -1212,6 +1270,34 @@ mod tests {
             "{err}"
         );
         assert!(TopicConfigs::new(layer(&[("max.message.bytes", &max.to_string())])).is_ok());
+    }
+
+    #[test]
+    fn consumer_group_timeouts_are_checked_as_kafka() {
+        assert!(BrokerConfig::from_layers([&layer(&[])]).is_ok());
+        let err =
+            BrokerConfig::from_layers([&layer(&[("group.consumer.session.timeout.ms", "6000")])])
+                .unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("group.consumer.min.session.timeout.ms"),
+            "{err}"
+        );
+        assert!(BrokerConfig::from_layers([&layer(&[
+            ("group.consumer.session.timeout.ms", "6000"),
+            ("group.consumer.min.session.timeout.ms", "6000"),
+            ("group.consumer.heartbeat.interval.ms", "500"),
+            ("group.consumer.min.heartbeat.interval.ms", "500"),
+        ])])
+        .is_ok());
+        let err = BrokerConfig::from_layers([&layer(&[
+            ("group.consumer.session.timeout.ms", "6000"),
+            ("group.consumer.min.session.timeout.ms", "6000"),
+            ("group.consumer.heartbeat.interval.ms", "6000"),
+            ("group.consumer.min.heartbeat.interval.ms", "500"),
+        ])])
+        .unwrap_err();
+        assert!(err.to_string().contains("below"), "{err}");
     }
 
     #[test]

@@ -15,15 +15,15 @@ use std::time::Instant;
 use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{
     AlterConfigsRequest, AlterPartitionReassignmentsRequest, ApiKey, ApiVersionsRequest,
-    CreatePartitionsRequest, CreateTopicsRequest, DeleteGroupsRequest, DeleteRecordsRequest,
-    DeleteTopicsRequest, DescribeClusterRequest, DescribeConfigsRequest, DescribeGroupsRequest,
-    DescribeLogDirsRequest, DescribeProducersRequest, DescribeTopicPartitionsRequest,
-    ElectLeadersRequest, FetchRequest, FindCoordinatorRequest, HeartbeatRequest,
-    IncrementalAlterConfigsRequest, InitProducerIdRequest, JoinGroupRequest, LeaveGroupRequest,
-    ListConfigResourcesRequest, ListGroupsRequest, ListOffsetsRequest,
-    ListPartitionReassignmentsRequest, MetadataRequest, OffsetCommitRequest, OffsetDeleteRequest,
-    OffsetFetchRequest, OffsetForLeaderEpochRequest, ProduceRequest, RequestHeader, ResponseHeader,
-    SyncGroupRequest,
+    ConsumerGroupDescribeRequest, ConsumerGroupHeartbeatRequest, CreatePartitionsRequest,
+    CreateTopicsRequest, DeleteGroupsRequest, DeleteRecordsRequest, DeleteTopicsRequest,
+    DescribeClusterRequest, DescribeConfigsRequest, DescribeGroupsRequest, DescribeLogDirsRequest,
+    DescribeProducersRequest, DescribeTopicPartitionsRequest, ElectLeadersRequest, FetchRequest,
+    FindCoordinatorRequest, HeartbeatRequest, IncrementalAlterConfigsRequest,
+    InitProducerIdRequest, JoinGroupRequest, LeaveGroupRequest, ListConfigResourcesRequest,
+    ListGroupsRequest, ListOffsetsRequest, ListPartitionReassignmentsRequest, MetadataRequest,
+    OffsetCommitRequest, OffsetDeleteRequest, OffsetFetchRequest, OffsetForLeaderEpochRequest,
+    ProduceRequest, RequestHeader, ResponseHeader, SyncGroupRequest,
 };
 use kafka_protocol::protocol::{Decodable, Encodable};
 use tokio::task::JoinHandle;
@@ -270,6 +270,22 @@ pub fn dispatch(
                 route,
                 api::sync_group::handle(ctx, request, version),
                 true,
+            ))
+        }
+        ApiKey::ConsumerGroupHeartbeat => {
+            let request: ConsumerGroupHeartbeatRequest = decode(&mut buf, route)?;
+            let client_id = header.client_id.as_deref().unwrap_or_default();
+            Ok(spawn(
+                route,
+                api::consumer_group_heartbeat::handle(ctx, request, version, client_id, peer),
+                true,
+            ))
+        }
+        ApiKey::ConsumerGroupDescribe => {
+            let request: ConsumerGroupDescribeRequest = decode(&mut buf, route)?;
+            Ok(ready(
+                route,
+                api::consumer_group_describe::handle(ctx, request, version),
             ))
         }
         ApiKey::Heartbeat => {

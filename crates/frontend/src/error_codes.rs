@@ -68,6 +68,11 @@ pub const MEMBER_ID_REQUIRED: i16 = 79;
 pub const GROUP_MAX_SIZE_REACHED: i16 = 81;
 pub const FENCED_INSTANCE_ID: i16 = 82;
 pub const GROUP_SUBSCRIBED_TO_TOPIC: i16 = 86;
+pub const FENCED_MEMBER_EPOCH: i16 = 110;
+pub const UNRELEASED_INSTANCE_ID: i16 = 111;
+pub const UNSUPPORTED_ASSIGNOR: i16 = 112;
+pub const STALE_MEMBER_EPOCH: i16 = 113;
+pub const INVALID_REGULAR_EXPRESSION: i16 = 128;
 
 /// A Kafka error code with an optional message for the response's `error_message` and, for
 /// Produce, the records of the batch it refers to (`record_errors`, KIP-467).
@@ -265,6 +270,11 @@ pub fn from_group(err: &GroupError, context: &str) -> KafkaError {
         GroupError::NonEmptyGroup => NON_EMPTY_GROUP,
         GroupError::GroupSubscribedToTopic => GROUP_SUBSCRIBED_TO_TOPIC,
         GroupError::OffsetMetadataTooLarge => OFFSET_METADATA_TOO_LARGE,
+        GroupError::FencedMemberEpoch => FENCED_MEMBER_EPOCH,
+        GroupError::StaleMemberEpoch => STALE_MEMBER_EPOCH,
+        GroupError::UnreleasedInstanceId => UNRELEASED_INSTANCE_ID,
+        GroupError::UnsupportedAssignor => UNSUPPORTED_ASSIGNOR,
+        GroupError::InvalidRegularExpression(_) => INVALID_REGULAR_EXPRESSION,
         GroupError::InvalidRequest(_) => INVALID_REQUEST,
         GroupError::Storage(_) => {
             warn!(%context, error = %err, "__consumer_offsets write failed");

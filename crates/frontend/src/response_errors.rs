@@ -9,8 +9,9 @@
 
 use kafka_protocol::messages::{
     AlterConfigsResponse, AlterPartitionReassignmentsResponse, ApiVersionsResponse,
-    CreatePartitionsResponse, CreateTopicsResponse, DeleteGroupsResponse, DeleteRecordsResponse,
-    DeleteTopicsResponse, DescribeClusterResponse, DescribeConfigsResponse, DescribeGroupsResponse,
+    ConsumerGroupDescribeResponse, ConsumerGroupHeartbeatResponse, CreatePartitionsResponse,
+    CreateTopicsResponse, DeleteGroupsResponse, DeleteRecordsResponse, DeleteTopicsResponse,
+    DescribeClusterResponse, DescribeConfigsResponse, DescribeGroupsResponse,
     DescribeLogDirsResponse, DescribeProducersResponse, DescribeTopicPartitionsResponse,
     ElectLeadersResponse, FetchResponse, FindCoordinatorResponse, HeartbeatResponse,
     IncrementalAlterConfigsResponse, InitProducerIdResponse, JoinGroupResponse, LeaveGroupResponse,
@@ -282,6 +283,20 @@ impl ResponseErrors for OffsetFetchResponse {
 impl ResponseErrors for ListGroupsResponse {
     fn for_each_error(&self, f: &mut dyn FnMut(i16)) {
         visit(self.error_code, f);
+    }
+}
+
+impl ResponseErrors for ConsumerGroupHeartbeatResponse {
+    fn for_each_error(&self, f: &mut dyn FnMut(i16)) {
+        visit(self.error_code, f);
+    }
+}
+
+impl ResponseErrors for ConsumerGroupDescribeResponse {
+    fn for_each_error(&self, f: &mut dyn FnMut(i16)) {
+        for group in &self.groups {
+            visit(group.error_code, f);
+        }
     }
 }
 

@@ -145,6 +145,7 @@ pub fn single_node_context(
     let group_log = Arc::new(DurableGroupLog::new(Duration::from_secs(10)));
     let groups = GroupCoordinator::new(
         CoordinatorConfig {
+            consumer: Default::default(),
             group: GroupConfig {
                 initial_rebalance_delay_ms: 0,
                 ..GroupConfig::default()

@@ -59,6 +59,8 @@ pub const ADVERTISED: &[ApiRange] = &[
     range(ApiKey::ListGroups, 0, 5),
     range(ApiKey::DeleteGroups, 0, 2),
     range(ApiKey::OffsetDelete, 0, 0),
+    range(ApiKey::ConsumerGroupHeartbeat, 0, 1),
+    range(ApiKey::ConsumerGroupDescribe, 0, 1),
 ];
 
 /// Lowest Produce version that is actually served (magic 2 record batches).

@@ -62,6 +62,10 @@ use parking_lot::{Condvar, Mutex};
 use tokio::sync::oneshot;
 use tracing::{debug, error, info, warn};
 
+use crate::consumer_group::{
+    ConsumerGroup, ConsumerGroupConfig, ConsumerGroupDescription, GroupRecord, HeartbeatRequest,
+    HeartbeatResponse, TopicsView, JOIN_EPOCH,
+};
 use crate::error::GroupError;
 use crate::group::{
     CommittedOffset, Effect, Group, GroupConfig, GroupState, JoinRequest, JoinResponse,
@@ -92,6 +96,8 @@ const SNAPSHOT_INTERVAL_MS: i64 = 60_000;
 #[derive(Debug, Clone)]
 pub struct CoordinatorConfig {
     pub group: GroupConfig,
+    /// The group.consumer.* settings of KIP-848 consumer groups.
+    pub consumer: ConsumerGroupConfig,
     /// offsets.retention.minutes, in ms.
     pub offsets_retention_ms: i64,
     /// Where the sled snapshot lives; `None` = no snapshot.
@@ -155,7 +161,10 @@ pub struct GroupSnapshot {
 pub struct GroupListing {
     pub group_id: String,
     pub protocol_type: String,
-    pub state: GroupState,
+    /// The state's name as Kafka lists it (classic or consumer group states).
+    pub state: &'static str,
+    /// "Classic" or "Consumer", as ListGroups v5 reports it.
+    pub group_type: &'static str,
 }
 
 /// DescribeGroups member.
@@ -200,8 +209,12 @@ fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
+/// One group id's state. A group is a classic group, or (with `consumer` set) a KIP-848
+/// consumer group whose classic half stays Empty; either way `group` keeps the committed offsets
+/// and is what the log and the snapshot hold. Consumer group membership is in memory only.
 struct GroupEntry {
     group: Group,
+    consumer: Option<ConsumerGroup>,
     joins: HashMap<String, oneshot::Sender<JoinResponse>>,
     syncs: HashMap<String, oneshot::Sender<SyncResponse>>,
 }
@@ -210,9 +223,20 @@ impl GroupEntry {
     fn new(group: Group) -> Self {
         Self {
             group,
+            consumer: None,
             joins: HashMap::new(),
             syncs: HashMap::new(),
         }
+    }
+
+    /// Whether any member (classic or consumer protocol) is in the group.
+    fn has_members(&self) -> bool {
+        !self.group.is_empty() || self.consumer.as_ref().is_some_and(|c| !c.is_empty())
+    }
+
+    /// A consumer group with members.
+    fn active_consumer(&self) -> Option<&ConsumerGroup> {
+        self.consumer.as_ref().filter(|c| !c.is_empty())
     }
 }
 
@@ -715,6 +739,7 @@ impl GroupCoordinator {
             &led.log,
             snapshot,
             &self.config.group,
+            &self.config.consumer,
             now_ms(),
             &|| !current(),
         );
@@ -734,6 +759,16 @@ impl GroupCoordinator {
                     .into_iter()
                     .map(|(id, g)| (id, GroupEntry::new(g)))
                     .collect();
+                let now = now_ms();
+                for (id, consumer) in replayed.consumer_groups {
+                    guard
+                        .groups
+                        .entry(id.clone())
+                        .or_insert_with(|| {
+                            GroupEntry::new(Group::new(&id, &self.config.group, now))
+                        })
+                        .consumer = Some(consumer);
+                }
                 guard.dirty = replayed.records > 0;
                 let groups = guard.groups.len();
                 guard.leadership = Leadership::Loaded(led.clone());
@@ -906,6 +941,18 @@ impl GroupCoordinator {
             .groups
             .entry(req.group_id.clone())
             .or_insert_with(|| GroupEntry::new(Group::new(&req.group_id, &config, now)));
+        // A consumer group takes classic members only once it is empty (it then becomes a
+        // classic group again): Kafka's rule with group.consumer.migration.policy=disabled.
+        if entry.active_consumer().is_some() {
+            return ready(JoinResponse::error(
+                GroupError::InconsistentGroupProtocol,
+                &member_id,
+            ));
+        }
+        let converted = entry
+            .consumer
+            .take()
+            .map(|c| encode_group_records(c.tombstones()));
         let new_member_id = format!("{}-{}", req.client_id, uuid::Uuid::new_v4());
         let before = (entry.group.state(), entry.group.generation());
         let (outcome, effects) = entry.group.join(&config, &req, new_member_id, now);
@@ -923,6 +970,14 @@ impl GroupCoordinator {
                 None
             }
         };
+        // An empty consumer group that became classic: its consumer records go (nobody waits;
+        // if they do not commit, a reload finds an empty consumer group, which a join converts
+        // again).
+        if let Some(tombstones) = converted {
+            if let Err(e) = self.append(&mut shard, &tombstones) {
+                warn!(group = %req.group_id, error = %e, "cannot write the tombstones of a converted consumer group");
+            }
+        }
         let mut deliveries = self.apply_effects(&mut shard, &req.group_id, effects);
         // An answer given now still waits for the record this step wrote, like the parked ones.
         deliveries.joins.extend(direct);
@@ -1033,6 +1088,104 @@ impl GroupCoordinator {
         result
     }
 
+    // ----- KIP-848 consumer groups -----
+
+    /// ConsumerGroupHeartbeat. A classic group becomes a consumer group on a join only while it
+    /// has no members (GROUP_ID_NOT_FOUND otherwise, Kafka's answer with migration disabled);
+    /// any other epoch for a group that is not a consumer group here gets UNKNOWN_MEMBER_ID, so
+    /// that members whose group was lost (a restart, a coordinator move) rejoin.
+    pub fn consumer_heartbeat(
+        &self,
+        req: &HeartbeatRequest,
+        topics: &dyn TopicsView,
+    ) -> Reply<Result<HeartbeatResponse, GroupError>> {
+        let now = now_ms();
+        let mut shard = match self.loaded_shard(&req.group_id) {
+            Ok(s) => s,
+            Err(e) => return ready(Err(e)),
+        };
+        let (result, writes) = self.consumer_heartbeat_locked(&mut shard, req, topics, now);
+        if writes.is_empty() {
+            return ready(result);
+        }
+        // The answer waits until what it reports is in the log, as in Kafka.
+        let committed = match self.append(&mut shard, &writes) {
+            Ok(c) => c,
+            Err(e) => return ready(Err(e)),
+        };
+        drop(shard);
+        Box::pin(async move {
+            match committed.await {
+                Ok(()) => result,
+                Err(e) => Err(e.into()),
+            }
+        })
+    }
+
+    /// The heartbeat's step under the shard lock: its answer and the records to append.
+    fn consumer_heartbeat_locked(
+        &self,
+        shard: &mut Shard,
+        req: &HeartbeatRequest,
+        topics: &dyn TopicsView,
+        now: i64,
+    ) -> (Result<HeartbeatResponse, GroupError>, Vec<Encoded>) {
+        let created = !shard.groups.contains_key(&req.group_id);
+        let config = &self.config;
+        if created && req.member_epoch != JOIN_EPOCH {
+            return (Err(GroupError::UnknownMemberId), Vec::new());
+        }
+        let entry = shard
+            .groups
+            .entry(req.group_id.clone())
+            .or_insert_with(|| GroupEntry::new(Group::new(&req.group_id, &config.group, now)));
+        if entry.consumer.is_none() {
+            if req.member_epoch != JOIN_EPOCH {
+                return (Err(GroupError::UnknownMemberId), Vec::new());
+            }
+            if entry.has_members() || entry.group.state() == GroupState::Dead {
+                return (Err(GroupError::GroupIdNotFound), Vec::new());
+            }
+        }
+        let consumer = entry
+            .consumer
+            .get_or_insert_with(|| ConsumerGroup::new(&req.group_id));
+        let before = consumer.group_epoch();
+        let result = consumer.heartbeat(
+            &config.consumer,
+            req,
+            topics,
+            || uuid::Uuid::new_v4().to_string(),
+            now,
+        );
+        if consumer.group_epoch() != before {
+            debug!(group = %req.group_id, group_epoch = consumer.group_epoch(), state = consumer.state().name(), "consumer group epoch moved");
+        }
+        let writes = encode_group_records(consumer.take_records());
+        // A refused first join leaves no group behind.
+        let leftover = consumer.is_empty() && entry.group.offsets.is_empty();
+        if created && leftover && result.is_err() {
+            shard.groups.remove(&req.group_id);
+            return (result, Vec::new());
+        }
+        (result, writes)
+    }
+
+    /// ConsumerGroupDescribe of one group: GROUP_ID_NOT_FOUND for a group that does not exist or
+    /// is a classic group, as in Kafka.
+    pub fn describe_consumer_group(
+        &self,
+        group_id: &str,
+    ) -> Result<ConsumerGroupDescription, GroupError> {
+        let shard = self.loaded_shard(group_id)?;
+        shard
+            .groups
+            .get(group_id)
+            .and_then(|e| e.consumer.as_ref())
+            .map(|c| c.describe(&self.config.consumer))
+            .ok_or(GroupError::GroupIdNotFound)
+    }
+
     // ----- offsets -----
 
     /// OffsetCommit: one result per partition, in request order, answered once committed.
@@ -1066,12 +1219,16 @@ impl GroupCoordinator {
         let Some(entry) = shard.groups.get_mut(&req.group_id) else {
             return all(GroupError::CoordinatorNotAvailable);
         };
-        if let Err(e) = entry.group.validate_commit(
-            req.generation_id,
-            &req.member_id,
-            req.group_instance_id.as_deref(),
-            now,
-        ) {
+        let valid = match &entry.consumer {
+            Some(consumer) => consumer.validate_commit(&req.member_id, req.generation_id),
+            None => entry.group.validate_commit(
+                req.generation_id,
+                &req.member_id,
+                req.group_instance_id.as_deref(),
+                now,
+            ),
+        };
+        if let Err(e) = valid {
             return all(e);
         }
         let mut results: Vec<Result<(), GroupError>> = Vec::with_capacity(count);
@@ -1143,7 +1300,23 @@ impl GroupCoordinator {
         group_id: &str,
         topics: FetchTopics,
     ) -> Result<Vec<(String, Vec<(i32, Option<CommittedOffset>)>)>, GroupError> {
+        self.fetch_offsets_as(group_id, None, -1, topics)
+    }
+
+    /// OffsetFetch v9+ from a member of a consumer group (`member_id`, `member_epoch`): the
+    /// member must be current (UNKNOWN_MEMBER_ID, STALE_MEMBER_EPOCH), as in Kafka.
+    #[allow(clippy::type_complexity)]
+    pub fn fetch_offsets_as(
+        &self,
+        group_id: &str,
+        member_id: Option<&str>,
+        member_epoch: i32,
+        topics: FetchTopics,
+    ) -> Result<Vec<(String, Vec<(i32, Option<CommittedOffset>)>)>, GroupError> {
         let shard = self.loaded_shard(group_id)?;
+        if let Some(consumer) = shard.groups.get(group_id).and_then(|e| e.consumer.as_ref()) {
+            consumer.validate_fetch(member_id, member_epoch)?;
+        }
         let group = shard.groups.get(group_id).map(|e| &e.group);
         Ok(match topics {
             Some(topics) => topics
@@ -1227,20 +1400,29 @@ impl GroupCoordinator {
             }
             for entry in shard.groups.values() {
                 let g = &entry.group;
-                let state = g.state();
-                if state == GroupState::Dead {
+                if g.state() == GroupState::Dead {
                     continue;
                 }
+                let listing = match &entry.consumer {
+                    Some(c) => GroupListing {
+                        group_id: g.id().to_string(),
+                        protocol_type: "consumer".to_string(),
+                        state: c.state().name(),
+                        group_type: "Consumer",
+                    },
+                    None => GroupListing {
+                        group_id: g.id().to_string(),
+                        protocol_type: g.protocol_type().unwrap_or_default().to_string(),
+                        state: g.state().name(),
+                        group_type: "Classic",
+                    },
+                };
                 if !states.is_empty()
-                    && !states.iter().any(|s| s.eq_ignore_ascii_case(state.name()))
+                    && !states.iter().any(|s| s.eq_ignore_ascii_case(listing.state))
                 {
                     continue;
                 }
-                out.push(GroupListing {
-                    group_id: g.id().to_string(),
-                    protocol_type: g.protocol_type().unwrap_or_default().to_string(),
-                    state,
-                });
+                out.push(listing);
             }
         }
         Ok(out)
@@ -1257,6 +1439,11 @@ impl GroupCoordinator {
                 members: Vec::new(),
             });
         };
+        if entry.consumer.is_some() {
+            // Kafka: "Group … is not a classic group." (the admin client then asks
+            // ConsumerGroupDescribe).
+            return Err(GroupError::GroupIdNotFound);
+        }
         let g = &entry.group;
         let stable = g.state() == GroupState::Stable;
         let protocol = g.protocol_name().unwrap_or_default().to_string();
@@ -1314,12 +1501,18 @@ impl GroupCoordinator {
             .groups
             .get(group_id)
             .ok_or(GroupError::GroupIdNotFound)?;
+        if entry.active_consumer().is_some() {
+            return Err(GroupError::NonEmptyGroup);
+        }
         match entry.group.state() {
             GroupState::Empty => {}
             GroupState::Dead => return Err(GroupError::GroupIdNotFound),
             _ => return Err(GroupError::NonEmptyGroup),
         }
-        let tombstones = group_tombstones(&entry.group, true);
+        let mut tombstones = group_tombstones(&entry.group, true);
+        if let Some(c) = &entry.consumer {
+            tombstones.extend(encode_group_records(c.tombstones()));
+        }
         let committed = self.append(&mut shard, &tombstones)?;
         if let Some(mut entry) = shard.groups.remove(group_id) {
             entry.group.mark_dead(now);
@@ -1358,19 +1551,24 @@ impl GroupCoordinator {
             .get(group_id)
             .ok_or(GroupError::GroupIdNotFound)?;
         let g = &entry.group;
-        let consumer = g.protocol_type() == Some("consumer");
+        let active_consumer = entry.active_consumer();
+        let consumer = g.protocol_type() == Some("consumer") || active_consumer.is_some();
         match g.state() {
             GroupState::Dead => return Err(GroupError::GroupIdNotFound),
             GroupState::Empty => {}
             _ if !consumer => return Err(GroupError::NonEmptyGroup),
             _ => {}
         }
-        let empty = g.state() == GroupState::Empty;
+        let empty = g.state() == GroupState::Empty && active_consumer.is_none();
         let mut results = Vec::with_capacity(partitions.len());
         let mut tombstones = Vec::new();
         let mut removed = Vec::new();
         for (topic, partition) in partitions {
-            if !empty && g.is_subscribed(topic) {
+            let subscribed = match active_consumer {
+                Some(c) => c.is_subscribed(topic),
+                None => g.is_subscribed(topic),
+            };
+            if !empty && subscribed {
                 results.push(Err(GroupError::GroupSubscribedToTopic));
                 continue;
             }
@@ -1409,6 +1607,25 @@ impl GroupCoordinator {
             if shard.leadership.loaded().is_none() {
                 continue;
             }
+            let mut removals = Vec::new();
+            for (id, entry) in shard.groups.iter_mut() {
+                let Some(consumer) = entry.consumer.as_mut() else {
+                    continue;
+                };
+                if consumer.next_deadline_ms().is_some_and(|d| d <= now) {
+                    for member in consumer.tick(now) {
+                        info!(group = %id, member = %member, group_epoch = consumer.group_epoch(), "consumer group member removed (session or rebalance timeout)");
+                    }
+                    removals.extend(encode_group_records(consumer.take_records()));
+                }
+            }
+            // Nobody waits for these; if they do not commit, a new coordinator finds the members
+            // and expires them again.
+            if !removals.is_empty() {
+                if let Err(e) = self.append(&mut shard, &removals) {
+                    warn!(error = %e, "cannot write consumer group member removals");
+                }
+            }
             let due: Vec<String> = shard
                 .groups
                 .iter()
@@ -1444,6 +1661,9 @@ impl GroupCoordinator {
         let mut tombstones = Vec::new();
         let mut dead = Vec::new();
         for (id, entry) in shard.groups.iter_mut() {
+            if entry.active_consumer().is_some() {
+                continue;
+            }
             let g = &mut entry.group;
             for tp in g.expired_offsets(now, retention) {
                 g.offsets.remove(&tp);
@@ -1458,6 +1678,9 @@ impl GroupCoordinator {
             }
             if g.state() == GroupState::Empty && g.offsets.is_empty() && g.is_empty() {
                 tombstones.extend(group_tombstones(g, false));
+                if let Some(c) = &entry.consumer {
+                    tombstones.extend(encode_group_records(c.tombstones()));
+                }
                 dead.push(id.clone());
             }
         }
@@ -1563,6 +1786,22 @@ fn ready<T: Send + 'static>(value: T) -> Reply<T> {
 }
 
 /// Tombstones for a group's offsets (when `with_offsets`) and its metadata.
+/// An encoded record: key and value (`None` = tombstone).
+type Encoded = (Bytes, Option<Bytes>);
+
+/// Encodes consumer group records for the log.
+fn encode_group_records(records: Vec<GroupRecord>) -> Vec<Encoded> {
+    records
+        .into_iter()
+        .map(|(k, v)| {
+            (
+                records::encode_key(&k),
+                v.as_ref().and_then(records::encode_consumer_value),
+            )
+        })
+        .collect()
+}
+
 fn group_tombstones(g: &Group, with_offsets: bool) -> Vec<(Bytes, Option<Bytes>)> {
     let mut out = Vec::new();
     if with_offsets {
@@ -1607,6 +1846,13 @@ fn materialize(shard: &Shard, log: &PartitionLog) -> PartitionSnapshot {
                 }),
                 records::encode_offset_value(o),
             ));
+        }
+        if let Some(c) = &entry.consumer {
+            entries.extend(
+                encode_group_records(c.all_records())
+                    .into_iter()
+                    .filter_map(|(k, v)| v.map(|v| (k, v))),
+            );
         }
     }
     PartitionSnapshot {
@@ -1665,6 +1911,7 @@ mod tests {
         offsets_retention_ms: i64,
     ) -> Arc<GroupCoordinator> {
         let config = CoordinatorConfig {
+            consumer: Default::default(),
             group: GroupConfig::default(),
             offsets_retention_ms,
             snapshot_dir,
@@ -1968,6 +2215,7 @@ mod tests {
             })
             .collect();
         let config = CoordinatorConfig {
+            consumer: Default::default(),
             group: GroupConfig {
                 initial_rebalance_delay_ms: 0,
                 ..GroupConfig::default()

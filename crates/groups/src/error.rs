@@ -54,6 +54,23 @@ pub enum GroupError {
     /// Commit metadata longer than offset.metadata.max.bytes.
     #[error("The metadata field of the offset request was too large.")]
     OffsetMetadataTooLarge,
+    /// ConsumerGroupHeartbeat: the member epoch is neither the member's current one nor (with the
+    /// partitions it owns matching) the previous one; the member must rejoin with epoch 0.
+    #[error("The member epoch is fenced by the group coordinator. The member must abandon all its partitions and rejoin.")]
+    FencedMemberEpoch,
+    /// OffsetCommit/OffsetFetch of a consumer-protocol member with an epoch other than its
+    /// current one.
+    #[error("The member epoch is stale. The member must retry after receiving its updated member epoch via the ConsumerGroupHeartbeat API.")]
+    StaleMemberEpoch,
+    /// A static member joins with the group.instance.id of a member that has not left.
+    #[error("The instance ID is still used by another member in the consumer group. That member must leave first.")]
+    UnreleasedInstanceId,
+    /// The server assignor named is not one of group.consumer.assignors.
+    #[error("The assignor or its version range is not supported by the consumer group.")]
+    UnsupportedAssignor,
+    /// A subscription regular expression that does not compile or is too long.
+    #[error("{0}")]
+    InvalidRegularExpression(String),
     /// The request breaks a limit or is self-contradictory.
     #[error("{0}")]
     InvalidRequest(String),

@@ -1,5 +1,6 @@
 //! Millrace's group coordinator: classic consumer groups (JoinGroup, SyncGroup, Heartbeat,
-//! LeaveGroup), committed offsets, and their persistence in the compacted internal topic
+//! LeaveGroup), KIP-848 consumer groups (ConsumerGroupHeartbeat, server-side assignors in
+//! [`assignor`], the state machine in [`consumer_group`]), committed offsets, and their persistence in the compacted internal topic
 //! `__consumer_offsets`, in Kafka's own record formats.
 //!
 //! Data flow: the front end decodes a group request, converts it into this crate's request
@@ -17,6 +18,8 @@
 //! Types to read first: [`group::Group`], [`coordinator::GroupCoordinator`],
 //! [`group_log::GroupLog`], [`records::RecordKey`].
 
+pub mod assignor;
+pub mod consumer_group;
 pub mod coordinator;
 pub mod error;
 pub mod group;
@@ -26,6 +29,12 @@ pub mod records;
 mod replay;
 pub mod snapshot;
 
+pub use assignor::{Assignment, Assignor};
+pub use consumer_group::{
+    ConsumerGroupConfig, ConsumerGroupDescription, ConsumerGroupState, ConsumerMember,
+    ConsumerMemberDescription, HeartbeatRequest as ConsumerHeartbeatRequest,
+    HeartbeatResponse as ConsumerHeartbeatResponse, TopicInfo, TopicsView,
+};
 pub use coordinator::{
     partition_for, CommitPartition, CommitRequest, CoordinatorConfig, CoordinatorSnapshot,
     FetchTopics, GroupCoordinator, GroupDescription, GroupListing, GroupSnapshot, LoadHold,

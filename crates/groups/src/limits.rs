@@ -74,3 +74,7 @@ const _: () = assert!(LOADER_THREADS_MAX >= 1);
 /// Bytes of metadata one committed offset may carry (Kafka's offset.metadata.max.bytes default).
 /// Enforced in the coordinator's OffsetCommit (OFFSET_METADATA_TOO_LARGE for that partition).
 pub const OFFSET_METADATA_BYTES_MAX: usize = 4096;
+
+/// Longest subscription regular expression a ConsumerGroupHeartbeat may carry (bytes): the
+/// pattern is compiled with the `regex` crate's own size limit as well.
+pub const SUBSCRIPTION_REGEX_BYTES_MAX: usize = 4096;

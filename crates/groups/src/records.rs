@@ -2,10 +2,16 @@
 //! could be read by Kafka's tools and Kafka's could be read by ours.
 //!
 //! Keys start with an i16 record type: 0 or 1 = OffsetCommitKey (group, topic, partition),
-//! 2 = GroupMetadataKey (group); 3 and up are KIP-848 records, which are skipped. Values start
-//! with an i16 version. Millrace writes OffsetCommitValue v3 and GroupMetadataValue v3 and reads
-//! v0-v3 of both (v4 is flexible and unused by classic groups). A record with a null value is a
-//! tombstone. Strings are i16-length-prefixed UTF-8 (-1 = null), bytes are i32-length-prefixed.
+//! 2 = GroupMetadataKey (group), and the KIP-848 consumer group records 3 = ConsumerGroupMetadata
+//! (group epoch), 5 = ConsumerGroupMemberMetadata (subscription), 6 =
+//! ConsumerGroupTargetAssignmentMetadata (assignment epoch), 7 =
+//! ConsumerGroupTargetAssignmentMember, 8 = ConsumerGroupCurrentMemberAssignment; other types
+//! (4, partition metadata, which Kafka 4.1 no longer writes; regexes; share and streams groups)
+//! are skipped. Values start with an i16 version. Millrace writes OffsetCommitValue v3 and
+//! GroupMetadataValue v3 and reads v0-v3 of both (v4 is flexible and unused by classic groups);
+//! the consumer group values are v0, in the flexible encoding (compact strings and arrays,
+//! tagged fields, which are skipped on read). A record with a null value is a tombstone. Keys'
+//! strings are i16-length-prefixed UTF-8 (-1 = null), bytes are i32-length-prefixed.
 //! Layouts: apache/kafka `group-coordinator/src/main/resources/common/message/*.json`.
 
 use bytes::{BufMut, Bytes, BytesMut};
@@ -21,6 +27,13 @@ pub const OFFSET_COMMIT_VALUE_VERSION: i16 = 3;
 /// Value version Millrace writes for group metadata (adds groupInstanceId).
 pub const GROUP_METADATA_VALUE_VERSION: i16 = 3;
 
+/// Key record types of the KIP-848 consumer group records.
+pub const CONSUMER_GROUP_METADATA_KEY_TYPE: i16 = 3;
+pub const CONSUMER_MEMBER_METADATA_KEY_TYPE: i16 = 5;
+pub const CONSUMER_TARGET_METADATA_KEY_TYPE: i16 = 6;
+pub const CONSUMER_TARGET_MEMBER_KEY_TYPE: i16 = 7;
+pub const CONSUMER_CURRENT_ASSIGNMENT_KEY_TYPE: i16 = 8;
+
 /// What a record in `__consumer_offsets` is about.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum RecordKey {
@@ -32,14 +45,70 @@ pub enum RecordKey {
     Group {
         group: String,
     },
+    /// ConsumerGroupMetadataKey: the consumer group's epoch.
+    ConsumerGroup {
+        group: String,
+    },
+    /// ConsumerGroupMemberMetadataKey: a member's subscription.
+    ConsumerMember {
+        group: String,
+        member: String,
+    },
+    /// ConsumerGroupTargetAssignmentMetadataKey: the assignment epoch.
+    ConsumerTargetEpoch {
+        group: String,
+    },
+    /// ConsumerGroupTargetAssignmentMemberKey: a member's target assignment.
+    ConsumerTarget {
+        group: String,
+        member: String,
+    },
+    /// ConsumerGroupCurrentMemberAssignmentKey: a member's epoch and current assignment.
+    ConsumerCurrent {
+        group: String,
+        member: String,
+    },
 }
 
 impl RecordKey {
     pub fn group(&self) -> &str {
         match self {
-            RecordKey::Offset { group, .. } | RecordKey::Group { group } => group,
+            RecordKey::Offset { group, .. }
+            | RecordKey::Group { group }
+            | RecordKey::ConsumerGroup { group }
+            | RecordKey::ConsumerMember { group, .. }
+            | RecordKey::ConsumerTargetEpoch { group }
+            | RecordKey::ConsumerTarget { group, .. }
+            | RecordKey::ConsumerCurrent { group, .. } => group,
         }
     }
+}
+
+/// Partitions by topic id, as the consumer group records carry them.
+pub type TopicPartitions = Vec<(uuid::Uuid, Vec<i32>)>;
+
+/// ConsumerGroupMemberMetadataValue.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ConsumerMemberValue {
+    pub instance_id: Option<String>,
+    pub rack_id: Option<String>,
+    pub client_id: String,
+    pub client_host: String,
+    pub subscribed_topic_names: Vec<String>,
+    pub subscribed_topic_regex: Option<String>,
+    pub rebalance_timeout_ms: i32,
+    pub server_assignor: Option<String>,
+}
+
+/// ConsumerGroupCurrentMemberAssignmentValue. `state`: 0 stable, 1 unrevoked partitions,
+/// 2 unreleased partitions (Kafka's `MemberState`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ConsumerCurrentValue {
+    pub member_epoch: i32,
+    pub previous_member_epoch: i32,
+    pub state: i8,
+    pub assigned: TopicPartitions,
+    pub pending_revocation: TopicPartitions,
 }
 
 /// OffsetCommitValue.
@@ -85,6 +154,22 @@ pub struct GroupValue {
 pub enum RecordValue {
     Offset(OffsetValue),
     Group(GroupValue),
+    /// ConsumerGroupMetadataValue: the group epoch and the hash of the subscribed topics'
+    /// metadata when it was last computed (tagged field 0, KIP-1101; 0 = none). Millrace's hash
+    /// is its own (FNV-1a); a Kafka-written one simply does not match once, which costs one
+    /// epoch bump.
+    ConsumerGroup {
+        epoch: i32,
+        metadata_hash: i64,
+    },
+    ConsumerMember(ConsumerMemberValue),
+    /// ConsumerGroupTargetAssignmentMetadataValue: the assignment epoch.
+    ConsumerTargetEpoch {
+        assignment_epoch: i32,
+    },
+    /// ConsumerGroupTargetAssignmentMemberValue.
+    ConsumerTarget(TopicPartitions),
+    ConsumerCurrent(ConsumerCurrentValue),
 }
 
 /// Why bytes could not be read as a coordinator record.
@@ -119,8 +204,109 @@ pub fn encode_key(key: &RecordKey) -> Bytes {
             b.put_i16(GROUP_METADATA_KEY_TYPE);
             put_string(&mut b, group);
         }
+        RecordKey::ConsumerGroup { group } => {
+            b.put_i16(CONSUMER_GROUP_METADATA_KEY_TYPE);
+            put_string(&mut b, group);
+        }
+        RecordKey::ConsumerTargetEpoch { group } => {
+            b.put_i16(CONSUMER_TARGET_METADATA_KEY_TYPE);
+            put_string(&mut b, group);
+        }
+        RecordKey::ConsumerMember { group, member }
+        | RecordKey::ConsumerTarget { group, member }
+        | RecordKey::ConsumerCurrent { group, member } => {
+            b.put_i16(match key {
+                RecordKey::ConsumerMember { .. } => CONSUMER_MEMBER_METADATA_KEY_TYPE,
+                RecordKey::ConsumerTarget { .. } => CONSUMER_TARGET_MEMBER_KEY_TYPE,
+                _ => CONSUMER_CURRENT_ASSIGNMENT_KEY_TYPE,
+            });
+            put_string(&mut b, group);
+            put_string(&mut b, member);
+        }
     }
     b.freeze()
+}
+
+/// Value version of every consumer group record Millrace writes (flexible).
+const CONSUMER_VALUE_VERSION: i16 = 0;
+
+/// Encodes a KIP-848 consumer group value (the flexible v0 layouts); `None` for the classic
+/// values, which have their own encoders.
+pub fn encode_consumer_value(v: &RecordValue) -> Option<Bytes> {
+    let mut b = BytesMut::new();
+    b.put_i16(CONSUMER_VALUE_VERSION);
+    match v {
+        RecordValue::Offset(_) | RecordValue::Group(_) => return None,
+        RecordValue::ConsumerGroup {
+            epoch,
+            metadata_hash,
+        } => {
+            b.put_i32(*epoch);
+            if *metadata_hash != 0 {
+                // One tagged field: tag 0, 8 bytes.
+                put_uvarint(&mut b, 1);
+                put_uvarint(&mut b, 0);
+                put_uvarint(&mut b, 8);
+                b.put_i64(*metadata_hash);
+                return Some(b.freeze());
+            }
+        }
+        RecordValue::ConsumerTargetEpoch { assignment_epoch } => b.put_i32(*assignment_epoch),
+        RecordValue::ConsumerMember(m) => {
+            put_compact_nullable_string(&mut b, m.instance_id.as_deref());
+            put_compact_nullable_string(&mut b, m.rack_id.as_deref());
+            put_compact_nullable_string(&mut b, Some(&m.client_id));
+            put_compact_nullable_string(&mut b, Some(&m.client_host));
+            put_uvarint(&mut b, m.subscribed_topic_names.len() as u64 + 1);
+            for name in &m.subscribed_topic_names {
+                put_compact_nullable_string(&mut b, Some(name));
+            }
+            put_compact_nullable_string(&mut b, m.subscribed_topic_regex.as_deref());
+            b.put_i32(m.rebalance_timeout_ms);
+            put_compact_nullable_string(&mut b, m.server_assignor.as_deref());
+        }
+        RecordValue::ConsumerTarget(tps) => put_topic_partitions(&mut b, tps),
+        RecordValue::ConsumerCurrent(c) => {
+            b.put_i32(c.member_epoch);
+            b.put_i32(c.previous_member_epoch);
+            b.put_i8(c.state);
+            put_topic_partitions(&mut b, &c.assigned);
+            put_topic_partitions(&mut b, &c.pending_revocation);
+        }
+    }
+    // No tagged fields.
+    put_uvarint(&mut b, 0);
+    Some(b.freeze())
+}
+
+fn put_uvarint(b: &mut BytesMut, mut v: u64) {
+    while v >= 0x80 {
+        b.put_u8((v as u8) | 0x80);
+        v >>= 7;
+    }
+    b.put_u8(v as u8);
+}
+
+fn put_compact_nullable_string(b: &mut BytesMut, s: Option<&str>) {
+    match s {
+        None => put_uvarint(b, 0),
+        Some(s) => {
+            put_uvarint(b, s.len() as u64 + 1);
+            b.put_slice(s.as_bytes());
+        }
+    }
+}
+
+fn put_topic_partitions(b: &mut BytesMut, tps: &TopicPartitions) {
+    put_uvarint(b, tps.len() as u64 + 1);
+    for (topic, partitions) in tps {
+        b.put_slice(topic.as_bytes());
+        put_uvarint(b, partitions.len() as u64 + 1);
+        for p in partitions {
+            b.put_i32(*p);
+        }
+        put_uvarint(b, 0);
+    }
 }
 
 pub fn encode_offset_value(v: &OffsetValue) -> Bytes {
@@ -166,6 +352,20 @@ pub fn decode_key(bytes: &[u8]) -> Result<Option<RecordKey>, RecordError> {
             partition: r.i32()?,
         },
         2 => RecordKey::Group { group: r.string()? },
+        CONSUMER_GROUP_METADATA_KEY_TYPE => RecordKey::ConsumerGroup { group: r.string()? },
+        CONSUMER_TARGET_METADATA_KEY_TYPE => RecordKey::ConsumerTargetEpoch { group: r.string()? },
+        CONSUMER_MEMBER_METADATA_KEY_TYPE => RecordKey::ConsumerMember {
+            group: r.string()?,
+            member: r.string()?,
+        },
+        CONSUMER_TARGET_MEMBER_KEY_TYPE => RecordKey::ConsumerTarget {
+            group: r.string()?,
+            member: r.string()?,
+        },
+        CONSUMER_CURRENT_ASSIGNMENT_KEY_TYPE => RecordKey::ConsumerCurrent {
+            group: r.string()?,
+            member: r.string()?,
+        },
         _ => return Ok(None),
     };
     r.finish()?;
@@ -176,7 +376,84 @@ pub fn decode_key(bytes: &[u8]) -> Result<Option<RecordKey>, RecordError> {
 pub fn decode_value(key: &RecordKey, bytes: &[u8]) -> Result<RecordValue, RecordError> {
     let mut r = Reader::new(bytes);
     let version = r.i16()?;
+    let consumer = |what: &'static str| -> Result<(), RecordError> {
+        if version == CONSUMER_VALUE_VERSION {
+            Ok(())
+        } else {
+            Err(RecordError::UnsupportedVersion { what, version })
+        }
+    };
     let value = match key {
+        RecordKey::ConsumerGroup { .. } => {
+            consumer("ConsumerGroupMetadataValue")?;
+            let epoch = r.i32()?;
+            let metadata_hash = match r.tagged_fields()? {
+                Some(b) if b.len() == 8 => {
+                    let mut a = [0u8; 8];
+                    a.copy_from_slice(b);
+                    i64::from_be_bytes(a)
+                }
+                _ => 0,
+            };
+            RecordValue::ConsumerGroup {
+                epoch,
+                metadata_hash,
+            }
+        }
+        RecordKey::ConsumerTargetEpoch { .. } => {
+            consumer("ConsumerGroupTargetAssignmentMetadataValue")?;
+            let assignment_epoch = r.i32()?;
+            r.tagged_fields()?;
+            RecordValue::ConsumerTargetEpoch { assignment_epoch }
+        }
+        RecordKey::ConsumerMember { .. } => {
+            consumer("ConsumerGroupMemberMetadataValue")?;
+            let instance_id = r.compact_nullable_string()?;
+            let rack_id = r.compact_nullable_string()?;
+            let client_id = r.compact_nullable_string()?.unwrap_or_default();
+            let client_host = r.compact_nullable_string()?.unwrap_or_default();
+            let count = r.compact_array_len()?;
+            let mut subscribed_topic_names = Vec::with_capacity(count.min(1024));
+            for _ in 0..count {
+                subscribed_topic_names.push(r.compact_nullable_string()?.unwrap_or_default());
+            }
+            let subscribed_topic_regex = r.compact_nullable_string()?;
+            let rebalance_timeout_ms = r.i32()?;
+            let server_assignor = r.compact_nullable_string()?;
+            r.tagged_fields()?;
+            RecordValue::ConsumerMember(ConsumerMemberValue {
+                instance_id,
+                rack_id,
+                client_id,
+                client_host,
+                subscribed_topic_names,
+                subscribed_topic_regex,
+                rebalance_timeout_ms,
+                server_assignor,
+            })
+        }
+        RecordKey::ConsumerTarget { .. } => {
+            consumer("ConsumerGroupTargetAssignmentMemberValue")?;
+            let tps = r.topic_partitions()?;
+            r.tagged_fields()?;
+            RecordValue::ConsumerTarget(tps)
+        }
+        RecordKey::ConsumerCurrent { .. } => {
+            consumer("ConsumerGroupCurrentMemberAssignmentValue")?;
+            let member_epoch = r.i32()?;
+            let previous_member_epoch = r.i32()?;
+            let state = r.i8()?;
+            let assigned = r.topic_partitions()?;
+            let pending_revocation = r.topic_partitions()?;
+            r.tagged_fields()?;
+            RecordValue::ConsumerCurrent(ConsumerCurrentValue {
+                member_epoch,
+                previous_member_epoch,
+                state,
+                assigned,
+                pending_revocation,
+            })
+        }
         RecordKey::Offset { .. } => {
             if !(0..=3).contains(&version) {
                 return Err(RecordError::UnsupportedVersion {
@@ -291,6 +568,100 @@ impl<'a> Reader<'a> {
         let (head, tail) = self.buf.split_at(n);
         self.buf = tail;
         Ok(head)
+    }
+
+    fn i8(&mut self) -> Result<i8, RecordError> {
+        let b = self.take(1)?;
+        Ok(b[0] as i8)
+    }
+
+    fn uvarint(&mut self) -> Result<u64, RecordError> {
+        let mut v = 0u64;
+        for shift in (0..64).step_by(7) {
+            let b = self.take(1)?[0];
+            v |= u64::from(b & 0x7f) << shift;
+            if b & 0x80 == 0 {
+                return Ok(v);
+            }
+        }
+        Err(RecordError::BadLength(-1))
+    }
+
+    /// A compact length (uvarint n+1; `None` for 0 = null), bounded by `max`.
+    fn compact_len(&mut self, max: usize) -> Result<Option<usize>, RecordError> {
+        let n = self.uvarint()?;
+        if n == 0 {
+            return Ok(None);
+        }
+        let len = usize::try_from(n - 1).map_err(|_| RecordError::BadLength(-1))?;
+        if len > max {
+            return Err(RecordError::BadLength(
+                i64::try_from(len).unwrap_or(i64::MAX),
+            ));
+        }
+        Ok(Some(len))
+    }
+
+    fn compact_nullable_string(&mut self) -> Result<Option<String>, RecordError> {
+        let Some(len) = self.compact_len(RECORD_BYTES_MAX)? else {
+            return Ok(None);
+        };
+        let b = self.take(len)?;
+        String::from_utf8(b.to_vec())
+            .map(Some)
+            .map_err(|_| RecordError::NotUtf8)
+    }
+
+    fn compact_array_len(&mut self) -> Result<usize, RecordError> {
+        Ok(self.compact_len(RECORD_ARRAY_MAX)?.unwrap_or(0))
+    }
+
+    /// Reads a tagged-field section (a count, then per field a tag, a size and that many bytes)
+    /// and returns tag 0's bytes, the only tagged field Millrace reads.
+    fn tagged_fields(&mut self) -> Result<Option<&'a [u8]>, RecordError> {
+        let count = self.uvarint()?;
+        if count > RECORD_ARRAY_MAX as u64 {
+            return Err(RecordError::BadLength(
+                i64::try_from(count).unwrap_or(i64::MAX),
+            ));
+        }
+        let mut tag0 = None;
+        for _ in 0..count {
+            let tag = self.uvarint()?;
+            let size = self.uvarint()?;
+            let size = usize::try_from(size)
+                .ok()
+                .filter(|s| *s <= RECORD_BYTES_MAX)
+                .ok_or(RecordError::BadLength(-1))?;
+            let data = self.take(size)?;
+            if tag == 0 {
+                tag0 = Some(data);
+            }
+        }
+        Ok(tag0)
+    }
+
+    fn uuid(&mut self) -> Result<uuid::Uuid, RecordError> {
+        let b = self.take(16)?;
+        let mut a = [0u8; 16];
+        a.copy_from_slice(b);
+        Ok(uuid::Uuid::from_bytes(a))
+    }
+
+    fn topic_partitions(&mut self) -> Result<TopicPartitions, RecordError> {
+        let count = self.compact_array_len()?;
+        let mut out = Vec::with_capacity(count.min(1024));
+        for _ in 0..count {
+            let topic = self.uuid()?;
+            let n = self.compact_array_len()?;
+            let mut partitions = Vec::with_capacity(n.min(1024));
+            for _ in 0..n {
+                partitions.push(self.i32()?);
+            }
+            self.tagged_fields()?;
+            out.push((topic, partitions));
+        }
+        Ok(out)
     }
 
     fn i16(&mut self) -> Result<i16, RecordError> {
@@ -449,6 +820,101 @@ mod tests {
         };
         let bytes = encode_group_value(&v);
         assert_eq!(decode_value(&key, &bytes), Ok(RecordValue::Group(v)));
+    }
+
+    #[test]
+    fn consumer_group_records_round_trip() {
+        let t = uuid::Uuid::from_bytes([7; 16]);
+        let cases = [
+            (
+                RecordKey::ConsumerGroup { group: "g".into() },
+                RecordValue::ConsumerGroup {
+                    epoch: 12,
+                    metadata_hash: -77,
+                },
+            ),
+            (
+                RecordKey::ConsumerTargetEpoch { group: "g".into() },
+                RecordValue::ConsumerTargetEpoch {
+                    assignment_epoch: 11,
+                },
+            ),
+            (
+                RecordKey::ConsumerMember {
+                    group: "g".into(),
+                    member: "m".into(),
+                },
+                RecordValue::ConsumerMember(ConsumerMemberValue {
+                    instance_id: Some("i".into()),
+                    rack_id: None,
+                    client_id: "c".into(),
+                    client_host: "/127.0.0.1".into(),
+                    subscribed_topic_names: vec!["a".into(), "b".into()],
+                    subscribed_topic_regex: None,
+                    rebalance_timeout_ms: 300_000,
+                    server_assignor: Some("uniform".into()),
+                }),
+            ),
+            (
+                RecordKey::ConsumerTarget {
+                    group: "g".into(),
+                    member: "m".into(),
+                },
+                RecordValue::ConsumerTarget(vec![(t, vec![0, 2])]),
+            ),
+            (
+                RecordKey::ConsumerCurrent {
+                    group: "g".into(),
+                    member: "m".into(),
+                },
+                RecordValue::ConsumerCurrent(ConsumerCurrentValue {
+                    member_epoch: 11,
+                    previous_member_epoch: 10,
+                    state: 1,
+                    assigned: vec![(t, vec![0])],
+                    pending_revocation: vec![(t, vec![1])],
+                }),
+            ),
+        ];
+        for (key, value) in cases {
+            let k = encode_key(&key);
+            assert_eq!(decode_key(&k), Ok(Some(key.clone())));
+            let v = encode_consumer_value(&value).expect("consumer value");
+            assert_eq!(decode_value(&key, &v), Ok(value));
+        }
+        // Kafka's layout: key type, i16 strings; value version 0, then the fields.
+        let key = encode_key(&RecordKey::ConsumerCurrent {
+            group: "g".into(),
+            member: "m".into(),
+        });
+        assert_eq!(&key[..], &[0, 8, 0, 1, b'g', 0, 1, b'm']);
+        let v = encode_consumer_value(&RecordValue::ConsumerGroup {
+            epoch: 5,
+            metadata_hash: 0,
+        })
+        .expect("v");
+        assert_eq!(&v[..], &[0, 0, 0, 0, 0, 5, 0]);
+        // Kafka 4.1's MetadataHash (tag 0) is read; another tag is skipped.
+        let tagged = [
+            0, 0, 0, 0, 0, 5, 2, 0, 8, 0, 0, 0, 0, 0, 0, 1, 2, 1, 3, 1, 2, 3,
+        ];
+        assert_eq!(
+            decode_value(&RecordKey::ConsumerGroup { group: "g".into() }, &tagged),
+            Ok(RecordValue::ConsumerGroup {
+                epoch: 5,
+                metadata_hash: 0x102,
+            })
+        );
+        // Hostile: a huge compact array length fails cleanly.
+        let bad = [0, 0, 0xff, 0xff, 0xff, 0xff, 0x0f];
+        assert!(decode_value(
+            &RecordKey::ConsumerTarget {
+                group: "g".into(),
+                member: "m".into()
+            },
+            &bad
+        )
+        .is_err());
     }
 
     #[test]

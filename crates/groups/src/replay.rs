@@ -22,6 +22,7 @@ use millrace_store::records::{self as store_records, Record};
 use millrace_store::{PartitionLog, ReadUpperBound};
 use tracing::{debug, warn};
 
+use crate::consumer_group::{ConsumerGroup, ConsumerGroupConfig, ConsumerGroupRecords};
 use crate::group::{Group, GroupConfig};
 use crate::limits::{MARK_READ_BYTES, RECORD_BYTES_MAX, REPLAY_READ_BYTES};
 use crate::records::{self, RecordKey, RecordValue};
@@ -31,6 +32,8 @@ use crate::snapshot::{BatchMark, PartitionSnapshot};
 #[derive(Debug)]
 pub(crate) struct Replayed {
     pub groups: BTreeMap<String, Group>,
+    /// KIP-848 consumer groups, by group id (their offsets are in `groups`).
+    pub consumer_groups: BTreeMap<String, ConsumerGroup>,
     /// Records applied from the log (not counting the snapshot's).
     pub records: usize,
     /// Whether the replay started from the snapshot.
@@ -60,18 +63,28 @@ pub(crate) fn replay(
     log: &PartitionLog,
     snapshot: Option<PartitionSnapshot>,
     config: &GroupConfig,
+    consumer_config: &ConsumerGroupConfig,
     now_ms: i64,
     superseded: &dyn Fn() -> bool,
 ) -> Result<Replayed, ReplayError> {
     let log_start = log.log_start_offset();
     let log_end = log.log_end_offset();
     let mut groups = BTreeMap::new();
+    let mut consumers: BTreeMap<String, ConsumerGroupRecords> = BTreeMap::new();
     let mut from = log_start;
     let mut from_snapshot = false;
     if let Some(snap) = snapshot {
         if snapshot_matches(&snap, log) {
             for (k, v) in &snap.entries {
-                apply_record(partition, &mut groups, k, Some(v), config, now_ms);
+                apply_record(
+                    partition,
+                    &mut groups,
+                    &mut consumers,
+                    k,
+                    Some(v),
+                    config,
+                    now_ms,
+                );
             }
             from = snap.next_offset;
             from_snapshot = true;
@@ -108,6 +121,7 @@ pub(crate) fn replay(
                 apply_record(
                     partition,
                     &mut groups,
+                    &mut consumers,
                     key,
                     r.value.as_ref(),
                     config,
@@ -130,12 +144,20 @@ pub(crate) fn replay(
             }
         }
     }
+    let consumer_groups: BTreeMap<String, ConsumerGroup> = consumers
+        .into_iter()
+        .filter_map(|(id, records)| records.build(&id, consumer_config, now_ms).map(|g| (id, g)))
+        .collect();
     // Groups that replay left with nothing in them are not groups.
-    groups.retain(|_, g: &mut Group| {
-        !(g.is_empty() && g.offsets.is_empty() && g.protocol_type().is_none())
+    groups.retain(|id, g: &mut Group| {
+        !(g.is_empty()
+            && g.offsets.is_empty()
+            && g.protocol_type().is_none()
+            && !consumer_groups.contains_key(id))
     });
     Ok(Replayed {
         groups,
+        consumer_groups,
         records,
         from_snapshot,
         log_end_offset: log_end,
@@ -177,6 +199,7 @@ pub(crate) fn batch_mark_before(log: &PartitionLog, next_offset: i64) -> Option<
 fn apply_record(
     partition: i32,
     groups: &mut BTreeMap<String, Group>,
+    consumers: &mut BTreeMap<String, ConsumerGroupRecords>,
     key: &[u8],
     value: Option<&Bytes>,
     config: &GroupConfig,
@@ -226,6 +249,19 @@ fn apply_record(
                 .entry(group.clone())
                 .or_insert_with(|| Group::new(&group, config, now_ms));
             g.restore(v, now_ms);
+        }
+        (
+            key @ (RecordKey::ConsumerGroup { .. }
+            | RecordKey::ConsumerMember { .. }
+            | RecordKey::ConsumerTargetEpoch { .. }
+            | RecordKey::ConsumerTarget { .. }
+            | RecordKey::ConsumerCurrent { .. }),
+            value,
+        ) => {
+            consumers
+                .entry(key.group().to_string())
+                .or_default()
+                .apply(&key, value);
         }
         (RecordKey::Group { group }, _) => {
             if let Some(old) = groups.remove(&group) {

@@ -63,6 +63,7 @@ fn logs() -> Logs {
 
 fn config(initial_rebalance_delay_ms: i32) -> CoordinatorConfig {
     CoordinatorConfig {
+        consumer: Default::default(),
         group: GroupConfig {
             initial_rebalance_delay_ms,
             ..GroupConfig::default()

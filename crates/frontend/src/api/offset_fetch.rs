@@ -1,7 +1,8 @@
 //! OffsetFetch (key 9): committed offsets of a group (v1-7) or of several groups (v8+). A
 //! partition without a commit answers offset -1, empty metadata, NONE. Topics null (v2+) = every
 //! committed offset of the group. `require_stable` (v7+) needs nothing: without transactions no
-//! offset is ever pending.
+//! offset is ever pending. v9 requests from members of a KIP-848 consumer group carry the member
+//! id and epoch, which must be current (UNKNOWN_MEMBER_ID, STALE_MEMBER_EPOCH).
 
 use std::sync::Arc;
 
@@ -49,7 +50,15 @@ pub fn handle(
                         .map(|t| (t.name.0.to_string(), t.partition_indexes))
                         .collect()
                 });
-                group_v8(fetch(ctx, &g.group_id.0, topics), g.group_id)
+                // v9: a consumer-group member names itself and its epoch (KIP-848).
+                let member = g.member_id.as_ref().filter(|_| version >= 9);
+                let fetched = ctx.groups.fetch_offsets_as(
+                    &g.group_id.0,
+                    member.map(|m| m.as_str()),
+                    if version >= 9 { g.member_epoch } else { -1 },
+                    topics,
+                );
+                group_v8(fetched, g.group_id)
             })
             .collect();
         return OffsetFetchResponse::default().with_groups(groups);

@@ -1,0 +1,106 @@
+//! ConsumerGroupDescribe (key 69, KIP-848): each consumer group's state, epochs, assignor and
+//! members with their current and target assignments (topic ids and names). A classic group or
+//! an unknown one gets GROUP_ID_NOT_FOUND, as in Kafka; the admin client then falls back to
+//! DescribeGroups.
+
+use std::sync::Arc;
+
+use kafka_protocol::messages::consumer_group_describe_response::{
+    Assignment, DescribedGroup, Member, TopicPartitions,
+};
+use kafka_protocol::messages::{ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse};
+use millrace_cluster::image::MetadataImage;
+
+use super::{str_bytes, topic_name};
+use crate::error_codes;
+use crate::BrokerContext;
+
+/// `authorized_operations` when the client did not ask for them.
+const AUTHORIZED_OPERATIONS_OMITTED: i32 = i32::MIN;
+/// Member type of a member that speaks the consumer protocol (v1).
+const MEMBER_TYPE_CONSUMER: i8 = 1;
+
+fn assignment(image: &MetadataImage, a: &millrace_groups::Assignment) -> Assignment {
+    Assignment::default().with_topic_partitions(
+        a.iter()
+            .filter(|(_, ps)| !ps.is_empty())
+            .map(|(id, ps)| {
+                let name = image
+                    .topic_by_id(*id)
+                    .map(|t| t.name.clone())
+                    .unwrap_or_default();
+                TopicPartitions::default()
+                    .with_topic_id(*id)
+                    .with_topic_name(topic_name(&name))
+                    .with_partitions(ps.iter().copied().collect())
+            })
+            .collect(),
+    )
+}
+
+pub fn handle(
+    ctx: &Arc<BrokerContext>,
+    request: ConsumerGroupDescribeRequest,
+    version: i16,
+) -> ConsumerGroupDescribeResponse {
+    let image = ctx.cluster.image();
+    let groups = request
+        .group_ids
+        .into_iter()
+        .map(|id| match ctx.groups.describe_consumer_group(&id.0) {
+            Err(e) => {
+                let err = error_codes::from_group(&e, "ConsumerGroupDescribe");
+                DescribedGroup::default()
+                    .with_group_id(id.clone())
+                    .with_error_code(err.code)
+                    .with_error_message(Some(str_bytes(&format!(
+                        "Group {} not found or not a consumer group: {e}",
+                        id.0
+                    ))))
+                    .with_group_state(str_bytes("Dead"))
+                    .with_authorized_operations(AUTHORIZED_OPERATIONS_OMITTED)
+            }
+            Ok(d) => {
+                let members = d
+                    .members
+                    .iter()
+                    .map(|m| {
+                        let member = &m.member;
+                        let mut out = Member::default()
+                            .with_member_id(str_bytes(&member.member_id))
+                            .with_instance_id(member.instance_id.as_deref().map(str_bytes))
+                            .with_rack_id(member.rack_id.as_deref().map(str_bytes))
+                            .with_member_epoch(member.member_epoch)
+                            .with_client_id(str_bytes(&member.client_id))
+                            .with_client_host(str_bytes(&member.client_host))
+                            .with_subscribed_topic_names(
+                                member
+                                    .subscribed_topic_names
+                                    .iter()
+                                    .map(|n| topic_name(n))
+                                    .collect(),
+                            )
+                            .with_subscribed_topic_regex(
+                                member.subscribed_topic_regex.as_deref().map(str_bytes),
+                            )
+                            .with_assignment(assignment(&image, &member.assigned))
+                            .with_target_assignment(assignment(&image, &m.target));
+                        if version >= 1 {
+                            out.member_type = MEMBER_TYPE_CONSUMER;
+                        }
+                        out
+                    })
+                    .collect();
+                DescribedGroup::default()
+                    .with_group_id(id)
+                    .with_group_state(str_bytes(d.state.name()))
+                    .with_group_epoch(d.group_epoch)
+                    .with_assignment_epoch(d.assignment_epoch)
+                    .with_assignor_name(str_bytes(d.assignor))
+                    .with_members(members)
+                    .with_authorized_operations(AUTHORIZED_OPERATIONS_OMITTED)
+            }
+        })
+        .collect();
+    ConsumerGroupDescribeResponse::default().with_groups(groups)
+}

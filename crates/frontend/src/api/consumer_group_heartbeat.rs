@@ -1,0 +1,138 @@
+//! ConsumerGroupHeartbeat (key 68, KIP-848): the one request of the consumer group protocol —
+//! join (epoch 0), stay and report owned partitions, leave (epoch -1, or -2 for a static member).
+//! The coordinator steps the group against the current metadata image ([`ImageTopics`]) and
+//! answers with the member's epoch and, when it changed, its assignment by topic id.
+//!
+//! v0 lets the coordinator pick the member id on join; v1 (Kafka 4.0+) has the client pick it and
+//! adds `SubscribedTopicRegex` (server-side regular expressions).
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use kafka_protocol::messages::consumer_group_heartbeat_response::{Assignment, TopicPartitions};
+use kafka_protocol::messages::{ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse};
+use millrace_cluster::image::MetadataImage;
+use millrace_groups::{ConsumerHeartbeatRequest, TopicInfo, TopicsView};
+use uuid::Uuid;
+
+use super::str_bytes;
+use crate::error_codes;
+use crate::BrokerContext;
+
+/// Topics as the broker's metadata image has them, for the group coordinator.
+pub struct ImageTopics(pub Arc<MetadataImage>);
+
+impl TopicsView for ImageTopics {
+    fn by_name(&self, name: &str) -> Option<TopicInfo> {
+        self.0.topic(name).map(|t| TopicInfo {
+            name: t.name.clone(),
+            id: t.topic_id,
+            partitions: t.partition_count(),
+        })
+    }
+
+    fn by_id(&self, id: Uuid) -> Option<TopicInfo> {
+        self.0.topic_by_id(id).map(|t| TopicInfo {
+            name: t.name.clone(),
+            id: t.topic_id,
+            partitions: t.partition_count(),
+        })
+    }
+
+    fn all(&self) -> Vec<TopicInfo> {
+        // Internal topics included: Kafka's broker-side regexes match them too (franz-go's
+        // Test848RegexBrokerResolves subscribes to `__consumer_offsets` by regex).
+        self.0
+            .topics
+            .values()
+            .map(|t| TopicInfo {
+                name: t.name.clone(),
+                id: t.topic_id,
+                partitions: t.partition_count(),
+            })
+            .collect()
+    }
+}
+
+pub fn handle(
+    ctx: &Arc<BrokerContext>,
+    request: ConsumerGroupHeartbeatRequest,
+    version: i16,
+    client_id: &str,
+    peer: SocketAddr,
+) -> impl Future<Output = ConsumerGroupHeartbeatResponse> + Send + 'static {
+    let owned = request.topic_partitions.map(|tps| {
+        let mut out = millrace_groups::Assignment::new();
+        for tp in tps {
+            out.entry(tp.topic_id)
+                .or_default()
+                .extend(tp.partitions.iter().copied());
+        }
+        out
+    });
+    let req = ConsumerHeartbeatRequest {
+        group_id: request.group_id.0.to_string(),
+        member_id: request.member_id.to_string(),
+        member_epoch: request.member_epoch,
+        instance_id: request.instance_id.map(|s| s.to_string()),
+        rack_id: request.rack_id.map(|s| s.to_string()),
+        rebalance_timeout_ms: request.rebalance_timeout_ms,
+        subscribed_topic_names: request
+            .subscribed_topic_names
+            .map(|names| names.into_iter().map(|n| n.0.to_string()).collect()),
+        subscribed_topic_regex: if version >= 1 {
+            request.subscribed_topic_regex.map(|s| s.to_string())
+        } else {
+            None
+        },
+        server_assignor: request.server_assignor.map(|s| s.to_string()),
+        owned,
+        client_id: client_id.to_string(),
+        client_host: format!("/{}", peer.ip()),
+    };
+    let reply = if version >= 1 && req.member_epoch == 0 && req.member_id.is_empty() {
+        None
+    } else {
+        let topics = ImageTopics(ctx.cluster.image());
+        Some(ctx.groups.consumer_heartbeat(&req, &topics))
+    };
+    async move {
+        let Some(reply) = reply else {
+            return error(&millrace_groups::GroupError::InvalidRequest(
+                "MemberId can't be empty.".to_string(),
+            ));
+        };
+        respond(reply.await)
+    }
+}
+
+fn respond(
+    result: Result<millrace_groups::ConsumerHeartbeatResponse, millrace_groups::GroupError>,
+) -> ConsumerGroupHeartbeatResponse {
+    match result {
+        Err(e) => error(&e),
+        Ok(r) => ConsumerGroupHeartbeatResponse::default()
+            .with_member_id(Some(str_bytes(&r.member_id)))
+            .with_member_epoch(r.member_epoch)
+            .with_heartbeat_interval_ms(r.heartbeat_interval_ms)
+            .with_assignment(r.assignment.map(|a| {
+                Assignment::default().with_topic_partitions(
+                    a.into_iter()
+                        .map(|(topic_id, partitions)| {
+                            TopicPartitions::default()
+                                .with_topic_id(topic_id)
+                                .with_partitions(partitions.into_iter().collect())
+                        })
+                        .collect(),
+                )
+            })),
+    }
+}
+
+fn error(e: &millrace_groups::GroupError) -> ConsumerGroupHeartbeatResponse {
+    let err = error_codes::from_group(e, "ConsumerGroupHeartbeat");
+    ConsumerGroupHeartbeatResponse::default()
+        .with_error_code(err.code)
+        .with_error_message(Some(str_bytes(&e.to_string())))
+}
