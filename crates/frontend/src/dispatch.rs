@@ -149,7 +149,11 @@ pub fn dispatch(
         }
         ApiKey::ApiVersions => {
             let request: ApiVersionsRequest = decode(&mut buf, route)?;
-            Ok(ready(route, api::api_versions::handle(request, version)))
+            let epoch = i64::try_from(ctx.cluster.image().offset).unwrap_or(i64::MAX);
+            Ok(ready(
+                route,
+                api::api_versions::handle(request, version, epoch),
+            ))
         }
         ApiKey::CreateTopics => {
             let request: CreateTopicsRequest = decode(&mut buf, route)?;

@@ -63,6 +63,42 @@ pub const ADVERTISED: &[ApiRange] = &[
     range(ApiKey::ConsumerGroupDescribe, 0, 1),
 ];
 
+/// A feature as ApiVersions v3+ reports it (KIP-584): the levels this broker supports and the
+/// level finalized in the cluster.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Feature {
+    pub name: &'static str,
+    pub min: i16,
+    pub max: i16,
+    pub finalized: i16,
+}
+
+/// The features Millrace reports, with Kafka 4.1.1's levels for what it implements:
+/// `metadata.version` 27 (4.1-IV1, the protocol surface it speaks), `group.version` 1 (KIP-848
+/// consumer groups), `eligible.leader.replicas.version` 1 (KIP-966). Not reported:
+/// `transaction.version` (no transactions yet: clients then use no transaction protocol at all),
+/// `kraft.version` (the controller quorum is Millrace's own, not KRaft's), `share.version`.
+pub const FEATURES: &[Feature] = &[
+    Feature {
+        name: "group.version",
+        min: 0,
+        max: 1,
+        finalized: 1,
+    },
+    Feature {
+        name: "metadata.version",
+        min: 7,
+        max: 27,
+        finalized: 27,
+    },
+    Feature {
+        name: "eligible.leader.replicas.version",
+        min: 0,
+        max: 1,
+        finalized: 1,
+    },
+];
+
 /// Lowest Produce version that is actually served (magic 2 record batches).
 pub const PRODUCE_VERSION_SERVED_MIN: i16 = 3;
 

@@ -23,6 +23,9 @@ import org.apache.kafka.clients.admin.Config;
 import org.apache.kafka.clients.admin.ConfigEntry;
 import org.apache.kafka.clients.admin.ConsumerGroupDescription;
 import org.apache.kafka.clients.admin.DescribeClusterResult;
+import org.apache.kafka.clients.admin.FeatureMetadata;
+import org.apache.kafka.clients.admin.FinalizedVersionRange;
+import org.apache.kafka.clients.admin.SupportedVersionRange;
 import org.apache.kafka.clients.admin.GroupListing;
 import org.apache.kafka.clients.admin.ListGroupsOptions;
 import org.apache.kafka.clients.admin.ListOffsetsResult.ListOffsetsResultInfo;
@@ -121,6 +124,22 @@ class AdminClientTest {
     }
 
     // ---------------------------------------------------------------- topics
+
+    /** Issue 19: ApiVersions v3+ features (KIP-584) as Kafka 4.1 finalizes them by default. */
+    @Test
+    void describeFeatures() throws Exception {
+        FeatureMetadata f = admin.describeFeatures().featureMetadata().get(30, TimeUnit.SECONDS);
+        FinalizedVersionRange group = f.finalizedFeatures().get("group.version");
+        assertNotNull(group, "group.version finalized: " + f);
+        assertEquals(1, group.maxVersionLevel(), "group.version (KIP-848)");
+        FinalizedVersionRange metadata = f.finalizedFeatures().get("metadata.version");
+        assertNotNull(metadata, "metadata.version finalized: " + f);
+        assertEquals(27, metadata.maxVersionLevel(), "metadata.version of Kafka 4.1");
+        SupportedVersionRange supported = f.supportedFeatures().get("group.version");
+        assertNotNull(supported, "group.version supported: " + f);
+        assertTrue(supported.minVersion() == 0 && supported.maxVersion() >= 1, "group.version range: " + supported);
+        assertTrue(f.finalizedFeaturesEpoch().orElse(-1L) >= 0, "finalized epoch: " + f);
+    }
 
     @Test
     void createListDescribeDeleteTopics() throws Exception {
