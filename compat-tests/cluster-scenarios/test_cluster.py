@@ -339,7 +339,12 @@ def test_two_of_three_down_acks_all_not_acknowledged_then_resumes(make_cluster):
 
 # --- 6. a consumer group through a kill -9 of its coordinator ----------------------------------------
 
-def test_group_consumes_through_coordinator_kill9_commits_never_regress(make_cluster):
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+def test_group_consumes_through_coordinator_kill9_commits_never_regress(make_cluster, protocol):
+    """A classic group, and a KIP-848 consumer group (issue 19), through a kill -9 of the group's
+    coordinator. The consumer group's state is in __consumer_offsets, replicated: the new
+    coordinator knows the member and its epoch, so the member is never fenced (no partitions
+    lost)."""
     c = make_cluster(settings={"min.insync.replicas": "2"})
     topic = unique_topic("grp")
     partitions = 3
@@ -377,11 +382,18 @@ def test_group_consumes_through_coordinator_kill9_commits_never_regress(make_clu
     commit_errors: List[str] = []
     state = {"consumed_after_kill": 0, "killed": False}
 
+    lost: List[List[int]] = []
+
     def consumer_loop():
-        cons = Consumer({"bootstrap.servers": c.bootstrap, "group.id": group, "enable.auto.commit": False,
-                         "auto.offset.reset": "earliest", "session.timeout.ms": 10000,
-                         "heartbeat.interval.ms": 1000})
-        cons.subscribe([topic], on_assign=lambda _c, parts: state.__setitem__("assigned", len(parts)))
+        conf = {"bootstrap.servers": c.bootstrap, "group.id": group, "enable.auto.commit": False,
+                "auto.offset.reset": "earliest"}
+        if protocol == "consumer":
+            conf["group.protocol"] = "consumer"
+        else:
+            conf.update({"session.timeout.ms": 10000, "heartbeat.interval.ms": 1000})
+        cons = Consumer(conf)
+        cons.subscribe([topic], on_assign=lambda _c, parts: state.__setitem__("assigned", len(parts)),
+                       on_lost=lambda _c, parts: lost.append(sorted(p.partition for p in parts)))
         last_commit = 0.0
         try:
             while not stop_all.is_set():
@@ -472,6 +484,8 @@ def test_group_consumes_through_coordinator_kill9_commits_never_regress(make_clu
         f"{len(commit_errors)} failed commits (retried): {sorted(set(e[:80] for e in commit_errors))[:4]}")
     assert not regressions, f"committed offsets moved backwards: {regressions}"
     assert state["consumed_after_kill"] > 0
+    if protocol == "consumer":
+        assert not lost, f"the member was fenced after the coordinator moved and lost {lost}"
     for p in range(partitions):
         assert consumed[p] >= set(range(hw[p])), f"partition {p}: records below the high watermark not consumed"
 
