@@ -217,6 +217,9 @@ pub struct ConsumerGroup {
     regexes: HashMap<String, regex::Regex>,
     /// What changed since the records were last taken.
     dirty: Dirty,
+    /// When the last member left (or the group was created or loaded empty): committed offsets
+    /// expire counting from here, as a classic group's count from when it became Empty.
+    empty_since_ms: i64,
 }
 
 /// What a step changed, to be written as records.
@@ -355,7 +358,18 @@ impl ConsumerGroup {
             metadata_hash: 0,
             regexes: HashMap::new(),
             dirty: Dirty::default(),
+            empty_since_ms: 0,
         }
+    }
+
+    /// When the group last became empty (meaningful while it is).
+    pub fn empty_since_ms(&self) -> i64 {
+        self.empty_since_ms
+    }
+
+    /// Sets when the group became empty (a group created at `now_ms`).
+    pub fn set_empty_since_ms(&mut self, now_ms: i64) {
+        self.empty_since_ms = now_ms;
     }
 
     /// The records for what changed since the last call, in the order Kafka writes them:
@@ -1087,7 +1101,7 @@ impl ConsumerGroup {
             }
             self.dirty.currents.insert(member_id.clone());
         } else {
-            self.remove_member(&member_id);
+            self.remove_member(&member_id, now_ms);
         }
         Ok(HeartbeatResponse {
             member_id: req.member_id.clone(),
@@ -1098,8 +1112,11 @@ impl ConsumerGroup {
     }
 
     /// Removes a member; its partitions become free and the group epoch moves.
-    fn remove_member(&mut self, member_id: &str) {
+    fn remove_member(&mut self, member_id: &str, now_ms: i64) {
         if let Some(m) = self.members.remove(member_id) {
+            if self.members.is_empty() {
+                self.empty_since_ms = now_ms;
+            }
             if let Some(instance) = &m.instance_id {
                 if self.static_members.get(instance).map(String::as_str) == Some(member_id) {
                     self.static_members.remove(instance);
@@ -1132,7 +1149,7 @@ impl ConsumerGroup {
             .map(|m| m.member_id.clone())
             .collect();
         for id in &expired {
-            self.remove_member(id);
+            self.remove_member(id, now_ms);
         }
         expired
     }
@@ -1269,6 +1286,7 @@ impl ConsumerGroupRecords {
     ) -> Option<ConsumerGroup> {
         let epoch = self.epoch?;
         let mut g = ConsumerGroup::new(id);
+        g.empty_since_ms = now_ms;
         g.group_epoch = epoch;
         g.metadata_hash = self.metadata_hash;
         g.assignment_epoch = self.assignment_epoch.min(epoch);

@@ -63,8 +63,8 @@ use tokio::sync::oneshot;
 use tracing::{debug, error, info, warn};
 
 use crate::consumer_group::{
-    ConsumerGroup, ConsumerGroupConfig, ConsumerGroupDescription, GroupRecord, HeartbeatRequest,
-    HeartbeatResponse, TopicsView, JOIN_EPOCH,
+    ConsumerGroup, ConsumerGroupConfig, ConsumerGroupDescription, ConsumerGroupState, GroupRecord,
+    HeartbeatRequest, HeartbeatResponse, TopicsView, JOIN_EPOCH,
 };
 use crate::error::GroupError;
 use crate::group::{
@@ -1147,9 +1147,11 @@ impl GroupCoordinator {
                 return (Err(GroupError::GroupIdNotFound), Vec::new());
             }
         }
-        let consumer = entry
-            .consumer
-            .get_or_insert_with(|| ConsumerGroup::new(&req.group_id));
+        let consumer = entry.consumer.get_or_insert_with(|| {
+            let mut c = ConsumerGroup::new(&req.group_id);
+            c.set_empty_since_ms(now);
+            c
+        });
         let before = consumer.group_epoch();
         let result = consumer.heartbeat(
             &config.consumer,
@@ -1367,9 +1369,19 @@ impl GroupCoordinator {
             }
             for entry in shard.groups.values() {
                 let g = &entry.group;
+                // A consumer group is counted in the classic state closest to its own, so the
+                // metric keeps one label set: Assigning and Reconciling are a rebalance.
+                let state = match entry.consumer.as_ref().map(ConsumerGroup::state) {
+                    None => g.state(),
+                    Some(ConsumerGroupState::Empty) => GroupState::Empty,
+                    Some(ConsumerGroupState::Stable) => GroupState::Stable,
+                    Some(ConsumerGroupState::Assigning | ConsumerGroupState::Reconciling) => {
+                        GroupState::PreparingRebalance
+                    }
+                };
                 out.groups.push(GroupSnapshot {
                     group_id: g.id().to_string(),
-                    state: g.state(),
+                    state,
                     offsets: g
                         .offsets
                         .iter()
@@ -1664,8 +1676,9 @@ impl GroupCoordinator {
             if entry.active_consumer().is_some() {
                 continue;
             }
+            let empty_since = entry.consumer.as_ref().map(ConsumerGroup::empty_since_ms);
             let g = &mut entry.group;
-            for tp in g.expired_offsets(now, retention) {
+            for tp in g.expired_offsets_since(now, retention, empty_since) {
                 g.offsets.remove(&tp);
                 tombstones.push((
                     records::encode_key(&RecordKey::Offset {

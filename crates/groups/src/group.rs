@@ -1166,6 +1166,17 @@ impl Group {
     /// Offsets that have outlived `retention_ms`: only Empty groups lose offsets, counted from
     /// when the group became Empty (or from the commit, for groups that never had members).
     pub fn expired_offsets(&self, now_ms: i64, retention_ms: i64) -> Vec<(String, i32)> {
+        self.expired_offsets_since(now_ms, retention_ms, None)
+    }
+
+    /// [`Group::expired_offsets`], with `empty_since_ms` = when the KIP-848 consumer group that
+    /// shares this id became empty (its offsets count from then, or from their commit if later).
+    pub fn expired_offsets_since(
+        &self,
+        now_ms: i64,
+        retention_ms: i64,
+        empty_since_ms: Option<i64>,
+    ) -> Vec<(String, i32)> {
         if self.state != GroupState::Empty {
             return Vec::new();
         }
@@ -1175,7 +1186,9 @@ impl Group {
                 if o.expire_timestamp_ms >= 0 {
                     return o.expire_timestamp_ms <= now_ms;
                 }
-                let base = if self.protocol_type.is_some() {
+                let base = if let Some(since) = empty_since_ms {
+                    since.max(o.commit_timestamp_ms)
+                } else if self.protocol_type.is_some() {
                     self.state_timestamp_ms.max(o.commit_timestamp_ms)
                 } else {
                     o.commit_timestamp_ms
@@ -1853,6 +1866,26 @@ mod tests {
         assert_eq!(g.state(), GroupState::Empty);
         assert!(g.expired_offsets(105, 10).is_empty());
         assert_eq!(g.expired_offsets(110, 10), vec![("t".to_string(), 0)]);
+    }
+
+    #[test]
+    fn consumer_group_offsets_count_from_when_it_became_empty() {
+        // The classic half of a KIP-848 group never had members: without the consumer group's
+        // time, an old commit would expire at once.
+        let mut g = Group::new("g", &config(), 0);
+        g.offsets.insert(
+            ("t".into(), 0),
+            CommittedOffset {
+                offset: 1,
+                leader_epoch: -1,
+                metadata: String::new(),
+                commit_timestamp_ms: 0,
+                expire_timestamp_ms: -1,
+            },
+        );
+        assert_eq!(g.expired_offsets(100, 10).len(), 1);
+        assert!(g.expired_offsets_since(105, 10, Some(100)).is_empty());
+        assert_eq!(g.expired_offsets_since(110, 10, Some(100)).len(), 1);
     }
 
     #[test]
