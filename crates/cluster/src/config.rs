@@ -598,7 +598,34 @@ impl BrokerConfig {
         let config = Self { set };
         config.check_request_budget()?;
         config.check_consumer_group_timeouts()?;
+        config.check_consumer_group_assignors()?;
         Ok(config)
+    }
+
+    /// `group.consumer.assignors` names only assignors Millrace has (by Kafka class name or short
+    /// name); Kafka refuses to start on a class it cannot load.
+    fn check_consumer_group_assignors(&self) -> Result<(), ConfigError> {
+        let key = "group.consumer.assignors";
+        let Some(value) = self.get(key) else {
+            return Ok(());
+        };
+        let mut known = 0;
+        for name in value.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+            let short = name.rsplit('.').next().unwrap_or_default();
+            let short = short.trim_end_matches("Assignor");
+            if !(short.eq_ignore_ascii_case("uniform") || short.eq_ignore_ascii_case("range")) {
+                return Err(invalid(
+                    key,
+                    value,
+                    format!("unknown assignor {name}: uniform and range are available"),
+                ));
+            }
+            known += 1;
+        }
+        if known == 0 {
+            return Err(invalid(key, value, "must name at least one assignor"));
+        }
+        Ok(())
     }
 
     /// Kafka's start-up checks of the KIP-848 timeouts: each within its min and max, and the
@@ -1298,6 +1325,16 @@ mod tests {
         ])])
         .unwrap_err();
         assert!(err.to_string().contains("below"), "{err}");
+        assert!(BrokerConfig::from_layers([&layer(&[(
+            "group.consumer.assignors",
+            "range,org.apache.kafka.coordinator.group.assignor.UniformAssignor"
+        )])])
+        .is_ok());
+        assert!(BrokerConfig::from_layers([&layer(&[(
+            "group.consumer.assignors",
+            "com.example.MyAssignor"
+        )])])
+        .is_err());
     }
 
     #[test]

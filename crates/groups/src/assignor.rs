@@ -12,6 +12,10 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use uuid::Uuid;
 
+/// Balancing passes of the uniform assignor at most (each pass moves every partition that can
+/// go to a less-loaded subscriber; a handful of passes settle any group).
+const BALANCE_PASSES_MAX: usize = 64;
+
 /// Partitions by topic id: a member's assignment, or a request's owned partitions.
 pub type Assignment = BTreeMap<Uuid, BTreeSet<i32>>;
 
@@ -169,27 +173,32 @@ fn uniform(
             }
         }
     }
-    // Balance: each move lowers the sum of squared loads, so the loop ends; the cap is a guard.
-    let cap = taken.len().saturating_mul(2).saturating_add(n);
-    for _ in 0..cap {
+    // Balance, in passes over the members from the most loaded: each partition (highest first,
+    // so members keep their low ones) moves to its least-loaded subscriber while that one has at
+    // least two fewer. Each move lowers the sum of squared loads, so the passes end; the cap is a
+    // guard.
+    let subscribers: BTreeMap<Uuid, Vec<usize>> =
+        topics.keys().map(|t| (*t, subscribers(t))).collect();
+    for _ in 0..BALANCE_PASSES_MAX {
         let mut order: Vec<usize> = (0..n).collect();
         order.sort_by_key(|&i| std::cmp::Reverse(owned[i].len()));
         let mut moved = false;
-        'from: for &from in &order {
-            // Highest partitions move first, so members keep their low ones.
-            for &(topic, p) in owned[from].iter().rev() {
-                let to = members
+        for from in order {
+            let parts: Vec<(Uuid, i32)> = owned[from].iter().rev().copied().collect();
+            for (topic, p) in parts {
+                let Some(able) = subscribers.get(&topic) else {
+                    continue;
+                };
+                let to = able
                     .iter()
-                    .enumerate()
-                    .filter(|(j, m)| *j != from && m.subscribed.contains(&topic))
-                    .map(|(j, _)| j)
+                    .copied()
+                    .filter(|&j| j != from)
                     .min_by_key(|&j| (owned[j].len(), members[j].member_id));
                 if let Some(to) = to {
                     if owned[to].len() + 1 < owned[from].len() {
                         owned[from].remove(&(topic, p));
                         owned[to].insert((topic, p));
                         moved = true;
-                        break 'from;
                     }
                 }
             }
@@ -316,6 +325,39 @@ mod tests {
         assert_eq!(out["m1"][&t1], out["m1"][&t2], "co-partitioned");
         let m2: Vec<i32> = out["m2"][&t1].iter().copied().collect();
         assert_eq!(m2, vec![3, 4]);
+    }
+
+    #[test]
+    fn uniform_balances_a_large_mixed_group_from_one_owner() {
+        // 300 members, 3000 partitions over 10 topics, every third member on half the topics,
+        // starting from everything on one member.
+        let ts: Vec<Uuid> = (1..=10).map(topic).collect();
+        let topics: BTreeMap<Uuid, i32> = ts.iter().map(|t| (*t, 300)).collect();
+        let mut all_on_one = Assignment::new();
+        for t in &ts {
+            all_on_one.insert(*t, (0..300).collect());
+        }
+        let ids: Vec<String> = (0..300).map(|i| format!("m{i:03}")).collect();
+        let members: Vec<AssignorMember<'_>> = ids
+            .iter()
+            .enumerate()
+            .map(|(i, id)| {
+                let subscribed: Vec<Uuid> = if i % 3 == 0 {
+                    ts[..5].to_vec()
+                } else {
+                    ts.clone()
+                };
+                member(id, &subscribed, (i == 0).then_some(&all_on_one))
+            })
+            .collect();
+        let out = assign(Assignor::Uniform, &members, &topics);
+        all_once(&out, &topics);
+        let counts: Vec<usize> = out.values().map(count).collect();
+        let (lo, hi) = (
+            counts.iter().min().copied().unwrap_or(0),
+            counts.iter().max().copied().unwrap_or(0),
+        );
+        assert!(hi - lo <= 1, "balanced: {lo}..{hi}");
     }
 
     #[test]

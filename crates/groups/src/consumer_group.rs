@@ -42,7 +42,8 @@ use uuid::Uuid;
 use crate::assignor::{self, Assignment, Assignor, AssignorMember};
 use crate::error::GroupError;
 use crate::limits::{
-    MEMBERS_PER_GROUP_MAX, REBALANCE_TIMEOUT_MS_MAX, SUBSCRIPTION_REGEX_BYTES_MAX,
+    MEMBERS_PER_GROUP_MAX, MEMBER_METADATA_BYTES_MAX, REBALANCE_TIMEOUT_MS_MAX,
+    SUBSCRIPTION_REGEX_BYTES_MAX, SUBSCRIPTION_REGEX_COMPILED_BYTES_MAX,
 };
 use crate::records::{
     ConsumerCurrentValue, ConsumerMemberValue, RecordKey, RecordValue, TopicPartitions,
@@ -113,6 +114,11 @@ pub trait TopicsView {
     fn by_id(&self, id: Uuid) -> Option<TopicInfo>;
     /// Every topic a regular expression may match (internal topics too, as in Kafka).
     fn all(&self) -> Vec<TopicInfo>;
+    /// A number that changes whenever the topics may have (the metadata image's offset); `None`
+    /// when unknown, and then every heartbeat looks again.
+    fn version(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// ConsumerGroupHeartbeat, in the coordinator's words.
@@ -220,6 +226,10 @@ pub struct ConsumerGroup {
     /// When the last member left (or the group was created or loaded empty): committed offsets
     /// expire counting from here, as a classic group's count from when it became Empty.
     empty_since_ms: i64,
+    /// Moves whenever a member joins, leaves or changes its subscription.
+    subscriptions_version: u64,
+    /// (topics version, subscriptions version) at the last topic check.
+    topics_checked: Option<(u64, u64)>,
 }
 
 /// What a step changed, to be written as records.
@@ -303,6 +313,24 @@ impl ConsumerMember {
     }
 }
 
+/// Compiles a subscription regex: checked alone first (so that a source such as `a)|(.*` cannot
+/// escape the anchors), then anchored — a topic matches only as a whole, as Java's `matches`.
+fn compile_subscription(source: &str) -> Result<regex::Regex, GroupError> {
+    let invalid = |e: regex::Error| {
+        GroupError::InvalidRegularExpression(format!(
+            "SubscribedTopicRegex `{source}` is not a valid regular expression: {e}"
+        ))
+    };
+    regex::RegexBuilder::new(source)
+        .size_limit(SUBSCRIPTION_REGEX_COMPILED_BYTES_MAX)
+        .build()
+        .map_err(invalid)?;
+    regex::RegexBuilder::new(&format!("^(?:{source})$"))
+        .size_limit(SUBSCRIPTION_REGEX_COMPILED_BYTES_MAX)
+        .build()
+        .map_err(invalid)
+}
+
 /// FNV-1a over the topics' names, ids and partition counts, in order: stable across runs and
 /// versions, so a group loaded from its records knows whether its topics changed meanwhile.
 fn topics_hash(topics: &BTreeSet<TopicInfo>) -> i64 {
@@ -359,6 +387,8 @@ impl ConsumerGroup {
             regexes: HashMap::new(),
             dirty: Dirty::default(),
             empty_since_ms: 0,
+            subscriptions_version: 0,
+            topics_checked: None,
         }
     }
 
@@ -605,6 +635,8 @@ impl ConsumerGroup {
     fn bump(&mut self) {
         self.group_epoch = self.group_epoch.saturating_add(1);
         self.dirty.group_epoch = true;
+        // Whatever moved the epoch may have changed the subscriptions' topics.
+        self.subscriptions_version = self.subscriptions_version.wrapping_add(1);
     }
 
     /// Checks a heartbeat's fields as Kafka's `throwIfConsumerGroupHeartbeatRequestIsInvalid`.
@@ -636,8 +668,25 @@ impl ConsumerGroup {
                 return invalid("TopicPartitions must be empty when (re-)joining.");
             }
         }
-        if req.rebalance_timeout_ms < -1 || req.rebalance_timeout_ms > REBALANCE_TIMEOUT_MS_MAX {
+        if req.rebalance_timeout_ms < -1 {
             return invalid("RebalanceTimeoutMs is out of range.");
+        }
+        let strings = |o: &Option<String>| o.as_ref().map_or(0, String::len);
+        let metadata_bytes = req
+            .subscribed_topic_names
+            .iter()
+            .flatten()
+            .map(String::len)
+            .sum::<usize>()
+            + strings(&req.subscribed_topic_regex)
+            + strings(&req.instance_id)
+            + strings(&req.rack_id)
+            + strings(&req.server_assignor)
+            + req.client_id.len()
+            + req.client_host.len()
+            + req.member_id.len();
+        if metadata_bytes > MEMBER_METADATA_BYTES_MAX {
+            return invalid("The member's subscription and ids are too large.");
         }
         if let Some(name) = &req.server_assignor {
             match Assignor::from_name(name) {
@@ -655,21 +704,30 @@ impl ConsumerGroup {
         Ok(())
     }
 
-    /// Compiles `source` once (anchored: a topic matches only as a whole, as Java's `matches`).
-    fn compile(&mut self, source: &str) -> Result<(), GroupError> {
-        if source.is_empty() || self.regexes.contains_key(source) {
+    /// Drops compiled regexes no member subscribes with any more.
+    fn prune_regexes(&mut self) {
+        let used: BTreeSet<&str> = self
+            .members
+            .values()
+            .filter_map(|m| m.subscribed_topic_regex.as_deref())
+            .collect();
+        self.regexes
+            .retain(|source, _| used.contains(source.as_str()));
+    }
+
+    /// Kafka's `throwIfInstanceIdIsFenced`: a static member's heartbeat (other than a join) must
+    /// come from the member id that holds the instance id now; an older incarnation is fenced.
+    fn check_instance_id(&self, req: &HeartbeatRequest) -> Result<(), GroupError> {
+        let Some(instance) = &req.instance_id else {
+            return Ok(());
+        };
+        if req.member_epoch == JOIN_EPOCH {
             return Ok(());
         }
-        let re = regex::RegexBuilder::new(&format!("^(?:{source})$"))
-            .size_limit(1 << 20)
-            .build()
-            .map_err(|e| {
-                GroupError::InvalidRegularExpression(format!(
-                    "SubscribedTopicRegex `{source}` is not a valid regular expression: {e}"
-                ))
-            })?;
-        self.regexes.insert(source.to_string(), re);
-        Ok(())
+        match self.static_members.get(instance) {
+            Some(holder) if *holder != req.member_id => Err(GroupError::FencedInstanceId),
+            _ => Ok(()),
+        }
     }
 
     /// One ConsumerGroupHeartbeat.
@@ -682,13 +740,19 @@ impl ConsumerGroup {
         now_ms: i64,
     ) -> Result<HeartbeatResponse, GroupError> {
         Self::validate(req, config)?;
-        if let Some(regex) = &req.subscribed_topic_regex {
-            self.compile(regex)?;
-        }
+        self.check_instance_id(req)?;
         match req.member_epoch {
             LEAVE_EPOCH | LEAVE_STATIC_EPOCH => return self.leave(req, config, now_ms),
             _ => {}
         }
+        // The regex is compiled only for a member the group accepts, and cached only while a
+        // member uses it (a stream of refused heartbeats cannot grow the cache).
+        let compiled = match req.subscribed_topic_regex.as_deref() {
+            Some(source) if !source.is_empty() && !self.regexes.contains_key(source) => {
+                Some((source.to_string(), compile_subscription(source)?))
+            }
+            _ => None,
+        };
         let (member_id, joined) = if req.member_epoch == JOIN_EPOCH {
             self.join(config, req, new_member_id, now_ms)?
         } else {
@@ -697,7 +761,7 @@ impl ConsumerGroup {
                 .get(&req.member_id)
                 .ok_or(GroupError::UnknownMemberId)?;
             if member.left_static {
-                return Err(GroupError::UnknownMemberId);
+                return Err(GroupError::FencedMemberEpoch);
             }
             let epoch_ok = req.member_epoch == member.member_epoch
                 || (req.member_epoch == member.previous_member_epoch
@@ -710,8 +774,17 @@ impl ConsumerGroup {
             }
             (req.member_id.clone(), false)
         };
+        if let Some((source, re)) = compiled {
+            self.regexes.insert(source, re);
+        }
         // One epoch move for whatever changed in this heartbeat, as Kafka's.
         let subscription_changed = self.update_member(&member_id, req, config, now_ms);
+        if subscription_changed {
+            self.prune_regexes();
+        }
+        if joined || subscription_changed {
+            self.subscriptions_version = self.subscriptions_version.wrapping_add(1);
+        }
         let topics_changed = self.refresh_topics(topics);
         if joined || subscription_changed || topics_changed {
             self.bump();
@@ -808,7 +881,7 @@ impl ConsumerGroup {
                 rack_id: None,
                 client_id: req.client_id.clone(),
                 client_host: req.client_host.clone(),
-                rebalance_timeout_ms: req.rebalance_timeout_ms,
+                rebalance_timeout_ms: req.rebalance_timeout_ms.min(REBALANCE_TIMEOUT_MS_MAX),
                 subscribed_topic_names: BTreeSet::new(),
                 subscribed_topic_regex: None,
                 server_assignor: None,
@@ -867,7 +940,8 @@ impl ConsumerGroup {
             }
         }
         if req.rebalance_timeout_ms >= 0 {
-            m.rebalance_timeout_ms = req.rebalance_timeout_ms;
+            // Clamped, as the classic path does: a consumer's max.poll.interval.ms may be longer.
+            m.rebalance_timeout_ms = req.rebalance_timeout_ms.min(REBALANCE_TIMEOUT_MS_MAX);
         }
         if req.rack_id.is_some() {
             m.rack_id.clone_from(&req.rack_id);
@@ -899,35 +973,28 @@ impl ConsumerGroup {
     }
 
     /// The topics `m` subscribes to that exist (names and regex matches).
-    fn member_topics(
-        &self,
-        m: &ConsumerMember,
-        topics: &dyn TopicsView,
-        all: &mut Option<Vec<TopicInfo>>,
-    ) -> BTreeSet<TopicInfo> {
-        let mut out: BTreeSet<TopicInfo> = m
-            .subscribed_topic_names
-            .iter()
-            .filter_map(|n| topics.by_name(n))
-            .collect();
-        if let Some(re) = m
-            .subscribed_topic_regex
-            .as_ref()
-            .and_then(|r| self.regexes.get(r))
-        {
-            let all = all.get_or_insert_with(|| topics.all());
-            out.extend(all.iter().filter(|t| re.is_match(&t.name)).cloned());
-        }
-        out
-    }
-
     /// Whether the subscribed topics changed (created, deleted, repartitioned, or newly matched
     /// by a regex) since the group epoch last moved; records the new set.
+    /// Skipped while neither the metadata image nor any subscription changed since the last
+    /// check: most heartbeats change nothing, and this walk is the costly part of one.
     fn refresh_topics(&mut self, topics: &dyn TopicsView) -> bool {
-        let mut all = None;
-        let mut now: BTreeSet<TopicInfo> = BTreeSet::new();
-        for m in self.members.values() {
-            now.extend(self.member_topics(m, topics, &mut all));
+        let checked = topics.version().map(|v| (v, self.subscriptions_version));
+        if checked.is_some() && checked == self.topics_checked {
+            return false;
+        }
+        self.topics_checked = checked;
+        // Each distinct name is looked up once and each distinct regex run once.
+        let names: BTreeSet<&str> = self
+            .members
+            .values()
+            .flat_map(|m| m.subscribed_topic_names.iter().map(String::as_str))
+            .collect();
+        let mut now: BTreeSet<TopicInfo> = names.iter().filter_map(|n| topics.by_name(n)).collect();
+        if !self.regexes.is_empty() {
+            let all = topics.all();
+            for re in self.regexes.values() {
+                now.extend(all.iter().filter(|t| re.is_match(&t.name)).cloned());
+            }
         }
         let hash = topics_hash(&now);
         if hash != self.metadata_hash {
@@ -938,25 +1005,47 @@ impl ConsumerGroup {
     }
 
     fn compute_target(&mut self, config: &ConsumerGroupConfig, topics: &dyn TopicsView) {
-        let mut all = None;
-        let subscriptions: Vec<(String, BTreeSet<Uuid>)> = self
-            .members
-            .values()
-            .map(|m| {
-                let ids = self
-                    .member_topics(m, topics, &mut all)
-                    .into_iter()
-                    .map(|t| t.id)
-                    .collect();
-                (m.member_id.clone(), ids)
+        // Each distinct regex is run over the topics once, each name looked up once.
+        let all = if self.regexes.is_empty() {
+            Vec::new()
+        } else {
+            topics.all()
+        };
+        let matched: HashMap<&str, Vec<&TopicInfo>> = self
+            .regexes
+            .iter()
+            .map(|(source, re)| {
+                (
+                    source.as_str(),
+                    all.iter().filter(|t| re.is_match(&t.name)).collect(),
+                )
             })
             .collect();
-        let mut all = None;
+        let mut by_name: HashMap<&str, Option<TopicInfo>> = HashMap::new();
         let mut partition_counts: BTreeMap<Uuid, i32> = BTreeMap::new();
+        let mut subscriptions: Vec<(String, BTreeSet<Uuid>)> = Vec::new();
         for m in self.members.values() {
-            for t in self.member_topics(m, topics, &mut all) {
-                partition_counts.insert(t.id, t.partitions);
+            let mut ids = BTreeSet::new();
+            for name in &m.subscribed_topic_names {
+                let found = by_name
+                    .entry(name.as_str())
+                    .or_insert_with(|| topics.by_name(name));
+                if let Some(t) = found {
+                    ids.insert(t.id);
+                    partition_counts.insert(t.id, t.partitions);
+                }
             }
+            if let Some(ts) = m
+                .subscribed_topic_regex
+                .as_deref()
+                .and_then(|r| matched.get(r))
+            {
+                for t in ts {
+                    ids.insert(t.id);
+                    partition_counts.insert(t.id, t.partitions);
+                }
+            }
+            subscriptions.push((m.member_id.clone(), ids));
         }
         let members: Vec<AssignorMember<'_>> = subscriptions
             .iter()
@@ -1098,6 +1187,10 @@ impl ConsumerGroup {
             if let Some(m) = self.members.get_mut(&member_id) {
                 m.left_static = true;
                 m.session_deadline_ms = now_ms.saturating_add(i64::from(config.session_timeout_ms));
+                // What it was revoking is released (Kafka's static leave), so the members
+                // waiting for those partitions need not wait for its session to end.
+                m.pending_revocation.clear();
+                m.revocation_deadline_ms = None;
             }
             self.dirty.currents.insert(member_id.clone());
         } else {
@@ -1128,6 +1221,51 @@ impl ConsumerGroup {
         }
     }
 
+    /// Keeps the invariant that no partition is in two members' assigned or pending sets after a
+    /// rebuild from records: should the log hold a member whose removal was never written next to
+    /// the member that got its partitions, the partition stays with the member of the highest
+    /// epoch (the later owner) and leaves the others.
+    fn release_double_claims(&mut self) {
+        let mut owner: BTreeMap<(Uuid, i32), (i32, String)> = BTreeMap::new();
+        for m in self.members.values() {
+            for a in [&m.assigned, &m.pending_revocation] {
+                for (t, ps) in a {
+                    for &p in ps {
+                        let e = owner
+                            .entry((*t, p))
+                            .or_insert((m.member_epoch, m.member_id.clone()));
+                        if m.member_epoch > e.0 {
+                            *e = (m.member_epoch, m.member_id.clone());
+                        }
+                    }
+                }
+            }
+        }
+        for m in self.members.values_mut() {
+            for a in [&mut m.assigned, &mut m.pending_revocation] {
+                for (t, ps) in a.iter_mut() {
+                    ps.retain(|p| {
+                        owner
+                            .get(&(*t, *p))
+                            .is_none_or(|(_, id)| *id == m.member_id)
+                    });
+                }
+                a.retain(|_, ps| !ps.is_empty());
+            }
+        }
+    }
+
+    /// Writes every record of the group again with the next records taken: the last ones did not
+    /// commit, and the log must catch up with the state the members were told.
+    pub fn mark_all_dirty(&mut self) {
+        self.dirty.group_epoch = true;
+        self.dirty.assignment_epoch = true;
+        let ids: Vec<String> = self.members.keys().cloned().collect();
+        for id in ids {
+            self.mark_member(&id);
+        }
+    }
+
     /// The earliest session or revocation deadline.
     pub fn next_deadline_ms(&self) -> Option<i64> {
         self.members
@@ -1154,16 +1292,12 @@ impl ConsumerGroup {
         expired
     }
 
-    /// Kafka's `ConsumerGroup.validateOffsetCommit`: epoch < 0 with no member id commits only
-    /// while the group is empty (admin clients, consumers outside the group); otherwise the member
-    /// must exist and name its current epoch.
+    /// Kafka's `ConsumerGroup.validateOffsetCommit`: epoch < 0 commits while the group is empty
+    /// (admin clients, consumers outside the group); otherwise the member must exist and name its
+    /// current epoch.
     pub fn validate_commit(&self, member_id: &str, member_epoch: i32) -> Result<(), GroupError> {
-        if member_epoch < 0 && member_id.is_empty() {
-            return if self.members.is_empty() {
-                Ok(())
-            } else {
-                Err(GroupError::UnknownMemberId)
-            };
+        if member_epoch < 0 && self.members.is_empty() {
+            return Ok(());
         }
         self.validate_member_epoch(member_id, member_epoch)
     }
@@ -1330,7 +1464,9 @@ impl ConsumerGroupRecords {
             };
             if let Some(regex) = &meta.subscribed_topic_regex {
                 // A regex that no longer compiles subscribes to nothing.
-                let _ = g.compile(regex);
+                if let Ok(re) = compile_subscription(regex) {
+                    g.regexes.insert(regex.clone(), re);
+                }
             }
             if let Some(instance) = meta.instance_id {
                 g.static_members.insert(instance, member_id.clone());
@@ -1340,6 +1476,7 @@ impl ConsumerGroupRecords {
             }
             g.members.insert(member_id, member);
         }
+        g.release_double_claims();
         Some(g)
     }
 }
@@ -1619,6 +1756,115 @@ mod tests {
         assert!(gone
             .build("g", &ConsumerGroupConfig::default(), 30)
             .is_none());
+    }
+
+    #[test]
+    fn review_fixes_hold() {
+        let t = topics(&[("a", 4)]);
+        let mut g = ConsumerGroup::new("g");
+        // A static member, replaced by a new incarnation after a -2 leave.
+        let mut a = join("old", &["a"]);
+        a.instance_id = Some("i".into());
+        let ra = step(&mut g, &a, &t, 0).expect("old joins");
+        let mut leave = beat("old", LEAVE_STATIC_EPOCH, None);
+        leave.instance_id = Some("i".into());
+        step(&mut g, &leave, &t, 1).expect("old leaves for now");
+        let mut b = join("new", &["a"]);
+        b.instance_id = Some("i".into());
+        step(&mut g, &b, &t, 2).expect("new takes over");
+        // The zombie old incarnation is fenced; its leave does not remove the new one.
+        let mut zombie = beat("old", LEAVE_EPOCH, None);
+        zombie.instance_id = Some("i".into());
+        assert_eq!(
+            step(&mut g, &zombie, &t, 3),
+            Err(GroupError::FencedInstanceId)
+        );
+        let mut zombie_beat = beat("old", ra.member_epoch, None);
+        zombie_beat.instance_id = Some("i".into());
+        assert_eq!(
+            step(&mut g, &zombie_beat, &t, 3),
+            Err(GroupError::FencedInstanceId)
+        );
+        assert_eq!(g.member_count(), 1);
+
+        // Refused heartbeats with fresh regexes do not grow the regex cache.
+        for i in 0..50 {
+            let mut r = beat("nobody", 3, None);
+            r.subscribed_topic_regex = Some(format!("x{i}.*"));
+            assert!(step(&mut g, &r, &t, 4).is_err());
+        }
+        assert!(g.regexes.is_empty(), "{} regexes cached", g.regexes.len());
+        // A regex cannot escape its anchors.
+        let mut escape = join("rx", &[]);
+        escape.subscribed_topic_names = None;
+        escape.subscribed_topic_regex = Some("a)|(.*".into());
+        assert!(matches!(
+            step(&mut g, &escape, &t, 5),
+            Err(GroupError::InvalidRegularExpression(_))
+        ));
+
+        // A long rebalance timeout is clamped, not refused.
+        let mut long = join("long", &["a"]);
+        long.rebalance_timeout_ms = i32::MAX;
+        step(&mut g, &long, &t, 6).expect("joins");
+        assert_eq!(
+            g.members["long"].rebalance_timeout_ms,
+            REBALANCE_TIMEOUT_MS_MAX
+        );
+        // An oversized subscription is refused.
+        let mut huge = join("huge", &[]);
+        huge.subscribed_topic_names = Some(vec!["t".repeat(MEMBER_METADATA_BYTES_MAX + 1)]);
+        assert!(matches!(
+            step(&mut g, &huge, &t, 7),
+            Err(GroupError::InvalidRequest(_))
+        ));
+    }
+
+    #[test]
+    fn static_leave_releases_what_it_was_revoking() {
+        let t = topics(&[("a", 2)]);
+        let mut g = ConsumerGroup::new("g");
+        let mut s1 = join("s", &["a"]);
+        s1.instance_id = Some("i".into());
+        let r = step(&mut g, &s1, &t, 0).expect("s");
+        step(&mut g, &join("d", &["a"]), &t, 1).expect("d");
+        // s is told to give one partition up, then leaves with -2 before revoking.
+        let mut sb = beat("s", r.member_epoch, r.assignment.as_ref());
+        sb.instance_id = Some("i".into());
+        step(&mut g, &sb, &t, 2).expect("s reduced");
+        assert_eq!(g.members["s"].state, MemberState::UnrevokedPartitions);
+        let mut leave = beat("s", LEAVE_STATIC_EPOCH, None);
+        leave.instance_id = Some("i".into());
+        step(&mut g, &leave, &t, 3).expect("s leaves for now");
+        assert!(g.members["s"].pending_revocation.is_empty());
+        // d gets the released partition at once.
+        let epoch = g.members["d"].member_epoch;
+        let rd = step(&mut g, &beat("d", epoch, Some(&Assignment::new())), &t, 4).expect("d");
+        assert_eq!(count(rd.assignment.as_ref().expect("d's partition")), 1);
+    }
+
+    #[test]
+    fn a_rebuild_never_gives_a_partition_to_two_members() {
+        let t = topics(&[("a", 2)]);
+        let mut g = ConsumerGroup::new("g");
+        step(&mut g, &join("m1", &["a"]), &t, 0).expect("m1");
+        let mut stale = ConsumerGroupRecords::default();
+        for (k, v) in g.all_records() {
+            stale.apply(&k, v);
+        }
+        // m1's removal is lost; m2 then holds everything at a later epoch.
+        let mut later = ConsumerGroup::new("g");
+        later.group_epoch = 5;
+        step(&mut later, &join("m2", &["a"]), &t, 1).expect("m2");
+        for (k, v) in later.all_records() {
+            stale.apply(&k, v);
+        }
+        let rebuilt = stale
+            .build("g", &ConsumerGroupConfig::default(), 2)
+            .expect("group");
+        let m1 = count(&rebuilt.members["m1"].assigned);
+        let m2 = count(&rebuilt.members["m2"].assigned);
+        assert_eq!((m1, m2), (0, 2), "the later owner keeps the partitions");
     }
 
     #[test]

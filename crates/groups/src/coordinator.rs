@@ -1,5 +1,5 @@
-//! The group coordinator: owns every classic group whose `__consumer_offsets` partition this
-//! broker leads and has loaded, the JoinGroup/SyncGroup requests parked on them, the timers, and
+//! The group coordinator: owns every group (classic, or KIP-848 consumer group) whose
+//! `__consumer_offsets` partition this broker leads and has loaded, the JoinGroup/SyncGroup requests parked on them, the timers, and
 //! the records it writes to and replays from `__consumer_offsets`.
 //!
 //! Where it sits: the front end translates wire requests into the request structs of
@@ -210,8 +210,8 @@ fn now_ms() -> i64 {
 }
 
 /// One group id's state. A group is a classic group, or (with `consumer` set) a KIP-848
-/// consumer group whose classic half stays Empty; either way `group` keeps the committed offsets
-/// and is what the log and the snapshot hold. Consumer group membership is in memory only.
+/// consumer group whose classic half stays Empty; either way `group` keeps the committed offsets.
+/// Both halves are written to the log (and the snapshot) as Kafka's records.
 struct GroupEntry {
     group: Group,
     consumer: Option<ConsumerGroup>,
@@ -1109,17 +1109,56 @@ impl GroupCoordinator {
             return ready(result);
         }
         // The answer waits until what it reports is in the log, as in Kafka.
+        let load_id = shard.load_id().unwrap_or(0);
         let committed = match self.append(&mut shard, &writes) {
             Ok(c) => c,
-            Err(e) => return ready(Err(e)),
+            Err(e) => {
+                // The state moved on but its records are not in the log: write it all again.
+                if let Some(c) = shard
+                    .groups
+                    .get_mut(&req.group_id)
+                    .and_then(|e| e.consumer.as_mut())
+                {
+                    c.mark_all_dirty();
+                }
+                return ready(Err(e));
+            }
         };
         drop(shard);
+        let me = self.me.clone();
+        let group_id = req.group_id.clone();
         Box::pin(async move {
             match committed.await {
                 Ok(()) => result,
-                Err(e) => Err(e.into()),
+                Err(e) => {
+                    if let Some(c) = me.upgrade() {
+                        c.consumer_records_not_durable(&group_id, load_id);
+                    }
+                    Err(e.into())
+                }
             }
         })
+    }
+
+    /// A consumer group's records did not commit (in load `load_id`): while the shard still holds
+    /// that load, the whole group is written again with its next records, so the log catches up
+    /// with the state in memory (Kafka reverts the state instead; either way no member is left
+    /// with partitions the log would give to another).
+    fn consumer_records_not_durable(&self, group_id: &str, load_id: u64) {
+        let Ok(shard) = self.shard(group_id) else {
+            return;
+        };
+        let mut shard = shard.lock();
+        if shard.leadership.loaded().map(|l| l.load_id) != Some(load_id) {
+            return;
+        }
+        if let Some(c) = shard
+            .groups
+            .get_mut(group_id)
+            .and_then(|e| e.consumer.as_mut())
+        {
+            c.mark_all_dirty();
+        }
     }
 
     /// The heartbeat's step under the shard lock: its answer and the records to append.
@@ -1147,6 +1186,7 @@ impl GroupCoordinator {
                 return (Err(GroupError::GroupIdNotFound), Vec::new());
             }
         }
+        let converted = entry.consumer.is_none();
         let consumer = entry.consumer.get_or_insert_with(|| {
             let mut c = ConsumerGroup::new(&req.group_id);
             c.set_empty_since_ms(now);
@@ -1164,11 +1204,17 @@ impl GroupCoordinator {
             debug!(group = %req.group_id, group_epoch = consumer.group_epoch(), state = consumer.state().name(), "consumer group epoch moved");
         }
         let writes = encode_group_records(consumer.take_records());
-        // A refused first join leaves no group behind.
-        let leftover = consumer.is_empty() && entry.group.offsets.is_empty();
-        if created && leftover && result.is_err() {
-            shard.groups.remove(&req.group_id);
-            return (result, Vec::new());
+        // A refused first join leaves no group behind, and a classic group it would have
+        // converted stays classic.
+        if result.is_err() && consumer.is_empty() {
+            if created && entry.group.offsets.is_empty() {
+                shard.groups.remove(&req.group_id);
+                return (result, Vec::new());
+            }
+            if converted {
+                entry.consumer = None;
+                return (result, Vec::new());
+            }
         }
         (result, writes)
     }
@@ -1620,6 +1666,7 @@ impl GroupCoordinator {
                 continue;
             }
             let mut removals = Vec::new();
+            let mut removed_from = Vec::new();
             for (id, entry) in shard.groups.iter_mut() {
                 let Some(consumer) = entry.consumer.as_mut() else {
                     continue;
@@ -1628,14 +1675,41 @@ impl GroupCoordinator {
                     for member in consumer.tick(now) {
                         info!(group = %id, member = %member, group_epoch = consumer.group_epoch(), "consumer group member removed (session or rebalance timeout)");
                     }
-                    removals.extend(encode_group_records(consumer.take_records()));
+                    let records = consumer.take_records();
+                    if !records.is_empty() {
+                        removed_from.push(id.clone());
+                        removals.extend(encode_group_records(records));
+                    }
                 }
             }
-            // Nobody waits for these; if they do not commit, a new coordinator finds the members
-            // and expires them again.
+            // Nobody waits for these. If they cannot be appended or do not commit, the groups are
+            // written whole with their next records (a new coordinator would otherwise find the
+            // removed members still owning partitions that others now hold).
             if !removals.is_empty() {
-                if let Err(e) = self.append(&mut shard, &removals) {
-                    warn!(error = %e, "cannot write consumer group member removals");
+                let load_id = shard.load_id().unwrap_or(0);
+                match self.append(&mut shard, &removals) {
+                    Ok(committed) => {
+                        let me = self.me.clone();
+                        tokio::spawn(async move {
+                            if committed.await.is_err() {
+                                if let Some(c) = me.upgrade() {
+                                    for id in &removed_from {
+                                        c.consumer_records_not_durable(id, load_id);
+                                    }
+                                }
+                            }
+                        });
+                    }
+                    Err(e) => {
+                        warn!(error = %e, "cannot write consumer group member removals");
+                        for id in &removed_from {
+                            if let Some(c) =
+                                shard.groups.get_mut(id).and_then(|e| e.consumer.as_mut())
+                            {
+                                c.mark_all_dirty();
+                            }
+                        }
+                    }
                 }
             }
             let due: Vec<String> = shard
@@ -1798,7 +1872,6 @@ fn ready<T: Send + 'static>(value: T) -> Reply<T> {
     Box::pin(std::future::ready(value))
 }
 
-/// Tombstones for a group's offsets (when `with_offsets`) and its metadata.
 /// An encoded record: key and value (`None` = tombstone).
 type Encoded = (Bytes, Option<Bytes>);
 
@@ -1806,15 +1879,19 @@ type Encoded = (Bytes, Option<Bytes>);
 fn encode_group_records(records: Vec<GroupRecord>) -> Vec<Encoded> {
     records
         .into_iter()
-        .map(|(k, v)| {
-            (
-                records::encode_key(&k),
-                v.as_ref().and_then(records::encode_consumer_value),
-            )
+        .filter_map(|(k, v)| {
+            let value = match &v {
+                None => None,
+                // Only consumer group values come here; anything else is skipped rather than
+                // written as a tombstone.
+                Some(v) => Some(records::encode_consumer_value(v)?),
+            };
+            Some((records::encode_key(&k), value))
         })
         .collect()
 }
 
+/// Tombstones for a group's offsets (when `with_offsets`) and its metadata.
 fn group_tombstones(g: &Group, with_offsets: bool) -> Vec<(Bytes, Option<Bytes>)> {
     let mut out = Vec::new();
     if with_offsets {
@@ -2044,6 +2121,119 @@ mod tests {
             .map(|g| g.group_id)
             .collect();
         assert_eq!(listed.len(), 2, "{listed:?}");
+    }
+
+    /// Topics for consumer group tests: one topic "t" with 3 partitions.
+    struct OneTopic;
+
+    impl TopicsView for OneTopic {
+        fn by_name(&self, name: &str) -> Option<crate::consumer_group::TopicInfo> {
+            (name == "t").then(|| crate::consumer_group::TopicInfo {
+                name: "t".into(),
+                id: uuid::Uuid::from_bytes([1; 16]),
+                partitions: 3,
+            })
+        }
+        fn by_id(&self, _id: uuid::Uuid) -> Option<crate::consumer_group::TopicInfo> {
+            self.by_name("t")
+        }
+        fn all(&self) -> Vec<crate::consumer_group::TopicInfo> {
+            self.by_name("t").into_iter().collect()
+        }
+    }
+
+    fn consumer_join(group: &str, member: &str) -> HeartbeatRequest {
+        HeartbeatRequest {
+            group_id: group.into(),
+            member_id: member.into(),
+            member_epoch: 0,
+            rebalance_timeout_ms: 30_000,
+            subscribed_topic_names: Some(vec!["t".into()]),
+            owned: Some(crate::assignor::Assignment::new()),
+            ..HeartbeatRequest::default()
+        }
+    }
+
+    /// A KIP-848 group written through the log comes back in a new coordinator (replay, then the
+    /// snapshot) with its member, epoch and assignment; the member carries on there; commits
+    /// check its epoch; a non-empty consumer group refuses classic joins and deletion.
+    #[tokio::test]
+    async fn consumer_group_survives_replay_and_snapshot() {
+        let (_dir, _store, logs) = logs();
+        let dir = tempfile::tempdir().expect("tempdir");
+        let snap = dir.path().join("snap");
+        let epoch;
+        {
+            let first = coordinator(&logs, Some(snap.clone()));
+            load(&first, &logs);
+            let r = first
+                .consumer_heartbeat(&consumer_join("cg", "m1"), &OneTopic)
+                .await
+                .expect("join");
+            epoch = r.member_epoch;
+            assert_eq!(
+                r.assignment
+                    .map(|a| a.values().map(|p| p.len()).sum::<usize>()),
+                Some(3)
+            );
+            let mut stale = commit("cg", "t", 0, 7, "m");
+            stale.generation_id = epoch + 1;
+            stale.member_id = "m1".into();
+            assert_eq!(
+                first.commit_offsets(stale).await,
+                vec![Err(GroupError::StaleMemberEpoch)]
+            );
+            let mut ok = commit("cg", "t", 0, 7, "m");
+            ok.generation_id = epoch;
+            ok.member_id = "m1".into();
+            assert_eq!(first.commit_offsets(ok).await, vec![Ok(())]);
+            // Classic members are refused while the consumer group has members; so is deletion.
+            let join = first.join(JoinRequest {
+                group_id: "cg".into(),
+                session_timeout_ms: 10_000,
+                rebalance_timeout_ms: 10_000,
+                member_id: String::new(),
+                group_instance_id: None,
+                protocol_type: "consumer".into(),
+                protocols: vec![crate::group::Protocol {
+                    name: "range".into(),
+                    metadata: Bytes::new(),
+                }],
+                client_id: "c".into(),
+                client_host: "h".into(),
+                require_known_member_id: false,
+            });
+            assert_eq!(
+                join.await.error,
+                Some(GroupError::InconsistentGroupProtocol)
+            );
+            assert_eq!(
+                first.delete_groups(vec!["cg".into()]).await,
+                vec![Err(GroupError::NonEmptyGroup)]
+            );
+            first.shutdown();
+            first.write_final_snapshot();
+        }
+        for with_snapshot in [false, true] {
+            let next = coordinator(&logs, with_snapshot.then(|| snap.clone()));
+            load(&next, &logs);
+            let d = next.describe_consumer_group("cg").expect("consumer group");
+            assert_eq!(d.members.len(), 1, "snapshot {with_snapshot}");
+            assert_eq!(d.members[0].member.member_epoch, epoch);
+            assert_eq!(offset_of(&next, "cg", "t", 0), Some((7, "m".into())));
+            let beat = HeartbeatRequest {
+                group_id: "cg".into(),
+                member_id: "m1".into(),
+                member_epoch: epoch,
+                rebalance_timeout_ms: -1,
+                ..HeartbeatRequest::default()
+            };
+            let r = next
+                .consumer_heartbeat(&beat, &OneTopic)
+                .await
+                .expect("carries on");
+            assert!(r.member_epoch >= epoch, "not fenced: {r:?}");
+        }
     }
 
     #[tokio::test]

@@ -1,7 +1,8 @@
 //! Millrace's group coordinator: classic consumer groups (JoinGroup, SyncGroup, Heartbeat,
 //! LeaveGroup), KIP-848 consumer groups (ConsumerGroupHeartbeat, server-side assignors in
-//! [`assignor`], the state machine in [`consumer_group`]), committed offsets, and their persistence in the compacted internal topic
-//! `__consumer_offsets`, in Kafka's own record formats.
+//! [`assignor`], the state machine in [`consumer_group`]), committed offsets, and their
+//! persistence in the compacted internal topic `__consumer_offsets`, in Kafka's own record
+//! formats.
 //!
 //! Data flow: the front end decodes a group request, converts it into this crate's request
 //! structs and calls [`GroupCoordinator`]; the coordinator steps the pure state machine in

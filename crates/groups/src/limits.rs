@@ -78,3 +78,7 @@ pub const OFFSET_METADATA_BYTES_MAX: usize = 4096;
 /// Longest subscription regular expression a ConsumerGroupHeartbeat may carry (bytes): the
 /// pattern is compiled with the `regex` crate's own size limit as well.
 pub const SUBSCRIPTION_REGEX_BYTES_MAX: usize = 4096;
+
+/// Compiled size a subscription regex may reach (the `regex` crate's `size_limit`): bounds the
+/// memory and compile time one member's pattern can cost the coordinator.
+pub const SUBSCRIPTION_REGEX_COMPILED_BYTES_MAX: usize = 1 << 20;

@@ -10,6 +10,7 @@ use kafka_protocol::messages::consumer_group_describe_response::{
 };
 use kafka_protocol::messages::{ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse};
 use millrace_cluster::image::MetadataImage;
+use millrace_groups::GroupError;
 
 use super::{str_bytes, topic_name};
 use crate::error_codes;
@@ -53,10 +54,12 @@ pub fn handle(
                 DescribedGroup::default()
                     .with_group_id(id.clone())
                     .with_error_code(err.code)
-                    .with_error_message(Some(str_bytes(&format!(
-                        "Group {} not found or not a consumer group: {e}",
-                        id.0
-                    ))))
+                    .with_error_message(Some(str_bytes(&match e {
+                        GroupError::GroupIdNotFound => {
+                            format!("Group {} not found or not a consumer group.", id.0)
+                        }
+                        other => other.to_string(),
+                    })))
                     .with_group_state(str_bytes("Dead"))
                     .with_authorized_operations(AUTHORIZED_OPERATIONS_OMITTED)
             }

@@ -40,6 +40,10 @@ impl TopicsView for ImageTopics {
         })
     }
 
+    fn version(&self) -> Option<u64> {
+        Some(self.0.offset)
+    }
+
     fn all(&self) -> Vec<TopicInfo> {
         // Internal topics included: Kafka's broker-side regexes match them too (franz-go's
         // Test848RegexBrokerResolves subscribes to `__consumer_offsets` by regex).
