@@ -2,12 +2,12 @@ package io.millrace.compat;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
-import static org.junit.jupiter.api.Assertions.fail;
 
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Collection;
 import java.util.HashSet;
+import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Set;
@@ -25,8 +25,6 @@ import org.apache.kafka.clients.consumer.ConsumerRebalanceListener;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.clients.consumer.OffsetAndMetadata;
-import org.apache.kafka.clients.producer.KafkaProducer;
-import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.common.GroupState;
 import org.apache.kafka.common.GroupType;
 import org.apache.kafka.common.TopicPartition;
@@ -89,7 +87,7 @@ class ConsumerGroupProtocolTest {
         @Override
         public void onPartitionsAssigned(Collection<TopicPartition> parts) {
             owned.addAll(parts);
-            if (!parts.isEmpty()) events.add("+" + ps(parts));
+            if (!parts.isEmpty()) events.add("+" + RebalanceChecks.ps(parts));
         }
 
         @Override
@@ -103,13 +101,13 @@ class ConsumerGroupProtocolTest {
                 events.add("revocation commit failed: " + e.getMessage());
             }
             owned.removeAll(parts);
-            if (!parts.isEmpty()) events.add("-" + ps(parts));
+            if (!parts.isEmpty()) events.add("-" + RebalanceChecks.ps(parts));
         }
 
         @Override
         public void onPartitionsLost(Collection<TopicPartition> parts) {
             owned.removeAll(parts);
-            events.add("lost" + ps(parts));
+            events.add("lost" + RebalanceChecks.ps(parts));
         }
 
         int epoch() {
@@ -118,7 +116,7 @@ class ConsumerGroupProtocolTest {
 
         @Override
         public String toString() {
-            return name + " owns " + ps(owned) + " epoch " + epoch() + " stale commits " + staleCommits + " events " + events;
+            return name + " owns " + RebalanceChecks.ps(owned) + " epoch " + epoch() + " stale commits " + staleCommits + " events " + events;
         }
 
         void close() {
@@ -126,48 +124,19 @@ class ConsumerGroupProtocolTest {
         }
     }
 
-    static String ps(Collection<TopicPartition> parts) {
-        return parts.stream().map(TopicPartition::partition).sorted().map(String::valueOf).collect(Collectors.joining(",", "[", "]"));
-    }
-
-    void produce(BrokerProcess broker, String topic, int round) throws Exception {
-        try (KafkaProducer<String, String> p = Clients.producer(broker, null)) {
-            for (int i = 0; i < 100 * PARTITIONS; i++) {
-                String v = "r" + round + "-" + i;
-                p.send(new ProducerRecord<>(topic, i % PARTITIONS, null, v));
-                produced.add(v);
-            }
-            p.flush();
-        }
+    void produce(BrokerProcess broker, String topic, int round) {
+        RebalanceChecks.produceRound(broker, topic, round, PARTITIONS, produced);
     }
 
     void awaitStable(String step, List<Member> members) {
-        long deadline = System.nanoTime() + STEP_TIMEOUT.toNanos();
-        String why = "";
-        while (System.nanoTime() < deadline) {
-            for (Member m : members) m.poll();
-            why = problem(members);
-            if (why == null) {
-                System.out.println(step + ": stable: " + members);
-                return;
-            }
-        }
-        fail(step + ": group not stable/balanced/fully consumed within " + STEP_TIMEOUT.toSeconds() + " s: " + why
-            + "\nmembers: " + members);
+        RebalanceChecks.awaitStable(step, STEP_TIMEOUT, () -> members.forEach(Member::poll), () -> problem(members), members::toString);
     }
 
     String problem(List<Member> members) {
-        Set<TopicPartition> union = new HashSet<>();
-        for (Member m : members) {
-            for (TopicPartition tp : m.owned) {
-                if (!union.add(tp)) return "partition " + tp.partition() + " owned twice";
-            }
-        }
-        if (union.size() != PARTITIONS) return "assignment covers " + union.size() + " of " + PARTITIONS + " partitions";
-        int lo = PARTITIONS / members.size(), hi = (PARTITIONS + members.size() - 1) / members.size();
-        for (Member m : members) {
-            if (m.owned.size() < lo || m.owned.size() > hi) return m.name + " owns " + m.owned.size() + " (want " + lo + ".." + hi + ")";
-        }
+        Map<String, Set<TopicPartition>> owned = new LinkedHashMap<>();
+        for (Member m : members) owned.put(m.name, m.owned);
+        String unbalanced = RebalanceChecks.balanceProblem(owned, PARTITIONS);
+        if (unbalanced != null) return unbalanced;
         Set<Integer> epochs = members.stream().map(Member::epoch).collect(Collectors.toSet());
         if (epochs.size() != 1 || epochs.contains(-1)) return "members at epochs " + epochs;
         if (!consumed.keySet().containsAll(produced)) {

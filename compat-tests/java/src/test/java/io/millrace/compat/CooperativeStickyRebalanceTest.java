@@ -1,13 +1,14 @@
 package io.millrace.compat;
 
 import static org.junit.jupiter.api.Assertions.assertTrue;
-import static org.junit.jupiter.api.Assertions.fail;
 
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Collection;
 import java.util.HashSet;
+import java.util.LinkedHashMap;
 import java.util.List;
+import java.util.Map;
 import java.util.Set;
 import java.util.TreeSet;
 import java.util.concurrent.ConcurrentHashMap;
@@ -20,8 +21,6 @@ import org.apache.kafka.clients.consumer.ConsumerRebalanceListener;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.CooperativeStickyAssignor;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
-import org.apache.kafka.clients.producer.KafkaProducer;
-import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.common.TopicPartition;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
@@ -72,7 +71,7 @@ class CooperativeStickyRebalanceTest {
         @Override
         public void onPartitionsAssigned(Collection<TopicPartition> parts) {
             owned.addAll(parts);
-            if (!parts.isEmpty() || !assignedOnce) events.add("+" + ps(parts));
+            if (!parts.isEmpty() || !assignedOnce) events.add("+" + RebalanceChecks.ps(parts));
             assignedOnce |= !owned.isEmpty();
             track();
         }
@@ -80,14 +79,14 @@ class CooperativeStickyRebalanceTest {
         @Override
         public void onPartitionsRevoked(Collection<TopicPartition> parts) {
             owned.removeAll(parts);
-            if (!parts.isEmpty()) events.add("-" + ps(parts));
+            if (!parts.isEmpty()) events.add("-" + RebalanceChecks.ps(parts));
             track();
         }
 
         @Override
         public void onPartitionsLost(Collection<TopicPartition> parts) {
             owned.removeAll(parts);
-            events.add("lost" + ps(parts));
+            events.add("lost" + RebalanceChecks.ps(parts));
             track();
         }
 
@@ -97,7 +96,7 @@ class CooperativeStickyRebalanceTest {
 
         @Override
         public String toString() {
-            return name + " owns " + ps(owned) + " gen " + consumer.groupMetadata().generationId() + " events " + events;
+            return name + " owns " + RebalanceChecks.ps(owned) + " gen " + consumer.groupMetadata().generationId() + " events " + events;
         }
 
         void close() {
@@ -106,49 +105,20 @@ class CooperativeStickyRebalanceTest {
         }
     }
 
-    static String ps(Collection<TopicPartition> parts) {
-        return parts.stream().map(TopicPartition::partition).sorted().map(String::valueOf).collect(Collectors.joining(",", "[", "]"));
-    }
-
-    void produce(BrokerProcess broker, String topic, int round) throws Exception {
-        try (KafkaProducer<String, String> p = Clients.producer(broker, null)) {
-            for (int i = 0; i < 100 * PARTITIONS; i++) {
-                String v = "r" + round + "-" + i;
-                p.send(new ProducerRecord<>(topic, i % PARTITIONS, null, v));
-                produced.add(v);
-            }
-            p.flush();
-        }
+    void produce(BrokerProcess broker, String topic, int round) {
+        RebalanceChecks.produceRound(broker, topic, round, PARTITIONS, produced);
     }
 
     /** Polls every member until the group is stable over exactly {@code members} and everything is consumed. */
     void awaitStable(String step, List<Member> members) {
-        long deadline = System.nanoTime() + STEP_TIMEOUT.toNanos();
-        String why = "";
-        while (System.nanoTime() < deadline) {
-            for (Member m : members) m.poll();
-            why = problem(members);
-            if (why == null) {
-                System.out.println(step + ": stable: " + members);
-                return;
-            }
-        }
-        fail(step + ": group not stable/balanced/fully consumed within " + STEP_TIMEOUT.toSeconds() + " s: " + why
-            + "\nmembers: " + members);
+        RebalanceChecks.awaitStable(step, STEP_TIMEOUT, () -> members.forEach(Member::poll), () -> problem(members), members::toString);
     }
 
     String problem(List<Member> members) {
-        Set<TopicPartition> union = new HashSet<>();
-        for (Member m : members) {
-            for (TopicPartition tp : m.owned) {
-                if (!union.add(tp)) return "partition " + tp.partition() + " owned twice";
-            }
-        }
-        if (union.size() != PARTITIONS) return "assignment covers " + union.size() + " of " + PARTITIONS + " partitions";
-        int lo = PARTITIONS / members.size(), hi = (PARTITIONS + members.size() - 1) / members.size();
-        for (Member m : members) {
-            if (m.owned.size() < lo || m.owned.size() > hi) return m.name + " owns " + m.owned.size() + " (want " + lo + ".." + hi + ")";
-        }
+        Map<String, Set<TopicPartition>> owned = new LinkedHashMap<>();
+        for (Member m : members) owned.put(m.name, m.owned);
+        String unbalanced = RebalanceChecks.balanceProblem(owned, PARTITIONS);
+        if (unbalanced != null) return unbalanced;
         Set<Integer> gens = members.stream().map(m -> m.consumer.groupMetadata().generationId()).collect(Collectors.toSet());
         if (gens.size() != 1 || gens.contains(-1)) return "members on generations " + gens;
         if (!consumed.containsAll(produced)) {
