@@ -335,8 +335,10 @@ async fn api_versions_advertises_the_contract_ranges() {
         }
     }
 
-    // v3+: no feature fields on the wire (librdkafka 2.0.2 cannot read them), which shows as a
-    // frame exactly as long as the re-encoded minimal response.
+    // v3+: the features as Kafka 4.1.1 sends them (decision 0059): v3 gets only the supported
+    // ranges whose minimum is above 0 (KIP-1022), both versions the finalized levels with the
+    // metadata offset as epoch; nothing else on the wire, which shows as a frame exactly as long
+    // as the re-encoded response.
     let correlation_id = conn.send(3, &api_versions_request()).await;
     let mut body = conn
         .read_frame(IO_TIMEOUT)
@@ -346,15 +348,29 @@ async fn api_versions_advertises_the_contract_ranges() {
     let header = ResponseHeader::decode(&mut body, 0).expect("ApiVersions uses response header v0");
     assert_eq!(header.correlation_id, correlation_id);
     let response = ApiVersionsResponse::decode(&mut body, 3).expect("ApiVersions v3 body");
-    assert!(response.supported_features.is_empty());
-    assert!(response.finalized_features.is_empty());
-    assert_eq!(response.finalized_features_epoch, -1);
+    let supported: Vec<(String, i16, i16)> = response
+        .supported_features
+        .iter()
+        .map(|f| (f.name.to_string(), f.min_version, f.max_version))
+        .collect();
+    assert_eq!(supported, vec![("metadata.version".to_string(), 7, 27)]);
+    let finalized: Vec<(String, i16)> = response
+        .finalized_features
+        .iter()
+        .map(|f| (f.name.to_string(), f.max_version_level))
+        .collect();
+    assert!(
+        finalized.contains(&("group.version".to_string(), 1))
+            && finalized.contains(&("metadata.version".to_string(), 27)),
+        "{finalized:?}"
+    );
+    assert!(response.finalized_features_epoch >= 0);
     assert!(!response.zk_migration_ready);
     let minimal = response.compute_size(3).expect("size");
     assert_eq!(
         frame_len,
         4 + minimal,
-        "ApiVersions v3 response carries extra (tagged) bytes"
+        "ApiVersions v3 response carries unknown (tagged) bytes"
     );
 }
 
