@@ -111,7 +111,6 @@ pub struct TopicInfo {
 /// The topics a heartbeat is stepped against (the broker's current metadata image).
 pub trait TopicsView {
     fn by_name(&self, name: &str) -> Option<TopicInfo>;
-    fn by_id(&self, id: Uuid) -> Option<TopicInfo>;
     /// Every topic a regular expression may match (internal topics too, as in Kafka).
     fn all(&self) -> Vec<TopicInfo>;
     /// A number that changes whenever the topics may have (the metadata image's offset); `None`
@@ -245,6 +244,28 @@ struct Dirty {
 
 /// A record of a consumer group: key and value (`None` = tombstone).
 pub type GroupRecord = (RecordKey, Option<RecordValue>);
+
+/// Tombstones for the three records of one member (current assignment, target, subscription).
+fn member_tombstones(group: &str, member: &str) -> [GroupRecord; 3] {
+    let (group, member) = (group.to_string(), member.to_string());
+    [
+        (
+            RecordKey::ConsumerCurrent {
+                group: group.clone(),
+                member: member.clone(),
+            },
+            None,
+        ),
+        (
+            RecordKey::ConsumerTarget {
+                group: group.clone(),
+                member: member.clone(),
+            },
+            None,
+        ),
+        (RecordKey::ConsumerMember { group, member }, None),
+    ]
+}
 
 fn to_topic_partitions(a: &Assignment) -> TopicPartitions {
     a.iter()
@@ -413,28 +434,7 @@ impl ConsumerGroup {
             if self.members.contains_key(member) {
                 continue;
             }
-            let member = member.clone();
-            out.push((
-                RecordKey::ConsumerCurrent {
-                    group: group.clone(),
-                    member: member.clone(),
-                },
-                None,
-            ));
-            out.push((
-                RecordKey::ConsumerTarget {
-                    group: group.clone(),
-                    member: member.clone(),
-                },
-                None,
-            ));
-            out.push((
-                RecordKey::ConsumerMember {
-                    group: group.clone(),
-                    member,
-                },
-                None,
-            ));
+            out.extend(member_tombstones(&group, member));
         }
         for member in &dirty.metadata {
             if let Some(m) = self.members.get(member) {
@@ -554,27 +554,7 @@ impl ConsumerGroup {
         let group = self.id.clone();
         let mut out = Vec::new();
         for id in self.members.keys() {
-            out.push((
-                RecordKey::ConsumerCurrent {
-                    group: group.clone(),
-                    member: id.clone(),
-                },
-                None,
-            ));
-            out.push((
-                RecordKey::ConsumerTarget {
-                    group: group.clone(),
-                    member: id.clone(),
-                },
-                None,
-            ));
-            out.push((
-                RecordKey::ConsumerMember {
-                    group: group.clone(),
-                    member: id.clone(),
-                },
-                None,
-            ));
+            out.extend(member_tombstones(&group, id));
         }
         out.push((
             RecordKey::ConsumerTargetEpoch {
@@ -1490,9 +1470,6 @@ mod tests {
     impl TopicsView for Topics {
         fn by_name(&self, name: &str) -> Option<TopicInfo> {
             self.0.iter().find(|t| t.name == name).cloned()
-        }
-        fn by_id(&self, id: Uuid) -> Option<TopicInfo> {
-            self.0.iter().find(|t| t.id == id).cloned()
         }
         fn all(&self) -> Vec<TopicInfo> {
             self.0.clone()

@@ -2134,9 +2134,6 @@ mod tests {
                 partitions: 3,
             })
         }
-        fn by_id(&self, _id: uuid::Uuid) -> Option<crate::consumer_group::TopicInfo> {
-            self.by_name("t")
-        }
         fn all(&self) -> Vec<crate::consumer_group::TopicInfo> {
             self.by_name("t").into_iter().collect()
         }

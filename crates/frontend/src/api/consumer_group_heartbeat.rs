@@ -14,7 +14,6 @@ use kafka_protocol::messages::consumer_group_heartbeat_response::{Assignment, To
 use kafka_protocol::messages::{ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse};
 use millrace_cluster::image::MetadataImage;
 use millrace_groups::{ConsumerHeartbeatRequest, TopicInfo, TopicsView};
-use uuid::Uuid;
 
 use super::str_bytes;
 use crate::error_codes;
@@ -26,14 +25,6 @@ pub struct ImageTopics(pub Arc<MetadataImage>);
 impl TopicsView for ImageTopics {
     fn by_name(&self, name: &str) -> Option<TopicInfo> {
         self.0.topic(name).map(|t| TopicInfo {
-            name: t.name.clone(),
-            id: t.topic_id,
-            partitions: t.partition_count(),
-        })
-    }
-
-    fn by_id(&self, id: Uuid) -> Option<TopicInfo> {
-        self.0.topic_by_id(id).map(|t| TopicInfo {
             name: t.name.clone(),
             id: t.topic_id,
             partitions: t.partition_count(),
