@@ -1,31 +1,58 @@
 #!/usr/bin/env bash
-# Run every client suite (compat-tests/*/run.sh) one after the other, print
-# each one's result and a final "N passed, M failed" line (the sum).
-# A suite that ends without such a line, or that exits non-zero while
-# reporting 0 failed, counts as 1 failed.
+# Run every client suite (compat-tests/*/run.sh), print each one's output and result and a final
+# "N passed, M failed" line (the sum). A suite that ends without such a line, or that exits
+# non-zero while reporting 0 failed, counts as 1 failed.
 #
 #   compat-tests/run-all.sh [suite ...]      e.g. run-all.sh kcat
 #
-# Env: COMPAT_SUITE_TIMEOUT (seconds per suite, default 2400); everything the
-# suites read (MILLRACE_BIN, ...). The broker is built once up front if missing.
+# Lanes: the full run splits the suites into COMPAT_LANES lanes (default 2) that run side by side,
+# each lane one suite after the other. Most suites spend their time waiting on brokers, timeouts
+# and client start-up, not on the CPU, so two lanes on a 2-core machine take about 60% of the
+# serial time. The split (LANE_PLAN below) keeps the two suites that compile the most (peer's
+# librdkafka test build, java's Maven build) apart, and starts lane 1 with short suites so that the
+# fault suites (cluster-scenarios, cluster) do not run beside peer's compile. A suite's
+# output is printed whole when it ends, so lanes never interleave. COMPAT_LANES=1, or naming
+# suites on the command line, runs them one after the other as before.
+#
+# Env: COMPAT_SUITE_TIMEOUT (seconds per suite, default 2400); COMPAT_LANES (1 or 2); everything
+# the suites read (MILLRACE_BIN, ...). The broker is built once up front if missing.
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source-path=SCRIPTDIR source=lib/millrace.sh
 source "$HERE/lib/millrace.sh"
 
-if (($#)); then
-  suites=("$@")
-else
-  suites=()
-  for f in "$HERE"/*/run.sh; do
-    [[ -f "$f" ]] && suites+=("$(basename "$(dirname "$f")")")
-  done
-fi
+# The default split: lane 1, then lane 2 (measured serial minutes on 2 cores in brackets). A suite
+# that is not named here joins lane 1.
+LANE_PLAN=(
+  "kcat go compose cluster-scenarios cluster java" # 0.6 0.9 1.1 2.1 5.6 4.7
+  "peer python node"                               # 7.7 5.6 2.7
+)
 
-total_passed=0
-total_failed=0
-results=()
+all_suites=()
+for f in "$HERE"/*/run.sh; do
+  [[ -f "$f" ]] && all_suites+=("$(basename "$(dirname "$f")")")
+done
+
+lanes=()
+if (($#)); then
+  lanes=("$*")
+elif [[ "${COMPAT_LANES:-2}" == 1 ]]; then
+  lanes=("${all_suites[*]}")
+else
+  planned=" ${LANE_PLAN[*]} "
+  lane1="${LANE_PLAN[0]}"
+  for s in "${all_suites[@]}"; do
+    [[ "$planned" == *" $s "* ]] || lane1+=" $s"
+  done
+  # Planned suites that no longer exist are dropped (run_suite would count them as failed).
+  keep() {
+    local out=() s
+    for s in $1; do [[ -f "$HERE/$s/run.sh" ]] && out+=("$s"); done
+    echo "${out[*]}"
+  }
+  lanes=("$(keep "$lane1")" "$(keep "${LANE_PLAN[1]}")")
+fi
 
 # Build once here, so that no suite's time limit includes the build.
 if MILLRACE_BIN="$(millrace_bin)"; then
@@ -35,34 +62,67 @@ else
 fi
 
 LOGDIR="$(mktemp -d "${TMPDIR:-/tmp}/millrace-compat.XXXXXX")"
-trap 'exit 130' INT
-trap 'exit 143' TERM
+lane_pids=()
+stop_lanes() {
+  local pid
+  # A suite runs under `timeout` in a process group of its own: TERM to `timeout` ends that group.
+  for pid in "${lane_pids[@]}"; do
+    pkill -TERM -P "$pid" 2>/dev/null || true
+    kill -TERM -- "-$pid" 2>/dev/null || true
+  done
+}
+trap 'stop_lanes; exit 130' INT
+trap 'stop_lanes; exit 143' TERM
 
-for suite in "${suites[@]}"; do
-  script="$HERE/$suite/run.sh"
-  log="$LOGDIR/$suite.log"
-  echo "=== $suite ==="
+# Runs one suite; writes "passed failed rc" to $LOGDIR/<suite>.result and prints its log whole.
+run_suite() {
+  local suite="$1" script="$HERE/$1/run.sh" log="$LOGDIR/$1.log" rc=0 p=0 f=0 line started
+  started=$SECONDS
   if [[ ! -f "$script" ]]; then
-    echo "run-all: no $script" >&2
+    echo "run-all: no $script" >"$log"
     p=0 f=1 rc=127
   else
-    rc=0
-    timeout --kill-after=60 "${COMPAT_SUITE_TIMEOUT:-2400}" bash "$script" 2>&1 | tee "$log" || rc=$?
+    timeout --kill-after=60 "${COMPAT_SUITE_TIMEOUT:-2400}" bash "$script" >"$log" 2>&1 || rc=$?
     line="$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$log" | tail -n1 || true)"
     if [[ -n "$line" ]]; then
       p="${line%% passed*}"
       f="${line#*passed, }"
       f="${f%% failed}"
-    else
-      p=0 f=0
     fi
     if [[ $rc -ne 0 && $f -eq 0 ]]; then
       f=1 # crashed, timed out, or exited non-zero without counting a failure
     fi
   fi
-  results+=("$(printf '%-10s %5s passed, %5s failed  (exit %s)' "$suite" "$p" "$f" "$rc")")
-  total_passed=$((total_passed + p))
-  total_failed=$((total_failed + f))
+  echo "$p $f $rc $((SECONDS - started))" >"$LOGDIR/$suite.result"
+  {
+    flock 9
+    echo "=== $suite ($((SECONDS - started)) s) ==="
+    cat "$log"
+  } 9>"$LOGDIR/.print.lock"
+}
+
+for lane in "${lanes[@]}"; do
+  [[ -n "$lane" ]] || continue
+  if ((${#lanes[@]} == 1)); then
+    for suite in $lane; do run_suite "$suite"; done
+  else
+    # setsid: each lane is its own process group, so an interrupt stops its suites too.
+    setsid bash -c "$(declare -f run_suite); HERE='$HERE' LOGDIR='$LOGDIR'; for s in $lane; do run_suite \"\$s\"; done" &
+    lane_pids+=($!)
+  fi
+done
+for pid in "${lane_pids[@]}"; do wait "$pid" || true; done
+
+total_passed=0
+total_failed=0
+results=()
+for lane in "${lanes[@]}"; do
+  for suite in $lane; do
+    read -r p f rc secs <"$LOGDIR/$suite.result" 2>/dev/null || { p=0 f=1 rc=-1 secs=0; }
+    results+=("$(printf '%-18s %5s passed, %5s failed  (exit %s, %s s)' "$suite" "$p" "$f" "$rc" "$secs")")
+    total_passed=$((total_passed + p))
+    total_failed=$((total_failed + f))
+  done
 done
 
 echo
