@@ -32,12 +32,20 @@ CLIENT_LOG = logging.getLogger("librdkafka")
 CLIENT_LOG.propagate = False
 
 # Client timeouts (ms): short enough that a cut link is noticed within the fault's duration.
+# metadata.recovery.strategy=none: librdkafka 2.16 re-bootstraps when no known broker answers
+# (KIP-899), and doing so forgets every partition's leader epoch; the next metadata answer, even a
+# stale one from a just-resumed old leader, is then taken as new, and the position is validated
+# against that old leader, which answers the end of its own epoch: the consumer reads again what
+# it already read (against Apache Kafka 4.1.1 it resets to the log start). FINDINGS.md, "Consumer
+# rewinds after a re-bootstrap". The bootstrap list here is the brokers themselves, so
+# re-bootstrapping never finds a broker the client did not know.
 CLIENT_TIMEOUTS = {
     "socket.timeout.ms": 10000,
     "socket.connection.setup.timeout.ms": 5000,
     "reconnect.backoff.max.ms": 1000,
     "metadata.max.age.ms": 5000,
     "topic.metadata.refresh.interval.ms": 2000,
+    "metadata.recovery.strategy": "none",
     "logger": CLIENT_LOG,
 }
 
