@@ -612,9 +612,13 @@ impl ConsumerGroup {
             .unwrap_or(Assignor::Uniform)
     }
 
+    /// Moves the group epoch: a new target assignment follows, which Kafka counts as a rebalance
+    /// (its consumer-group rebalance sensor records each bump). Replay sets the epoch directly and
+    /// counts nothing.
     fn bump(&mut self) {
         self.group_epoch = self.group_epoch.saturating_add(1);
         self.dirty.group_epoch = true;
+        millrace_metrics::global().group_rebalances.inc();
         // Whatever moved the epoch may have changed the subscriptions' topics.
         self.subscriptions_version = self.subscriptions_version.wrapping_add(1);
     }
@@ -1543,6 +1547,24 @@ mod tests {
         let owned = r.assignment.clone();
         let r2 = step(&mut g, &beat("m1", r.member_epoch, owned.as_ref()), &t, 10).expect("beat");
         assert_eq!(r2.assignment, None);
+    }
+
+    #[test]
+    fn each_group_epoch_bump_counts_as_a_rebalance() {
+        let rebalances = || millrace_metrics::global().group_rebalances.get();
+        let t = topics(&[("a", 2)]);
+        let mut g = ConsumerGroup::new("g");
+        let before = rebalances();
+        let r = step(&mut g, &join("m1", &["a"]), &t, 0).expect("join");
+        // Other tests run in parallel and share the counter: it moved at least once for the join.
+        assert!(rebalances() > before, "the join moved the group epoch");
+        let owned = r.assignment.clone();
+        let quiet = g.group_epoch;
+        step(&mut g, &beat("m1", r.member_epoch, owned.as_ref()), &t, 10).expect("beat");
+        assert_eq!(
+            g.group_epoch, quiet,
+            "a plain heartbeat moves no epoch, so counts nothing"
+        );
     }
 
     #[test]
