@@ -3,12 +3,13 @@
 # each against its own Millrace broker:
 #   franz-go/    franz-go's pkg/kgo integration tests (ALLOWLIST)
 #   librdkafka/  librdkafka's tests/ test-runner (ALLOWLIST)
+#   librdkafka-848/ its group and commit tests again with group.protocol=consumer (KIP-848)
 #   kafka-python/ kafka-python's test/integration pytest suite (ALLOWLIST)
 # Builds are cached under compat-tests/peer/.cache/ (gitignored); a cold
 # cache costs about 3-5 minutes on 2 cores (librdkafka + its tests, the kgo
 # test binary), a warm run about 4-6 minutes.
 #
-#   compat-tests/peer/run.sh [franz-go|librdkafka|kafka-python ...]
+#   compat-tests/peer/run.sh [franz-go|librdkafka|librdkafka-848|kafka-python ...]
 #
 # Env: everything the two run.sh read; PEER_SUITE_TIMEOUT (seconds per suite,
 #      default 480).
@@ -22,7 +23,7 @@ ROOT="$(cd "$HERE/../.." && pwd)"
 source "$ROOT/compat-tests/lib/millrace.sh"
 
 suites=("$@")
-((${#suites[@]})) || suites=(franz-go librdkafka kafka-python)
+((${#suites[@]})) || suites=(franz-go librdkafka librdkafka-848 kafka-python)
 
 if MILLRACE_BIN="$(millrace_bin)"; then
   export MILLRACE_BIN
@@ -49,7 +50,7 @@ for s in "${suites[@]}"; do
     f="${f%% failed}"
   fi
   if [[ $rc -ne 0 && $f -eq 0 ]]; then f=1; fi
-  lines+=("$(printf '%-11s %4s passed, %4s failed  (exit %s, %ss)' "$s" "$p" "$f" "$rc" "$(($(date +%s) - t0))")")
+  lines+=("$(printf '%-14s %4s passed, %4s failed  (exit %s, %ss)' "$s" "$p" "$f" "$rc" "$(($(date +%s) - t0))")")
   tp=$((tp + p)) tf=$((tf + f))
 done
 echo
