@@ -8,11 +8,12 @@
 # Lanes: the full run splits the suites into COMPAT_LANES lanes (default 2) that run side by side,
 # each lane one suite after the other. Most suites spend their time waiting on brokers, timeouts
 # and client start-up, not on the CPU, so two lanes on a 2-core machine take about 60% of the
-# serial time. The split (LANE_PLAN below) keeps the two suites that compile the most (peer's
-# librdkafka test build, java's Maven build) apart, and starts lane 1 with short suites so that the
-# fault suites (cluster-scenarios, cluster) do not run beside peer's compile. A suite's
-# output is printed whole when it ends, so lanes never interleave. COMPAT_LANES=1, or naming
-# suites on the command line, runs them one after the other as before.
+# serial time. The split (LANE_PLAN below): lane 1 runs the short suites and java (Maven builds
+# and JVMs) while lane 2's peer builds franz-go's and librdkafka's tests on a fresh machine, so the
+# fault suites (cluster-scenarios, cluster) start once the heavy builds are over. A suite's output
+# is printed whole when it ends, so lanes never interleave. Lanes take apt-get one at a time
+# (lib/apt-serial). COMPAT_LANES=1, or naming suites on the command line, runs them one after the
+# other as before.
 #
 # Env: COMPAT_SUITE_TIMEOUT (seconds per suite, default 2400); COMPAT_LANES (1 or 2); everything
 # the suites read (MILLRACE_BIN, ...). The broker is built once up front if missing.
@@ -25,7 +26,7 @@ source "$HERE/lib/millrace.sh"
 # The default split: lane 1, then lane 2 (measured serial minutes on 2 cores in brackets). A suite
 # that is not named here joins lane 1.
 LANE_PLAN=(
-  "kcat go compose cluster-scenarios cluster java" # 0.6 0.9 1.1 2.1 5.6 4.7
+  "kcat go compose java cluster-scenarios cluster" # 0.6 0.9 1.1 4.7 2.1 5.6
   "peer python node"                               # 7.7 5.6 2.7
 )
 
@@ -36,8 +37,8 @@ done
 
 lanes=()
 if (($#)); then
-  lanes=("$*")
-elif [[ "${COMPAT_LANES:-2}" == 1 ]]; then
+  lanes=("${*%/}")
+elif [[ "${COMPAT_LANES:-2}" == 1 ]]; then # any other value: two lanes
   lanes=("${all_suites[*]}")
 else
   planned=" ${LANE_PLAN[*]} "
@@ -62,6 +63,7 @@ else
 fi
 
 LOGDIR="$(mktemp -d "${TMPDIR:-/tmp}/millrace-compat.XXXXXX")"
+((${#lanes[@]} == 1)) || export PATH="$HERE/lib/apt-serial:$PATH"
 lane_pids=()
 stop_lanes() {
   local pid
@@ -74,23 +76,24 @@ stop_lanes() {
 trap 'stop_lanes; exit 130' INT
 trap 'stop_lanes; exit 143' TERM
 
-# Runs one suite; writes "passed failed rc" to $LOGDIR/<suite>.result and prints its log whole.
+# Runs one suite; writes "passed failed rc seconds" to $LOGDIR/<suite>.result and prints its log
+# whole. Its stdin is /dev/null: no suite waits on the terminal.
 run_suite() {
-  local suite="$1" script="$HERE/$1/run.sh" log="$LOGDIR/$1.log" rc=0 p=0 f=0 line started
+  local suite="${1%/}" script="$HERE/${1%/}/run.sh" log="$LOGDIR/$1.log" rc=0 p=0 f=0 line started
   started=$SECONDS
   if [[ ! -f "$script" ]]; then
     echo "run-all: no $script" >"$log"
     p=0 f=1 rc=127
   else
-    timeout --kill-after=60 "${COMPAT_SUITE_TIMEOUT:-2400}" bash "$script" >"$log" 2>&1 || rc=$?
+    timeout --kill-after=60 "${COMPAT_SUITE_TIMEOUT:-2400}" bash "$script" >"$log" 2>&1 </dev/null || rc=$?
     line="$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$log" | tail -n1 || true)"
     if [[ -n "$line" ]]; then
       p="${line%% passed*}"
       f="${line#*passed, }"
       f="${f%% failed}"
     fi
-    if [[ $rc -ne 0 && $f -eq 0 ]]; then
-      f=1 # crashed, timed out, or exited non-zero without counting a failure
+    if [[ -z "$line" || ($rc -ne 0 && $f -eq 0) ]]; then
+      f=1 # crashed, timed out, no result line, or non-zero exit without counting a failure
     fi
   fi
   echo "$p $f $rc $((SECONDS - started))" >"$LOGDIR/$suite.result"
@@ -118,7 +121,7 @@ total_failed=0
 results=()
 for lane in "${lanes[@]}"; do
   for suite in $lane; do
-    read -r p f rc secs <"$LOGDIR/$suite.result" 2>/dev/null || { p=0 f=1 rc=-1 secs=0; }
+    read -r p f rc secs 2>/dev/null <"$LOGDIR/$suite.result" || { p=0 f=1 rc=-1 secs=0; }
     results+=("$(printf '%-18s %5s passed, %5s failed  (exit %s, %s s)' "$suite" "$p" "$f" "$rc" "$secs")")
     total_passed=$((total_passed + p))
     total_failed=$((total_failed + f))

@@ -49,7 +49,7 @@ for s in "${suites[@]}"; do
     f="${line#*passed, }"
     f="${f%% failed}"
   fi
-  if [[ $rc -ne 0 && $f -eq 0 ]]; then f=1; fi
+  if [[ -z "$line" || ($rc -ne 0 && $f -eq 0) ]]; then f=1; fi
   lines+=("$(printf '%-14s %4s passed, %4s failed  (exit %s, %ss)' "$s" "$p" "$f" "$rc" "$(($(date +%s) - t0))")")
   tp=$((tp + p)) tf=$((tf + f))
 done
