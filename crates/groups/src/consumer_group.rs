@@ -612,13 +612,9 @@ impl ConsumerGroup {
             .unwrap_or(Assignor::Uniform)
     }
 
-    /// Moves the group epoch: a new target assignment follows, which Kafka counts as a rebalance
-    /// (its consumer-group rebalance sensor records each bump). Replay sets the epoch directly and
-    /// counts nothing.
     fn bump(&mut self) {
         self.group_epoch = self.group_epoch.saturating_add(1);
         self.dirty.group_epoch = true;
-        millrace_metrics::global().group_rebalances.inc();
         // Whatever moved the epoch may have changed the subscriptions' topics.
         self.subscriptions_version = self.subscriptions_version.wrapping_add(1);
     }
@@ -772,6 +768,9 @@ impl ConsumerGroup {
         let topics_changed = self.refresh_topics(topics);
         if joined || subscription_changed || topics_changed {
             self.bump();
+            // Kafka's consumer-group rebalance sensor records the heartbeat's epoch bumps only: a
+            // member fenced on leave or expiry moves the epoch without it. Replay counts nothing.
+            millrace_metrics::global().group_rebalances.inc();
         }
         if self.group_epoch > self.assignment_epoch {
             self.compute_target(config, topics);
