@@ -79,7 +79,7 @@ trap 'stop_lanes; exit 143' TERM
 # Runs one suite; writes "passed failed rc seconds" to $LOGDIR/<suite>.result and prints its log
 # whole. Its stdin is /dev/null: no suite waits on the terminal.
 run_suite() {
-  local suite="${1%/}" script="$HERE/${1%/}/run.sh" log="$LOGDIR/$1.log" rc=0 p=0 f=0 line started
+  local suite="$1" script="$HERE/$1/run.sh" log="$LOGDIR/$1.log" rc=0 p=0 f=0 line started
   started=$SECONDS
   if [[ ! -f "$script" ]]; then
     echo "run-all: no $script" >"$log"

@@ -1550,19 +1550,19 @@ mod tests {
 
     #[test]
     fn each_group_epoch_bump_counts_as_a_rebalance() {
+        // The counter is process-wide and the classic-group tests running beside this one move it
+        // too, by a handful each: JOINS joins make a delta no other test comes near.
+        const JOINS: u64 = 2_000;
         let rebalances = || millrace_metrics::global().group_rebalances.get();
         let t = topics(&[("a", 2)]);
-        let mut g = ConsumerGroup::new("g");
         let before = rebalances();
-        let r = step(&mut g, &join("m1", &["a"]), &t, 0).expect("join");
-        // Other tests run in parallel and share the counter: it moved at least once for the join.
-        assert!(rebalances() > before, "the join moved the group epoch");
-        let owned = r.assignment.clone();
-        let quiet = g.group_epoch;
-        step(&mut g, &beat("m1", r.member_epoch, owned.as_ref()), &t, 10).expect("beat");
-        assert_eq!(
-            g.group_epoch, quiet,
-            "a plain heartbeat moves no epoch, so counts nothing"
+        for _ in 0..JOINS {
+            let mut g = ConsumerGroup::new("g");
+            step(&mut g, &join("m1", &["a"]), &t, 0).expect("join");
+        }
+        assert!(
+            rebalances() - before >= JOINS,
+            "every join moved a group epoch and counted"
         );
     }
 
