@@ -51,13 +51,19 @@ java_dist_classpath() {
   # one cached classpath per local repository
   [[ -n "${MAVEN_REPO_LOCAL:-}" ]] && cpfile="$cpfile.$(printf '%s' "$MAVEN_REPO_LOCAL" | cksum | cut -d' ' -f1)"
   if [[ ! -s "$cpfile" || "$pom" -nt "$cpfile" ]]; then
-    echo "java: resolving Kafka tools/Connect jars (dist/pom.xml) with Maven" >&2
     mkdir -p "$JAVA_COMPAT_DIR/target"
-    mvn_cmd 900 -f "$pom" org.apache.maven.plugins:maven-dependency-plugin:3.8.1:build-classpath -Dmdep.outputFile="$cpfile.tmp" >&2 || {
-      echo "java: mvn dependency:build-classpath failed" >&2
-      return 1
-    }
-    mv "$cpfile.tmp" "$cpfile"
+    # The Java suite and python/test_tls.py may resolve at once (run-all.sh lanes): one at a time.
+    (
+      flock -w 1000 9 || { echo "java: timed out waiting for another classpath resolution" >&2; exit 1; }
+      if [[ ! -s "$cpfile" || "$pom" -nt "$cpfile" ]]; then
+        echo "java: resolving Kafka tools/Connect jars (dist/pom.xml) with Maven" >&2
+        mvn_cmd 900 -f "$pom" org.apache.maven.plugins:maven-dependency-plugin:3.8.1:build-classpath -Dmdep.outputFile="$cpfile.tmp" >&2 || {
+          echo "java: mvn dependency:build-classpath failed" >&2
+          exit 1
+        }
+        mv "$cpfile.tmp" "$cpfile"
+      fi
+    ) 9>"$JAVA_COMPAT_DIR/target/.dist-classpath.lock" || return 1
   fi
   DIST_CP="$(cat "$cpfile")"
   # every jar must be there (a cleaned ~/.m2 makes the cached file stale)

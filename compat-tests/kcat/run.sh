@@ -9,8 +9,10 @@
 # none) proof from librdkafka's debug log that the batches were compressed on
 # the way in and came back compressed (fetched bytes << uncompressed); keys and
 # headers; -o -N (ListOffsets latest); -o s@TS (ListOffsets by timestamp);
-# groups.sh (balanced consumer -G) and leader-change.sh (3-node cluster, kill -9 of the
-# partition leader while kcat -P streams; every line read back exactly once, in order).
+# groups.sh (balanced consumer -G), leader-change.sh (3-node cluster, kill -9 of the
+# partition leader while kcat -P streams; every line read back exactly once, in order),
+# tls.sh (SSL and mTLS listeners: metadata, round trips, refused client certificates) and
+# sasl.sh (SASL/PLAIN over SASL_PLAINTEXT and SASL_SSL: metadata, round trips, a wrong password).
 #
 # Env: MILLRACE_BIN, KCAT (default kcat), KCAT_MESSAGES (default 10000),
 #      KCAT_TIMEOUT (seconds per kcat call, default 60),
@@ -240,8 +242,30 @@ else
   fail "broker-sigterm-exit-0" "broker died during the run" "$WORK/broker/broker.stderr"
 fi
 
+# --- TLS listeners (SSL, mTLS): its own broker, see tls.sh -------------------------------------
+tls_out="$(bash "$(dirname "${BASH_SOURCE[0]}")/tls.sh" 2>&1)" || true
+echo "$tls_out" | sed -e 's/^/  /'
+if [[ "$(echo "$tls_out" | tail -n 1)" =~ ^([0-9]+)\ passed,\ ([0-9]+)\ failed$ ]]; then
+  passed=$((passed + BASH_REMATCH[1]))
+  failed=$((failed + BASH_REMATCH[2]))
+  ((BASH_REMATCH[2] == 0)) || failures+=("tls")
+else
+  fail "tls" "tls.sh printed no summary"
+fi
+
+# --- SASL/PLAIN listeners (SASL_PLAINTEXT, SASL_SSL): its own broker, see sasl.sh --------------
+sasl_out="$(bash "$(dirname "${BASH_SOURCE[0]}")/sasl.sh" 2>&1)" || true
+echo "$sasl_out" | sed -e 's/^/  /'
+if [[ "$(echo "$sasl_out" | tail -n 1)" =~ ^([0-9]+)\ passed,\ ([0-9]+)\ failed$ ]]; then
+  passed=$((passed + BASH_REMATCH[1]))
+  failed=$((failed + BASH_REMATCH[2]))
+  ((BASH_REMATCH[2] == 0)) || failures+=("sasl")
+else
+  fail "sasl" "sasl.sh printed no summary"
+fi
+
 # --- balanced consumer (-G): its own broker, see groups.sh ----------------------
-groups_out="$(bash "$(dirname "${BASH_SOURCE[0]}")/groups.sh" 2>&1)"
+groups_out="$(bash "$(dirname "${BASH_SOURCE[0]}")/groups.sh" 2>&1)" || true
 echo "$groups_out" | sed -e 's/^/  groups: /'
 if [[ "$(echo "$groups_out" | tail -n 1)" =~ ^([0-9]+)\ passed,\ ([0-9]+)\ failed$ ]]; then
   passed=$((passed + BASH_REMATCH[1]))

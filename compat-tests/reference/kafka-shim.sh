@@ -9,17 +9,46 @@
 # Prints "listening on 127.0.0.1:PORT" on stdout when the broker is up; Kafka's
 # own log goes to DIR/kafka.log. SIGTERM stops Kafka (controlled shutdown), exit 0.
 # Needs java >= 17 and mvn (first run resolves the jars from Maven Central).
+#
+# Listeners: --listen is the listener named PLAINTEXT (as in Millrace). Further listeners come from
+# `--set listeners=NAME://host:port,...` (e.g. SSL://127.0.0.1:P1,MTLS://127.0.0.1:P2) and their
+# protocols from `--set listener.security.protocol.map=...`; the shim merges them with its own:
+#   listeners            = PLAINTEXT://<--listen>,<given>,CONTROLLER://127.0.0.1:<free port>
+#   advertised.listeners = PLAINTEXT://<--listen>,<given>
+#   listener.security.protocol.map = <given, or PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:
+#                          SASL_PLAINTEXT,SASL_SSL:SASL_SSL>,CONTROLLER:PLAINTEXT
+#   inter.broker.listener.name = PLAINTEXT
+# Without those two settings the broker has only PLAINTEXT (+ CONTROLLER), as before. A restart
+# on the same data dir keeps the extra listeners of the first start unless it is given new ones.
+#
+# TLS with PEM files (Kafka 4.1.1, DefaultSslEngineFactory): ssl.keystore.type=PEM with
+# ssl.keystore.location=FILE holding the certificate chain and the private key. The key must be
+# PKCS#8 ("-----BEGIN PRIVATE KEY-----"; RSA, DSA or EC; "BEGIN RSA/EC PRIVATE KEY" is not read)
+# or an encrypted PKCS#8 key ("BEGIN ENCRYPTED PRIVATE KEY") with ssl.key.password. For an
+# unencrypted key ssl.key.password must be left UNSET (any value, even an empty one, makes Kafka
+# decrypt the key as EncryptedPrivateKeyInfo, which fails), and ssl.keystore.password must never
+# be set with PEM ("SSL key store password cannot be specified with PEM format"). Likewise
+# ssl.truststore.type=PEM takes ssl.truststore.location=FILE of CA certificates and refuses
+# ssl.truststore.password. Per-listener settings use Kafka's prefix, e.g.
+# listener.name.mtls.ssl.client.auth=required.
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 LIBS="$HERE/../.work/kafka-ref/libs"
 
-data_dir="" listen="" sets=()
+data_dir="" listen="" sets=() extra_listeners="" protocol_map=""
 while (($#)); do
   case "$1" in
     --data-dir) data_dir="$2"; shift 2 ;;
     --listen) listen="$2"; shift 2 ;;
-    --set) sets+=("$2"); shift 2 ;;
+    --set)
+      case "$2" in
+        listeners=*) extra_listeners="${2#listeners=}" ;;
+        listener.security.protocol.map=*) protocol_map="${2#listener.security.protocol.map=}" ;;
+        *) sets+=("$2") ;;
+      esac
+      shift 2
+      ;;
     *) echo "kafka-shim: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -41,11 +70,30 @@ cport="$(free_port)"
 mkdir -p "$data_dir"
 data_dir="$(cd "$data_dir" && pwd)"
 props="$data_dir/server.properties"
-# Ports change on every start (the contract allows --listen 127.0.0.1:0).
+# Ports change on every start (the contract allows --listen 127.0.0.1:0). The extra listeners
+# (--set listeners=...) are kept in $extras_file for a restart that does not name them again.
+extras_file="$data_dir/shim.extra-listeners"
+if [[ -n "$extra_listeners" ]]; then
+  printf '%s\n' "$extra_listeners" >"$extras_file"
+elif [[ -f "$extras_file" ]]; then
+  extra_listeners="$(cat "$extras_file")"
+fi
 set_listeners() {
+  local advertised="PLAINTEXT://$host:$port${extra_listeners:+,$extra_listeners}"
   sed -i -e '/^listeners=/d' -e '/^advertised.listeners=/d' "$props"
-  echo "listeners=PLAINTEXT://$host:$port,CONTROLLER://127.0.0.1:$cport" >>"$props"
-  echo "advertised.listeners=PLAINTEXT://$host:$port" >>"$props"
+  echo "listeners=$advertised,CONTROLLER://127.0.0.1:$cport" >>"$props"
+  echo "advertised.listeners=$advertised" >>"$props"
+  if [[ -n "$protocol_map" ]]; then
+    sed -i -e '/^listener.security.protocol.map=/d' "$props"
+    echo "listener.security.protocol.map=$(protocol_map_of "$protocol_map")" >>"$props"
+  fi
+}
+# protocol_map_of MAP: MAP (or Kafka's default map) with PLAINTEXT:PLAINTEXT (the --listen
+# listener) when MAP does not name PLAINTEXT, and CONTROLLER:PLAINTEXT
+protocol_map_of() {
+  local map="${1:-PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL}"
+  [[ ",$map" == *",PLAINTEXT:"* ]] || map="PLAINTEXT:PLAINTEXT,$map"
+  echo "$map,CONTROLLER:PLAINTEXT"
 }
 if [[ ! -f "$props" ]]; then
   cat >"$props" <<PROPS
@@ -53,7 +101,8 @@ process.roles=broker,controller
 node.id=1
 controller.quorum.voters=1@127.0.0.1:$cport
 controller.listener.names=CONTROLLER
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+listener.security.protocol.map=$(protocol_map_of "$protocol_map")
+inter.broker.listener.name=PLAINTEXT
 log.dirs=$data_dir/logs
 num.partitions=1
 auto.create.topics.enable=true

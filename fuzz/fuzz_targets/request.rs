@@ -139,11 +139,12 @@ fuzz_target!(|data: &[u8]| {
     };
     harness.inputs += 1;
     let peer: SocketAddr = ([127, 0, 0, 1], 40_000).into();
+    let session = millrace_frontend::session::Session::plaintext(peer);
     let ctx = harness.ctx.clone();
     let frame = Bytes::copy_from_slice(data);
     harness.runtime.block_on(async move {
         // dispatch spawns the response task, so it runs inside the runtime.
-        let Ok(pending) = dispatch(&ctx, frame, peer) else {
+        let Ok(pending) = dispatch(&ctx, frame, &session) else {
             return; // refused: the connection would be closed
         };
         match tokio::time::timeout(RESPONSE_WAIT, pending).await {

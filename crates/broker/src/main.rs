@@ -24,6 +24,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use clap::Parser;
+use millrace_cluster::listeners::ListenerAddress;
 use millrace_cluster::{BrokerConfig, BrokerEndpoint, Cluster, MetadataError};
 use millrace_controller::ProducerIdAllocator;
 use millrace_frontend::fetch_session::FetchSessionCache;
@@ -63,6 +64,15 @@ fn main() -> ExitCode {
             return ExitCode::from(EXIT_BAD_SETTINGS);
         }
     };
+    // TLS keystores and SASL settings are part of the configuration: unusable ones stop the broker
+    // here, with the key named, like any other bad setting.
+    let security = match listener_security(&settings) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("millrace: {e}");
+            return ExitCode::from(EXIT_BAD_SETTINGS);
+        }
+    };
     if let Err(e) = millrace_cluster::node::check_data_dir(&settings.config, &settings.data_dir) {
         eprintln!("millrace: {e}");
         return ExitCode::from(EXIT_AMBIGUOUS_DATA_DIR);
@@ -82,7 +92,7 @@ fn main() -> ExitCode {
     // reaches its first wait, instead of killing the process mid-open.
     let outcome = runtime.block_on(async {
         let shutdown = shutdown_signal();
-        run(settings, fail_sync_of, shutdown).await
+        run(settings, security, fail_sync_of, shutdown).await
     });
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
@@ -155,6 +165,7 @@ fn shutdown_signal() -> impl std::future::Future<Output = ()> {
 /// Runs a broker until `shutdown` resolves. The trigger is a parameter so tests can pass their own.
 async fn run(
     settings: Settings,
+    security: Vec<ListenerSecurity>,
     fail_sync_of: Option<String>,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> anyhow::Result<()> {
@@ -163,10 +174,21 @@ async fn run(
     let config = settings.config.clone();
     std::fs::create_dir_all(&settings.data_dir)
         .with_context(|| format!("cannot create data dir {}", settings.data_dir.display()))?;
-    let listener = TcpListener::bind(settings.listen)
-        .await
-        .with_context(|| format!("cannot listen on {}", settings.listen))?;
-    let bound = listener.local_addr().context("listener address")?;
+    let listeners = bind_listeners(&settings, security).await?;
+    let inter_broker = listeners
+        .iter()
+        .find(|l| *l.name == *settings.inter_broker_listener)
+        .context("the inter-broker listener is not bound")?;
+    let bound = inter_broker.bound;
+    let (host, port) = inter_broker.advertised.clone();
+    let advertised: Vec<ListenerAddress> = listeners
+        .iter()
+        .map(|l| ListenerAddress {
+            name: l.name.to_string(),
+            host: l.advertised.0.clone(),
+            port: l.advertised.1,
+        })
+        .collect();
     // The HTTP listener comes up before the store opens, so /health and /ready answer during a
     // long recovery.
     let observer = observe::Observer::new();
@@ -185,16 +207,6 @@ async fn run(
         }
         None => None,
     };
-    let (host, port) = settings.advertised.clone().unwrap_or_else(|| {
-        let ip = bound.ip();
-        let host = if ip.is_unspecified() {
-            warn!("listening on a wildcard address; advertising 127.0.0.1 (set --advertised-listener)");
-            "127.0.0.1".to_string()
-        } else {
-            ip.to_string()
-        };
-        (host, bound.port())
-    });
 
     let store_config = StoreConfig {
         data_dir: settings.data_dir.clone(),
@@ -228,7 +240,14 @@ async fn run(
         port,
     };
     let token = CancellationToken::new();
-    let node = node::start(&settings, &config, &store, &host, port, &token).await?;
+    let node = node::start(
+        &settings,
+        &config,
+        &store,
+        (&host, port, advertised.clone()),
+        &token,
+    )
+    .await?;
     let cluster = Arc::new(Cluster::new(
         config.clone(),
         store.clone(),
@@ -295,8 +314,17 @@ async fn run(
         info!("stopped before ready");
         None
     } else {
-        let server = tokio::spawn(millrace_frontend::server::run(listener, ctx));
-        announce_ready(&endpoint, &cluster, &settings, bound);
+        let served = listeners
+            .into_iter()
+            .map(|l| millrace_frontend::server::ServedListener {
+                socket: l.socket,
+                name: l.name,
+                tls: l.security.tls,
+                sasl: l.security.sasl,
+            })
+            .collect();
+        let server = tokio::spawn(millrace_frontend::server::run(served, ctx));
+        announce_ready(&endpoint, &cluster, &settings, bound, &advertised);
         shutdown.await;
         Some(server)
     };
@@ -342,24 +370,114 @@ async fn run(
     Ok(())
 }
 
-/// Logs readiness and prints the one ready line on stdout that scripts and tests wait for.
+/// A bound Kafka listener, before the server takes it.
+struct BoundListener {
+    name: Arc<str>,
+    socket: TcpListener,
+    bound: std::net::SocketAddr,
+    /// What clients are told: the advertised address, or the bound one.
+    advertised: (String, u16),
+    security: ListenerSecurity,
+}
+
+/// A listener's TLS configuration and SASL settings, per its security protocol.
+struct ListenerSecurity {
+    tls: Option<Arc<millrace_frontend::tls::TlsListener>>,
+    sasl: Option<Arc<millrace_frontend::sasl::SaslSettings>>,
+}
+
+/// Builds every listener's TLS configuration (reading its keystore) and SASL settings, in the
+/// order of `settings.listeners`; the first problem names the listener and key.
+fn listener_security(settings: &Settings) -> Result<Vec<ListenerSecurity>, String> {
+    use millrace_frontend::{sasl, tls};
+    settings
+        .listeners
+        .iter()
+        .map(|l| {
+            let tls = if l.protocol.uses_tls() {
+                let settings = tls::TlsSettings::from_config(&settings.config, &l.name)
+                    .map_err(|e| e.to_string())?;
+                Some(tls::TlsListener::new(settings).map_err(|e| e.to_string())?)
+            } else {
+                None
+            };
+            let sasl = if l.protocol.uses_sasl() {
+                let settings = sasl::SaslSettings::from_config(&settings.config, &l.name)
+                    .map_err(|e| e.to_string())?;
+                Some(Arc::new(settings))
+            } else {
+                None
+            };
+            Ok(ListenerSecurity { tls, sasl })
+        })
+        .collect()
+}
+
+/// Binds every listener.
+async fn bind_listeners(
+    settings: &Settings,
+    security: Vec<ListenerSecurity>,
+) -> anyhow::Result<Vec<BoundListener>> {
+    use anyhow::Context;
+    let mut out = Vec::with_capacity(settings.listeners.len());
+    for (l, security) in settings.listeners.iter().zip(security) {
+        let socket = TcpListener::bind(l.bind)
+            .await
+            .with_context(|| format!("cannot listen on {} (listener {})", l.bind, l.name))?;
+        let bound = socket.local_addr().context("listener address")?;
+        let advertised = l.advertised.clone().unwrap_or_else(|| {
+            let ip = bound.ip();
+            let host = if ip.is_unspecified() {
+                warn!(listener = %l.name, "listening on a wildcard address; advertising 127.0.0.1 (set advertised.listeners)");
+                "127.0.0.1".to_string()
+            } else {
+                ip.to_string()
+            };
+            (host, bound.port())
+        });
+        out.push(BoundListener {
+            name: Arc::from(l.name.as_str()),
+            socket,
+            bound,
+            advertised,
+            security,
+        });
+    }
+    Ok(out)
+}
+
+/// Logs readiness and prints the one ready line on stdout that scripts and tests wait for. It
+/// names the inter-broker listener's bound address (`listening on host:port`), then every
+/// listener when there are several.
 fn announce_ready(
     endpoint: &BrokerEndpoint,
     cluster: &Cluster,
     settings: &Settings,
     bound: std::net::SocketAddr,
+    listeners: &[ListenerAddress],
 ) {
+    let all = listeners
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(",");
     info!(
         node_id = endpoint.node_id,
         cluster_id = %cluster.cluster_id(),
         data_dir = %settings.data_dir.display(),
         advertised = %format!("{}:{}", endpoint.host, endpoint.port),
+        listeners = %all,
         "millrace ready"
     );
+    let more = if listeners.len() > 1 {
+        format!("; listeners {all}")
+    } else {
+        String::new()
+    };
     let mut out = std::io::stdout().lock();
     let _ = writeln!(
         out,
-        "millrace ready: node {} listening on {bound} (advertised {}:{}, cluster {})",
+        "millrace ready: node {} listening on {bound} (advertised {}:{}, cluster {}{more})",
         endpoint.node_id,
         endpoint.host,
         endpoint.port,

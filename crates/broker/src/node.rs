@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use millrace_cluster::image::SharedImage;
+use millrace_cluster::listeners::ListenerAddress;
 use millrace_cluster::node::{self, METADATA_LOG_DIR};
 use millrace_cluster::BrokerConfig;
 use millrace_controller::raft::{ControllerRpc, ImageStateMachine, RaftQuorum};
@@ -48,8 +49,7 @@ pub async fn start(
     settings: &Settings,
     config: &BrokerConfig,
     store: &Arc<Store>,
-    host: &str,
-    port: u16,
+    (host, port, listeners): (&str, u16, Vec<ListenerAddress>),
     stop: &CancellationToken,
 ) -> anyhow::Result<Node> {
     let node_id = config.node_id();
@@ -126,6 +126,7 @@ pub async fn start(
             node_id,
             host: host.to_string(),
             port,
+            listeners,
             rack: config.get("broker.rack").map(str::to_string),
             clean_shutdown,
             heartbeat_interval: Duration::from_millis(heartbeat_ms.max(10)),

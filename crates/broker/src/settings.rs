@@ -2,7 +2,9 @@
 //!
 //! Precedence, lowest first: built-in defaults, `--config FILE`, `MILLRACE_*` environment
 //! variables, `--set name=value` flags, then the dedicated flags (`--node-id`, `--data-dir`,
-//! `--listen`, `--advertised-listener`). Every key uses Kafka's name and is validated by
+//! `--listen`, `--advertised-listener`: the address of the listener named PLAINTEXT, replacing
+//! or adding it among `listeners` / `advertised.listeners`). Every key uses Kafka's name and is
+//! validated by
 //! `millrace_cluster::config`; an unknown key or bad value stops the broker with exit code 2 and
 //! one line naming the key.
 //!
@@ -29,9 +31,11 @@ use std::path::PathBuf;
 
 use clap::Parser;
 use millrace_cluster::config::{validate_value, ConfigType};
+use millrace_cluster::listeners::{with_plaintext_listener, SecurityProtocol};
 use millrace_cluster::{BrokerConfig, ConfigError};
 
 /// Default Kafka listener.
+#[cfg(test)]
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:9092";
 /// Default data directory, relative to the working directory.
 pub const DEFAULT_DATA_DIR: &str = "./data";
@@ -66,10 +70,12 @@ pub struct Cli {
     /// Directory holding the partition logs and metadata (default ./data).
     #[arg(long, env = "MILLRACE_DATA_DIR")]
     pub data_dir: Option<PathBuf>,
-    /// Address of the Kafka listener (host:port; port 0 picks a free port).
+    /// Address of the PLAINTEXT Kafka listener (host:port; port 0 picks a free port). Other
+    /// listeners come from the `listeners` config.
     #[arg(long, env = "MILLRACE_LISTEN")]
     pub listen: Option<String>,
-    /// host:port that clients are told to connect to (default: the listener's address).
+    /// host:port that clients of the PLAINTEXT listener are told to connect to (default: the
+    /// listener's address).
     #[arg(long, env = "MILLRACE_ADVERTISED_LISTENER")]
     pub advertised_listener: Option<String>,
     /// A broker config under Kafka's name, e.g. --set num.partitions=3 (repeatable).
@@ -112,14 +118,26 @@ pub struct QuorumSettings {
     pub voter: bool,
 }
 
+/// One Kafka listener to bind.
+#[derive(Debug, Clone)]
+pub struct ListenerSettings {
+    /// Upper case.
+    pub name: String,
+    pub protocol: SecurityProtocol,
+    pub bind: SocketAddr,
+    /// `None` = advertise the bound address.
+    pub advertised: Option<(String, u16)>,
+}
+
 /// Everything the broker needs to start.
 #[derive(Debug)]
 pub struct Settings {
     pub config: BrokerConfig,
     pub data_dir: PathBuf,
-    pub listen: SocketAddr,
-    /// `None` = advertise the bound address.
-    pub advertised: Option<(String, u16)>,
+    /// Every Kafka listener, in the order `listeners` gives them.
+    pub listeners: Vec<ListenerSettings>,
+    /// The name of the listener brokers reach each other on (and the one the ready line names).
+    pub inter_broker_listener: String,
     /// `None` = a single-node cluster (a quorum of one, no controller listener).
     pub quorum: Option<QuorumSettings>,
     /// Test only: inter-broker addresses replacing the registered ones.
@@ -191,16 +209,6 @@ fn env_layer(vars: impl Iterator<Item = (String, String)>) -> BTreeMap<String, S
     .collect()
 }
 
-/// A listener as Kafka's `listeners` spells it: `host:port` becomes `PLAINTEXT://host:port`.
-fn as_listener(value: &str) -> String {
-    let value = value.trim();
-    if value.contains("://") {
-        value.to_string()
-    } else {
-        format!("PLAINTEXT://{value}")
-    }
-}
-
 /// A listener's `host:port` (as [`parse_host_port`] reads it) resolved to the address to bind.
 fn bind_address(what: &str, text: &str) -> Result<SocketAddr, SettingsError> {
     let (host, port) = parse_host_port(what, text)?;
@@ -215,8 +223,7 @@ fn bind_address(what: &str, text: &str) -> Result<SocketAddr, SettingsError> {
         .map_err(|_| invalid(what, text, "not an address this host can bind"))
 }
 
-/// `PLAINTEXT://host:port` or plain `host:port`: one listener of a served security protocol.
-/// A list of several is refused rather than served in part, as is `SSL://` and the like.
+/// `PLAINTEXT://host:port` or plain `host:port`: one address (a flag's, or a quorum voter's).
 fn parse_host_port(what: &str, value: &str) -> Result<(String, u16), SettingsError> {
     validate_value(what, value, ConfigType::Listeners)?;
     let mut listeners = value.split(',').map(str::trim).filter(|l| !l.is_empty());
@@ -225,8 +232,17 @@ fn parse_host_port(what: &str, value: &str) -> Result<(String, u16), SettingsErr
         return Err(invalid(
             what,
             value,
-            "Millrace serves one listener; give a single host:port",
+            "give a single host:port (more listeners go in the 'listeners' config)",
         ));
+    }
+    if let Some((name, _)) = first.split_once("://") {
+        if !name.trim().eq_ignore_ascii_case("PLAINTEXT") {
+            return Err(invalid(
+                what,
+                value,
+                "this is the PLAINTEXT listener's address; other listeners go in the                  'listeners' config",
+            ));
+        }
     }
     let bare = first.split_once("://").map_or(first, |(_, rest)| rest);
     let (host, port) = bare
@@ -292,8 +308,20 @@ impl Settings {
             ),
         ] {
             if let Some(value) = value {
-                parse_host_port(flag, value)?;
-                flags.insert(key.to_string(), as_listener(value));
+                let (host, port) = parse_host_port(flag, value)?;
+                let below = [&sets, &env, &file]
+                    .into_iter()
+                    .find_map(|layer| layer.get(key))
+                    .map(String::as_str);
+                let host = if host.contains(':') {
+                    format!("[{host}]")
+                } else {
+                    host
+                };
+                flags.insert(
+                    key.to_string(),
+                    with_plaintext_listener(below, &format!("{host}:{port}")),
+                );
             }
         }
         if let Some(dir) = &cli.data_dir {
@@ -306,25 +334,27 @@ impl Settings {
             .clone()
             .or_else(|| config.log_dir().map(PathBuf::from))
             .unwrap_or_else(|| PathBuf::from(DEFAULT_DATA_DIR));
-        let (listen_what, listen_text) = match &cli.listen {
-            Some(l) => ("--listen", l.clone()),
-            None => (
-                "listeners",
-                config
-                    .explicit("listeners")
-                    .unwrap_or(DEFAULT_LISTEN)
-                    .to_string(),
-            ),
-        };
-        let listen = bind_address(listen_what, &listen_text)?;
-        let advertised = match (
-            &cli.advertised_listener,
-            config.explicit("advertised.listeners"),
-        ) {
-            (Some(a), _) => Some(parse_host_port("--advertised-listener", a)?),
-            (None, Some(a)) => Some(parse_host_port("advertised.listeners", a)?),
-            (None, None) => None,
-        };
+        let advertised = config.advertised_listeners()?;
+        let mut listeners = Vec::new();
+        for listener in config.listeners()? {
+            let address = listener.address;
+            let what = if address.name == "PLAINTEXT" && cli.listen.is_some() {
+                "--listen"
+            } else {
+                "listeners"
+            };
+            let bind = bind_address(what, &format!("[{}]:{}", address.host, address.port))?;
+            listeners.push(ListenerSettings {
+                advertised: advertised
+                    .iter()
+                    .find(|a| a.name == address.name)
+                    .map(|a| (a.host.clone(), a.port)),
+                name: address.name,
+                protocol: listener.protocol,
+                bind,
+            });
+        }
+        let inter_broker_listener = config.inter_broker_listener()?.address.name;
         let quorum = quorum_settings(&config)?;
         let http_listen = match config.explicit("millrace.http.listen") {
             Some(text) => Some(bind_address("millrace.http.listen", text)?),
@@ -337,8 +367,8 @@ impl Settings {
         Ok(Self {
             config,
             data_dir,
-            listen,
-            advertised,
+            listeners,
+            inter_broker_listener,
             quorum,
             peer_addresses,
             http_listen,
@@ -447,10 +477,13 @@ mod tests {
     #[test]
     fn defaults() {
         let s = Settings::resolve(&cli(&[]), std::iter::empty()).unwrap();
-        assert_eq!(s.listen.to_string(), DEFAULT_LISTEN);
+        assert_eq!(s.listeners.len(), 1);
+        assert_eq!(s.listeners[0].bind.to_string(), DEFAULT_LISTEN);
+        assert_eq!(s.listeners[0].name, "PLAINTEXT");
+        assert_eq!(s.inter_broker_listener, "PLAINTEXT");
         assert_eq!(s.data_dir, PathBuf::from(DEFAULT_DATA_DIR));
         assert_eq!(s.config.node_id(), 1);
-        assert!(s.advertised.is_none());
+        assert!(s.listeners[0].advertised.is_none());
     }
 
     #[test]
@@ -480,8 +513,11 @@ mod tests {
             s.config.source("advertised.listeners"),
             millrace_cluster::ConfigSource::StaticBrokerConfig
         );
-        assert_eq!(s.listen.to_string(), "127.0.0.1:19092");
-        assert_eq!(s.advertised, Some(("broker-1".to_string(), 9092)));
+        assert_eq!(s.listeners[0].bind.to_string(), "127.0.0.1:19092");
+        assert_eq!(
+            s.listeners[0].advertised,
+            Some(("broker-1".to_string(), 9092))
+        );
     }
 
     #[test]
@@ -508,7 +544,7 @@ mod tests {
         .unwrap();
         assert_eq!(s.config.num_partitions(), 4);
         assert_eq!(s.config.node_id(), 9);
-        assert_eq!(s.listen.port(), 19092);
+        assert_eq!(s.listeners[0].bind.port(), 19092);
         let s = Settings::resolve(
             &cli(&["--config", file.to_str().unwrap()]),
             env(&[("MILLRACE_NUM_PARTITIONS", "3")]).into_iter(),
@@ -541,7 +577,7 @@ mod tests {
             ("0.0.0.0".to_string(), 9092)
         );
         assert!(parse_host_port("x", "nohost").is_err());
-        // Only served security protocols, and only one listener (never served in part).
+        // The flags name the PLAINTEXT listener's one address.
         for bad in [
             "SSL://h:1",
             "SASL_SSL://h:1",
@@ -556,13 +592,54 @@ mod tests {
         )
         .unwrap_err()
         .to_string();
-        assert!(err.contains("--listen") && err.contains("SSL"), "{err}");
+        assert!(
+            err.contains("--listen") && err.contains("PLAINTEXT"),
+            "{err}"
+        );
+        // A listener name the protocol map does not know.
         let err = Settings::resolve(
-            &cli(&["--set", "listeners=SSL://127.0.0.1:9093"]),
+            &cli(&["--set", "listeners=PLAINTEXT://:1,CLIENTS://127.0.0.1:9093"]),
             std::iter::empty(),
         )
         .unwrap_err()
         .to_string();
-        assert!(err.contains("'listeners'") && err.contains("SSL"), "{err}");
+        assert!(
+            err.contains("'listeners'") && err.contains("CLIENTS"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn the_listen_flag_is_the_plaintext_listener_among_the_others() {
+        let s = Settings::resolve(
+            &cli(&[
+                "--listen",
+                "127.0.0.1:0",
+                "--advertised-listener",
+                "broker-1:9092",
+                "--set",
+                "listeners=SSL://127.0.0.1:0,MTLS://127.0.0.1:0,PLAINTEXT://:1",
+                "--set",
+                "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,SSL:SSL,MTLS:SSL",
+                "--set",
+                "advertised.listeners=SSL://broker-1:9093",
+            ]),
+            std::iter::empty(),
+        )
+        .unwrap();
+        let names: Vec<&str> = s.listeners.iter().map(|l| l.name.as_str()).collect();
+        assert_eq!(names, ["PLAINTEXT", "SSL", "MTLS"]);
+        assert_eq!(s.listeners[0].bind.to_string(), "127.0.0.1:0");
+        assert_eq!(s.listeners[2].protocol, SecurityProtocol::Ssl);
+        assert_eq!(
+            s.listeners[0].advertised,
+            Some(("broker-1".to_string(), 9092))
+        );
+        assert_eq!(
+            s.listeners[1].advertised,
+            Some(("broker-1".to_string(), 9093))
+        );
+        assert_eq!(s.listeners[2].advertised, None);
+        assert_eq!(s.inter_broker_listener, "PLAINTEXT");
     }
 }

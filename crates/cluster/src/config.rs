@@ -15,8 +15,9 @@
 //! size keys (`message.max.bytes`, `max.message.bytes`, `replica.fetch.max.bytes`,
 //! `socket.request.max.bytes`) stop at maxima tied to the store's `BATCH_BYTES_MAX`, and
 //! `queued.max.request.bytes` is finite and at least `socket.request.max.bytes` plus the reserve
-//! for small requests. `listeners` and `advertised.listeners` accept only the security protocols
-//! the broker serves (PLAINTEXT today), so a TLS listener is never silently served in plaintext.
+//! for small requests. The listener keys follow Kafka's rules in [`crate::listeners`], and
+//! `listener.name.<name>.<key>` overrides a [`LISTENER_CONFIGS`] key for one listener. Secrets
+//! (`ConfigType::Password`) are never shown by DescribeConfigs, as in Kafka.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -69,14 +70,12 @@ pub enum ConfigType {
     OneOf(&'static [&'static str]),
     CleanupPolicy,
     Str,
-    /// A Kafka listener list (`NAME://host:port,...`), each listener of a security protocol the
-    /// broker serves ([`SERVED_SECURITY_PROTOCOLS`]).
+    /// A Kafka listener list (`NAME://host:port,...`); which protocols are served is checked
+    /// with the whole config ([`crate::listeners`]).
     Listeners,
+    /// A secret (a key, a password): validated as a string, never described.
+    Password,
 }
-
-/// Security protocols the broker serves on its listeners. TLS and SASL are not served yet, so a
-/// listener asking for them is refused at startup rather than served in plaintext.
-pub const SERVED_SECURITY_PROTOCOLS: &[&str] = &["PLAINTEXT"];
 
 /// One known configuration key.
 #[derive(Debug)]
@@ -138,6 +137,17 @@ pub static BROKER_CONFIGS: &[ConfigDef] = &[
     nodef("log.dirs", ConfigType::Str),
     nodef("listeners", ConfigType::Listeners),
     nodef("advertised.listeners", ConfigType::Listeners),
+    def(
+        "listener.security.protocol.map",
+        crate::listeners::SECURITY_PROTOCOL_MAP_DEFAULT,
+        ConfigType::Str,
+    ),
+    nodef("inter.broker.listener.name", ConfigType::Str),
+    def(
+        "security.inter.broker.protocol",
+        "PLAINTEXT",
+        ConfigType::OneOf(&["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]),
+    ),
     nodef("log.dir", ConfigType::Str),
     def("num.partitions", "1", INT_POS),
     def(
@@ -313,7 +323,103 @@ pub static BROKER_CONFIGS: &[ConfigDef] = &[
     // Millrace's own: the HTTP listener (metrics, health, readiness) and the metrics' cardinality.
     nodef("millrace.http.listen", ConfigType::Str),
     def("millrace.metrics.partition.level", "true", ConfigType::Bool),
+    // TLS (also per listener, see LISTENER_CONFIGS).
+    def("ssl.keystore.type", "JKS", KEYSTORE_TYPES),
+    nodef("ssl.keystore.location", ConfigType::Str),
+    nodef("ssl.keystore.certificate.chain", ConfigType::Password),
+    nodef("ssl.keystore.key", ConfigType::Password),
+    nodef("ssl.keystore.password", ConfigType::Password),
+    nodef("ssl.key.password", ConfigType::Password),
+    def("ssl.truststore.type", "JKS", KEYSTORE_TYPES),
+    nodef("ssl.truststore.location", ConfigType::Str),
+    nodef("ssl.truststore.certificates", ConfigType::Password),
+    nodef("ssl.truststore.password", ConfigType::Password),
+    def(
+        "ssl.client.auth",
+        "none",
+        ConfigType::OneOf(&["none", "requested", "required"]),
+    ),
+    def("ssl.enabled.protocols", "TLSv1.2,TLSv1.3", ConfigType::Str),
+    def(
+        "ssl.protocol",
+        "TLSv1.3",
+        ConfigType::OneOf(&["TLSv1.2", "TLSv1.3", "TLS"]),
+    ),
+    def("ssl.endpoint.identification.algorithm", "https", ConfigType::Str),
+    // SASL (also per listener, see LISTENER_CONFIGS; the JAAS lines are listener- and
+    // mechanism-prefixed only: `listener.name.<name>.<mechanism>.sasl.jaas.config`).
+    def("sasl.enabled.mechanisms", "GSSAPI", ConfigType::Str),
+    def("sasl.mechanism.inter.broker.protocol", "GSSAPI", ConfigType::Str),
+    def("connections.max.reauth.ms", "0", LONG_NONNEG),
+    def("connection.failed.authentication.delay.ms", "100", INT_NONNEG),
+    // Kafka's default rule: the principal is the certificate's whole subject name.
+    def(
+        "ssl.principal.mapping.rules",
+        "DEFAULT",
+        ConfigType::OneOf(&["DEFAULT"]),
+    ),
 ];
+
+const KEYSTORE_TYPES: ConfigType = ConfigType::OneOf(&["JKS", "PKCS12", "PEM"]);
+
+/// Keys that `listener.name.<name>.<key>` may override for one listener.
+pub const LISTENER_CONFIGS: &[&str] = &[
+    "ssl.keystore.type",
+    "ssl.keystore.location",
+    "ssl.keystore.certificate.chain",
+    "ssl.keystore.key",
+    "ssl.keystore.password",
+    "ssl.key.password",
+    "ssl.truststore.type",
+    "ssl.truststore.location",
+    "ssl.truststore.certificates",
+    "ssl.truststore.password",
+    "ssl.client.auth",
+    "ssl.enabled.protocols",
+    "ssl.protocol",
+    "ssl.endpoint.identification.algorithm",
+    "ssl.principal.mapping.rules",
+    "sasl.enabled.mechanisms",
+    "connections.max.reauth.ms",
+];
+
+/// `listener.name.<name>.<mechanism>.sasl.jaas.config`: a secret.
+static SASL_JAAS_CONFIG: ConfigDef = ConfigDef {
+    name: "sasl.jaas.config",
+    default: None,
+    ty: ConfigType::Password,
+};
+
+/// SASL mechanisms whose JAAS line a listener may carry (Kafka's names, lower case).
+const JAAS_MECHANISMS: &[&str] = &[
+    "plain",
+    "scram-sha-256",
+    "scram-sha-512",
+    "gssapi",
+    "oauthbearer",
+];
+
+/// The definition of a key, listener-prefixed keys included (`listener.name.<name>.<key>` has
+/// `<key>`'s type and no default).
+fn any_broker_def(key: &str) -> Option<&'static ConfigDef> {
+    if let Some(def) = broker_def(key) {
+        return Some(def);
+    }
+    let rest = key.strip_prefix(crate::listeners::LISTENER_PREFIX)?;
+    let (name, suffix) = rest.split_once('.')?;
+    if name.is_empty() {
+        return None;
+    }
+    if let Some(mechanism) = suffix.strip_suffix(".sasl.jaas.config") {
+        return JAAS_MECHANISMS
+            .contains(&mechanism)
+            .then_some(&SASL_JAAS_CONFIG);
+    }
+    if !LISTENER_CONFIGS.contains(&suffix) {
+        return None;
+    }
+    broker_def(suffix)
+}
 
 /// One topic-level key and the broker key it falls back to.
 #[derive(Debug)]
@@ -423,6 +529,7 @@ impl ConfigType {
         match self {
             ConfigType::Bool => 1,
             ConfigType::Str | ConfigType::OneOf(_) | ConfigType::Listeners => 2,
+            ConfigType::Password => 9,
             ConfigType::Int { .. } => 3,
             ConfigType::Long { .. } => 5,
             ConfigType::Double { .. } => 6,
@@ -446,6 +553,8 @@ pub struct ConfigEntry {
     pub value: Option<String>,
     pub source: ConfigSource,
     pub read_only: bool,
+    /// A secret: its value is never described.
+    pub sensitive: bool,
     pub ty: ConfigType,
     pub synonyms: Vec<ConfigSynonym>,
 }
@@ -464,7 +573,7 @@ fn broker_chain(synonym: &'static str) -> &'static [&'static str] {
     }
 }
 
-fn invalid(key: &str, value: &str, reason: impl Into<String>) -> ConfigError {
+pub(crate) fn invalid(key: &str, value: &str, reason: impl Into<String>) -> ConfigError {
     ConfigError::InvalidValue {
         key: key.to_string(),
         value: value.to_string(),
@@ -506,11 +615,9 @@ pub fn validate_value(key: &str, value: &str, ty: ConfigType) -> Result<(), Conf
             parse_cleanup_policy(v)
                 .ok_or_else(|| invalid(key, value, "must be a list of delete, compact"))?;
         }
-        ConfigType::Str => {}
+        ConfigType::Str | ConfigType::Password => {}
         ConfigType::Listeners => {
-            for listener in v.split(',').map(str::trim).filter(|l| !l.is_empty()) {
-                check_listener(key, value, listener)?;
-            }
+            crate::listeners::parse_listener_list(key, v)?;
         }
     }
     Ok(())
@@ -524,26 +631,6 @@ fn check_range(key: &str, value: &str, n: i64, min: i64, max: i64) -> Result<(),
         return Err(invalid(key, value, format!("the minimum is {min}")));
     }
     Ok(())
-}
-
-/// One listener: `host:port`, or `NAME://host:port` whose name is a served security protocol
-/// (Kafka compares listener names in upper case).
-fn check_listener(key: &str, value: &str, listener: &str) -> Result<(), ConfigError> {
-    let Some((name, _)) = listener.split_once("://") else {
-        return Ok(());
-    };
-    let name = name.trim().to_ascii_uppercase();
-    if SERVED_SECURITY_PROTOCOLS.contains(&name.as_str()) {
-        return Ok(());
-    }
-    Err(invalid(
-        key,
-        value,
-        format!(
-            "listener {listener}: security protocol {name} is not served; \
-             only {SERVED_SECURITY_PROTOCOLS:?} listeners are"
-        ),
-    ))
 }
 
 /// Default of `queued.max.request.bytes`: 512 MiB, room for several requests of the default
@@ -590,7 +677,8 @@ impl BrokerConfig {
         let mut set = BTreeMap::new();
         for layer in layers {
             for (key, value) in layer {
-                let def = broker_def(key).ok_or_else(|| ConfigError::UnknownKey(key.clone()))?;
+                let def =
+                    any_broker_def(key).ok_or_else(|| ConfigError::UnknownKey(key.clone()))?;
                 validate_value(key, value, def.ty)?;
                 set.insert(key.clone(), value.trim().to_string());
             }
@@ -599,6 +687,7 @@ impl BrokerConfig {
         config.check_request_budget()?;
         config.check_consumer_group_timeouts()?;
         config.check_consumer_group_assignors()?;
+        config.check_listeners()?;
         Ok(config)
     }
 
@@ -827,26 +916,30 @@ impl BrokerConfig {
         BROKER_CONFIGS
             .iter()
             .map(|d| {
+                // A secret's value is never sent (Kafka: null value, is_sensitive).
+                let sensitive = matches!(d.ty, ConfigType::Password);
+                let shown = |v: &str| (!sensitive).then(|| v.to_string());
                 let mut synonyms = Vec::new();
                 if let Some(v) = self.set.get(d.name) {
                     synonyms.push(ConfigSynonym {
                         name: d.name.to_string(),
-                        value: Some(v.clone()),
+                        value: shown(v),
                         source: ConfigSource::StaticBrokerConfig,
                     });
                 }
                 if let Some(v) = d.default {
                     synonyms.push(ConfigSynonym {
                         name: d.name.to_string(),
-                        value: Some(v.to_string()),
+                        value: shown(v),
                         source: ConfigSource::DefaultConfig,
                     });
                 }
                 ConfigEntry {
                     name: d.name,
-                    value: self.get(d.name).map(str::to_string),
+                    value: self.get(d.name).and_then(shown),
                     source: self.source(d.name),
                     read_only: true,
+                    sensitive,
                     ty: d.ty,
                     synonyms,
                 }
@@ -907,6 +1000,7 @@ impl BrokerConfig {
                     value,
                     source,
                     read_only: false,
+                    sensitive: false,
                     ty: d.ty,
                     synonyms,
                 }
@@ -1371,19 +1465,35 @@ mod tests {
                 "{ok}"
             );
         }
+        // A listener name without a security protocol in the map is refused.
         for (key, bad) in [
-            ("listeners", "SSL://127.0.0.1:9093"),
-            ("listeners", "SASL_PLAINTEXT://:9092"),
-            ("listeners", "PLAINTEXT://:9092,SASL_SSL://:9093"),
-            ("advertised.listeners", "SSL://broker:9093"),
+            ("listeners", "CLIENTS://:9092"),
+            ("listeners", "PLAINTEXT://:9092,INTERNAL://:9093"),
         ] {
             let err = BrokerConfig::from_layers([&layer(&[(key, bad)])]).unwrap_err();
             assert!(
                 matches!(err, ConfigError::InvalidValue { key: ref k, .. } if k == key),
                 "{bad}: {err}"
             );
-            assert!(err.to_string().contains("not served"), "{err}");
+            assert!(err.to_string().contains("no security protocol"), "{err}");
         }
+        // SASL listener names map to SASL; mechanism-prefixed JAAS lines are secrets.
+        let c = BrokerConfig::from_layers([&layer(&[
+            ("listeners", "PLAINTEXT://:9092,SASL_SSL://:9093"),
+            (
+                "listener.name.sasl_ssl.plain.sasl.jaas.config",
+                "M required user_a=\"b\";",
+            ),
+        ])])
+        .unwrap();
+        assert!(c
+            .explicit("listener.name.sasl_ssl.plain.sasl.jaas.config")
+            .is_some());
+        assert!(BrokerConfig::from_layers([&layer(&[(
+            "listener.name.sasl_ssl.kerberos.sasl.jaas.config",
+            "x"
+        )])])
+        .is_err());
     }
 
     #[test]

@@ -31,7 +31,9 @@ use tracing::warn;
 use uuid::Uuid;
 
 use crate::config::TopicConfigs;
+use crate::listeners::ListenerAddress;
 use crate::records::{MetadataBatch, MetadataRecord};
+use crate::scram::{ScramCredential, ScramMechanism};
 
 /// "No leader" in a partition registration (Kafka's -1).
 pub const NO_LEADER: i32 = -1;
@@ -46,11 +48,27 @@ pub struct BrokerRegistration {
     pub host: String,
     pub port: u16,
     pub rack: Option<String>,
+    /// Every listener the broker serves clients on ([`BrokerRegistration::endpoint_for`]).
+    #[serde(default)]
+    pub listeners: Vec<ListenerAddress>,
     pub fenced: bool,
     pub in_controlled_shutdown: bool,
 }
 
 impl BrokerRegistration {
+    /// Where a client that came in on listener `name` reaches this broker: its listener of that
+    /// name (Kafka answers each client in its own listener's addresses); `None` if it has none.
+    /// A registration without listeners serves its one address under every name.
+    pub fn endpoint_for(&self, name: &str) -> Option<(&str, u16)> {
+        if self.listeners.is_empty() {
+            return Some((&self.host, self.port));
+        }
+        self.listeners
+            .iter()
+            .find(|l| l.name.eq_ignore_ascii_case(name))
+            .map(|l| (l.host.as_str(), l.port))
+    }
+
     /// May lead partitions and be in an ISR (KIP-841).
     pub fn is_active(&self) -> bool {
         !self.fenced && !self.in_controlled_shutdown
@@ -193,6 +211,9 @@ pub struct MetadataImage {
     topic_names: HashMap<Uuid, String>,
     /// First producer id not yet handed out in a block.
     pub next_producer_id: i64,
+    /// SCRAM credentials: user → one per mechanism.
+    #[serde(default)]
+    pub scram_credentials: BTreeMap<String, Vec<ScramCredential>>,
 }
 
 impl MetadataImage {
@@ -210,6 +231,18 @@ impl MetadataImage {
 
     pub fn broker(&self, node_id: i32) -> Option<&BrokerRegistration> {
         self.brokers.get(&node_id)
+    }
+
+    /// A user's SCRAM credential for `mechanism`.
+    pub fn scram_credential(
+        &self,
+        user: &str,
+        mechanism: ScramMechanism,
+    ) -> Option<&ScramCredential> {
+        self.scram_credentials
+            .get(user)?
+            .iter()
+            .find(|c| c.mechanism == mechanism)
     }
 
     /// Brokers that are registered and not fenced (what Metadata lists).
@@ -237,6 +270,20 @@ impl MetadataImage {
     fn apply(&mut self, offset: u64, record: &MetadataRecord) {
         let epoch = i64::try_from(offset).unwrap_or(i64::MAX);
         match record {
+            MetadataRecord::UserScramCredential { name, credential } => {
+                let credentials = self.scram_credentials.entry(name.clone()).or_default();
+                credentials.retain(|c| c.mechanism != credential.mechanism);
+                credentials.push(credential.clone());
+                credentials.sort_by_key(|c| c.mechanism);
+            }
+            MetadataRecord::RemoveUserScramCredential { name, mechanism } => {
+                if let Some(credentials) = self.scram_credentials.get_mut(name) {
+                    credentials.retain(|c| c.mechanism != *mechanism);
+                    if credentials.is_empty() {
+                        self.scram_credentials.remove(name);
+                    }
+                }
+            }
             MetadataRecord::Bootstrap { cluster_id } => {
                 if self.cluster_id.is_none() {
                     self.cluster_id = Some(cluster_id.clone());
@@ -249,6 +296,7 @@ impl MetadataImage {
                 port,
                 rack,
                 clean_shutdown,
+                listeners,
             } => {
                 self.brokers.insert(
                     *node_id,
@@ -259,6 +307,7 @@ impl MetadataImage {
                         host: host.clone(),
                         port: *port,
                         rack: rack.clone(),
+                        listeners: listeners.clone(),
                         fenced: true,
                         in_controlled_shutdown: false,
                     },
@@ -485,6 +534,7 @@ mod tests {
             port: 9000 + node_id as u16,
             rack: None,
             clean_shutdown: clean,
+            listeners: Vec::new(),
         }
     }
 

@@ -13,9 +13,11 @@
 pub mod config;
 pub mod image;
 pub mod limits;
+pub mod listeners;
 pub mod metadata;
 pub mod records;
 pub mod recover;
+pub mod scram;
 pub mod topic_name;
 
 pub use config::{

@@ -81,6 +81,21 @@ pub enum MetadataRecord {
         /// Whether the broker's previous run ended with a clean shutdown (KIP-966: an unclean
         /// restart removes the broker from every ELR).
         clean_shutdown: bool,
+        /// Every listener clients may reach the broker on (Kafka's endpoints); `host`/`port`
+        /// above are the inter-broker one. Empty in records written before listeners were
+        /// registered: that broker serves `host`/`port` under every listener name.
+        #[serde(default)]
+        listeners: Vec<crate::listeners::ListenerAddress>,
+    },
+    /// [UserScramCredentialRecord] A user's credential for one mechanism, added or replaced.
+    UserScramCredential {
+        name: String,
+        credential: crate::scram::ScramCredential,
+    },
+    /// [RemoveUserScramCredentialRecord]
+    RemoveUserScramCredential {
+        name: String,
+        mechanism: crate::scram::ScramMechanism,
     },
     /// [FenceBrokerRecord] The broker's session expired or it finished a controlled shutdown.
     FenceBroker { node_id: i32, broker_epoch: i64 },

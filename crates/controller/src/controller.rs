@@ -33,7 +33,11 @@ use std::sync::Arc;
 
 use millrace_cluster::config::{BrokerConfig, TopicConfigs};
 use millrace_cluster::image::{MetadataImage, PartitionRegistration, TopicImage, NO_LEADER};
+use millrace_cluster::listeners::ListenerAddress;
 use millrace_cluster::records::{MetadataRecord, PartitionChangeBuilder};
+use millrace_cluster::scram::{
+    ScramCredential, ScramMechanism, SCRAM_ITERATIONS_MAX, SCRAM_ITERATIONS_MIN,
+};
 use millrace_cluster::validate_topic_name;
 use tracing::info;
 use uuid::Uuid;
@@ -44,7 +48,7 @@ use crate::limits::{
 };
 use crate::messages::{
     ControllerError, ControllerRequest, ControllerResponse, CreatedTopic, ElectionType,
-    OngoingReassignment, PartitionsSpec, ReassignTopicSpec, TopicSpec,
+    OngoingReassignment, PartitionsSpec, ReassignTopicSpec, ScramUpsertion, TopicSpec,
 };
 use crate::partition_change::{Election, ElectionOutcome, PartitionChange};
 use crate::placement;
@@ -216,12 +220,12 @@ impl Controller {
                 port,
                 rack,
                 clean_shutdown,
+                listeners,
             } => self.register(
                 image,
                 node_id,
                 incarnation_id,
-                host,
-                port,
+                (host, port, listeners),
                 rack,
                 clean_shutdown,
                 now_ms,
@@ -250,6 +254,10 @@ impl Controller {
                 topics,
                 validate_only,
             } => self.create_partitions(image, topics, validate_only),
+            ControllerRequest::AlterUserScramCredentials {
+                deletions,
+                upsertions,
+            } => alter_scram_credentials(image, deletions, upsertions),
             ControllerRequest::SetTopicConfigs {
                 name,
                 configs,
@@ -533,8 +541,7 @@ impl Controller {
         image: &MetadataImage,
         node_id: i32,
         incarnation_id: Uuid,
-        host: String,
-        port: u16,
+        (host, port, listeners): (String, u16, Vec<ListenerAddress>),
         rack: Option<String>,
         clean_shutdown: bool,
         now_ms: i64,
@@ -566,6 +573,7 @@ impl Controller {
             port,
             rack,
             clean_shutdown,
+            listeners,
         }];
         let leaving: BTreeSet<i32> = [node_id].into_iter().collect();
         let unclean = if clean_shutdown {
@@ -1279,6 +1287,121 @@ fn check_assignments(
         }
     }
     Ok(())
+}
+
+/// AlterUserScramCredentials with Kafka's rules (`ScramControlManager`): one result per user in
+/// the order users first appear; a user named twice in one request → DUPLICATE_RESOURCE for that
+/// user (nothing of it applied); an empty name or salt, an empty salted password or iterations
+/// outside [4096, 16384] → UNACCEPTABLE_CREDENTIAL; an unknown mechanism →
+/// UNSUPPORTED_SASL_MECHANISM; deleting a credential that does not exist → RESOURCE_NOT_FOUND.
+fn alter_scram_credentials(
+    image: &MetadataImage,
+    deletions: Vec<(String, i8)>,
+    upsertions: Vec<ScramUpsertion>,
+) -> Decision {
+    let mut order: Vec<String> = Vec::new();
+    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+    for name in deletions
+        .iter()
+        .map(|(n, _)| n)
+        .chain(upsertions.iter().map(|u| &u.name))
+    {
+        let count = seen.entry(name.clone()).or_insert(0);
+        if *count == 0 {
+            order.push(name.clone());
+        }
+        *count += 1;
+    }
+    let mut outcome: BTreeMap<String, Result<Vec<MetadataRecord>, ControllerError>> =
+        BTreeMap::new();
+    for (name, mechanism) in deletions {
+        let result = (|| {
+            if name.is_empty() {
+                return Err(ControllerError::UnacceptableCredential(
+                    "Username must not be empty".to_string(),
+                ));
+            }
+            let mechanism = ScramMechanism::from_kafka_type(mechanism).ok_or_else(|| {
+                ControllerError::UnsupportedSaslMechanism("Unknown SCRAM mechanism".to_string())
+            })?;
+            if image.scram_credential(&name, mechanism).is_none() {
+                return Err(ControllerError::ResourceNotFound(
+                    "Attempt to delete a user credential that does not exist".to_string(),
+                ));
+            }
+            Ok(vec![MetadataRecord::RemoveUserScramCredential {
+                name: name.clone(),
+                mechanism,
+            }])
+        })();
+        outcome.insert(name, result);
+    }
+    for u in upsertions {
+        let result = (|| {
+            if u.name.is_empty() {
+                return Err(ControllerError::UnacceptableCredential(
+                    "Username must not be empty".to_string(),
+                ));
+            }
+            let mechanism = ScramMechanism::from_kafka_type(u.mechanism).ok_or_else(|| {
+                ControllerError::UnsupportedSaslMechanism("Unknown SCRAM mechanism".to_string())
+            })?;
+            if u.iterations < SCRAM_ITERATIONS_MIN {
+                return Err(ControllerError::UnacceptableCredential(format!(
+                    "Too few iterations: the minimum is {SCRAM_ITERATIONS_MIN}"
+                )));
+            }
+            if u.iterations > SCRAM_ITERATIONS_MAX {
+                return Err(ControllerError::UnacceptableCredential(format!(
+                    "Too many iterations: the maximum is {SCRAM_ITERATIONS_MAX}"
+                )));
+            }
+            if u.salt.is_empty() || u.stored_key.is_empty() || u.server_key.is_empty() {
+                return Err(ControllerError::UnacceptableCredential(
+                    "Empty salt or salted password".to_string(),
+                ));
+            }
+            Ok(vec![MetadataRecord::UserScramCredential {
+                name: u.name.clone(),
+                credential: ScramCredential {
+                    mechanism,
+                    salt: u.salt,
+                    stored_key: u.stored_key,
+                    server_key: u.server_key,
+                    iterations: u.iterations,
+                },
+            }])
+        })();
+        outcome.insert(u.name, result);
+    }
+    let mut records = Vec::new();
+    let mut results = Vec::with_capacity(order.len());
+    for name in order {
+        if seen.get(&name).copied().unwrap_or(0) > 1 {
+            results.push((
+                name,
+                Err(ControllerError::DuplicateResource(
+                    "A user credential cannot be altered twice in the same request".to_string(),
+                )),
+            ));
+            continue;
+        }
+        match outcome.remove(&name) {
+            Some(Ok(mut r)) => {
+                records.append(&mut r);
+                results.push((name, Ok(())));
+            }
+            Some(Err(e)) => results.push((name, Err(e))),
+            None => results.push((
+                name,
+                Err(ControllerError::Internal("no outcome".to_string())),
+            )),
+        }
+    }
+    Decision {
+        records,
+        response: ControllerResponse::AlterUserScramCredentials { results },
+    }
 }
 
 #[cfg(test)]

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use millrace_cluster::image::{MetadataImage, SharedImage};
+use millrace_cluster::listeners::ListenerAddress;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
@@ -37,6 +38,8 @@ pub struct BrokerInfo {
     pub host: String,
     pub port: u16,
     pub rack: Option<String>,
+    /// Every client listener, advertised addresses.
+    pub listeners: Vec<ListenerAddress>,
     /// See `ControllerRequest::RegisterBroker::clean_shutdown`.
     pub clean_shutdown: bool,
     /// broker.heartbeat.interval.ms
@@ -189,6 +192,7 @@ impl BrokerLifecycle {
             port: self.info.port,
             rack: self.info.rack.clone(),
             clean_shutdown: self.info.clean_shutdown,
+            listeners: self.info.listeners.clone(),
         };
         match self.client.request(req, self.info.request_timeout).await {
             ControllerResponse::Registered { broker_epoch } => {

@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 
 use millrace_cluster::config::{ConfigChange, ConfigOp, TopicConfigs};
 use millrace_cluster::image::PartitionRegistration;
+use millrace_cluster::listeners::ListenerAddress;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
@@ -28,6 +29,9 @@ pub enum ControllerRequest {
         /// The previous run ended cleanly, or every acknowledged write was fsynced before its
         /// acknowledgement (KIP-966's unclean-shutdown rule protects unflushed data only).
         clean_shutdown: bool,
+        /// Every client listener (`host`/`port` are the inter-broker one).
+        #[serde(default)]
+        listeners: Vec<ListenerAddress>,
     },
     /// [BrokerHeartbeat]
     BrokerHeartbeat {
@@ -51,6 +55,12 @@ pub enum ControllerRequest {
     CreatePartitions {
         topics: Vec<PartitionsSpec>,
         validate_only: bool,
+    },
+    /// [AlterUserScramCredentials] Deletions (user, Kafka mechanism code) and upsertions, whose
+    /// keys the forwarding broker derived from the salted password.
+    AlterUserScramCredentials {
+        deletions: Vec<(String, i8)>,
+        upsertions: Vec<ScramUpsertion>,
     },
     /// [AlterConfigs] (full replace) for one topic.
     SetTopicConfigs {
@@ -197,10 +207,26 @@ pub enum ControllerResponse {
     ListPartitionReassignments {
         topics: Vec<(String, Vec<OngoingReassignment>)>,
     },
+    /// Per user, in the order users first appear in the request.
+    AlterUserScramCredentials {
+        results: Vec<(String, Result<(), ControllerError>)>,
+    },
     /// The request as a whole was refused.
     Error {
         error: ControllerError,
     },
+}
+
+/// One credential to add or replace: Kafka's mechanism code (checked by the controller), and the
+/// keys derived from the salted password (empty when it was empty).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScramUpsertion {
+    pub name: String,
+    pub mechanism: i8,
+    pub iterations: i32,
+    pub salt: Vec<u8>,
+    pub stored_key: Vec<u8>,
+    pub server_key: Vec<u8>,
 }
 
 /// (partition, result) per partition of one topic, in request order.
@@ -276,6 +302,18 @@ pub enum ControllerError {
     /// REQUEST_TIMED_OUT (7): the decision was not committed in time (outcome unknown).
     #[error("{0}")]
     Timeout(String),
+    /// RESOURCE_NOT_FOUND (91)
+    #[error("{0}")]
+    ResourceNotFound(String),
+    /// DUPLICATE_RESOURCE (92)
+    #[error("{0}")]
+    DuplicateResource(String),
+    /// UNACCEPTABLE_CREDENTIAL (93)
+    #[error("{0}")]
+    UnacceptableCredential(String),
+    /// UNSUPPORTED_SASL_MECHANISM (33)
+    #[error("{0}")]
+    UnsupportedSaslMechanism(String),
     /// UNKNOWN_SERVER_ERROR (-1)
     #[error("{0}")]
     Internal(String),

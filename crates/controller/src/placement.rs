@@ -91,6 +91,7 @@ mod tests {
                     host: "h".into(),
                     port: 1,
                     rack: None,
+                    listeners: Vec::new(),
                     clean_shutdown: true,
                 }]),
             );

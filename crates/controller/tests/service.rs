@@ -117,6 +117,7 @@ async fn a_broker_registers_is_unfenced_and_topics_commit_before_the_answer() {
             host: "127.0.0.1".into(),
             port: 9092,
             rack: None,
+            listeners: Vec::new(),
             clean_shutdown: true,
             heartbeat_interval: Duration::from_millis(2000),
             request_timeout: Duration::from_secs(2),

@@ -15,6 +15,12 @@
 //! or idle past `connections.max.idle.ms`) gets nothing more: the work still queued for it (long
 //! polls, acknowledgement waits) is aborted at once rather than finished for no one. Appends it
 //! asked for have happened already, as in Kafka.
+//!
+//! On a TLS listener the connection starts with the TLS handshake (bounded by
+//! [`TLS_HANDSHAKE_MS_MAX`]); a failed handshake (a plaintext client, an untrusted client
+//! certificate) closes the connection with a log line. Fetched segment bytes are then read from
+//! the file in [`TLS_FILE_READ_BYTES`] pieces and encrypted, where a plaintext connection sends them
+//! with `sendfile`.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -22,16 +28,22 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use millrace_store::FileSlice;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, Interest};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, Interest, WriteHalf};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
+use tokio_rustls::server::TlsStream;
+use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
 
 use crate::dispatch::{dispatch, Pending};
-use crate::limits::IN_FLIGHT_REQUESTS_PER_CONNECTION_MAX;
+use crate::limits::{
+    IN_FLIGHT_REQUESTS_PER_CONNECTION_MAX, TLS_FILE_READ_BYTES, TLS_HANDSHAKE_MS_MAX,
+};
 use crate::read_buffer::ReadAhead;
 use crate::request_memory::RequestMemory;
+use crate::sasl::SaslSettings;
+use crate::session::Session;
 use crate::splice::Chunk;
 use crate::BrokerContext;
 
@@ -46,16 +58,89 @@ pub struct ConnectionLimits {
     pub memory: Arc<RequestMemory>,
 }
 
-/// Serves one connection until the peer closes it, it misbehaves, it idles out, or the broker
-/// shuts down.
+/// The sending side of a connection.
+enum Sink {
+    Plain(tokio::net::tcp::OwnedWriteHalf),
+    Tls(WriteHalf<TlsStream<TcpStream>>),
+}
+
+impl Sink {
+    /// Writes a response's chunks in order.
+    async fn write_chunks(&mut self, chunks: &[Chunk]) -> std::io::Result<()> {
+        match self {
+            Sink::Plain(out) => write_chunks(out, chunks).await,
+            Sink::Tls(out) => {
+                for chunk in chunks {
+                    match chunk {
+                        Chunk::Bytes(bytes) => out.write_all(bytes).await?,
+                        Chunk::File(slice) => copy_file(out, slice).await?,
+                    }
+                }
+                out.flush().await
+            }
+        }
+    }
+
+    async fn shutdown(&mut self) {
+        let _ = match self {
+            Sink::Plain(out) => out.shutdown().await,
+            Sink::Tls(out) => out.shutdown().await,
+        };
+    }
+}
+
+/// Serves one connection of listener `listener` (after the TLS handshake when `tls` is set) until
+/// the peer closes it, it misbehaves, it idles out, or the broker shuts down.
 pub async fn serve_connection(
     stream: TcpStream,
     peer: SocketAddr,
+    listener: Arc<str>,
+    (tls, sasl): (Option<TlsAcceptor>, Option<Arc<SaslSettings>>),
     ctx: Arc<BrokerContext>,
     limits: ConnectionLimits,
 ) {
     let _ = stream.set_nodelay(true);
-    let (read_half, mut write_half) = stream.into_split();
+    let session = Session::new(peer, listener, sasl);
+    match tls {
+        None => {
+            let (read_half, write_half) = stream.into_split();
+            serve(read_half, Sink::Plain(write_half), session, ctx, limits).await;
+        }
+        Some(acceptor) => {
+            let handshake = tokio::time::timeout(
+                Duration::from_millis(TLS_HANDSHAKE_MS_MAX),
+                acceptor.accept(stream),
+            );
+            let stream = tokio::select! {
+                _ = ctx.shutdown.cancelled() => return,
+                done = handshake => match done {
+                    Ok(Ok(stream)) => stream,
+                    Ok(Err(e)) => {
+                        info!(%peer, listener = %session.listener, error = %e, "TLS handshake failed; closing connection");
+                        millrace_metrics::global().tls_handshake_failures.inc();
+                        return;
+                    }
+                    Err(_) => {
+                        info!(%peer, listener = %session.listener, "TLS handshake not done within {TLS_HANDSHAKE_MS_MAX} ms; closing connection");
+                        millrace_metrics::global().tls_handshake_failures.inc();
+                        return;
+                    }
+                },
+            };
+            let (read_half, write_half) = tokio::io::split(stream);
+            serve(read_half, Sink::Tls(write_half), session, ctx, limits).await;
+        }
+    }
+}
+
+async fn serve<R: AsyncRead + Unpin + Send>(
+    read_half: R,
+    mut sink: Sink,
+    session: Session,
+    ctx: Arc<BrokerContext>,
+    limits: ConnectionLimits,
+) {
+    let peer = session.peer;
     let mut frames = ReadAhead::new(read_half);
     let (queue, mut answers) = mpsc::channel::<Pending>(IN_FLIGHT_REQUESTS_PER_CONNECTION_MAX);
 
@@ -77,7 +162,7 @@ pub async fn serve_connection(
             in_flight.dec();
             match answered {
                 Ok(Ok(Some(chunks))) => {
-                    if let Err(e) = write_chunks(&mut write_half, &chunks).await {
+                    if let Err(e) = sink.write_chunks(&chunks).await {
                         debug!(%peer, error = %e, "write failed");
                         break;
                     }
@@ -100,7 +185,7 @@ pub async fn serve_connection(
             pending.abort();
             in_flight.dec();
         }
-        let _ = write_half.shutdown().await;
+        sink.shutdown().await;
     });
 
     loop {
@@ -124,11 +209,26 @@ pub async fn serve_connection(
                 break;
             }
         };
-        match dispatch(&ctx, frame, peer) {
+        // After SaslHandshake v0 the next frames are bare SASL tokens, not requests.
+        let raw_token = session
+            .sasl
+            .as_ref()
+            .is_some_and(|sasl| sasl.lock().expects_raw_token());
+        let dispatched = if raw_token {
+            Ok(crate::api::sasl::raw_token(&ctx, &session, frame))
+        } else {
+            dispatch(&ctx, frame, &session)
+        };
+        match dispatched {
             Ok(pending) => {
                 in_flight.inc();
                 if queue.send(pending).await.is_err() {
                     in_flight.dec();
+                    break;
+                }
+                if session.closing() {
+                    // This answer (a refused authentication) is the last: the writer sends it,
+                    // then closes.
                     break;
                 }
             }
@@ -181,6 +281,32 @@ async fn send_file(socket: &TcpStream, slice: &FileSlice) -> std::io::Result<()>
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
             Err(e) => return Err(e),
         }
+    }
+    Ok(())
+}
+
+/// Sends a segment file slice through a writer that cannot take `sendfile` (TLS): read in pieces
+/// of [`TLS_FILE_READ_BYTES`] (from the page cache, off the runtime threads' other work), each
+/// written before the next is read. A file that ends early fails the connection, as in
+/// [`send_file`].
+async fn copy_file<W: AsyncWrite + Unpin>(out: &mut W, slice: &FileSlice) -> std::io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    let mut position = slice.position;
+    let end = slice.position.saturating_add(slice.len as u64);
+    let mut buf = Vec::new();
+    while position < end {
+        let want = usize::try_from(end - position)
+            .unwrap_or(usize::MAX)
+            .min(TLS_FILE_READ_BYTES);
+        buf.resize(want, 0);
+        crate::blocking::run(|| slice.file.read_exact_at(&mut buf, position)).map_err(|e| {
+            std::io::Error::new(
+                e.kind(),
+                format!("segment file read at {position} for its fetch slice failed: {e}"),
+            )
+        })?;
+        out.write_all(&buf).await?;
+        position += want as u64;
     }
     Ok(())
 }

@@ -8,22 +8,23 @@
 //! response at all.
 
 use std::future::Future;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{
-    AlterConfigsRequest, AlterPartitionReassignmentsRequest, ApiKey, ApiVersionsRequest,
-    ConsumerGroupDescribeRequest, ConsumerGroupHeartbeatRequest, CreatePartitionsRequest,
-    CreateTopicsRequest, DeleteGroupsRequest, DeleteRecordsRequest, DeleteTopicsRequest,
-    DescribeClusterRequest, DescribeConfigsRequest, DescribeGroupsRequest, DescribeLogDirsRequest,
-    DescribeProducersRequest, DescribeTopicPartitionsRequest, ElectLeadersRequest, FetchRequest,
-    FindCoordinatorRequest, HeartbeatRequest, IncrementalAlterConfigsRequest,
-    InitProducerIdRequest, JoinGroupRequest, LeaveGroupRequest, ListConfigResourcesRequest,
-    ListGroupsRequest, ListOffsetsRequest, ListPartitionReassignmentsRequest, MetadataRequest,
-    OffsetCommitRequest, OffsetDeleteRequest, OffsetFetchRequest, OffsetForLeaderEpochRequest,
-    ProduceRequest, RequestHeader, ResponseHeader, SyncGroupRequest,
+    AlterConfigsRequest, AlterPartitionReassignmentsRequest, AlterUserScramCredentialsRequest,
+    ApiKey, ApiVersionsRequest, ConsumerGroupDescribeRequest, ConsumerGroupHeartbeatRequest,
+    CreatePartitionsRequest, CreateTopicsRequest, DeleteGroupsRequest, DeleteRecordsRequest,
+    DeleteTopicsRequest, DescribeClientQuotasRequest, DescribeClusterRequest,
+    DescribeConfigsRequest, DescribeGroupsRequest, DescribeLogDirsRequest,
+    DescribeProducersRequest, DescribeTopicPartitionsRequest, DescribeUserScramCredentialsRequest,
+    ElectLeadersRequest, FetchRequest, FindCoordinatorRequest, HeartbeatRequest,
+    IncrementalAlterConfigsRequest, InitProducerIdRequest, JoinGroupRequest, LeaveGroupRequest,
+    ListConfigResourcesRequest, ListGroupsRequest, ListOffsetsRequest,
+    ListPartitionReassignmentsRequest, MetadataRequest, OffsetCommitRequest, OffsetDeleteRequest,
+    OffsetFetchRequest, OffsetForLeaderEpochRequest, ProduceRequest, RequestHeader, ResponseHeader,
+    SaslAuthenticateRequest, SaslHandshakeRequest, SyncGroupRequest,
 };
 use kafka_protocol::protocol::{Decodable, Encodable};
 use tokio::task::JoinHandle;
@@ -32,6 +33,7 @@ use millrace_metrics::{ApiErrorLabels, ApiLabels};
 
 use crate::api;
 use crate::response_errors::{error_name, ResponseErrors};
+use crate::session::Session;
 use crate::splice::{self, Chunk};
 use crate::versions::{advertised, api_name, PRODUCE_VERSION_SERVED_MIN};
 use crate::BrokerContext;
@@ -57,8 +59,9 @@ struct Route {
 pub fn dispatch(
     ctx: &Arc<BrokerContext>,
     frame: Bytes,
-    peer: SocketAddr,
+    session: &Session,
 ) -> Result<Pending, String> {
+    let peer = session.peer;
     let started = Instant::now();
     let (Some(key_bytes), Some(version_bytes)) = (frame.get(0..2), frame.get(2..4)) else {
         return Err(format!(
@@ -107,17 +110,70 @@ pub fn dispatch(
         api: api_name(key),
     };
     count_request(route);
+    // On a SASL listener only ApiVersions and the SASL exchange come before authentication, and
+    // nothing but re-authentication after the session ended (Kafka closes the connection).
+    if let Some(sasl) = &session.sasl {
+        if !matches!(
+            key,
+            ApiKey::ApiVersions | ApiKey::SaslHandshake | ApiKey::SaslAuthenticate
+        ) {
+            sasl.lock()
+                .admits(Instant::now())
+                .map_err(|reason| format!("{key:?}: {reason}"))?;
+        }
+    }
 
     match key {
+        ApiKey::SaslHandshake => {
+            let request: SaslHandshakeRequest = decode(&mut buf, route)?;
+            Ok(ready(
+                route,
+                api::sasl::handshake(session, request, version),
+            ))
+        }
+        ApiKey::SaslAuthenticate => {
+            let request: SaslAuthenticateRequest = decode(&mut buf, route)?;
+            let (response, delay) = api::sasl::authenticate(ctx, session, request, version);
+            Ok(spawn(
+                route,
+                async move {
+                    if !delay.is_zero() {
+                        tokio::time::sleep(delay).await;
+                    }
+                    response
+                },
+                true,
+            ))
+        }
+        ApiKey::AlterUserScramCredentials => {
+            let request: AlterUserScramCredentialsRequest = decode(&mut buf, route)?;
+            Ok(spawn(
+                route,
+                api::user_scram_credentials::alter(ctx.clone(), request),
+                true,
+            ))
+        }
+        ApiKey::DescribeUserScramCredentials => {
+            let request: DescribeUserScramCredentialsRequest = decode(&mut buf, route)?;
+            Ok(ready(
+                route,
+                api::user_scram_credentials::describe(ctx, request),
+            ))
+        }
+        ApiKey::DescribeClientQuotas => {
+            let request: DescribeClientQuotasRequest = decode(&mut buf, route)?;
+            Ok(ready(route, api::describe_client_quotas::handle(request)))
+        }
         ApiKey::Produce => {
             let request: ProduceRequest = decode(&mut buf, route)?;
             let acks = request.acks;
-            let response = api::produce::handle(ctx, request, version);
+            let response = api::produce::handle(ctx, request, version, session.listener.clone());
             Ok(spawn(route, response, acks != 0))
         }
         ApiKey::Fetch => {
             let request: FetchRequest = decode(&mut buf, route)?;
-            let response = api::fetch::handle(ctx.clone(), request, version);
+            let response =
+                api::fetch::handle(ctx.clone(), request, version, session.listener.clone());
             Ok(tokio::spawn(async move {
                 let (mut response, files) = response.await;
                 let records = splice::take_records(&mut response, &files);
@@ -136,7 +192,7 @@ pub fn dispatch(
             let request: MetadataRequest = decode(&mut buf, route)?;
             Ok(spawn(
                 route,
-                api::metadata::handle(ctx.clone(), request, version),
+                api::metadata::handle(ctx.clone(), request, version, session.listener.clone()),
                 true,
             ))
         }
@@ -144,7 +200,7 @@ pub fn dispatch(
             let request: FindCoordinatorRequest = decode(&mut buf, route)?;
             Ok(ready(
                 route,
-                api::find_coordinator::handle(ctx, request, version),
+                api::find_coordinator::handle(ctx, request, version, &session.listener),
             ))
         }
         ApiKey::ApiVersions => {
@@ -183,7 +239,7 @@ pub fn dispatch(
             let request: DescribeClusterRequest = decode(&mut buf, route)?;
             Ok(ready(
                 route,
-                api::describe_cluster::handle(ctx, request, version),
+                api::describe_cluster::handle(ctx, request, version, &session.listener),
             ))
         }
         ApiKey::InitProducerId => {

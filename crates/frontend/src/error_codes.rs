@@ -39,6 +39,12 @@ pub const INVALID_REPLICATION_FACTOR: i16 = 38;
 pub const INVALID_REPLICA_ASSIGNMENT: i16 = 39;
 pub const INVALID_CONFIG: i16 = 40;
 pub const NOT_CONTROLLER: i16 = 41;
+pub const UNSUPPORTED_SASL_MECHANISM: i16 = 33;
+pub const ILLEGAL_SASL_STATE: i16 = 34;
+pub const SASL_AUTHENTICATION_FAILED: i16 = 58;
+pub const RESOURCE_NOT_FOUND: i16 = 91;
+pub const DUPLICATE_RESOURCE: i16 = 92;
+pub const UNACCEPTABLE_CREDENTIAL: i16 = 93;
 pub const INVALID_REQUEST: i16 = 42;
 pub const OUT_OF_ORDER_SEQUENCE_NUMBER: i16 = 45;
 pub const INVALID_PRODUCER_EPOCH: i16 = 47;
@@ -200,6 +206,10 @@ pub fn from_controller(err: &ControllerError, context: &str) -> KafkaError {
         ControllerError::NoReassignmentInProgress => NO_REASSIGNMENT_IN_PROGRESS,
         ControllerError::PolicyViolation(_) => POLICY_VIOLATION,
         ControllerError::Timeout(_) => REQUEST_TIMED_OUT,
+        ControllerError::ResourceNotFound(_) => RESOURCE_NOT_FOUND,
+        ControllerError::DuplicateResource(_) => DUPLICATE_RESOURCE,
+        ControllerError::UnacceptableCredential(_) => UNACCEPTABLE_CREDENTIAL,
+        ControllerError::UnsupportedSaslMechanism(_) => UNSUPPORTED_SASL_MECHANISM,
         ControllerError::Internal(_) => return unknown(err, context),
     };
     KafkaError::new(code, message)

@@ -23,9 +23,13 @@ pub mod limits;
 pub mod read_buffer;
 pub mod request_memory;
 pub mod response_errors;
+pub mod sasl;
+pub mod scram;
 pub mod server;
+pub mod session;
 pub mod splice;
 pub mod testing;
+pub mod tls;
 pub mod versions;
 
 use std::sync::Arc;

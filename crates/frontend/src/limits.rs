@@ -36,6 +36,14 @@ pub const REQUEST_FRAME_BYTES_MIN: usize = 10;
 /// buffer.
 pub const READ_BUFFER_BYTES: usize = 8 * 1024;
 
+/// Milliseconds a client has to finish the TLS handshake on a TLS listener before the connection
+/// is closed (enforced in `connection::serve_connection`).
+pub const TLS_HANDSHAKE_MS_MAX: u64 = 10_000;
+
+/// Bytes of a segment file read at a time when a Fetch response goes out over TLS (no `sendfile`
+/// there): per connection, one piece in memory at a time.
+pub const TLS_FILE_READ_BYTES: usize = 256 * 1024;
+
 /// How long shutdown waits for in-flight requests before closing connections anyway (ms).
 pub const SHUTDOWN_DRAIN_MS_MAX: u64 = 10_000;
 

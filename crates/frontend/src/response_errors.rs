@@ -8,17 +8,18 @@
 //! `Errors` name without allocating.
 
 use kafka_protocol::messages::{
-    AlterConfigsResponse, AlterPartitionReassignmentsResponse, ApiVersionsResponse,
-    ConsumerGroupDescribeResponse, ConsumerGroupHeartbeatResponse, CreatePartitionsResponse,
-    CreateTopicsResponse, DeleteGroupsResponse, DeleteRecordsResponse, DeleteTopicsResponse,
-    DescribeClusterResponse, DescribeConfigsResponse, DescribeGroupsResponse,
-    DescribeLogDirsResponse, DescribeProducersResponse, DescribeTopicPartitionsResponse,
-    ElectLeadersResponse, FetchResponse, FindCoordinatorResponse, HeartbeatResponse,
-    IncrementalAlterConfigsResponse, InitProducerIdResponse, JoinGroupResponse, LeaveGroupResponse,
-    ListConfigResourcesResponse, ListGroupsResponse, ListOffsetsResponse,
-    ListPartitionReassignmentsResponse, MetadataResponse, OffsetCommitResponse,
-    OffsetDeleteResponse, OffsetFetchResponse, OffsetForLeaderEpochResponse, ProduceResponse,
-    SyncGroupResponse,
+    AlterConfigsResponse, AlterPartitionReassignmentsResponse, AlterUserScramCredentialsResponse,
+    ApiVersionsResponse, ConsumerGroupDescribeResponse, ConsumerGroupHeartbeatResponse,
+    CreatePartitionsResponse, CreateTopicsResponse, DeleteGroupsResponse, DeleteRecordsResponse,
+    DeleteTopicsResponse, DescribeClientQuotasResponse, DescribeClusterResponse,
+    DescribeConfigsResponse, DescribeGroupsResponse, DescribeLogDirsResponse,
+    DescribeProducersResponse, DescribeTopicPartitionsResponse,
+    DescribeUserScramCredentialsResponse, ElectLeadersResponse, FetchResponse,
+    FindCoordinatorResponse, HeartbeatResponse, IncrementalAlterConfigsResponse,
+    InitProducerIdResponse, JoinGroupResponse, LeaveGroupResponse, ListConfigResourcesResponse,
+    ListGroupsResponse, ListOffsetsResponse, ListPartitionReassignmentsResponse, MetadataResponse,
+    OffsetCommitResponse, OffsetDeleteResponse, OffsetFetchResponse, OffsetForLeaderEpochResponse,
+    ProduceResponse, SaslAuthenticateResponse, SaslHandshakeResponse, SyncGroupResponse,
 };
 
 /// Every Kafka error code a response carries, for the request-error metrics (Kafka's ErrorsPerSec).
@@ -96,6 +97,41 @@ impl ResponseErrors for FindCoordinatorResponse {
 }
 
 impl ResponseErrors for ApiVersionsResponse {
+    fn for_each_error(&self, f: &mut dyn FnMut(i16)) {
+        visit(self.error_code, f);
+    }
+}
+
+impl ResponseErrors for SaslHandshakeResponse {
+    fn for_each_error(&self, f: &mut dyn FnMut(i16)) {
+        visit(self.error_code, f);
+    }
+}
+
+impl ResponseErrors for AlterUserScramCredentialsResponse {
+    fn for_each_error(&self, f: &mut dyn FnMut(i16)) {
+        for r in &self.results {
+            visit(r.error_code, f);
+        }
+    }
+}
+
+impl ResponseErrors for DescribeUserScramCredentialsResponse {
+    fn for_each_error(&self, f: &mut dyn FnMut(i16)) {
+        visit(self.error_code, f);
+        for r in &self.results {
+            visit(r.error_code, f);
+        }
+    }
+}
+
+impl ResponseErrors for DescribeClientQuotasResponse {
+    fn for_each_error(&self, f: &mut dyn FnMut(i16)) {
+        visit(self.error_code, f);
+    }
+}
+
+impl ResponseErrors for SaslAuthenticateResponse {
     fn for_each_error(&self, f: &mut dyn FnMut(i16)) {
         visit(self.error_code, f);
     }

@@ -83,6 +83,7 @@ pub fn single_node_context(
             host: endpoint.host.clone(),
             port: endpoint.port,
             rack: None,
+            listeners: Vec::new(),
             clean_shutdown: true,
         }]),
     );
@@ -133,6 +134,7 @@ pub fn single_node_context(
             host: endpoint.host.clone(),
             port: endpoint.port,
             rack: None,
+            listeners: Vec::new(),
             clean_shutdown: true,
             heartbeat_interval: Duration::from_secs(2),
             request_timeout: Duration::from_secs(1),

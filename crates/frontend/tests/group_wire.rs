@@ -111,8 +111,12 @@ impl Harness {
             .expect("header");
         request.encode(&mut buf, version).expect("request");
         let peer: SocketAddr = "127.0.0.1:5555".parse().expect("addr");
-        let pending = dispatch(&self.ctx, buf.freeze(), peer)
-            .unwrap_or_else(|e| panic!("{key:?} v{version} refused: {e}"));
+        let pending = dispatch(
+            &self.ctx,
+            buf.freeze(),
+            &millrace_frontend::session::Session::plaintext(peer),
+        )
+        .unwrap_or_else(|e| panic!("{key:?} v{version} refused: {e}"));
         let chunks = pending
             .await
             .expect("task")

@@ -79,6 +79,8 @@ pub struct Metrics {
     pub connections_accepted: Counter,
     pub connections_closed: Counter,
     pub connections_refused: Counter,
+    pub tls_handshake_failures: Counter,
+    pub authentication_failures: Counter,
     // ----- topics (Kafka's BrokerTopicMetrics) -----
     pub topic_bytes_in: Family<TopicLabels, Counter>,
     pub topic_records_in: Family<TopicLabels, Counter>,
@@ -107,6 +109,8 @@ impl Default for Metrics {
             connections_accepted: Counter::default(),
             connections_closed: Counter::default(),
             connections_refused: Counter::default(),
+            tls_handshake_failures: Counter::default(),
+            authentication_failures: Counter::default(),
             topic_bytes_in: Family::default(),
             topic_records_in: Family::default(),
             topic_bytes_out: Family::default(),
@@ -185,6 +189,16 @@ impl Metrics {
             "connections_refused",
             "Client connections refused at max.connections",
             self.connections_refused.clone(),
+        );
+        registry.register(
+            "tls_handshake_failures",
+            "TLS handshakes that failed or timed out on TLS listeners (Kafka's failed-authentication-total for SSL)",
+            self.tls_handshake_failures.clone(),
+        );
+        registry.register(
+            "authentication_failures",
+            "SASL authentications refused (Kafka's failed-authentication-total)",
+            self.authentication_failures.clone(),
         );
         registry.register(
             "topic_bytes_in",

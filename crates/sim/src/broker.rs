@@ -446,6 +446,7 @@ impl World {
             host: "127.0.0.1".into(),
             port: u16::try_from(9090 + id).unwrap_or(9090),
             rack: None,
+            listeners: Vec::new(),
             clean_shutdown: b.clean_shutdown,
         };
         self.controller_call(id, CallKind::Register, req);

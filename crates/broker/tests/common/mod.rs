@@ -41,6 +41,8 @@ use tokio::net::TcpStream;
 pub const STARTUP_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a broker may take to exit after SIGTERM.
 pub const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a broker given a config it cannot honour may take to exit.
+pub const EXIT_TIMEOUT: Duration = Duration::from_secs(20);
 /// Default bound on one request/response exchange in the tests.
 pub const IO_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -71,6 +73,7 @@ pub struct Broker {
     data_dir: tempfile::TempDir,
     log_dir: tempfile::TempDir,
     addr: SocketAddr,
+    ready_line: String,
     extra_args: Vec<String>,
     starts: usize,
 }
@@ -100,6 +103,7 @@ impl Broker {
             data_dir,
             log_dir,
             addr: "127.0.0.1:0".parse().expect("literal addr"),
+            ready_line: String::new(),
             extra_args,
             starts: 0,
         };
@@ -134,12 +138,12 @@ impl Broker {
             }
         });
         let deadline = Instant::now() + STARTUP_TIMEOUT;
-        let addr = loop {
+        let (addr, ready_line) = loop {
             let left = deadline.saturating_duration_since(Instant::now());
             match rx.recv_timeout(left) {
                 Ok(line) => {
                     if let Some(addr) = parse_listening_line(&line) {
-                        break addr;
+                        break (addr, line);
                     }
                 }
                 Err(e) => {
@@ -155,6 +159,7 @@ impl Broker {
             }
         };
         self.addr = addr;
+        self.ready_line = ready_line;
         self.child = Some(child);
     }
 
@@ -165,6 +170,21 @@ impl Broker {
     /// The bound (and advertised) address.
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// The broker's ready line (`millrace ready: … listening on …`).
+    pub fn ready_line(&self) -> &str {
+        &self.ready_line
+    }
+
+    /// The bound address of listener `name`, from the ready line's listener list.
+    pub fn listener_addr(&self, name: &str) -> SocketAddr {
+        let prefix = format!("{name}://");
+        self.ready_line
+            .split([',', ' ', ')'])
+            .find_map(|t| t.strip_prefix(&prefix))
+            .and_then(|a| a.parse().ok())
+            .unwrap_or_else(|| panic!("no listener {name} in {:?}", self.ready_line))
     }
 
     /// `host:port` for `bootstrap.servers`.
@@ -266,6 +286,62 @@ fn parse_listening_line(line: &str) -> Option<SocketAddr> {
         .trim_end_matches(|c: char| !c.is_ascii_digit())
         .parse()
         .ok()
+}
+
+/// Runs `millrace` with `args` on a scratch data directory; returns its exit code and stderr.
+pub fn run_broker(args: &[&str]) -> (Option<i32>, String) {
+    let dir = tempfile::tempdir().expect("data dir");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_millrace"))
+        .arg("--data-dir")
+        .arg(dir.path())
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn millrace");
+    let deadline = Instant::now() + EXIT_TIMEOUT;
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "millrace {args:?} still running after {EXIT_TIMEOUT:?}: it accepted the config"
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let output = child.wait_with_output().expect("stderr");
+    (
+        status.code(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+/// Asserts exit code 2 and a stderr of one line containing every word of `expect`.
+pub fn assert_refused(args: &[&str], expect: &[&str]) {
+    let (code, stderr) = run_broker(args);
+    assert_eq!(
+        code,
+        Some(2),
+        "millrace {args:?}: exit code; stderr:\n{stderr}"
+    );
+    let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(
+        lines.len(),
+        1,
+        "millrace {args:?}: expected one line, got:\n{stderr}"
+    );
+    for word in expect {
+        assert!(
+            lines[0].contains(word),
+            "millrace {args:?}: '{word}' missing from: {}",
+            lines[0]
+        );
+    }
 }
 
 fn tail_of(path: &Path, lines: usize) -> String {
@@ -419,9 +495,13 @@ pub enum ReadEnd {
     TimedOut { partial: usize },
 }
 
-/// One TCP connection that speaks raw frames.
+/// A byte stream a [`RawConn`] speaks over: TCP, or TLS over TCP.
+pub trait ByteStream: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {}
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> ByteStream for T {}
+
+/// One connection that speaks raw frames.
 pub struct RawConn {
-    pub stream: TcpStream,
+    pub stream: Box<dyn ByteStream>,
     next_correlation_id: i32,
 }
 
@@ -432,6 +512,11 @@ impl RawConn {
             .expect("connect timed out")
             .expect("connect");
         stream.set_nodelay(true).expect("nodelay");
+        RawConn::over(Box::new(stream))
+    }
+
+    /// A connection over an established stream (a TLS session, say).
+    pub fn over(stream: Box<dyn ByteStream>) -> RawConn {
         RawConn {
             stream,
             next_correlation_id: 1000,

@@ -78,6 +78,7 @@ impl Harness {
             host: "127.0.0.1".into(),
             port: 9000 + node_id as u16,
             rack: None,
+            listeners: Vec::new(),
             clean_shutdown: clean,
         });
         if let ControllerResponse::Registered { broker_epoch } = response {
@@ -1152,4 +1153,88 @@ fn an_election_writing_more_than_the_record_bound_is_a_policy_violation() {
     let r = h.elect(ElectionType::Unclean, Some(vec![("a", 0), ("b", 0)]));
     assert!(r.iter().all(|(_, e)| e.is_ok()), "{r:?}");
     assert_eq!(h.partition("b", 0).leader, 2);
+}
+
+#[test]
+fn scram_credentials_follow_kafkas_rules() {
+    use crate::messages::ScramUpsertion;
+    use millrace_cluster::scram::ScramMechanism;
+    let upsert = |name: &str, mechanism: i8, iterations: i32| ScramUpsertion {
+        name: name.into(),
+        mechanism,
+        iterations,
+        salt: vec![1, 2, 3],
+        stored_key: vec![4; 32],
+        server_key: vec![5; 32],
+    };
+    let mut h = Harness::new(&[]);
+    h.start(&[1]);
+    let r = h.request(ControllerRequest::AlterUserScramCredentials {
+        deletions: vec![("carol".into(), 1), ("dave".into(), 1)],
+        upsertions: vec![
+            upsert("alice", 1, 4096),
+            upsert("alice", 2, 8192),
+            upsert("bob", 2, 8192),
+            upsert("erin", 3, 8192),
+            upsert("frank", 1, 4095),
+            upsert("grace", 1, 16385),
+            upsert("", 1, 4096),
+            upsert("dave", 1, 4096),
+        ],
+    });
+    let ControllerResponse::AlterUserScramCredentials { results } = r else {
+        panic!("{r:?}")
+    };
+    let names: Vec<&str> = results.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(
+        names,
+        ["carol", "dave", "alice", "bob", "erin", "frank", "grace", ""],
+        "one result per user, in order of first appearance"
+    );
+    let code = |i: usize| results[i].1.clone();
+    assert!(matches!(code(0), Err(ControllerError::ResourceNotFound(_))));
+    assert!(matches!(
+        code(1),
+        Err(ControllerError::DuplicateResource(_))
+    ));
+    assert!(matches!(
+        code(2),
+        Err(ControllerError::DuplicateResource(_))
+    ));
+    assert!(code(3).is_ok());
+    assert!(matches!(
+        code(4),
+        Err(ControllerError::UnsupportedSaslMechanism(_))
+    ));
+    assert!(matches!(
+        code(5),
+        Err(ControllerError::UnacceptableCredential(_))
+    ));
+    assert!(matches!(
+        code(6),
+        Err(ControllerError::UnacceptableCredential(_))
+    ));
+    assert!(matches!(
+        code(7),
+        Err(ControllerError::UnacceptableCredential(_))
+    ));
+    // Only bob's credential was written; alice's two were refused together.
+    assert!(h
+        .image
+        .scram_credential("bob", ScramMechanism::Sha512)
+        .is_some());
+    assert!(h
+        .image
+        .scram_credential("alice", ScramMechanism::Sha256)
+        .is_none());
+    assert_eq!(h.image.scram_credentials.len(), 1);
+    let r = h.request(ControllerRequest::AlterUserScramCredentials {
+        deletions: vec![("bob".into(), 2)],
+        upsertions: vec![],
+    });
+    assert!(
+        matches!(&r, ControllerResponse::AlterUserScramCredentials { results } if results[0].1.is_ok()),
+        "{r:?}"
+    );
+    assert!(h.image.scram_credentials.is_empty());
 }

@@ -17,6 +17,7 @@ pub fn handle(
     ctx: &Arc<BrokerContext>,
     request: DescribeClusterRequest,
     version: i16,
+    listener: &str,
 ) -> DescribeClusterResponse {
     let cluster = &ctx.cluster;
     let mut response = DescribeClusterResponse::default()
@@ -31,13 +32,17 @@ pub fn handle(
         }
     }
     response.brokers = cluster
-        .brokers()
-        .into_iter()
-        .map(|b| {
-            DescribeClusterBroker::default()
-                .with_broker_id(BrokerId(b.node_id))
-                .with_host(str_bytes(&b.host))
-                .with_port(i32::from(b.port))
+        .image()
+        .live_brokers()
+        .filter_map(|b| {
+            let (host, port) = b.endpoint_for(listener)?;
+            Some(
+                DescribeClusterBroker::default()
+                    .with_broker_id(BrokerId(b.node_id))
+                    .with_host(str_bytes(host))
+                    .with_port(i32::from(port))
+                    .with_rack(b.rack.as_deref().map(str_bytes)),
+            )
         })
         .collect();
     response

@@ -88,6 +88,7 @@ fn describe(
         .with_name(str_bytes(entry.name))
         .with_value(entry.value.as_deref().map(str_bytes))
         .with_read_only(entry.read_only)
+        .with_is_sensitive(entry.sensitive)
         .with_config_source(entry.source as i8);
     if include_synonyms {
         out.synonyms = entry

@@ -105,6 +105,7 @@ pub async fn handle(
     ctx: Arc<BrokerContext>,
     request: FetchRequest,
     version: i16,
+    listener: Arc<str>,
 ) -> (FetchResponse, Vec<FileSlice>) {
     let wait = Duration::from_millis((request.max_wait_ms.max(0) as u64).min(FETCH_WAIT_MS_MAX));
     let deadline = Instant::now() + wait;
@@ -169,6 +170,7 @@ pub async fn handle(
             max_bytes,
             read_committed,
             version,
+            &listener,
         );
         let done = bytes >= min_bytes
             || any_error
@@ -366,6 +368,7 @@ fn read_all(
     max_bytes: usize,
     read_committed: bool,
     version: i16,
+    listener: &str,
 ) -> (FetchResponse, Vec<FileSlice>, usize, bool) {
     let mut total = 0usize;
     let mut files = Vec::new();
@@ -453,7 +456,7 @@ fn read_all(
     }
     let mut response = FetchResponse::default().with_responses(responses);
     if version >= NODE_ENDPOINTS_VERSION_MIN {
-        response.node_endpoints = leadership::endpoints(ctx, hints)
+        response.node_endpoints = leadership::endpoints(ctx, hints, listener)
             .into_iter()
             .map(|(id, host, port, rack)| {
                 NodeEndpoint::default()

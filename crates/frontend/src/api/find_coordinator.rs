@@ -42,6 +42,7 @@ pub fn handle(
     ctx: &Arc<BrokerContext>,
     request: FindCoordinatorRequest,
     version: i16,
+    listener: &str,
 ) -> FindCoordinatorResponse {
     let image = ctx.cluster.image();
     let offsets = image.topic(OFFSETS_TOPIC).cloned();
@@ -68,6 +69,9 @@ pub fn handle(
         let Some(broker) = image.broker(leader).filter(|b| !b.fenced) else {
             return refuse(COORDINATOR_NOT_AVAILABLE, None);
         };
+        let Some((host, port)) = broker.endpoint_for(listener) else {
+            return refuse(COORDINATOR_NOT_AVAILABLE, None);
+        };
         // Kafka answers FindCoordinator only with the partition's leader or
         // COORDINATOR_NOT_AVAILABLE. A coordinator here that is still loading, or has not taken
         // up the leadership yet, is "not available" until it serves: kafkajs retries
@@ -80,8 +84,8 @@ pub fn handle(
             NONE,
             None,
             broker.node_id,
-            broker.host.clone(),
-            i32::from(broker.port),
+            host.to_string(),
+            i32::from(port),
         )
     };
     if version < 4 {

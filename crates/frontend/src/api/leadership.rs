@@ -83,15 +83,20 @@ pub fn leader_replica(
     }
 }
 
-/// Endpoints of the brokers named in `hints` (KIP-951 `node_endpoints`).
+/// Endpoints of the brokers named in `hints` (KIP-951 `node_endpoints`), on the client's
+/// `listener`.
 pub fn endpoints(
     ctx: &BrokerContext,
     hints: impl IntoIterator<Item = LeaderHint>,
+    listener: &str,
 ) -> Vec<(i32, String, u16, Option<String>)> {
     let ids: BTreeSet<i32> = hints.into_iter().map(|h| h.leader_id).collect();
     let image = ctx.cluster.image();
     ids.into_iter()
         .filter_map(|id| image.broker(id))
-        .map(|b| (b.node_id, b.host.clone(), b.port, b.rack.clone()))
+        .filter_map(|b| {
+            let (host, port) = b.endpoint_for(listener)?;
+            Some((b.node_id, host.to_string(), port, b.rack.clone()))
+        })
         .collect()
 }

@@ -53,6 +53,7 @@ pub async fn handle(
     ctx: Arc<BrokerContext>,
     request: MetadataRequest,
     version: i16,
+    listener: Arc<str>,
 ) -> MetadataResponse {
     let all = match &request.topics {
         None => true,
@@ -77,20 +78,22 @@ pub async fn handle(
         }
         out
     };
-    // The broker list last, so it includes whatever the lookups waited for.
+    // The broker list last, so it includes whatever the lookups waited for. Each broker as the
+    // client's listener reaches it; one without that listener is left out, as in Kafka.
     let image = ctx.cluster.image();
     let mut response = MetadataResponse::default().with_brokers(
         image
             .live_brokers()
-            .map(|b| {
+            .filter_map(|b| {
+                let (host, port) = b.endpoint_for(&listener)?;
                 let mut broker = MetadataResponseBroker::default()
                     .with_node_id(BrokerId(b.node_id))
-                    .with_host(str_bytes(&b.host))
-                    .with_port(i32::from(b.port));
+                    .with_host(str_bytes(host))
+                    .with_port(i32::from(port));
                 if version >= 1 {
                     broker.rack = b.rack.as_deref().map(str_bytes);
                 }
-                broker
+                Some(broker)
             })
             .collect(),
     );

@@ -70,6 +70,7 @@ pub fn handle(
     ctx: &Arc<BrokerContext>,
     request: ProduceRequest,
     version: i16,
+    listener: Arc<str>,
 ) -> impl Future<Output = ProduceResponse> + Send + 'static {
     let acks = request.acks;
     let timeout =
@@ -164,7 +165,7 @@ pub fn handle(
         }
         let mut response = ProduceResponse::default().with_responses(responses);
         if version >= LEADER_HINT_VERSION_MIN {
-            response.node_endpoints = leadership::endpoints(&ctx, hints)
+            response.node_endpoints = leadership::endpoints(&ctx, hints, &listener)
                 .into_iter()
                 .map(|(id, host, port, rack)| {
                     NodeEndpoint::default()

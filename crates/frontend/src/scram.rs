@@ -1,0 +1,364 @@
+//! The server side of SCRAM-SHA-256 and SCRAM-SHA-512 (RFC 5802, RFC 7677) as Kafka speaks it in
+//! SaslAuthenticate tokens: client-first → server-first → client-final → server-final, with the
+//! credentials of the metadata log ([`millrace_cluster::scram`]).
+//!
+//! - No channel binding (`p=` is refused; `n` and `y` are accepted, as in Kafka) and no
+//!   delegation tokens (`tokenauth=true` is refused).
+//! - An unknown user is not told so: it gets a server-first message with a salt derived from its
+//!   name and a per-process secret, and fails at the proof like a wrong password, with the same
+//!   message. (Kafka fails an unknown user at the first message.)
+//! - [`derive_keys`] turns a salted password (what AlterUserScramCredentials carries) into the
+//!   StoredKey and ServerKey the log keeps.
+
+use std::sync::OnceLock;
+
+use base64::engine::general_purpose::STANDARD as BASE64;
+use base64::Engine;
+use millrace_cluster::scram::{ScramCredential, ScramMechanism, SCRAM_ITERATIONS_MIN};
+use ring::{digest, hmac, rand::SecureRandom};
+
+/// Random bytes in the server's part of the nonce.
+const SERVER_NONCE_BYTES: usize = 24;
+/// Bytes of the salt made up for an unknown user.
+const DECOY_SALT_BYTES: usize = 16;
+
+fn hmac_alg(m: ScramMechanism) -> hmac::Algorithm {
+    match m {
+        ScramMechanism::Sha256 => hmac::HMAC_SHA256,
+        ScramMechanism::Sha512 => hmac::HMAC_SHA512,
+    }
+}
+
+fn digest_alg(m: ScramMechanism) -> &'static digest::Algorithm {
+    match m {
+        ScramMechanism::Sha256 => &digest::SHA256,
+        ScramMechanism::Sha512 => &digest::SHA512,
+    }
+}
+
+fn mac(m: ScramMechanism, key: &[u8], data: &[u8]) -> Vec<u8> {
+    hmac::sign(&hmac::Key::new(hmac_alg(m), key), data)
+        .as_ref()
+        .to_vec()
+}
+
+fn hash(m: ScramMechanism, data: &[u8]) -> Vec<u8> {
+    digest::digest(digest_alg(m), data).as_ref().to_vec()
+}
+
+/// (StoredKey, ServerKey) of a salted password.
+pub fn derive_keys(m: ScramMechanism, salted_password: &[u8]) -> (Vec<u8>, Vec<u8>) {
+    let client_key = mac(m, salted_password, b"Client Key");
+    (hash(m, &client_key), mac(m, salted_password, b"Server Key"))
+}
+
+/// A secret for this process, for decoy salts.
+fn process_secret() -> &'static [u8; 32] {
+    static SECRET: OnceLock<[u8; 32]> = OnceLock::new();
+    SECRET.get_or_init(|| {
+        let mut secret = [0u8; 32];
+        // On failure the secret stays zero: decoy salts are then guessable, nothing else.
+        let _ = ring::rand::SystemRandom::new().fill(&mut secret);
+        secret
+    })
+}
+
+fn random_nonce() -> Result<String, String> {
+    let mut bytes = [0u8; SERVER_NONCE_BYTES];
+    ring::rand::SystemRandom::new()
+        .fill(&mut bytes)
+        .map_err(|_| "no randomness for the SCRAM nonce".to_string())?;
+    Ok(BASE64.encode(bytes))
+}
+
+/// The exchange after the server-first message.
+#[derive(Debug, Clone)]
+pub struct ScramPending {
+    mechanism: ScramMechanism,
+    user: String,
+    gs2_header: String,
+    client_first_bare: String,
+    server_first: String,
+    nonce: String,
+    /// `None`: an unknown user, failed at the proof.
+    credential: Option<ScramCredential>,
+}
+
+impl ScramPending {
+    pub fn mechanism(&self) -> ScramMechanism {
+        self.mechanism
+    }
+}
+
+/// `saslname` of RFC 5802: `=2C` is `,`, `=3D` is `=`, any other `=` is an error.
+fn decode_saslname(text: &str) -> Result<String, String> {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(i) = rest.find('=') {
+        out.push_str(&rest[..i]);
+        match rest.get(i..i + 3) {
+            Some("=2C") => out.push(','),
+            Some("=3D") => out.push('='),
+            _ => return Err("Invalid SCRAM username encoding".to_string()),
+        }
+        rest = &rest[i + 3..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+/// Handles client-first: the server-first message to send, and the exchange to finish.
+pub fn first(
+    mechanism: ScramMechanism,
+    message: &[u8],
+    lookup: &dyn Fn(&str, ScramMechanism) -> Option<ScramCredential>,
+) -> Result<(Vec<u8>, ScramPending), String> {
+    let text = std::str::from_utf8(message)
+        .map_err(|_| "Invalid SCRAM client first message: not UTF-8".to_string())?;
+    let (cbind, rest) = text
+        .split_once(',')
+        .ok_or_else(|| "Invalid SCRAM client first message".to_string())?;
+    match cbind {
+        "n" | "y" => {}
+        c if c.starts_with("p=") => return Err("SCRAM channel binding is not supported".into()),
+        _ => return Err("Invalid SCRAM client first message".to_string()),
+    }
+    let (authzid, bare) = rest
+        .split_once(',')
+        .ok_or_else(|| "Invalid SCRAM client first message".to_string())?;
+    let gs2_header = &text[..text.len() - bare.len()];
+    let mut user = None;
+    let mut client_nonce = None;
+    for (i, attribute) in bare.split(',').enumerate() {
+        let (key, value) = attribute
+            .split_once('=')
+            .ok_or_else(|| "Invalid SCRAM client first message".to_string())?;
+        match (i, key) {
+            (0, "n") => user = Some(decode_saslname(value)?),
+            (1, "r") if !value.is_empty() => client_nonce = Some(value),
+            (0 | 1, _) => return Err("Invalid SCRAM client first message".to_string()),
+            (_, "tokenauth") if value.eq_ignore_ascii_case("true") => {
+                return Err("SCRAM delegation tokens are not supported".to_string())
+            }
+            _ => {} // extensions
+        }
+    }
+    let (Some(user), Some(client_nonce)) = (user, client_nonce) else {
+        return Err("Invalid SCRAM client first message".to_string());
+    };
+    if let Some(authzid) = authzid.strip_prefix("a=") {
+        if decode_saslname(authzid)? != user {
+            return Err(
+                "Authentication failed: Client requested an authorization id that is different \
+                 from username"
+                    .to_string(),
+            );
+        }
+    } else if !authzid.is_empty() {
+        return Err("Invalid SCRAM client first message".to_string());
+    }
+    let credential = lookup(&user, mechanism);
+    let (salt, iterations) = match &credential {
+        Some(c) => (c.salt.clone(), c.iterations),
+        None => (
+            mac(mechanism, process_secret(), user.as_bytes())[..DECOY_SALT_BYTES].to_vec(),
+            SCRAM_ITERATIONS_MIN,
+        ),
+    };
+    let nonce = format!("{client_nonce}{}", random_nonce()?);
+    let server_first = format!("r={nonce},s={},i={iterations}", BASE64.encode(&salt));
+    Ok((
+        server_first.clone().into_bytes(),
+        ScramPending {
+            mechanism,
+            user,
+            gs2_header: gs2_header.to_string(),
+            client_first_bare: bare.to_string(),
+            server_first,
+            nonce,
+            credential,
+        },
+    ))
+}
+
+/// Handles client-final: the authenticated user and the server-final message, or why not. A
+/// wrong proof and an unknown user give the same error.
+pub fn finish(pending: &ScramPending, message: &[u8]) -> Result<(String, Vec<u8>), String> {
+    let failed = || {
+        format!(
+            "Authentication failed during authentication due to invalid credentials with SASL \
+             mechanism {}",
+            pending.mechanism.name()
+        )
+    };
+    let text = std::str::from_utf8(message).map_err(|_| failed())?;
+    let (without_proof, proof) = text.rsplit_once(",p=").ok_or_else(failed)?;
+    let mut attributes = without_proof.split(',');
+    let binding = attributes
+        .next()
+        .and_then(|a| a.strip_prefix("c="))
+        .ok_or_else(failed)?;
+    let nonce = attributes
+        .next()
+        .and_then(|a| a.strip_prefix("r="))
+        .ok_or_else(failed)?;
+    if BASE64.decode(binding).ok().as_deref() != Some(pending.gs2_header.as_bytes())
+        || nonce != pending.nonce
+    {
+        return Err(failed());
+    }
+    let proof = BASE64.decode(proof).map_err(|_| failed())?;
+    let Some(credential) = &pending.credential else {
+        return Err(failed());
+    };
+    let m = pending.mechanism;
+    let auth_message = format!(
+        "{},{},{}",
+        pending.client_first_bare, pending.server_first, without_proof
+    );
+    let client_signature = mac(m, &credential.stored_key, auth_message.as_bytes());
+    if proof.len() != client_signature.len() {
+        return Err(failed());
+    }
+    let client_key: Vec<u8> = proof
+        .iter()
+        .zip(&client_signature)
+        .map(|(p, s)| p ^ s)
+        .collect();
+    if !crate::sasl::constant_time_eq(&hash(m, &client_key), &credential.stored_key) {
+        return Err(failed());
+    }
+    let server_signature = mac(m, &credential.server_key, auth_message.as_bytes());
+    Ok((
+        pending.user.clone(),
+        format!("v={}", BASE64.encode(server_signature)).into_bytes(),
+    ))
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use std::num::NonZeroU32;
+
+    /// A SCRAM client, as the tests need one: (client-first, then a closure for client-final).
+    pub(crate) fn salted_password(
+        m: ScramMechanism,
+        password: &str,
+        salt: &[u8],
+        iterations: u32,
+    ) -> Vec<u8> {
+        let alg = match m {
+            ScramMechanism::Sha256 => ring::pbkdf2::PBKDF2_HMAC_SHA256,
+            ScramMechanism::Sha512 => ring::pbkdf2::PBKDF2_HMAC_SHA512,
+        };
+        let mut out = vec![0u8; digest_alg(m).output_len()];
+        ring::pbkdf2::derive(
+            alg,
+            NonZeroU32::new(iterations).expect("iterations"),
+            salt,
+            password.as_bytes(),
+            &mut out,
+        );
+        out
+    }
+
+    pub(crate) fn credential(m: ScramMechanism, password: &str) -> ScramCredential {
+        let salt = b"pepper-and-salt!".to_vec();
+        let salted = salted_password(m, password, &salt, 4096);
+        let (stored_key, server_key) = derive_keys(m, &salted);
+        ScramCredential {
+            mechanism: m,
+            salt,
+            stored_key,
+            server_key,
+            iterations: 4096,
+        }
+    }
+
+    /// Runs a client through the exchange; the server's answers or its error.
+    fn exchange(
+        m: ScramMechanism,
+        user: &str,
+        password: &str,
+        known: &ScramCredential,
+    ) -> Result<(), String> {
+        let lookup =
+            |u: &str, mech: ScramMechanism| (u == "alice" && mech == m).then(|| known.clone());
+        let client_first_bare = format!("n={},r=clientnonce", user.replace('=', "=3D"));
+        let (server_first, pending) =
+            first(m, format!("n,,{client_first_bare}").as_bytes(), &lookup)?;
+        let server_first = String::from_utf8(server_first).expect("utf-8");
+        let mut fields = server_first.split(',');
+        let nonce = fields.next().and_then(|f| f.strip_prefix("r=")).expect("r");
+        assert!(nonce.starts_with("clientnonce") && nonce.len() > "clientnonce".len());
+        let salt = BASE64
+            .decode(fields.next().and_then(|f| f.strip_prefix("s=")).expect("s"))
+            .expect("salt");
+        let iterations: u32 = fields
+            .next()
+            .and_then(|f| f.strip_prefix("i="))
+            .expect("i")
+            .parse()
+            .expect("iterations");
+        let salted = salted_password(m, password, &salt, iterations);
+        let without_proof = format!("c=biws,r={nonce}");
+        let auth_message = format!("{client_first_bare},{server_first},{without_proof}");
+        let client_key = mac(m, &salted, b"Client Key");
+        let signature = mac(m, &hash(m, &client_key), auth_message.as_bytes());
+        let proof: Vec<u8> = client_key
+            .iter()
+            .zip(&signature)
+            .map(|(a, b)| a ^ b)
+            .collect();
+        let final_message = format!("{without_proof},p={}", BASE64.encode(proof));
+        let (who, server_final) = finish(&pending, final_message.as_bytes())?;
+        assert_eq!(who, user);
+        let expected = mac(m, &mac(m, &salted, b"Server Key"), auth_message.as_bytes());
+        assert_eq!(
+            server_final,
+            format!("v={}", BASE64.encode(expected)).into_bytes(),
+            "the server proves it knows the key"
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn scram_accepts_the_password_and_refuses_the_rest_alike() {
+        for m in ScramMechanism::ALL {
+            let known = credential(m, "alice-secret");
+            exchange(m, "alice", "alice-secret", &known).expect("alice");
+            let wrong = exchange(m, "alice", "wrong", &known).expect_err("wrong password");
+            let unknown = exchange(m, "mallory", "alice-secret", &known).expect_err("unknown");
+            assert_eq!(wrong, unknown);
+            assert!(wrong.contains(m.name()), "{wrong}");
+        }
+    }
+
+    #[test]
+    fn malformed_and_unsupported_first_messages_are_refused() {
+        let lookup = |_: &str, _: ScramMechanism| None;
+        for bad in [
+            &b""[..],
+            b"n,,",
+            b"p=tls-unique,,n=a,r=x",
+            b"n,,r=x,n=a",
+            b"n,,n=a",
+            b"n,,n=a,r=",
+            b"n,,n=a=2,r=x",
+            b"n,a=bob,n=alice,r=x",
+            b"n,,n=a,r=x,tokenauth=true",
+            b"\xff,,n=a,r=x",
+        ] {
+            assert!(
+                first(ScramMechanism::Sha256, bad, &lookup).is_err(),
+                "{:?}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+        // Extensions other than tokenauth are ignored; y is accepted; saslname decoding.
+        let (_, pending) =
+            first(ScramMechanism::Sha256, b"y,,n=a=2Cb=3D,r=x,ext=1", &lookup).expect("ok");
+        assert_eq!(pending.user, "a,b=");
+        assert!(finish(&pending, b"c=eSws,r=nope,p=AAAA").is_err());
+    }
+}

@@ -1,0 +1,51 @@
+//! What a connection knows about its client, for every request it carries: the peer's address,
+//! the listener it came in on (Metadata and the other endpoint-bearing responses answer in that
+//! listener's addresses, as Kafka does) and, on a SASL listener, its authentication
+//! ([`crate::sasl::Authenticator`]). Only the connection's reader touches it, one request at a
+//! time, so the order of SASL steps is the order of the requests.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use crate::sasl::{Authenticator, SaslSettings};
+
+/// One client connection's identity.
+#[derive(Debug)]
+pub struct Session {
+    pub peer: SocketAddr,
+    /// The listener's name, upper case (`PLAINTEXT`, `SSL`, or an operator's own name).
+    pub listener: Arc<str>,
+    /// `Some` on a SASL listener.
+    pub sasl: Option<Mutex<Authenticator>>,
+    /// Set by a request whose answer must be the connection's last (a failed authentication).
+    close_after: AtomicBool,
+}
+
+impl Session {
+    pub fn new(peer: SocketAddr, listener: Arc<str>, sasl: Option<Arc<SaslSettings>>) -> Self {
+        Self {
+            peer,
+            listener,
+            sasl: sasl.map(|s| Mutex::new(Authenticator::new(s))),
+            close_after: AtomicBool::new(false),
+        }
+    }
+
+    /// A client of the listener named `PLAINTEXT` (tests, fuzzing).
+    pub fn plaintext(peer: SocketAddr) -> Self {
+        Self::new(peer, Arc::from("PLAINTEXT"), None)
+    }
+
+    /// Asks the connection to close once the current request's answer is sent.
+    pub fn close_after_this(&self) {
+        self.close_after.store(true, Ordering::Release);
+    }
+
+    /// Whether the connection must stop reading requests.
+    pub fn closing(&self) -> bool {
+        self.close_after.load(Ordering::Acquire)
+    }
+}
