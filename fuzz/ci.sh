@@ -15,7 +15,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${FUZZ_SECONDS_PER_TARGET:-20}
-targets=(request batch decompress)
+targets=(request batch decompress sasl tls)
 command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --version 0.13.2 --locked
 export RUSTC_BOOTSTRAP=1
 cargo fuzz build -s none --dev

@@ -240,7 +240,7 @@ fn parse_host_port(what: &str, value: &str) -> Result<(String, u16), SettingsErr
             return Err(invalid(
                 what,
                 value,
-                "this is the PLAINTEXT listener's address; other listeners go in the                  'listeners' config",
+                "this is the PLAINTEXT listener's address; other listeners go in the 'listeners' config",
             ));
         }
     }

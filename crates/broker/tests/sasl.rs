@@ -227,6 +227,31 @@ async fn saslhandshake_v0_takes_the_tokens_in_bare_frames() {
 }
 
 #[tokio::test]
+async fn frames_before_authentication_are_bounded_by_sasl_server_max_receive_size() {
+    let broker = sasl_broker(&[]);
+    let sasl = broker.listener_addr("SASL_PLAINTEXT");
+    // Kafka's default bound, 512 KiB: a larger frame before authentication closes the connection
+    // as soon as its size arrives (nothing is reserved or read for it).
+    let mut conn = RawConn::connect(sasl).await;
+    conn.write_all(&(600 * 1024_i32).to_be_bytes()).await;
+    conn.expect_closed(IO_TIMEOUT, "a 600 KiB frame before authentication")
+        .await;
+    // The same bound holds between the handshake and the token.
+    let mut conn = RawConn::connect(sasl).await;
+    assert_eq!(conn.request(1, &handshake("PLAIN")).await.error_code, 0);
+    conn.write_all(&(600 * 1024_i32).to_be_bytes()).await;
+    conn.expect_closed(IO_TIMEOUT, "a 600 KiB token").await;
+    // Once authenticated, socket.request.max.bytes applies: a 700 KiB batch is produced.
+    let topic = unique_topic("sasl-big");
+    ensure_topics(broker.addr(), &[&topic]).await;
+    let (mut conn, _) = authenticated(sasl, "alice", "alice-secret").await;
+    let value = vec![b'x'; 700 * 1024];
+    let batch = encode_batch(&[record(Some(b"k"), Some(&value), now_ms())]);
+    assert!(batch.len() > 600 * 1024);
+    produce_batch(&mut conn, &topic, 0, batch).await;
+}
+
+#[tokio::test]
 async fn a_session_ends_after_connections_max_reauth_ms_unless_renewed() {
     const LIFETIME_MS: u64 = 1500;
     let broker = sasl_broker(&["connections.max.reauth.ms=1500"]);

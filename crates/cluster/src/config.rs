@@ -352,6 +352,7 @@ pub static BROKER_CONFIGS: &[ConfigDef] = &[
     def("sasl.mechanism.inter.broker.protocol", "GSSAPI", ConfigType::Str),
     def("connections.max.reauth.ms", "0", LONG_NONNEG),
     def("connection.failed.authentication.delay.ms", "100", INT_NONNEG),
+    def("sasl.server.max.receive.size", "524288", INT_POS),
     // Kafka's default rule: the principal is the certificate's whole subject name.
     def(
         "ssl.principal.mapping.rules",
@@ -381,6 +382,7 @@ pub const LISTENER_CONFIGS: &[&str] = &[
     "ssl.principal.mapping.rules",
     "sasl.enabled.mechanisms",
     "connections.max.reauth.ms",
+    "sasl.server.max.receive.size",
 ];
 
 /// `listener.name.<name>.<mechanism>.sasl.jaas.config`: a secret.

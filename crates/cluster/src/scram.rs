@@ -50,8 +50,8 @@ impl ScramMechanism {
     }
 }
 
-/// One user's credential for one mechanism.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// One user's credential for one mechanism. `Debug` leaves the keys out.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ScramCredential {
     pub mechanism: ScramMechanism,
     pub salt: Vec<u8>,
@@ -60,4 +60,13 @@ pub struct ScramCredential {
     /// HMAC(SaltedPassword, "Server Key").
     pub server_key: Vec<u8>,
     pub iterations: i32,
+}
+
+impl std::fmt::Debug for ScramCredential {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ScramCredential")
+            .field("mechanism", &self.mechanism)
+            .field("iterations", &self.iterations)
+            .finish_non_exhaustive()
+    }
 }

@@ -1289,113 +1289,126 @@ fn check_assignments(
     Ok(())
 }
 
-/// AlterUserScramCredentials with Kafka's rules (`ScramControlManager`): one result per user in
-/// the order users first appear; a user named twice in one request → DUPLICATE_RESOURCE for that
-/// user (nothing of it applied); an empty name or salt, an empty salted password or iterations
-/// outside [4096, 16384] → UNACCEPTABLE_CREDENTIAL; an unknown mechanism →
-/// UNSUPPORTED_SASL_MECHANISM; deleting a credential that does not exist → RESOURCE_NOT_FOUND.
+/// AlterUserScramCredentials with Kafka 4's rules (`ScramControlManager.alterCredentials`):
+/// deletions, then upsertions, each checked unless its user already failed; a second change to a
+/// user in the same request (whatever the mechanisms) → DUPLICATE_RESOURCE for that user and
+/// nothing of it applied; a user whose first change was refused keeps that refusal. Checks: an
+/// unknown mechanism → UNSUPPORTED_SASL_MECHANISM; iterations outside [4096, 16384] → "Too few
+/// iterations" / "Too many iterations" (UNACCEPTABLE_CREDENTIAL); deleting a credential that does
+/// not exist → RESOURCE_NOT_FOUND. Millrace's own: an empty user name, salt or salted password →
+/// UNACCEPTABLE_CREDENTIAL. One result per user, in the order users first appear.
 fn alter_scram_credentials(
     image: &MetadataImage,
     deletions: Vec<(String, i8)>,
     upsertions: Vec<ScramUpsertion>,
 ) -> Decision {
     let mut order: Vec<String> = Vec::new();
-    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
-    for name in deletions
-        .iter()
-        .map(|(n, _)| n)
-        .chain(upsertions.iter().map(|u| &u.name))
-    {
-        let count = seen.entry(name.clone()).or_insert(0);
-        if *count == 0 {
+    let mut seen: BTreeSet<String> = BTreeSet::new();
+    let mut errors: BTreeMap<String, ControllerError> = BTreeMap::new();
+    let mut changes: BTreeMap<String, MetadataRecord> = BTreeMap::new();
+    let unsupported =
+        || ControllerError::UnsupportedSaslMechanism("Unknown SCRAM mechanism".to_string());
+    let empty_name =
+        || ControllerError::UnacceptableCredential("Username must not be empty".to_string());
+    let duplicate = || {
+        ControllerError::DuplicateResource(
+            "A user credential cannot be altered twice in the same request".to_string(),
+        )
+    };
+    for (name, code) in deletions {
+        if seen.insert(name.clone()) {
             order.push(name.clone());
         }
-        *count += 1;
-    }
-    let mut outcome: BTreeMap<String, Result<Vec<MetadataRecord>, ControllerError>> =
-        BTreeMap::new();
-    for (name, mechanism) in deletions {
-        let result = (|| {
+        if errors.contains_key(&name) {
+            continue;
+        }
+        if changes.remove(&name).is_some() {
+            errors.insert(name, duplicate());
+            continue;
+        }
+        let checked = (|| {
             if name.is_empty() {
-                return Err(ControllerError::UnacceptableCredential(
-                    "Username must not be empty".to_string(),
-                ));
+                return Err(empty_name());
             }
-            let mechanism = ScramMechanism::from_kafka_type(mechanism).ok_or_else(|| {
-                ControllerError::UnsupportedSaslMechanism("Unknown SCRAM mechanism".to_string())
-            })?;
+            let mechanism = ScramMechanism::from_kafka_type(code).ok_or_else(unsupported)?;
             if image.scram_credential(&name, mechanism).is_none() {
                 return Err(ControllerError::ResourceNotFound(
                     "Attempt to delete a user credential that does not exist".to_string(),
                 ));
             }
-            Ok(vec![MetadataRecord::RemoveUserScramCredential {
+            Ok(MetadataRecord::RemoveUserScramCredential {
                 name: name.clone(),
                 mechanism,
-            }])
+            })
         })();
-        outcome.insert(name, result);
+        match checked {
+            Ok(record) => {
+                changes.insert(name, record);
+            }
+            Err(e) => {
+                errors.insert(name, e);
+            }
+        }
     }
     for u in upsertions {
-        let result = (|| {
+        if seen.insert(u.name.clone()) {
+            order.push(u.name.clone());
+        }
+        if errors.contains_key(&u.name) {
+            continue;
+        }
+        if changes.remove(&u.name).is_some() {
+            errors.insert(u.name, duplicate());
+            continue;
+        }
+        let checked = (|| {
             if u.name.is_empty() {
+                return Err(empty_name());
+            }
+            let mechanism = ScramMechanism::from_kafka_type(u.mechanism).ok_or_else(unsupported)?;
+            if u.iterations < SCRAM_ITERATIONS_MIN {
                 return Err(ControllerError::UnacceptableCredential(
-                    "Username must not be empty".to_string(),
+                    "Too few iterations".to_string(),
                 ));
             }
-            let mechanism = ScramMechanism::from_kafka_type(u.mechanism).ok_or_else(|| {
-                ControllerError::UnsupportedSaslMechanism("Unknown SCRAM mechanism".to_string())
-            })?;
-            if u.iterations < SCRAM_ITERATIONS_MIN {
-                return Err(ControllerError::UnacceptableCredential(format!(
-                    "Too few iterations: the minimum is {SCRAM_ITERATIONS_MIN}"
-                )));
-            }
             if u.iterations > SCRAM_ITERATIONS_MAX {
-                return Err(ControllerError::UnacceptableCredential(format!(
-                    "Too many iterations: the maximum is {SCRAM_ITERATIONS_MAX}"
-                )));
+                return Err(ControllerError::UnacceptableCredential(
+                    "Too many iterations".to_string(),
+                ));
             }
             if u.salt.is_empty() || u.stored_key.is_empty() || u.server_key.is_empty() {
                 return Err(ControllerError::UnacceptableCredential(
                     "Empty salt or salted password".to_string(),
                 ));
             }
-            Ok(vec![MetadataRecord::UserScramCredential {
+            Ok(MetadataRecord::UserScramCredential {
                 name: u.name.clone(),
                 credential: ScramCredential {
                     mechanism,
-                    salt: u.salt,
-                    stored_key: u.stored_key,
-                    server_key: u.server_key,
+                    salt: u.salt.clone(),
+                    stored_key: u.stored_key.clone(),
+                    server_key: u.server_key.clone(),
                     iterations: u.iterations,
                 },
-            }])
+            })
         })();
-        outcome.insert(u.name, result);
+        match checked {
+            Ok(record) => {
+                changes.insert(u.name, record);
+            }
+            Err(e) => {
+                errors.insert(u.name, e);
+            }
+        }
     }
-    let mut records = Vec::new();
+    let mut records = Vec::with_capacity(changes.len());
     let mut results = Vec::with_capacity(order.len());
     for name in order {
-        if seen.get(&name).copied().unwrap_or(0) > 1 {
-            results.push((
-                name,
-                Err(ControllerError::DuplicateResource(
-                    "A user credential cannot be altered twice in the same request".to_string(),
-                )),
-            ));
-            continue;
-        }
-        match outcome.remove(&name) {
-            Some(Ok(mut r)) => {
-                records.append(&mut r);
-                results.push((name, Ok(())));
-            }
-            Some(Err(e)) => results.push((name, Err(e))),
-            None => results.push((
-                name,
-                Err(ControllerError::Internal("no outcome".to_string())),
-            )),
+        if let Some(e) = errors.remove(&name) {
+            results.push((name, Err(e)));
+        } else if let Some(record) = changes.remove(&name) {
+            records.push(record);
+            results.push((name, Ok(())));
         }
     }
     Decision {

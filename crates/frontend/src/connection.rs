@@ -189,9 +189,25 @@ async fn serve<R: AsyncRead + Unpin + Send>(
     });
 
     loop {
+        // Until a SASL client has authenticated, its frames are bounded by
+        // `sasl.server.max.receive.size` (Kafka's rule), not `socket.request.max.bytes`.
+        let bound = match session
+            .sasl
+            .as_ref()
+            .map(|s| s.lock().pre_auth_frame_bytes_max())
+        {
+            Some(Some(max)) => FrameBound {
+                bytes: max.min(limits.request_bytes_max),
+                key: "sasl.server.max.receive.size, before authentication",
+            },
+            _ => FrameBound {
+                bytes: limits.request_bytes_max,
+                key: "socket.request.max.bytes",
+            },
+        };
         let next = tokio::select! {
             _ = ctx.shutdown.cancelled() => break,
-            next = next_frame(&mut frames, &limits) => next,
+            next = next_frame(&mut frames, &limits, bound) => next,
         };
         let frame = match next {
             FrameEvent::Frame(frame) => frame,
@@ -320,17 +336,32 @@ enum FrameEvent {
 }
 
 /// The next whole request, within `connections.max.idle.ms`.
-async fn next_frame<R: AsyncRead + Unpin>(frames: &mut R, limits: &ConnectionLimits) -> FrameEvent {
+/// The largest frame the connection takes now, and the config key that says so.
+#[derive(Debug, Clone, Copy)]
+struct FrameBound {
+    bytes: usize,
+    key: &'static str,
+}
+
+async fn next_frame<R: AsyncRead + Unpin>(
+    frames: &mut R,
+    limits: &ConnectionLimits,
+    bound: FrameBound,
+) -> FrameEvent {
     match limits.idle_max {
-        Some(idle) => tokio::time::timeout(idle, read_frame(frames, limits))
+        Some(idle) => tokio::time::timeout(idle, read_frame(frames, limits, bound))
             .await
             .unwrap_or(FrameEvent::Idle),
-        None => read_frame(frames, limits).await,
+        None => read_frame(frames, limits, bound).await,
     }
 }
 
 /// Size, bound check, budget, then body. EOF before the first size byte is a clean close.
-async fn read_frame<R: AsyncRead + Unpin>(frames: &mut R, limits: &ConnectionLimits) -> FrameEvent {
+async fn read_frame<R: AsyncRead + Unpin>(
+    frames: &mut R,
+    limits: &ConnectionLimits,
+    bound: FrameBound,
+) -> FrameEvent {
     let mut size = [0u8; 4];
     match frames.read(&mut size[..1]).await {
         Ok(0) => return FrameEvent::Closed,
@@ -342,11 +373,11 @@ async fn read_frame<R: AsyncRead + Unpin>(frames: &mut R, limits: &ConnectionLim
     }
     let declared = i32::from_be_bytes(size);
     let len = match usize::try_from(declared) {
-        Ok(len) if len <= limits.request_bytes_max => len,
+        Ok(len) if len <= bound.bytes => len,
         _ => {
             return FrameEvent::Bad(format!(
-                "frame size {declared} is outside 0..={} (socket.request.max.bytes)",
-                limits.request_bytes_max
+                "frame size {declared} is outside 0..={} ({})",
+                bound.bytes, bound.key
             ))
         }
     };
@@ -375,7 +406,11 @@ mod tests {
 
     async fn check(input: &[u8], limits: &ConnectionLimits) -> FrameEvent {
         let mut reader = input;
-        next_frame(&mut reader, limits).await
+        let bound = FrameBound {
+            bytes: limits.request_bytes_max,
+            key: "socket.request.max.bytes",
+        };
+        next_frame(&mut reader, limits, bound).await
     }
 
     #[tokio::test]

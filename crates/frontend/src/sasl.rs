@@ -1,7 +1,8 @@
 //! SASL authentication on SASL_PLAINTEXT and SASL_SSL listeners: the settings of each listener
 //! (Kafka's `sasl.enabled.mechanisms`, `listener.name.<name>.<mechanism>.sasl.jaas.config`,
 //! `connections.max.reauth.ms`, `connection.failed.authentication.delay.ms`) and the per-connection
-//! [`Authenticator`], which Kafka's SaslHandshake (v1) and SaslAuthenticate exchanges drive.
+//! [`Authenticator`], which Kafka's SaslHandshake (v0 with bare tokens, v1 with SaslAuthenticate)
+//! exchanges drive.
 //!
 //! Kafka's rules, kept here:
 //! - Before a connection has authenticated, only ApiVersions, SaslHandshake and SaslAuthenticate
@@ -32,6 +33,9 @@ use crate::scram::{self, ScramPending};
 
 /// The JAAS login module of PLAIN.
 const PLAIN_LOGIN_MODULE: &str = "org.apache.kafka.common.security.plain.PlainLoginModule";
+/// Kafka's default `sasl.server.max.receive.size`: the largest frame before authentication.
+pub const SASL_SERVER_MAX_RECEIVE_DEFAULT: usize = 524_288;
+
 /// What a client is told when its credentials do not match, whatever did not match.
 pub const INVALID_CREDENTIALS: &str = "Authentication failed: Invalid username or password";
 
@@ -67,8 +71,8 @@ impl Mechanism {
     }
 }
 
-/// One SASL listener's settings.
-#[derive(Debug, Clone)]
+/// One SASL listener's settings. `Debug` names PLAIN's users, never their passwords.
+#[derive(Clone)]
 pub struct SaslSettings {
     listener: String,
     mechanisms: Vec<Mechanism>,
@@ -78,6 +82,19 @@ pub struct SaslSettings {
     pub reauth: Option<Duration>,
     /// `connection.failed.authentication.delay.ms`.
     pub failed_delay: Duration,
+    /// `sasl.server.max.receive.size`: the largest frame before authentication.
+    pub max_receive: usize,
+}
+
+impl std::fmt::Debug for SaslSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SaslSettings")
+            .field("listener", &self.listener)
+            .field("mechanisms", &self.mechanisms)
+            .field("plain_users", &self.plain_users.keys().collect::<Vec<_>>())
+            .field("reauth", &self.reauth)
+            .finish_non_exhaustive()
+    }
 }
 
 impl SaslSettings {
@@ -141,14 +158,14 @@ impl SaslSettings {
                 ));
             }
         }
-        let millis = |key: &str, default: i64| {
+        // Validated as non-negative numbers by the config registry.
+        let number = |key: &str, default: u64| {
             config
                 .listener_get(listener, key)
-                .and_then(|v| v.trim().parse::<i64>().ok())
+                .and_then(|v| v.trim().parse::<u64>().ok())
                 .unwrap_or(default)
-                .max(0) as u64
         };
-        let reauth = match millis("connections.max.reauth.ms", 0) {
+        let reauth = match number("connections.max.reauth.ms", 0) {
             0 => None,
             ms => Some(Duration::from_millis(ms)),
         };
@@ -157,10 +174,15 @@ impl SaslSettings {
             mechanisms,
             plain_users,
             reauth,
-            failed_delay: Duration::from_millis(millis(
+            failed_delay: Duration::from_millis(number(
                 "connection.failed.authentication.delay.ms",
                 100,
             )),
+            max_receive: usize::try_from(number(
+                "sasl.server.max.receive.size",
+                SASL_SERVER_MAX_RECEIVE_DEFAULT as u64,
+            ))
+            .unwrap_or(SASL_SERVER_MAX_RECEIVE_DEFAULT),
         })
     }
 
@@ -176,7 +198,8 @@ impl SaslSettings {
     /// PLAIN (RFC 4616): `[authzid] NUL authcid NUL passwd`. The principal's name, or the
     /// message for the client.
     fn check_plain(&self, token: &[u8]) -> Result<String, String> {
-        let parts: Vec<&[u8]> = token.split(|b| *b == 0).collect();
+        // At most 4 parts, however many NULs the token holds.
+        let parts: Vec<&[u8]> = token.splitn(4, |b| *b == 0).collect();
         let [authzid, user, password] = parts[..] else {
             return Err(format!(
                 "Invalid SASL/PLAIN response: expected 3 tokens, got {}",
@@ -364,6 +387,12 @@ impl Authenticator {
             raw_tokens: false,
             session: None,
         }
+    }
+
+    /// The largest frame this connection may send now: `Some(sasl.server.max.receive.size)`
+    /// until it has authenticated (and while bare v0 tokens are expected), `None` after.
+    pub fn pre_auth_frame_bytes_max(&self) -> Option<usize> {
+        (self.session.is_none() || self.expects_raw_token()).then_some(self.settings.max_receive)
     }
 
     /// Whether the next frame is a bare SASL token (after SaslHandshake v0), not a request.

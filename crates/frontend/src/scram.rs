@@ -2,11 +2,15 @@
 //! SaslAuthenticate tokens: client-first → server-first → client-final → server-final, with the
 //! credentials of the metadata log ([`millrace_cluster::scram`]).
 //!
-//! - No channel binding (`p=` is refused; `n` and `y` are accepted, as in Kafka) and no
-//!   delegation tokens (`tokenauth=true` is refused).
-//! - An unknown user is not told so: it gets a server-first message with a salt derived from its
-//!   name and a per-process secret, and fails at the proof like a wrong password, with the same
-//!   message. (Kafka fails an unknown user at the first message.)
+//! - No channel binding (`p=` is refused; `n` and `y` are accepted — RFC 5802 allows `y`, Kafka
+//!   takes only `n`) and no delegation tokens (`tokenauth=true` is refused).
+//! - Every failure reads as Kafka's "Authentication failed during authentication due to invalid
+//!   credentials with SASL mechanism …", but for an authorization id other than the user's name.
+//! - An unknown user is not told so at once: it gets a server-first message with a salt derived
+//!   from its name and a per-process secret (shaped like the salts Kafka's admin client makes,
+//!   with its default 4096 iterations), and fails at the proof like a wrong password, with the same
+//!   message. (Kafka fails an unknown user at the first message.) Asking two brokers, or one
+//!   broker before and after a restart, still tells a real user (same salt) from an unknown one.
 //! - [`derive_keys`] turns a salted password (what AlterUserScramCredentials carries) into the
 //!   StoredKey and ServerKey the log keeps.
 
@@ -17,10 +21,17 @@ use base64::Engine;
 use millrace_cluster::scram::{ScramCredential, ScramMechanism, SCRAM_ITERATIONS_MIN};
 use ring::{digest, hmac, rand::SecureRandom};
 
+/// Longest client message accepted (a user name and a nonce take a few dozen bytes; this bounds
+/// what an unauthenticated client can make the server keep).
+const SCRAM_CLIENT_MESSAGE_BYTES_MAX: usize = 4096;
+/// Kafka's answer to an authorization id that is not the user's name.
+const AUTHORIZATION_ID_MISMATCH: &str =
+    "Authentication failed: Client requested an authorization id that is different from username";
 /// Random bytes in the server's part of the nonce.
 const SERVER_NONCE_BYTES: usize = 24;
-/// Bytes of the salt made up for an unknown user.
-const DECOY_SALT_BYTES: usize = 16;
+/// Characters of the salt made up for an unknown user: what Kafka's admin client generates (a
+/// 130-bit random number in base 36, about 26 characters), so that it looks like a real one.
+const DECOY_SALT_CHARS: usize = 26;
 
 fn hmac_alg(m: ScramMechanism) -> hmac::Algorithm {
     match m {
@@ -63,6 +74,17 @@ fn process_secret() -> &'static [u8; 32] {
     })
 }
 
+/// A salt for an unknown user: the same for the same name while this process runs, base-36
+/// characters like the salts Kafka's admin client makes.
+fn decoy_salt(mechanism: ScramMechanism, user: &str) -> Vec<u8> {
+    const DIGITS: &[u8; 36] = b"0123456789abcdefghijklmnopqrstuvwxyz";
+    mac(mechanism, process_secret(), user.as_bytes())
+        .iter()
+        .take(DECOY_SALT_CHARS)
+        .map(|b| DIGITS[usize::from(*b) % DIGITS.len()])
+        .collect()
+}
+
 fn random_nonce() -> Result<String, String> {
     let mut bytes = [0u8; SERVER_NONCE_BYTES];
     ring::rand::SystemRandom::new()
@@ -71,8 +93,8 @@ fn random_nonce() -> Result<String, String> {
     Ok(BASE64.encode(bytes))
 }
 
-/// The exchange after the server-first message.
-#[derive(Debug, Clone)]
+/// The exchange after the server-first message. `Debug` shows the user and mechanism only.
+#[derive(Clone)]
 pub struct ScramPending {
     mechanism: ScramMechanism,
     user: String,
@@ -82,6 +104,15 @@ pub struct ScramPending {
     nonce: String,
     /// `None`: an unknown user, failed at the proof.
     credential: Option<ScramCredential>,
+}
+
+impl std::fmt::Debug for ScramPending {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ScramPending")
+            .field("mechanism", &self.mechanism)
+            .field("user", &self.user)
+            .finish_non_exhaustive()
+    }
 }
 
 impl ScramPending {
@@ -107,8 +138,38 @@ fn decode_saslname(text: &str) -> Result<String, String> {
     Ok(out)
 }
 
-/// Handles client-first: the server-first message to send, and the exchange to finish.
+/// What a client is told when the exchange fails (Kafka's text for any SCRAM failure but an
+/// authorization id different from the user).
+fn failure(mechanism: ScramMechanism) -> String {
+    format!(
+        "Authentication failed during authentication due to invalid credentials with SASL \
+         mechanism {}",
+        mechanism.name()
+    )
+}
+
+/// Handles client-first: the server-first message to send, and the exchange to finish. Errors are
+/// what the client is told: Kafka's one message (the detail is logged at debug).
 pub fn first(
+    mechanism: ScramMechanism,
+    message: &[u8],
+    lookup: &dyn Fn(&str, ScramMechanism) -> Option<ScramCredential>,
+) -> Result<(Vec<u8>, ScramPending), String> {
+    if message.len() > SCRAM_CLIENT_MESSAGE_BYTES_MAX {
+        tracing::debug!(bytes = message.len(), "SCRAM client-first message too long");
+        return Err(failure(mechanism));
+    }
+    parse_first(mechanism, message, lookup).map_err(|detail| {
+        if detail.starts_with(AUTHORIZATION_ID_MISMATCH) {
+            detail
+        } else {
+            tracing::debug!(%detail, "SCRAM client-first message refused");
+            failure(mechanism)
+        }
+    })
+}
+
+fn parse_first(
     mechanism: ScramMechanism,
     message: &[u8],
     lookup: &dyn Fn(&str, ScramMechanism) -> Option<ScramCredential>,
@@ -148,11 +209,7 @@ pub fn first(
     };
     if let Some(authzid) = authzid.strip_prefix("a=") {
         if decode_saslname(authzid)? != user {
-            return Err(
-                "Authentication failed: Client requested an authorization id that is different \
-                 from username"
-                    .to_string(),
-            );
+            return Err(AUTHORIZATION_ID_MISMATCH.to_string());
         }
     } else if !authzid.is_empty() {
         return Err("Invalid SCRAM client first message".to_string());
@@ -160,10 +217,7 @@ pub fn first(
     let credential = lookup(&user, mechanism);
     let (salt, iterations) = match &credential {
         Some(c) => (c.salt.clone(), c.iterations),
-        None => (
-            mac(mechanism, process_secret(), user.as_bytes())[..DECOY_SALT_BYTES].to_vec(),
-            SCRAM_ITERATIONS_MIN,
-        ),
+        None => (decoy_salt(mechanism, &user), SCRAM_ITERATIONS_MIN),
     };
     let nonce = format!("{client_nonce}{}", random_nonce()?);
     let server_first = format!("r={nonce},s={},i={iterations}", BASE64.encode(&salt));
@@ -184,13 +238,10 @@ pub fn first(
 /// Handles client-final: the authenticated user and the server-final message, or why not. A
 /// wrong proof and an unknown user give the same error.
 pub fn finish(pending: &ScramPending, message: &[u8]) -> Result<(String, Vec<u8>), String> {
-    let failed = || {
-        format!(
-            "Authentication failed during authentication due to invalid credentials with SASL \
-             mechanism {}",
-            pending.mechanism.name()
-        )
-    };
+    let failed = || failure(pending.mechanism);
+    if message.len() > SCRAM_CLIENT_MESSAGE_BYTES_MAX {
+        return Err(failed());
+    }
     let text = std::str::from_utf8(message).map_err(|_| failed())?;
     let (without_proof, proof) = text.rsplit_once(",p=").ok_or_else(failed)?;
     let mut attributes = without_proof.split(',');

@@ -12,10 +12,11 @@
 //!   `ssl.truststore.certificates` (`ssl.truststore.type=PEM`).
 //! - **Protocols**: `ssl.enabled.protocols`, of TLSv1.2 and TLSv1.3.
 //! - **Reload**: [`TlsListener::reload_if_changed`] compares each file's size, modification time
-//!   and inode with those it was built from and, when one changed, builds a new configuration;
+//!   and inode with those it last saw and, when one changed, builds a new configuration;
 //!   connections accepted from then on use it, open ones keep theirs. A file that cannot be read
-//!   or parsed (half-written, say) keeps the previous configuration, with a warning, and is tried
-//!   again at the next check. The server checks every [`TLS_FILES_CHECK_INTERVAL`].
+//!   or parsed (half-written, say) keeps the previous configuration, with one warning, and is
+//!   tried again when it changes again. The server checks every [`TLS_FILES_CHECK_INTERVAL`].
+//! - On a SASL_SSL listener only `listener.name.<name>.ssl.client.auth` is read (KIP-684).
 //!
 //! Errors are [`TlsError`]s naming the config key or file at fault.
 
@@ -23,6 +24,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use millrace_cluster::listeners::{SecurityProtocol, LISTENER_PREFIX};
 use millrace_cluster::BrokerConfig;
 use parking_lot::RwLock;
 use rustls::pki_types::pem::PemObject;
@@ -171,10 +173,32 @@ impl TlsSettings {
                 ));
             }
         }
-        let client_auth = match get("ssl.client.auth").unwrap_or("none") {
-            "required" => ClientAuth::Required,
+        // KIP-684: on a SASL_SSL listener only the listener-prefixed `ssl.client.auth` counts
+        // (SASL authenticates the client there).
+        let sasl_ssl = config
+            .security_protocol_map()
+            .ok()
+            .and_then(|map| map.get(listener).copied())
+            == Some(SecurityProtocol::SaslSsl);
+        let client_auth = if sasl_ssl {
+            let prefixed = format!(
+                "{LISTENER_PREFIX}{}.ssl.client.auth",
+                listener.to_ascii_lowercase()
+            );
+            config.explicit(&prefixed).unwrap_or("none").trim()
+        } else {
+            get("ssl.client.auth").unwrap_or("none")
+        };
+        let client_auth = match client_auth {
+            "none" => ClientAuth::None,
             "requested" => ClientAuth::Requested,
-            _ => ClientAuth::None,
+            "required" => ClientAuth::Required,
+            other => {
+                return Err(wrong(
+                    "ssl.client.auth",
+                    format!("{other}: expected none, requested or required"),
+                ))
+            }
         };
         if client_auth != ClientAuth::None && trust.is_none() {
             return Err(wrong(
@@ -382,6 +406,9 @@ impl TlsListener {
                 true
             }
             Err(e) => {
+                // Remembered, so that the warning comes once per change of the files, and the
+                // next change (the writer finishing, say) is tried again.
+                self.current.write().1 = stamps;
                 warn!(error = %e, "TLS files changed but cannot be loaded; keeping the previous ones");
                 false
             }
@@ -505,6 +532,22 @@ mod tests {
             ("ssl.truststore.certificates", &ca),
             ("listener.name.mtls.ssl.client.auth", "required"),
         ]);
+        // KIP-684: on a SASL_SSL listener the unprefixed ssl.client.auth does not apply.
+        let sasl = config(&[
+            ("listeners", "PLAINTEXT://h:1,SSL://h:2,SASL_SSL://h:3"),
+            ("ssl.keystore.type", "PEM"),
+            ("ssl.keystore.location", pem),
+            ("ssl.truststore.type", "PEM"),
+            ("ssl.truststore.location", ca_file),
+            ("ssl.client.auth", "required"),
+        ]);
+        let auth = |listener: &str| {
+            TlsSettings::from_config(&sasl, listener)
+                .expect("settings")
+                .client_auth
+        };
+        assert_eq!(auth("SSL"), ClientAuth::Required);
+        assert_eq!(auth("SASL_SSL"), ClientAuth::None);
         let mtls = TlsSettings::from_config(&c, "MTLS").expect("settings");
         assert_eq!(mtls.client_auth, ClientAuth::Required);
         mtls.build().expect("builds");

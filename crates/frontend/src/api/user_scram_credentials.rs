@@ -4,7 +4,7 @@
 //! salted password the client sent (the password itself never reaches the broker), and answered
 //! once committed and visible in this broker's image. A description reads this broker's image.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use kafka_protocol::messages::alter_user_scram_credentials_response::AlterUserScramCredentialsResult;
@@ -63,8 +63,9 @@ pub async fn alter(
         )
         .collect();
     let mut users: Vec<String> = Vec::new();
+    let mut seen: BTreeSet<&str> = BTreeSet::new();
     for (name, _, _) in &expected {
-        if !users.contains(name) {
+        if seen.insert(name) {
             users.push(name.clone());
         }
     }
@@ -78,7 +79,9 @@ pub async fn alter(
     )
     .await
     {
-        Ok(ControllerResponse::AlterUserScramCredentials { results }) => Ok(results),
+        Ok(ControllerResponse::AlterUserScramCredentials { results }) => {
+            Ok(results.into_iter().collect::<BTreeMap<_, _>>())
+        }
         Ok(other) => Err(ControllerError::Internal(format!(
             "unexpected answer {other:?}"
         ))),
@@ -87,7 +90,7 @@ pub async fn alter(
     if let Ok(results) = &outcome {
         let done: Vec<&(String, i8, Option<Vec<u8>>)> = expected
             .iter()
-            .filter(|(n, _, _)| results.iter().any(|(rn, r)| rn == n && r.is_ok()))
+            .filter(|(n, _, _)| results.get(n).is_some_and(Result::is_ok))
             .collect();
         forward::await_image(&ctx, |image| {
             done.iter().all(|(name, code, stored_key)| {
@@ -105,9 +108,8 @@ pub async fn alter(
         .map(|user| {
             let one = match &outcome {
                 Ok(results) => results
-                    .iter()
-                    .find(|(n, _)| *n == user)
-                    .map(|(_, r)| r.clone())
+                    .get(&user)
+                    .cloned()
                     .unwrap_or_else(|| Err(ControllerError::Internal("no answer".into()))),
                 Err(e) => Err(e.clone()),
             };
@@ -165,25 +167,21 @@ pub fn describe(
         for name in &named {
             *counts.entry(name.as_str()).or_default() += 1;
         }
-        let mut seen = Vec::new();
+        let mut seen: BTreeSet<&str> = BTreeSet::new();
         named
             .iter()
-            .filter(|n| {
-                let first = !seen.contains(n);
-                seen.push(*n);
-                first
-            })
+            .filter(|n| seen.insert(n.as_str()))
             .map(|name| {
                 let result = DescribeUserScramCredentialsResult::default().with_user(str_bytes(name));
                 if counts.get(name.as_str()).copied().unwrap_or(0) > 1 {
                     return result.with_error_code(DUPLICATE_RESOURCE).with_error_message(Some(
-                        str_bytes("Cannot describe SCRAM credentials for the same user twice in a single request"),
+                        str_bytes(&format!("Cannot describe SCRAM credentials for the same user twice in a single request: {name}")),
                     ));
                 }
                 let infos = info(name);
                 if infos.is_empty() {
                     return result.with_error_code(RESOURCE_NOT_FOUND).with_error_message(Some(
-                        str_bytes("Attempt to describe nonexistent user"),
+                        str_bytes(&format!("Attempt to describe a user credential that does not exist: {name}")),
                     ));
                 }
                 result.with_credential_infos(infos)
