@@ -6,6 +6,8 @@
 //! exercised with real clients (confluent-kafka, kcat, the Java client, franz-go) in
 //! `compat-tests`.
 
+#[path = "common/cluster.rs"]
+mod cluster;
 mod common;
 
 use std::net::SocketAddr;
@@ -401,6 +403,59 @@ async fn a_replaced_keystore_serves_new_connections_without_a_restart() {
     // The connection made before the change keeps its session.
     let mut old = RawConn::over(Box::new(first));
     assert_eq!(api_versions(&mut old, 3).await.error_code, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_broker_of_a_cluster_is_announced_in_the_clients_listener() {
+    let pki = Pki::new();
+    let settings = pki.settings();
+    let refs: Vec<&str> = settings.iter().map(String::as_str).collect();
+    let cluster = cluster::TestCluster::start(3, &refs);
+    let roots = [pki.ca.der()];
+    let expected = |name: &str| -> Vec<(i32, i32)> {
+        (1..=3)
+            .map(|id| {
+                let addr = if name == "PLAINTEXT" {
+                    cluster.addr(id)
+                } else {
+                    cluster.listener_addr(id, name)
+                };
+                (id, i32::from(addr.port()))
+            })
+            .collect()
+    };
+    let brokers = |md: kafka_protocol::messages::MetadataResponse| -> Vec<(i32, i32)> {
+        let mut b: Vec<(i32, i32)> = md.brokers.iter().map(|b| (b.node_id.0, b.port)).collect();
+        b.sort_unstable();
+        b
+    };
+    // Every node registered every listener: a client of node 2's SSL listener is told the SSL
+    // addresses of all three (polled: registrations reach node 2's image in their own time).
+    let deadline = Instant::now() + IO_TIMEOUT * 3;
+    let mut secure = tls_conn(cluster.listener_addr(2, "SSL"), &roots, None).await;
+    loop {
+        let seen = brokers(metadata(&mut secure, Some(&[]), false).await);
+        if seen == expected("SSL") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "SSL metadata: {seen:?}, expected {:?}",
+            expected("SSL")
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let alice = pki.ca.issue("alice", false);
+    let mut mutual = tls_conn(cluster.listener_addr(3, "MTLS"), &roots, Some(&alice)).await;
+    assert_eq!(
+        brokers(metadata(&mut mutual, Some(&[]), false).await),
+        expected("MTLS")
+    );
+    let mut plain = RawConn::connect(cluster.addr(1)).await;
+    assert_eq!(
+        brokers(metadata(&mut plain, Some(&[]), false).await),
+        expected("PLAINTEXT")
+    );
 }
 
 #[test]

@@ -35,6 +35,8 @@ struct Node {
     data_dir: PathBuf,
     child: Option<Child>,
     starts: usize,
+    /// The last `millrace ready` line (its listener list names every listener's address).
+    ready_line: String,
 }
 
 /// A running cluster; nodes are numbered 1..=n.
@@ -116,6 +118,7 @@ impl TestCluster {
                 data_dir: dir.path().join(format!("node{id}")),
                 child: None,
                 starts: 0,
+                ready_line: String::new(),
             })
             .collect();
         let voters = nodes
@@ -237,7 +240,10 @@ impl TestCluster {
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             match lines.recv_timeout(left) {
-                Ok(line) if line.starts_with("millrace ready") => return Ok(()),
+                Ok(line) if line.starts_with("millrace ready") => {
+                    self.node_mut(id).ready_line = line;
+                    return Ok(());
+                }
                 Ok(_) => {}
                 Err(e) => {
                     let status = self
@@ -253,6 +259,16 @@ impl TestCluster {
                 }
             }
         }
+    }
+
+    /// The address of node `id`'s listener `name`, from its ready line.
+    pub fn listener_addr(&self, id: i32, name: &str) -> SocketAddr {
+        let line = &self.node(id).ready_line;
+        let prefix = format!("{name}://");
+        line.split([',', ' ', ')'])
+            .find_map(|t| t.strip_prefix(&prefix))
+            .and_then(|a| a.parse().ok())
+            .unwrap_or_else(|| panic!("no listener {name} in node {id}'s {line:?}"))
     }
 
     /// The node's Kafka listener.
