@@ -12,7 +12,8 @@
 # groups.sh (balanced consumer -G), leader-change.sh (3-node cluster, kill -9 of the
 # partition leader while kcat -P streams; every line read back exactly once, in order),
 # tls.sh (SSL and mTLS listeners: metadata, round trips, refused client certificates) and
-# sasl.sh (SASL/PLAIN over SASL_PLAINTEXT and SASL_SSL: metadata, round trips, a wrong password).
+# sasl.sh (SASL/PLAIN over SASL_PLAINTEXT and SASL_SSL: metadata, round trips, a wrong password) and
+# scram.sh (SASL/SCRAM-SHA-256/512 with users from kafka-configs: metadata, round trips, refusals).
 #
 # Env: MILLRACE_BIN, KCAT (default kcat), KCAT_MESSAGES (default 10000),
 #      KCAT_TIMEOUT (seconds per kcat call, default 60),
@@ -262,6 +263,17 @@ if [[ "$(echo "$sasl_out" | tail -n 1)" =~ ^([0-9]+)\ passed,\ ([0-9]+)\ failed$
   ((BASH_REMATCH[2] == 0)) || failures+=("sasl")
 else
   fail "sasl" "sasl.sh printed no summary"
+fi
+
+# --- SASL/SCRAM (SCRAM-SHA-256, SCRAM-SHA-512; users from kafka-configs): its own broker, see scram.sh
+scram_out="$(bash "$(dirname "${BASH_SOURCE[0]}")/scram.sh" 2>&1)" || true
+echo "$scram_out" | sed -e 's/^/  /'
+if [[ "$(echo "$scram_out" | tail -n 1)" =~ ^([0-9]+)\ passed,\ ([0-9]+)\ failed$ ]]; then
+  passed=$((passed + BASH_REMATCH[1]))
+  failed=$((failed + BASH_REMATCH[2]))
+  ((BASH_REMATCH[2] == 0)) || failures+=("scram")
+else
+  fail "scram" "scram.sh printed no summary"
 fi
 
 # --- balanced consumer (-G): its own broker, see groups.sh ----------------------

@@ -31,6 +31,18 @@
 # ssl.truststore.type=PEM takes ssl.truststore.location=FILE of CA certificates and refuses
 # ssl.truststore.password. Per-listener settings use Kafka's prefix, e.g.
 # listener.name.mtls.ssl.client.auth=required.
+#
+# SCRAM (sasl.enabled.mechanisms naming SCRAM-SHA-256 and/or SCRAM-SHA-512): Kafka 4.1.1 wants a
+# server-side JAAS entry for every SASL listener and enabled mechanism and does not start without
+# one ("Could not find a 'KafkaServer' or 'sasl_plaintext.KafkaServer' entry in the JAAS
+# configuration. System property 'java.security.auth.login.config' is not set"). SCRAM's server
+# side takes no options (the credentials live in the metadata log, set with kafka-configs /
+# AlterUserScramCredentials), so on a first start the shim adds
+#   listener.name.<listener>.<mechanism>.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+# for each SASL_PLAINTEXT/SASL_SSL listener (from listeners= and the protocol map) and each SCRAM
+# mechanism of the broker-wide sasl.enabled.mechanisms, unless that key is given. Millrace needs no
+# such line. Nothing else is needed for SCRAM here: the inter-broker listener is PLAINTEXT, so
+# sasl.mechanism.inter.broker.protocol stays at its default.
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -95,6 +107,34 @@ protocol_map_of() {
   [[ ",$map" == *",PLAINTEXT:"* ]] || map="PLAINTEXT:PLAINTEXT,$map"
   echo "$map,CONTROLLER:PLAINTEXT"
 }
+# scram_jaas_defaults: the SCRAM JAAS lines described above, appended to $props
+scram_jaas_defaults() {
+  local kv mechs="" map entry l name proto m key
+  local -a entries
+  for kv in "${sets[@]+"${sets[@]}"}"; do
+    [[ $kv == sasl.enabled.mechanisms=* ]] && mechs="${kv#*=}"
+  done
+  [[ ",${mechs// /}," == *,SCRAM-SHA-* ]] || return 0
+  map="$(protocol_map_of "$protocol_map")"
+  local -a listeners_given mech_list
+  IFS=, read -ra listeners_given <<<"$extra_listeners"
+  IFS=, read -ra mech_list <<<"${mechs// /}"
+  for l in "${listeners_given[@]+"${listeners_given[@]}"}"; do
+    name="${l%%://*}" proto=""
+    IFS=, read -ra entries <<<"$map"
+    for entry in "${entries[@]}"; do
+      [[ "${entry%%:*}" == "$name" ]] && proto="${entry#*:}"
+    done
+    [[ $proto == SASL_PLAINTEXT || $proto == SASL_SSL ]] || continue
+    for m in "${mech_list[@]}"; do
+      [[ $m == SCRAM-SHA-256 || $m == SCRAM-SHA-512 ]] || continue
+      key="listener.name.${name,,}.${m,,}.sasl.jaas.config"
+      grep -qF "$key=" "$props" && continue
+      echo "$key=org.apache.kafka.common.security.scram.ScramLoginModule required;" >>"$props"
+    done
+  done
+  return 0
+}
 if [[ ! -f "$props" ]]; then
   cat >"$props" <<PROPS
 process.roles=broker,controller
@@ -112,6 +152,7 @@ transaction.state.log.min.isr=1
 group.initial.rebalance.delay.ms=0
 PROPS
   for kv in "${sets[@]+"${sets[@]}"}"; do echo "$kv" >>"$props"; done
+  scram_jaas_defaults
   set_listeners
   cluster_id="$(python3 -c 'import base64,uuid; print(base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("="))')"
   java -cp "$LIBS/*" kafka.tools.StorageTool format -t "$cluster_id" -c "$props" >&2
@@ -143,7 +184,7 @@ for _ in $(seq 1 1200); do
     wait "$kpid"
     exit $?
   fi
-  kill -0 "$kpid" 2>/dev/null || { echo "kafka-shim: Kafka exited during startup" >&2; tail -50 "$data_dir/kafka.out" "$log" >&2; exit 1; }
+  kill -0 "$kpid" 2>/dev/null || { echo "kafka-shim: Kafka exited during startup" >&2; tail -n 50 "$data_dir/kafka.out" "$log" >&2; exit 1; }
   sleep 0.1
 done
 echo "kafka-shim: Kafka did not start in 120 s" >&2
