@@ -3,10 +3,10 @@
 // franz-go (kgo.SASL with pkg/sasl/scram, kgo.DialTLSConfig for SASL_SSL; kadm for the users) over
 // the broker's SASL/SCRAM listeners.
 //
-// Like TestFranzSASL, TestFranzSCRAM starts its own broker: $MILLRACE_BIN
-// (compat-tests/reference/kafka-shim.sh for Apache Kafka, which adds the SCRAM JAAS lines Kafka
-// needs) or <repo>/target/debug/millrace, with PLAINTEXT (--listen), SASL_PLAINTEXT and SASL_SSL
-// listeners from Kafka's config names (sasl.enabled.mechanisms=SCRAM-SHA-256,SCRAM-SHA-512, a PEM
+// Like TestFranzSASL, TestFranzSCRAM starts its own broker (startSASLBroker in
+// secure_broker_test.go; compat-tests/reference/kafka-shim.sh, for Apache Kafka, adds the SCRAM
+// JAAS lines Kafka needs) with PLAINTEXT (--listen), SASL_PLAINTEXT and SASL_SSL listeners from
+// Kafka's config names (sasl.enabled.mechanisms=SCRAM-SHA-256,SCRAM-SHA-512, a PEM
 // key store from compat-tests/python/tls_material.py for SASL_SSL). The users are made over
 // PLAINTEXT with kadm's AlterUserSCRAMs (AlterUserScramCredentials, salted client-side): alice
 // SCRAM-SHA-256 and bob SCRAM-SHA-512, 8192 iterations, in one request. It checks: kadm's
@@ -25,18 +25,11 @@
 package compat
 
 import (
-	"bufio"
 	"context"
 	"crypto/rand"
 	"crypto/tls"
 	"errors"
-	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -47,137 +40,12 @@ import (
 )
 
 const (
-	scramRecords    = 100
 	scramIterations = 8192
 	scramSettle     = 30 * time.Second // for a credential change to take effect on the broker
 )
 
 func scramBadCredsMsg(mechanism string) string {
 	return "Authentication failed during authentication due to invalid credentials with SASL mechanism " + mechanism
-}
-
-type scramBroker struct {
-	material                         string // directory of tls_material.py's files
-	plain, saslAddr, saslSSLAddr     string
-	plainPort, saslPort, saslSSLPort int
-}
-
-// startSCRAMBroker starts the broker (its own process group, SIGTERM on cleanup) with the SASL
-// listeners and both SCRAM mechanisms; the same process handling as startSASLBroker.
-func startSCRAMBroker(t *testing.T) *scramBroker {
-	t.Helper()
-	bin := os.Getenv("MILLRACE_BIN")
-	if bin == "" {
-		bin = filepath.Join("..", "..", "target", "debug", "millrace")
-	}
-	bin, err := filepath.Abs(bin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if st, err := os.Stat(bin); err != nil || st.IsDir() {
-		t.Fatalf("broker binary %s missing (run through compat-tests/go/run.sh, which builds it, or set MILLRACE_BIN)", bin)
-	}
-	startTimeout := 10 * time.Second
-	if s := os.Getenv("MILLRACE_START_TIMEOUT"); s != "" {
-		if f, err := strconv.ParseFloat(s, 64); err == nil {
-			startTimeout = time.Duration(f * float64(time.Second))
-		}
-	}
-
-	work := t.TempDir()
-	b := &scramBroker{material: filepath.Join(work, "tls")}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	if out, err := exec.CommandContext(ctx, "python3", filepath.Join("..", "python", "tls_material.py"), b.material).CombinedOutput(); err != nil {
-		t.Fatalf("making the TLS material (python/tls_material.py, openssl): %v\n%s", err, out)
-	}
-	ports := freeLoopbackPorts(t, 2)
-	b.saslPort, b.saslSSLPort = ports[0], ports[1]
-	b.saslAddr = fmt.Sprintf("127.0.0.1:%d", b.saslPort)
-	b.saslSSLAddr = fmt.Sprintf("127.0.0.1:%d", b.saslSSLPort)
-
-	args := []string{"--data-dir", filepath.Join(work, "data"), "--listen", "127.0.0.1:0"}
-	for _, kv := range []string{
-		fmt.Sprintf("listeners=SASL_PLAINTEXT://%s,SASL_SSL://%s", b.saslAddr, b.saslSSLAddr),
-		"listener.security.protocol.map=PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL",
-		"sasl.enabled.mechanisms=SCRAM-SHA-256,SCRAM-SHA-512",
-		"ssl.keystore.type=PEM",
-		"ssl.keystore.location=" + filepath.Join(b.material, "server.pem"),
-	} {
-		args = append(args, "--set", kv)
-	}
-	stderrPath := filepath.Join(work, "broker.stderr")
-	stderr, err := os.Create(stderrPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, args...)
-	cmd.Env = brokerEnv()
-	cmd.Stderr = stderr
-	// its own process group (the Kafka shim's java child goes with it), killed with the test
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("starting %s: %v", bin, err)
-	}
-	tail := func() string {
-		data, _ := os.ReadFile(stderrPath)
-		lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
-		if len(lines) > 30 {
-			lines = lines[len(lines)-30:]
-		}
-		return strings.Join(lines, "\n")
-	}
-	portCh := make(chan int, 1)
-	go func() { // reads stdout to its end, so that the broker never blocks on it
-		sc := bufio.NewScanner(stdout)
-		found := false
-		for sc.Scan() {
-			if m := listeningRE.FindStringSubmatch(sc.Text()); m != nil && !found {
-				found = true
-				p, _ := strconv.Atoi(m[1])
-				portCh <- p
-			}
-		}
-	}()
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	stopped := false
-	t.Cleanup(func() {
-		defer stderr.Close()
-		select {
-		case err := <-exited:
-			if !stopped {
-				t.Errorf("the SCRAM broker exited during the test (%v); stderr tail:\n%s", err, tail())
-			}
-			return
-		default:
-		}
-		stopped = true
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(30 * time.Second):
-			t.Errorf("the SCRAM broker ignored SIGTERM for 30 s; SIGKILL to its process group")
-			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-			<-exited
-		}
-	})
-	select {
-	case p := <-portCh:
-		b.plainPort = p
-		b.plain = fmt.Sprintf("127.0.0.1:%d", p)
-	case err := <-exited:
-		stopped = true
-		t.Fatalf("the broker exited (%v) before 'listening on'; stderr tail:\n%s", err, tail())
-	case <-time.After(startTimeout):
-		t.Fatalf("no 'listening on 127.0.0.1:PORT' within %s; stderr tail:\n%s", startTimeout, tail())
-	}
-	t.Logf("SCRAM broker pid %d: PLAINTEXT %s, SASL_PLAINTEXT %s, SASL_SSL %s", cmd.Process.Pid, b.plain, b.saslAddr, b.saslSSLAddr)
-	return b
 }
 
 func scramSASL(mechanism kadm.ScramMechanism, user, pass string) kgo.Opt {
@@ -205,32 +73,6 @@ func scramLogsIn(t *testing.T, addr string, cfg *tls.Config, login kgo.Opt) erro
 	return cl.Ping(ctx)
 }
 
-// scramRoundTrip creates a topic, produces scramRecords records and reads them back, all over ADDR
-// (TLS when CFG is not nil) with LOGIN.
-func scramRoundTrip(t *testing.T, addr string, cfg *tls.Config, login kgo.Opt, label string) {
-	t.Helper()
-	topic := uniqueTopic("franz-scram-" + label)
-	franzCreateTopic(t, kadm.NewClient(franzTLSClient(t, addr, cfg, login)), topic, 1)
-	prod := franzTLSClient(t, addr, cfg, login)
-	var recs []*kgo.Record
-	for i := 0; i < scramRecords; i++ {
-		recs = append(recs, &kgo.Record{Topic: topic, Key: []byte(fmt.Sprintf("k%d", i)), Value: []byte(fmt.Sprintf("%s record %d", label, i))})
-	}
-	if err := prod.ProduceSync(ctxT(t), recs...).FirstErr(); err != nil {
-		t.Fatalf("produce over %s: %v", label, err)
-	}
-	cons := franzTLSClient(t, addr, cfg, login, kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {0: kgo.NewOffset().AtStart()}}))
-	got := franzPoll(t, cons, scramRecords)
-	if len(got) != scramRecords {
-		t.Fatalf("consumed %d records, want %d", len(got), scramRecords)
-	}
-	for i, r := range got {
-		if r.Offset != int64(i) || string(r.Key) != fmt.Sprintf("k%d", i) || string(r.Value) != fmt.Sprintf("%s record %d", label, i) {
-			t.Errorf("record %d: offset %d key %q value %q", i, r.Offset, r.Key, r.Value)
-		}
-	}
-}
-
 // scramCreds: a described user's credentials as MECHANISM=iterations=N strings, sorted by
 // mechanism number (SHA-256 first).
 func scramCreds(d kadm.DescribedUserSCRAM) []string {
@@ -246,8 +88,8 @@ func scramCreds(d kadm.DescribedUserSCRAM) []string {
 }
 
 func TestFranzSCRAM(t *testing.T) {
-	b := startSCRAMBroker(t)
-	sslCfg := (&tlsBroker{material: b.material}).tlsConfig(t, "ca", "")
+	b := startSASLBroker(t, "SCRAM", "sasl.enabled.mechanisms=SCRAM-SHA-256,SCRAM-SHA-512")
+	sslCfg := b.material.tlsConfig(t, "ca", "")
 	adm := kadm.NewClient(franzTLSClient(t, b.plain, nil))
 	alice := scramSASL(kadm.ScramSha256, "alice", "alice-secret")
 	bob := scramSASL(kadm.ScramSha512, "bob", "bob-secret")
@@ -314,11 +156,11 @@ func TestFranzSCRAM(t *testing.T) {
 	})
 	t.Run("SHA256OverSASLPlaintext", func(t *testing.T) {
 		onlyBrokerAt(t, franzTLSClient(t, b.saslAddr, nil, alice), b.saslPort)
-		scramRoundTrip(t, b.saslAddr, nil, alice, "sha256-plaintext")
+		secureRoundTrip(t, b.saslAddr, nil, "scram", "sha256-plaintext", alice)
 	})
 	t.Run("SHA512OverSASLSSL", func(t *testing.T) {
 		onlyBrokerAt(t, franzTLSClient(t, b.saslSSLAddr, sslCfg, bob), b.saslSSLPort)
-		scramRoundTrip(t, b.saslSSLAddr, sslCfg, bob, "sha512-ssl")
+		secureRoundTrip(t, b.saslSSLAddr, sslCfg, "scram", "sha512-ssl", bob)
 	})
 	t.Run("EachMechanismOnTheOtherListener", func(t *testing.T) {
 		onlyBrokerAt(t, franzTLSClient(t, b.saslSSLAddr, sslCfg, alice), b.saslSSLPort)
@@ -327,7 +169,7 @@ func TestFranzSCRAM(t *testing.T) {
 
 	badCreds := func(t *testing.T, login kgo.Opt, mechanism string) error {
 		t.Helper()
-		err := saslRefused(t, franzTLSClient(t, b.saslAddr, nil, login), kerr.SaslAuthenticationFailed)
+		err := refusedPing(t, franzTLSClient(t, b.saslAddr, nil, login), kerr.SaslAuthenticationFailed)
 		if want := ": " + scramBadCredsMsg(mechanism); !strings.HasSuffix(err.Error(), want) {
 			t.Errorf("error %q does not end with the broker's %q", err, want)
 		}

@@ -43,33 +43,12 @@ ROOT="$(cd "$HERE/../.." && pwd)"
 # java_dist_classpath and tool (Kafka CLI classes); also sources lib/millrace.sh
 # shellcheck source-path=SCRIPTDIR source=../java/common.sh
 source "$ROOT/compat-tests/java/common.sh"
+# (after java/common.sh: its pass/fail/summary give way to these)
+# shellcheck source=secure-lib.sh
+source "$HERE/secure-lib.sh"
 
-KCAT="${KCAT:-kcat}"
-LINES=1000
-REFUSE_S=5  # metadata timeout (-m) of a client that must be refused
 SETTLE_S=30 # seconds for a new credential to take effect
-passed=0
-failed=0
-pass() { passed=$((passed + 1)); echo "PASS  scram: $1"; }
-fail() {
-  failed=$((failed + 1))
-  echo "FAIL  scram: $1: $2"
-  if [[ -n "${3:-}" && -s "$3" ]]; then tail -n 15 "$3" | sed 's/^/      /'; fi
-}
-summary() { echo "$passed passed, $failed failed"; }
-
-WORK="$(mktemp -d "${TMPDIR:-/tmp}/millrace-kcat-scram.XXXXXX")"
-cleanup() {
-  millrace_stop
-  if [[ -n "${KEEP_WORK:-}" || $failed -gt 0 ]]; then
-    echo "scram: work dir kept: $WORK"
-  else
-    rm -rf "$WORK"
-  fi
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+secure_init scram
 
 # --- kcat on a librdkafka >= 2.6.1 (see above) -------------------------------------------------
 SCRAM_FIXED=2.6.1
@@ -124,36 +103,18 @@ if [[ -z "$SYSTEM_RDK" ]] || ! version_ge "$SYSTEM_RDK" "$SCRAM_FIXED"; then
     fi
   done
   if [[ -z "$NEW_RDK" ]]; then
-    fail "librdkafka" "no librdkafka >= $SCRAM_FIXED for kcat (system: ${SYSTEM_RDK:-?}; set KCAT_LIBRDKAFKA, run compat-tests/python/run.sh once, or let pip fetch confluent-kafka)" "$WORK/librdkafka-fetch.err"
-    summary
-    exit 1
+    give_up "librdkafka" "no librdkafka >= $SCRAM_FIXED for kcat (system: ${SYSTEM_RDK:-?}; set KCAT_LIBRDKAFKA, run compat-tests/python/run.sh once, or let pip fetch confluent-kafka)" "$WORK/librdkafka-fetch.err"
   fi
 fi
 echo "scram: kcat on librdkafka $NEW_RDK${NEW_LIBDIR:+ ($(readlink "$NEW_LIBDIR/librdkafka.so.1"))}; system librdkafka ${SYSTEM_RDK:-?}"
 
+KC_LIBDIR="$NEW_LIBDIR" # kc: kcat on librdkafka >= 2.6.1
+
 if ! java_dist_classpath 2>"$WORK/classpath.err"; then
-  fail "tools-classpath" "resolving the Kafka 4.1.1 tools jars (java/dist/pom.xml) failed" "$WORK/classpath.err"
-  summary
-  exit 1
+  give_up "tools-classpath" "resolving the Kafka 4.1.1 tools jars (java/dist/pom.xml) failed" "$WORK/classpath.err"
 fi
-M="$WORK/tls"
-if ! timeout 120 python3 "$ROOT/compat-tests/python/tls_material.py" "$M" 2>"$WORK/material.err"; then
-  fail "material" "making the certificates with openssl failed" "$WORK/material.err"
-  summary
-  exit 1
-fi
-mapfile -t ports < <(millrace_free_ports 2)
-SASL_PORT="${ports[0]}" SASL_SSL_PORT="${ports[1]}"
-if ! millrace_start "$WORK/broker" \
-  --set "listeners=SASL_PLAINTEXT://127.0.0.1:$SASL_PORT,SASL_SSL://127.0.0.1:$SASL_SSL_PORT" \
-  --set "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL" \
-  --set sasl.enabled.mechanisms=SCRAM-SHA-256,SCRAM-SHA-512 \
-  --set ssl.keystore.type=PEM --set "ssl.keystore.location=$M/server.pem"; then
-  fail "broker-start" "the broker with SASL_PLAINTEXT and SASL_SSL listeners did not start" "$WORK/broker/broker.stderr"
-  summary
-  exit 1
-fi
-echo "scram: broker pid $MILLRACE_PID, PLAINTEXT $MILLRACE_ADDR, SASL_PLAINTEXT 127.0.0.1:$SASL_PORT, SASL_SSL 127.0.0.1:$SASL_SSL_PORT"
+secure_material
+secure_start_sasl --set sasl.enabled.mechanisms=SCRAM-SHA-256,SCRAM-SHA-512
 
 # --- users, with kafka-configs ----------------------------------------------------------------
 kafka_configs() { tool kafka.admin.ConfigCommand --bootstrap-server "$MILLRACE_ADDR" "$@"; }
@@ -186,33 +147,8 @@ TLS=(-X "ssl.ca.location=$M/ca.pem" -X ssl.endpoint.identification.algorithm=htt
 ALICE_OPTS=(-X security.protocol=sasl_plaintext "${ALICE[@]}")
 BOB_SSL_OPTS=(-X security.protocol=sasl_ssl "${BOB[@]}" "${TLS[@]}")
 WRONG_OPTS=(-X security.protocol=sasl_plaintext -X sasl.mechanisms=SCRAM-SHA-256 -X sasl.username=alice -X sasl.password=not-alice-secret)
-# kc ADDR ARGS... : kcat (on librdkafka >= 2.6.1) against ADDR, bounded
-kc() {
-  local addr="$1"
-  shift
-  timeout --kill-after=5 "${KCAT_TIMEOUT:-60}" env ${NEW_LIBDIR:+LD_LIBRARY_PATH="$NEW_LIBDIR"} "$KCAT" -b "$addr" "$@"
-}
 # kc_system ADDR ARGS... : kcat on the system's librdkafka
-kc_system() {
-  local addr="$1"
-  shift
-  timeout --kill-after=5 "${KCAT_TIMEOUT:-60}" "$KCAT" -b "$addr" "$@"
-}
-
-# metadata_names NAME ADDR PORT OPTS... : kcat -L -J through ADDR lists exactly one broker, 127.0.0.1:PORT
-metadata_names() {
-  local name="$1" addr="$2" port="$3"
-  shift 3
-  if kc "$addr" "$@" -L -J >"$WORK/$name.json" 2>"$WORK/$name.err" &&
-    python3 - "$WORK/$name.json" "$port" <<'PY'; then
-import json, sys
-md = json.load(open(sys.argv[1]))
-assert [b["name"] for b in md["brokers"]] == [f"127.0.0.1:{sys.argv[2]}"], md["brokers"]
-PY
-    return 0
-  fi
-  return 1
-}
+kc_system() { KC_LIBDIR="" kc "$@"; }
 
 # logs_in ADDR OPTS... : kcat -L through ADDR gets metadata within 3 s
 logs_in() {
@@ -234,92 +170,34 @@ await_login() {
   done
 }
 
-# roundtrip NAME ADDR OPTS... : LINES distinct lines through kcat -P and back with kcat -C -e
-roundtrip() {
-  local name="$1" addr="$2"
-  shift 2
-  local topic="kcat-scram-$name-$RANDOM$RANDOM"
-  awk -v n="$LINES" -v c="$name" 'BEGIN { for (i = 0; i < n; i++) printf "%s line %05d over SCRAM\n", c, i }' >"$WORK/$name.in"
-  if ! kc "$addr" "$@" -P -t "$topic" <"$WORK/$name.in" 2>"$WORK/$name.produce.err"; then
-    fail "$name-roundtrip" "kcat -P exited non-zero" "$WORK/$name.produce.err"
-  elif ! kc "$addr" "$@" -C -t "$topic" -o beginning -e >"$WORK/$name.out" 2>"$WORK/$name.consume.err"; then
-    fail "$name-roundtrip" "kcat -C -e exited non-zero (or timed out)" "$WORK/$name.consume.err"
-  elif ! cmp -s "$WORK/$name.in" "$WORK/$name.out"; then
-    fail "$name-roundtrip" "read back $(wc -l <"$WORK/$name.out") lines, not the $LINES produced ($(cmp "$WORK/$name.in" "$WORK/$name.out" 2>&1 | head -n1))"
-  else
-    pass "$name-roundtrip ($LINES lines byte-identical)"
-  fi
-}
-
 # --- alice, SCRAM-SHA-256 over SASL_PLAINTEXT ---------------------------------------------------
 if await_login scram-sha-256-plaintext-metadata "127.0.0.1:$SASL_PORT" "${ALICE_OPTS[@]}"; then
-  if metadata_names scram-sha-256-plaintext-metadata "127.0.0.1:$SASL_PORT" "$SASL_PORT" "${ALICE_OPTS[@]}"; then
-    pass "scram-sha-256-plaintext-metadata (kcat -L as alice, SCRAM-SHA-256, over SASL_PLAINTEXT names 127.0.0.1:$SASL_PORT)"
-  else
-    fail "scram-sha-256-plaintext-metadata" "kcat -L -J over SASL_PLAINTEXT must list only 127.0.0.1:$SASL_PORT" "$WORK/scram-sha-256-plaintext-metadata.err"
-  fi
+  metadata_check scram-sha-256-plaintext-metadata SASL_PLAINTEXT "as alice, SCRAM-SHA-256," "$SASL_PORT" "${ALICE_OPTS[@]}"
 fi
 roundtrip scram-sha-256-plaintext "127.0.0.1:$SASL_PORT" "${ALICE_OPTS[@]}"
 
 # --- bob, SCRAM-SHA-512 over SASL_SSL ------------------------------------------------------------
 if await_login scram-sha-512-ssl-metadata "127.0.0.1:$SASL_SSL_PORT" "${BOB_SSL_OPTS[@]}"; then
-  if metadata_names scram-sha-512-ssl-metadata "127.0.0.1:$SASL_SSL_PORT" "$SASL_SSL_PORT" "${BOB_SSL_OPTS[@]}"; then
-    pass "scram-sha-512-ssl-metadata (kcat -L as bob, SCRAM-SHA-512, over SASL_SSL names 127.0.0.1:$SASL_SSL_PORT)"
-  else
-    fail "scram-sha-512-ssl-metadata" "kcat -L -J over SASL_SSL must list only 127.0.0.1:$SASL_SSL_PORT" "$WORK/scram-sha-512-ssl-metadata.err"
-  fi
+  metadata_check scram-sha-512-ssl-metadata SASL_SSL "as bob, SCRAM-SHA-512," "$SASL_SSL_PORT" "${BOB_SSL_OPTS[@]}"
 fi
 roundtrip scram-sha-512-ssl "127.0.0.1:$SASL_SSL_PORT" "${BOB_SSL_OPTS[@]}"
 
-# refused NAME KC WHY OPTS... : kcat -L (through function KC) gets no metadata within REFUSE_S
-# seconds and exits non-zero by itself, with librdkafka's transport failure and the broker's
-# SCRAM-SHA-256 authentication error in its log.
-refused() {
-  local name="$1" kcf="$2" why="$3" rc=0 t0 took
-  local want="SASL authentication error: Authentication failed during authentication due to invalid credentials with SASL mechanism SCRAM-SHA-256"
-  shift 3
-  t0=$(date +%s)
-  "$kcf" "127.0.0.1:$SASL_PORT" "$@" -m "$REFUSE_S" -L >"$WORK/$name.out" 2>"$WORK/$name.err" || rc=$?
-  took=$(($(date +%s) - t0))
-  if [[ $rc -eq 0 ]]; then
-    fail "$name" "kcat -L got metadata $why" "$WORK/$name.out"
-  elif [[ $rc -ge 124 ]]; then
-    fail "$name" "kcat -L did not end by itself (exit $rc after ${took}s)" "$WORK/$name.err"
-  elif ! grep -q "Failed to acquire metadata: Local: Broker transport failure" "$WORK/$name.err"; then
-    fail "$name" "kcat -L exited $rc without librdkafka's 'Broker transport failure'" "$WORK/$name.err"
-  elif ! grep -qF "$want" "$WORK/$name.err"; then
-    fail "$name" "no '$want' in librdkafka's log" "$WORK/$name.err"
-  else
-    pass "$name (exit $rc after ${took}s: $want)"
-  fi
-}
+# The broker's answer to a SCRAM-SHA-256 login that fails (librdkafka's log)
+SCRAM_REFUSED="SASL authentication error: Authentication failed during authentication due to invalid credentials with SASL mechanism SCRAM-SHA-256"
 
 # --- a wrong password ---------------------------------------------------------------------------
-refused wrong-password-refused kc "with a wrong password" "${WRONG_OPTS[@]}"
+refused wrong-password-refused kc "127.0.0.1:$SASL_PORT" "kcat -L got metadata with a wrong password" "$SCRAM_REFUSED" "${WRONG_OPTS[@]}"
 
 # --- librdkafka < 2.6.1 (Debian's): alice's right password, with the client nonce repeated in the
 # client-final-message, is refused as Apache Kafka 4.1.1 refuses it (RFC 5802: the nonce must be
 # exactly the one of the server-first-message).
 if [[ -n "$SYSTEM_RDK" ]] && ! version_ge "$SYSTEM_RDK" "$SCRAM_FIXED"; then
-  refused "librdkafka-$SYSTEM_RDK-repeated-nonce-refused" kc_system \
-    "as alice from librdkafka $SYSTEM_RDK (its client-final-message repeats the client nonce)" "${ALICE_OPTS[@]}"
+  refused "librdkafka-$SYSTEM_RDK-repeated-nonce-refused" kc_system "127.0.0.1:$SASL_PORT" \
+    "kcat -L got metadata as alice from librdkafka $SYSTEM_RDK (its client-final-message repeats the client nonce)" \
+    "$SCRAM_REFUSED" "${ALICE_OPTS[@]}"
 fi
 
-after_ok=1
-for l in "PLAINTEXT $MILLRACE_ADDR $MILLRACE_PORT" "SASL_PLAINTEXT 127.0.0.1:$SASL_PORT $SASL_PORT" "SASL_SSL 127.0.0.1:$SASL_SSL_PORT $SASL_SSL_PORT"; do
-  read -r lname laddr lport <<<"$l"
-  opts=()
-  [[ $lname == SASL_PLAINTEXT ]] && opts=("${ALICE_OPTS[@]}")
-  [[ $lname == SASL_SSL ]] && opts=("${BOB_SSL_OPTS[@]}")
-  if ! metadata_names "after-$lname" "$laddr" "$lport" "${opts[@]+"${opts[@]}"}"; then
-    fail "still-served-after-refusal" "kcat -L over $lname failed after the refusal" "$WORK/after-$lname.err"
-    after_ok=0
-  fi
-done
-if ((after_ok)); then pass "still-served-after-refusal (PLAINTEXT, SASL_PLAINTEXT as alice, SASL_SSL as bob)"; fi
+still_served still-served-after-refusal "PLAINTEXT, SASL_PLAINTEXT as alice, SASL_SSL as bob" \
+  "SASL_PLAINTEXT $SASL_PORT ALICE_OPTS" "SASL_SSL $SASL_SSL_PORT BOB_SSL_OPTS"
 
-if ! millrace_alive; then
-  fail "broker-alive" "the broker died during the run" "$WORK/broker/broker.stderr"
-fi
-summary
-[[ $failed -eq 0 ]]
+secure_finish

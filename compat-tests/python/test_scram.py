@@ -51,13 +51,9 @@ Runs against Apache Kafka 4.1.1 too (MILLRACE_BIN=compat-tests/reference/kafka-s
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
 import subprocess
-import tempfile
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Dict, Iterator, Optional
 
 import pytest
@@ -65,15 +61,11 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import (AdminClient, ScramCredentialInfo, ScramMechanism,
                                    UserScramCredentialUpsertion)
 
-from millrace import Broker, free_ports, unique_topic, wait_until
-# Client helpers of the TLS and SASL/PLAIN modules (plain dict configs in) and the Java tools
-# fixture; importing them runs none of their tests and starts no broker.
-from test_tls import OP_TIMEOUT, admin, consume_all, create_topic, java_tool, only_broker, produce
-from test_tls import java_cp  # noqa: F401  (pytest fixture, used by the fixtures below)
-from test_sasl import java_console_roundtrip, refused, wire
-from tls_material import TlsMaterial, make_material
+from millrace import Broker, wait_until
+from secure_clients import (OP_TIMEOUT, SaslBroker, admin, java_console_roundtrip, java_tool, only_broker,
+                            pem_truststore, plain_conf, refused_login, roundtrip, sasl_broker, sasl_client,
+                            serves, wire)
 
-N = 100                  # records per round trip
 SETTLE_TIMEOUT = 30.0    # seconds for a credential change to take effect on the broker
 PROBE_TIMEOUT = 3.0      # seconds one login probe waits for metadata
 
@@ -94,55 +86,15 @@ def auth_failed_re(mechanism: str) -> str:
 
 # ------------------------------------------------------------------ the broker
 @dataclass
-class Scram:
-    broker: Broker
-    mat: TlsMaterial
-    work: Path
-    data: Path
-    settings: Dict[str, str]
-    sasl_port: int      # SASL_PLAINTEXT
-    sasl_ssl_port: int  # SASL_SSL
-    cp: str             # Kafka tools classpath (kafka-configs, console tools)
+class Scram(SaslBroker):
+    cp: str = ""  # Kafka tools classpath (kafka-configs, console tools)
     created: Dict[str, subprocess.CompletedProcess] = field(default_factory=dict)
-
-    @property
-    def plain_port(self) -> int:
-        assert self.broker.port is not None
-        return self.broker.port
-
-
-def check_broker_died(b: Broker) -> None:
-    died = not b.alive()
-    rc = b.stop()
-    if died:
-        pytest.fail(f"broker process died during the tests (exit code {rc}); stderr tail:\n"
-                    f"{b.stderr_tail()}", pytrace=False)
 
 
 @pytest.fixture(scope="module")
-def scram(java_cp) -> Iterator[Scram]:  # noqa: F811
-    work = Path(tempfile.mkdtemp(prefix="millrace-scram-"))
-    try:
-        mat = make_material(work / "tls")
-        sasl_port, sasl_ssl_port = free_ports(2)
-        settings = {
-            "listeners": f"SASL_PLAINTEXT://127.0.0.1:{sasl_port},SASL_SSL://127.0.0.1:{sasl_ssl_port}",
-            "listener.security.protocol.map":
-                "PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL",
-            "sasl.enabled.mechanisms": ",".join(MECHANISMS),
-            "ssl.keystore.type": "PEM",
-            "ssl.keystore.location": str(mat.server),
-        }
-        data = work / "data"
-        b = Broker(settings=settings, data_dir=data).start()
-        s = Scram(b, mat, work, data, settings, sasl_port, sasl_ssl_port, java_cp)
-        try:
-            yield s
-        finally:
-            check_broker_died(s.broker)  # the restart test replaces s.broker
-    finally:
-        if not os.environ.get("MILLRACE_KEEP_WORK"):
-            shutil.rmtree(work, ignore_errors=True)
+def scram(java_cp) -> Iterator[Scram]:
+    with sasl_broker(Scram, "millrace-scram-", {"sasl.enabled.mechanisms": ",".join(MECHANISMS)}, cp=java_cp) as s:
+        yield s
 
 
 @pytest.fixture(scope="module")
@@ -158,32 +110,18 @@ def users(scram) -> Scram:
 
 
 # ------------------------------------------------------------------ client configs
-def plain_conf(s: Scram) -> Dict[str, object]:
-    return {"bootstrap.servers": f"127.0.0.1:{s.plain_port}"}
-
-
 def sasl_conf(s: Scram, user: str, password: Optional[str] = None,
-              mechanism: Optional[str] = None) -> Dict[str, object]:
-    """SASL_PLAINTEXT as USER, with the user's own mechanism and password unless given."""
+              mechanism: Optional[str] = None, ssl: bool = False) -> Dict[str, object]:
+    """SASL_PLAINTEXT (SASL_SSL when SSL) as USER, with the user's own mechanism and password
+    unless given."""
     own = {"alice": ALICE[2], "bob": BOB[2]}
-    return {
-        "bootstrap.servers": f"127.0.0.1:{s.sasl_port}",
-        "security.protocol": "SASL_PLAINTEXT",
-        "sasl.mechanisms": mechanism or own.get(user, "SCRAM-SHA-256"),
-        "sasl.username": user,
-        "sasl.password": PASSWORDS.get(user, "no-such-user") if password is None else password,
-    }
+    return sasl_client(s, mechanism or own.get(user, "SCRAM-SHA-256"), user,
+                       PASSWORDS.get(user, "no-such-user") if password is None else password, ssl)
 
 
 def sasl_ssl_conf(s: Scram, user: str, password: Optional[str] = None,
                   mechanism: Optional[str] = None) -> Dict[str, object]:
-    return {
-        **sasl_conf(s, user, password, mechanism),
-        "bootstrap.servers": f"127.0.0.1:{s.sasl_ssl_port}",
-        "security.protocol": "SASL_SSL",
-        "ssl.ca.location": str(s.mat.ca),
-        "ssl.endpoint.identification.algorithm": "https",
-    }
+    return sasl_conf(s, user, password, mechanism, ssl=True)
 
 
 # ------------------------------------------------------------------ kafka-configs
@@ -244,24 +182,8 @@ def await_login(conf: Dict[str, object], ok: bool) -> None:
                what=f"{who} to {'log in' if ok else 'be refused'}")
 
 
-def serves(conf: Dict[str, object], port: int, label: str) -> None:
-    """CONF's client gets Metadata naming PORT and has a record taken."""
-    md = admin(conf).list_topics(timeout=OP_TIMEOUT)
-    assert only_broker(md) == ("127.0.0.1", port), f"{label}: Metadata does not name the listener's port"
-    assert len(produce(conf, unique_topic("scram-serves"), [label.encode()])) == 1, label
-
-
 def alice_still_works(s: Scram) -> None:
     serves(sasl_conf(s, "alice"), s.sasl_port, "alice over SASL_PLAINTEXT after the refusal")
-
-
-def roundtrip(conf: Dict[str, object], label: str) -> None:
-    """Create a topic, produce N records and read them back, all through CONF."""
-    topic = unique_topic(f"scram-{label}")
-    create_topic(conf, topic)
-    values = [f"{label} record {i}".encode() for i in range(N)]
-    assert produce(conf, topic, values) == list(range(N))
-    assert consume_all(conf, topic, N) == [(b"k%d" % i, v) for i, v in enumerate(values)]
 
 
 def librdkafka_upsert(s: Scram, user: str, mechanism: ScramMechanism, iterations: int, password: bytes) -> None:
@@ -307,14 +229,14 @@ def test_alice_scram_sha_256_over_sasl_plaintext(users):
     md = admin(sasl_conf(users, "alice")).list_topics(timeout=OP_TIMEOUT)
     assert only_broker(md) == ("127.0.0.1", users.sasl_port), \
         "a client bootstrapped on SASL_PLAINTEXT must stay on SASL_PLAINTEXT"
-    roundtrip(sasl_conf(users, "alice"), "alice-256-plaintext")
+    roundtrip(sasl_conf(users, "alice"), "scram", "alice-256-plaintext")
 
 
 def test_bob_scram_sha_512_over_sasl_ssl(users):
     md = admin(sasl_ssl_conf(users, "bob")).list_topics(timeout=OP_TIMEOUT)
     assert only_broker(md) == ("127.0.0.1", users.sasl_ssl_port), \
         "a client bootstrapped on SASL_SSL must stay on SASL_SSL"
-    roundtrip(sasl_ssl_conf(users, "bob"), "bob-512-ssl")
+    roundtrip(sasl_ssl_conf(users, "bob"), "scram", "bob-512-ssl")
 
 
 def test_each_mechanism_on_the_other_listener(users):
@@ -333,27 +255,27 @@ def test_handshake_for_plain_names_the_scram_mechanisms(users):
 
 # ------------------------------------------------------------------ refusals
 def test_wrong_password_is_refused(users):
-    refused(sasl_conf(users, "alice", "not-alice-secret"), KafkaError._AUTHENTICATION,
+    refused_login(sasl_conf(users, "alice", "not-alice-secret"), KafkaError._AUTHENTICATION,
             auth_failed_re("SCRAM-SHA-256"))
     alice_still_works(users)
 
 
 def test_unknown_user_is_refused(users):
-    refused(sasl_conf(users, "mallory", "alice-secret", "SCRAM-SHA-256"), KafkaError._AUTHENTICATION,
+    refused_login(sasl_conf(users, "mallory", "alice-secret", "SCRAM-SHA-256"), KafkaError._AUTHENTICATION,
             auth_failed_re("SCRAM-SHA-256"))
     alice_still_works(users)
 
 
 def test_alice_with_scram_sha_512_is_refused(users):
     """alice has a SCRAM-SHA-256 credential only."""
-    refused(sasl_conf(users, "alice", mechanism="SCRAM-SHA-512"), KafkaError._AUTHENTICATION,
+    refused_login(sasl_conf(users, "alice", mechanism="SCRAM-SHA-512"), KafkaError._AUTHENTICATION,
             auth_failed_re("SCRAM-SHA-512"))
     alice_still_works(users)
 
 
 def test_wrong_password_and_unknown_user_get_the_same_error(users):
-    wrong_password = refused(sasl_conf(users, "alice", "not-alice-secret"), KafkaError._AUTHENTICATION)
-    unknown_user = refused(sasl_conf(users, "mallory", "alice-secret", "SCRAM-SHA-256"), KafkaError._AUTHENTICATION)
+    wrong_password = refused_login(sasl_conf(users, "alice", "not-alice-secret"), KafkaError._AUTHENTICATION)
+    unknown_user = refused_login(sasl_conf(users, "mallory", "alice-secret", "SCRAM-SHA-256"), KafkaError._AUTHENTICATION)
     assert len(wrong_password) == 1, f"more than one error text for a wrong password: {wrong_password}"
     assert wrong_password == unknown_user
     alice_still_works(users)
@@ -415,7 +337,7 @@ def test_delete_config_removes_alices_credential(users):
         assert "alice" not in every and every.get("bob") == {"SCRAM-SHA-512": 16384}, every
         await_login(sasl_conf(users, "alice"), False)
         # refused the way an unknown user is
-        refused(sasl_conf(users, "alice"), KafkaError._AUTHENTICATION, auth_failed_re("SCRAM-SHA-256"))
+        refused_login(sasl_conf(users, "alice"), KafkaError._AUTHENTICATION, auth_failed_re("SCRAM-SHA-256"))
         serves(sasl_ssl_conf(users, "bob"), users.sasl_ssl_port, "bob after alice's deletion")
     finally:
         # alice again, for the tests after this one; and a credential added after a deletion works
@@ -441,7 +363,7 @@ def test_restart_on_the_same_data_dir_keeps_the_credentials(users):
                what="bob to log in over SASL_SSL after the restart")
     serves(sasl_ssl_conf(users, "bob"), users.sasl_ssl_port, "bob over SASL_SSL after the restart")
     serves(sasl_conf(users, "alice"), users.sasl_port, "alice over SASL_PLAINTEXT after the restart")
-    refused(sasl_conf(users, "bob", "not-bob-secret"), KafkaError._AUTHENTICATION, auth_failed_re("SCRAM-SHA-512"))
+    refused_login(sasl_conf(users, "bob", "not-bob-secret"), KafkaError._AUTHENTICATION, auth_failed_re("SCRAM-SHA-512"))
 
 
 # ------------------------------------------------------------------ Kafka's Java client
@@ -452,6 +374,5 @@ def test_java_console_tools_as_bob_over_sasl_ssl_scram_sha_512(users):
         "sasl.mechanism": "SCRAM-SHA-512",
         "sasl.jaas.config": 'org.apache.kafka.common.security.scram.ScramLoginModule required '
                             'username="bob" password="bob-secret";',
-        "ssl.truststore.type": "PEM",
-        "ssl.truststore.location": str(users.mat.ca),
-    }, "scram-512-ssl")
+        **pem_truststore(users.mat.ca),
+    }, "scram", "scram-512-ssl")

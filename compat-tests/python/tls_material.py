@@ -2,7 +2,7 @@
 
     python3 compat-tests/python/tls_material.py DIR     # writes the files below into DIR
 
-(kcat/tls.sh and go/franz_tls_test.go call it that way; test_tls.py imports it.)
+(kcat/secure-lib.sh and go/secure_broker_test.go call it that way; secure_clients.py imports it.)
 
 Files (EC P-256 keys, unencrypted PKCS#8 "BEGIN PRIVATE KEY", as Kafka's PEM keystore reads them):
   ca.pem                          the CA every broker listener and trusting client uses
