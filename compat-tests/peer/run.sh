@@ -5,13 +5,17 @@
 #   librdkafka/  librdkafka's tests/ test-runner (ALLOWLIST)
 #   librdkafka-848/ its group and commit tests again with group.protocol=consumer (KIP-848)
 #   kafka-python/ kafka-python's test/integration pytest suite (ALLOWLIST)
+#   librdkafka-sasl/ librdkafka's SASL/SSL tests and a smoke subset over SASL_SSL + SCRAM
+#                 (its own librdkafka build with SSL; ALLOWLIST)
+#   franz-go-sasl/ franz-go's SCRAM tests (SASL_PLAINTEXT) and a subset over mutual TLS (ALLOWLIST)
 # Builds are cached under compat-tests/peer/.cache/ (gitignored); a cold
 # cache costs about 3-5 minutes on 2 cores (librdkafka + its tests, the kgo
-# test binary), a warm run about 4-6 minutes.
+# test binary) plus about 2-3 for librdkafka-sasl's SSL build, a warm run about
+# 5-7 minutes.
 #
-#   compat-tests/peer/run.sh [franz-go|librdkafka|librdkafka-848|kafka-python ...]
+#   compat-tests/peer/run.sh [franz-go|librdkafka|librdkafka-848|kafka-python|librdkafka-sasl|franz-go-sasl ...]
 #
-# Env: everything the two run.sh read; PEER_SUITE_TIMEOUT (seconds per suite,
+# Env: everything the suites' run.sh read; PEER_SUITE_TIMEOUT (seconds per suite,
 #      default 480).
 # Last line printed: "N passed, M failed" (the sum; a suite that ends
 # without such a line counts as 1 failed).
@@ -23,7 +27,7 @@ ROOT="$(cd "$HERE/../.." && pwd)"
 source "$ROOT/compat-tests/lib/millrace.sh"
 
 suites=("$@")
-((${#suites[@]})) || suites=(franz-go librdkafka librdkafka-848 kafka-python)
+((${#suites[@]})) || suites=(franz-go librdkafka librdkafka-848 kafka-python librdkafka-sasl franz-go-sasl)
 
 if MILLRACE_BIN="$(millrace_bin)"; then
   export MILLRACE_BIN
@@ -50,7 +54,7 @@ for s in "${suites[@]}"; do
     f="${f%% failed}"
   fi
   if [[ -z "$line" || ($rc -ne 0 && $f -eq 0) ]]; then f=1; fi
-  lines+=("$(printf '%-14s %4s passed, %4s failed  (exit %s, %ss)' "$s" "$p" "$f" "$rc" "$(($(date +%s) - t0))")")
+  lines+=("$(printf '%-16s %4s passed, %4s failed  (exit %s, %ss)' "$s" "$p" "$f" "$rc" "$(($(date +%s) - t0))")")
   tp=$((tp + p)) tf=$((tf + f))
 done
 echo
