@@ -251,6 +251,35 @@ fn oversized_body(key: ApiKey, v: i16) -> Option<Oversized> {
             "group_ids",
             |r: &mut ConsumerGroupDescribeRequest, x| r.group_ids = x,
         ),
+        ApiKey::SaslHandshake => string(v, f, "mechanism", |r: &mut SaslHandshakeRequest, x| {
+            r.mechanism = x
+        }),
+        // BYTES: an INT32 length (a varint in flexible versions), as an array count is.
+        ApiKey::SaslAuthenticate => oversize(
+            v,
+            f,
+            "auth_bytes",
+            Length::Array,
+            |r: &mut SaslAuthenticateRequest, n| r.auth_bytes = bytes::Bytes::from(vec![0; n]),
+        ),
+        ApiKey::DescribeUserScramCredentials => array(
+            v,
+            f,
+            "users",
+            |r: &mut DescribeUserScramCredentialsRequest, x| r.users = Some(x),
+        ),
+        ApiKey::AlterUserScramCredentials => array(
+            v,
+            f,
+            "deletions",
+            |r: &mut AlterUserScramCredentialsRequest, x| r.deletions = x,
+        ),
+        ApiKey::DescribeClientQuotas => array(
+            v,
+            f,
+            "components",
+            |r: &mut DescribeClientQuotasRequest, x| r.components = x,
+        ),
         other => panic!("{other:?} is advertised but this test has no oversized frame for it"),
     }
 }
