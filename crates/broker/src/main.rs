@@ -284,6 +284,7 @@ async fn run(
         groups: groups.clone(),
         shutdown: token.clone(),
         fetch_sessions,
+        authorizer: settings.config.authorizer().map(Arc::new),
     });
     let timers = {
         let stop = token.clone();

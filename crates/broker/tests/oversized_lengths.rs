@@ -280,6 +280,18 @@ fn oversized_body(key: ApiKey, v: i16) -> Option<Oversized> {
             "components",
             |r: &mut DescribeClientQuotasRequest, x| r.components = x,
         ),
+        ApiKey::CreateAcls => array(v, f, "creations", |r: &mut CreateAclsRequest, x| {
+            r.creations = x
+        }),
+        ApiKey::DescribeAcls => string(
+            v,
+            f,
+            "resource_name_filter",
+            |r: &mut DescribeAclsRequest, x| r.resource_name_filter = Some(x),
+        ),
+        ApiKey::DeleteAcls => array(v, f, "filters", |r: &mut DeleteAclsRequest, x| {
+            r.filters = x
+        }),
         other => panic!("{other:?} is advertised but this test has no oversized frame for it"),
     }
 }

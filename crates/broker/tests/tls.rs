@@ -2,7 +2,8 @@
 //! listeners, spoken to over rustls. Metadata answers in the client's own listener's addresses;
 //! fetched segment bytes arrive intact over TLS; clients that fail the handshake are refused
 //! without affecting anyone else; a replaced keystore serves new connections without a restart;
-//! an unusable keystore stops the broker at start-up naming the key. The same listeners are
+//! an unusable keystore stops the broker at start-up naming the key; with the authorizer on, an
+//! mTLS client's principal is its certificate's subject through `ssl.principal.mapping.rules`. The same listeners are
 //! exercised with real clients (confluent-kafka, kcat, the Java client, franz-go) in
 //! `compat-tests`.
 
@@ -17,7 +18,8 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use common::*;
-use kafka_protocol::messages::{FetchRequest, FindCoordinatorRequest};
+use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+use kafka_protocol::messages::{FetchRequest, FindCoordinatorRequest, MetadataRequest, TopicName};
 use kafka_protocol::protocol::StrBytes;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use tokio::net::TcpStream;
@@ -367,6 +369,69 @@ async fn clients_failing_the_handshake_are_refused_and_nobody_else_is_affected()
     assert_broker_answers(broker.addr(), "PLAINTEXT after the refusals").await;
     let mut again = tls_conn(ssl, &roots, None).await;
     assert_eq!(api_versions(&mut again, 3).await.error_code, 0);
+}
+
+/// Metadata for one topic by name: its error code.
+async fn topic_error(conn: &mut RawConn, topic: &str) -> i16 {
+    let request =
+        MetadataRequest::default().with_topics(Some(vec![MetadataRequestTopic::default()
+            .with_name(Some(TopicName(StrBytes::from_string(topic.to_string()))))]));
+    let response = conn.request(9, &request).await;
+    response.topics[0].error_code
+}
+
+#[tokio::test]
+async fn mtls_principals_come_from_the_subject_through_the_mapping_rules() {
+    let pki = Pki::new();
+    let mut settings = pki.settings();
+    settings.extend([
+        "authorizer.class.name=millrace".to_string(),
+        // PLAINTEXT (User:ANONYMOUS) administers; MTLS clients are who their certificate says.
+        "super.users=User:ANONYMOUS".to_string(),
+        "listener.name.mtls.ssl.principal.mapping.rules=RULE:^CN=([A-Za-z]+)$/$1/L".to_string(),
+        "auto.create.topics.enable=false".to_string(),
+    ]);
+    let refs: Vec<&str> = settings.iter().map(String::as_str).collect();
+    let broker = Broker::start_with(&refs);
+    let mtls = broker.listener_addr("MTLS");
+    let roots = [pki.ca.der()];
+    let topic = unique_topic("mtls-acl");
+    let mut admin = RawConn::connect(broker.addr()).await;
+    let created = admin
+        .request(
+            7,
+            &kafka_protocol::messages::CreateTopicsRequest::default().with_topics(vec![
+                kafka_protocol::messages::create_topics_request::CreatableTopic::default()
+                    .with_name(TopicName(StrBytes::from_string(topic.clone())))
+                    .with_num_partitions(1)
+                    .with_replication_factor(1),
+            ]),
+        )
+        .await;
+    assert_eq!(created.topics[0].error_code, 0, "{created:?}");
+
+    // CN=Alice is User:alice (the rule lower-cases it): refused until an ACL names User:alice.
+    let alice = pki.ca.issue("Alice", false);
+    let mut conn = tls_conn(mtls, &roots, Some(&alice)).await;
+    assert_eq!(topic_error(&mut conn, &topic).await, 29);
+    let grant = kafka_protocol::messages::CreateAclsRequest::default().with_creations(vec![
+        kafka_protocol::messages::create_acls_request::AclCreation::default()
+            .with_resource_type(2)
+            .with_resource_name(StrBytes::from_string(topic.clone()))
+            .with_resource_pattern_type(3)
+            .with_principal(StrBytes::from_static_str("User:alice"))
+            .with_host(StrBytes::from_static_str("*"))
+            .with_operation(8)
+            .with_permission_type(3),
+    ]);
+    assert_eq!(admin.request(3, &grant).await.results[0].error_code, 0);
+    assert_eq!(topic_error(&mut conn, &topic).await, 0);
+
+    // A subject no rule maps (no DEFAULT rule here) is refused: the connection closes.
+    let unmapped = pki.ca.issue("bob-1", false);
+    assert_handshake_refused(mtls, &roots, Some(&unmapped), "a subject no rule maps").await;
+    // Alice's connection is unaffected.
+    assert_eq!(topic_error(&mut conn, &topic).await, 0);
 }
 
 #[tokio::test]

@@ -354,11 +354,11 @@ pub static BROKER_CONFIGS: &[ConfigDef] = &[
     def("connection.failed.authentication.delay.ms", "100", INT_NONNEG),
     def("sasl.server.max.receive.size", "524288", INT_POS),
     // Kafka's default rule: the principal is the certificate's whole subject name.
-    def(
-        "ssl.principal.mapping.rules",
-        "DEFAULT",
-        ConfigType::OneOf(&["DEFAULT"]),
-    ),
+    def("ssl.principal.mapping.rules", "DEFAULT", ConfigType::Str),
+    // The authorizer: any non-empty class name turns Millrace's ACL authorizer on.
+    def("authorizer.class.name", "", ConfigType::Str),
+    def("super.users", "", ConfigType::Str),
+    def("allow.everyone.if.no.acl.found", "false", ConfigType::Bool),
 ];
 
 const KEYSTORE_TYPES: ConfigType = ConfigType::OneOf(&["JKS", "PKCS12", "PEM"]);
@@ -824,6 +824,19 @@ impl BrokerConfig {
     pub fn default_replication_factor(&self) -> i16 {
         self.long_or("default.replication.factor", 1) as i16
     }
+    /// The ACL authorizer, when `authorizer.class.name` names one.
+    pub fn authorizer(&self) -> Option<crate::acl::Authorizer> {
+        let class = self.get("authorizer.class.name").unwrap_or_default();
+        if class.trim().is_empty() {
+            return None;
+        }
+        Some(crate::acl::Authorizer::new(
+            self.get("super.users").unwrap_or_default(),
+            self.get("allow.everyone.if.no.acl.found")
+                .is_some_and(|v| v.eq_ignore_ascii_case("true")),
+        ))
+    }
+
     /// `millrace.metrics.partition.level`: serve the series labelled by partition.
     pub fn metrics_partition_level(&self) -> bool {
         self.bool_or("millrace.metrics.partition.level", true)

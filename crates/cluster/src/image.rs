@@ -30,6 +30,7 @@ use tokio::sync::watch;
 use tracing::warn;
 use uuid::Uuid;
 
+use crate::acl::AclSet;
 use crate::config::TopicConfigs;
 use crate::listeners::ListenerAddress;
 use crate::records::{MetadataBatch, MetadataRecord};
@@ -214,6 +215,9 @@ pub struct MetadataImage {
     /// SCRAM credentials: user → one per mechanism.
     #[serde(default)]
     pub scram_credentials: BTreeMap<String, Vec<ScramCredential>>,
+    /// The ACLs in force (shared: most batches do not touch them).
+    #[serde(default)]
+    pub acls: Arc<AclSet>,
 }
 
 impl MetadataImage {
@@ -282,6 +286,16 @@ impl MetadataImage {
                     if credentials.is_empty() {
                         self.scram_credentials.remove(name);
                     }
+                }
+            }
+            MetadataRecord::AccessControlEntry { acl } => {
+                if !self.acls.contains(acl) {
+                    Arc::make_mut(&mut self.acls).insert(acl.clone());
+                }
+            }
+            MetadataRecord::RemoveAccessControlEntry { acl } => {
+                if self.acls.contains(acl) {
+                    Arc::make_mut(&mut self.acls).remove(acl);
                 }
             }
             MetadataRecord::Bootstrap { cluster_id } => {

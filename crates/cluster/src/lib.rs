@@ -10,6 +10,7 @@
 //!
 //! Types to read first: [`ClusterMetadata`], [`BrokerConfig`], [`TopicConfigs`].
 
+pub mod acl;
 pub mod config;
 pub mod image;
 pub mod limits;

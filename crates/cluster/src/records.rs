@@ -97,6 +97,10 @@ pub enum MetadataRecord {
         name: String,
         mechanism: crate::scram::ScramMechanism,
     },
+    /// [AccessControlEntryRecord] An ACL added (a no-op when it exists).
+    AccessControlEntry { acl: crate::acl::StandardAcl },
+    /// [RemoveAccessControlEntryRecord]
+    RemoveAccessControlEntry { acl: crate::acl::StandardAcl },
     /// [FenceBrokerRecord] The broker's session expired or it finished a controlled shutdown.
     FenceBroker { node_id: i32, broker_epoch: i64 },
     /// [UnfenceBrokerRecord] The broker caught up with the metadata log.

@@ -31,6 +31,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
+use millrace_cluster::acl::{AclFilter, StandardAcl};
 use millrace_cluster::config::{BrokerConfig, TopicConfigs};
 use millrace_cluster::image::{MetadataImage, PartitionRegistration, TopicImage, NO_LEADER};
 use millrace_cluster::listeners::ListenerAddress;
@@ -258,6 +259,8 @@ impl Controller {
                 deletions,
                 upsertions,
             } => alter_scram_credentials(image, deletions, upsertions),
+            ControllerRequest::CreateAcls { acls } => create_acls(image, acls),
+            ControllerRequest::DeleteAcls { filters } => delete_acls(image, filters),
             ControllerRequest::SetTopicConfigs {
                 name,
                 configs,
@@ -1414,6 +1417,57 @@ fn alter_scram_credentials(
     Decision {
         records,
         response: ControllerResponse::AlterUserScramCredentials { results },
+    }
+}
+
+/// CreateAcls (`AclControlManager.createAcls`): each ACL checked on its own; one that exists, or
+/// that comes twice, is a success that writes nothing more.
+fn create_acls(image: &MetadataImage, acls: Vec<StandardAcl>) -> Decision {
+    let mut added: BTreeSet<StandardAcl> = BTreeSet::new();
+    let mut records = Vec::new();
+    let results = acls
+        .into_iter()
+        .map(|acl| {
+            acl.validate()
+                .map_err(|e| ControllerError::InvalidRequest(e.0))?;
+            if !image.acls.contains(&acl) && added.insert(acl.clone()) {
+                records.push(MetadataRecord::AccessControlEntry { acl });
+            }
+            Ok(())
+        })
+        .collect();
+    Decision {
+        records,
+        response: ControllerResponse::CreateAcls { results },
+    }
+}
+
+/// DeleteAcls (`AclControlManager.deleteAcls`): per filter, the ACLs in force it matches; an ACL
+/// two filters match is removed once and reported by both.
+fn delete_acls(image: &MetadataImage, filters: Vec<AclFilter>) -> Decision {
+    let mut removed: BTreeSet<StandardAcl> = BTreeSet::new();
+    let results = filters
+        .into_iter()
+        .map(|filter| {
+            filter
+                .validate()
+                .map_err(|e| ControllerError::InvalidRequest(e.0))?;
+            let matched: Vec<StandardAcl> = image
+                .acls
+                .iter()
+                .filter(|acl| filter.matches(acl))
+                .cloned()
+                .collect();
+            removed.extend(matched.iter().cloned());
+            Ok(matched)
+        })
+        .collect();
+    Decision {
+        records: removed
+            .into_iter()
+            .map(|acl| MetadataRecord::RemoveAccessControlEntry { acl })
+            .collect(),
+        response: ControllerResponse::DeleteAcls { results },
     }
 }
 

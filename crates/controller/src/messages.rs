@@ -9,6 +9,7 @@
 
 use std::collections::BTreeMap;
 
+use millrace_cluster::acl::{AclFilter, StandardAcl};
 use millrace_cluster::config::{ConfigChange, ConfigOp, TopicConfigs};
 use millrace_cluster::image::PartitionRegistration;
 use millrace_cluster::listeners::ListenerAddress;
@@ -62,6 +63,10 @@ pub enum ControllerRequest {
         deletions: Vec<(String, i8)>,
         upsertions: Vec<ScramUpsertion>,
     },
+    /// [CreateAcls] The ACLs to add, each already checked by the broker.
+    CreateAcls { acls: Vec<StandardAcl> },
+    /// [DeleteAcls] The filters whose matching ACLs to remove.
+    DeleteAcls { filters: Vec<AclFilter> },
     /// [AlterConfigs] (full replace) for one topic.
     SetTopicConfigs {
         name: String,
@@ -210,6 +215,14 @@ pub enum ControllerResponse {
     /// Per user, in the order users first appear in the request.
     AlterUserScramCredentials {
         results: Vec<(String, Result<(), ControllerError>)>,
+    },
+    /// Per ACL of the request, in order.
+    CreateAcls {
+        results: Vec<Result<(), ControllerError>>,
+    },
+    /// Per filter of the request, in order: the ACLs it removed, or why it removed none.
+    DeleteAcls {
+        results: Vec<Result<Vec<StandardAcl>, ControllerError>>,
     },
     /// The request as a whole was refused.
     Error {

@@ -40,6 +40,7 @@ use crate::dispatch::{dispatch, Pending};
 use crate::limits::{
     IN_FLIGHT_REQUESTS_PER_CONNECTION_MAX, TLS_FILE_READ_BYTES, TLS_HANDSHAKE_MS_MAX,
 };
+use crate::principal::{subject_name, PrincipalMapper};
 use crate::read_buffer::ReadAhead;
 use crate::request_memory::RequestMemory;
 use crate::sasl::SaslSettings;
@@ -89,24 +90,30 @@ impl Sink {
     }
 }
 
+/// A listener's TLS acceptor with its principal mapping, and its SASL settings.
+pub type ListenerSecurity = (
+    Option<(TlsAcceptor, Arc<PrincipalMapper>)>,
+    Option<Arc<SaslSettings>>,
+);
+
 /// Serves one connection of listener `listener` (after the TLS handshake when `tls` is set) until
 /// the peer closes it, it misbehaves, it idles out, or the broker shuts down.
 pub async fn serve_connection(
     stream: TcpStream,
     peer: SocketAddr,
     listener: Arc<str>,
-    (tls, sasl): (Option<TlsAcceptor>, Option<Arc<SaslSettings>>),
+    (tls, sasl): ListenerSecurity,
     ctx: Arc<BrokerContext>,
     limits: ConnectionLimits,
 ) {
     let _ = stream.set_nodelay(true);
-    let session = Session::new(peer, listener, sasl);
+    let mut session = Session::new(peer, listener, sasl);
     match tls {
         None => {
             let (read_half, write_half) = stream.into_split();
             serve(read_half, Sink::Plain(write_half), session, ctx, limits).await;
         }
-        Some(acceptor) => {
+        Some((acceptor, mapper)) => {
             let handshake = tokio::time::timeout(
                 Duration::from_millis(TLS_HANDSHAKE_MS_MAX),
                 acceptor.accept(stream),
@@ -127,6 +134,27 @@ pub async fn serve_connection(
                     }
                 },
             };
+            if let Some(cert) = stream
+                .get_ref()
+                .1
+                .peer_certificates()
+                .and_then(|c| c.first())
+            {
+                let subject = subject_name(cert.as_ref());
+                match subject.as_deref().map(|s| (s, mapper.name(s))) {
+                    Some((_, Some(name))) => session.set_tls_principal(format!("User:{name}")),
+                    Some((subject, None)) => {
+                        info!(%peer, listener = %session.listener, %subject, "no ssl.principal.mapping.rules rule applies to the client certificate; closing connection");
+                        millrace_metrics::global().authentication_failures.inc();
+                        return;
+                    }
+                    None => {
+                        info!(%peer, listener = %session.listener, "cannot read the client certificate's subject; closing connection");
+                        millrace_metrics::global().authentication_failures.inc();
+                        return;
+                    }
+                }
+            }
             let (read_half, write_half) = tokio::io::split(stream);
             serve(read_half, Sink::Tls(write_half), session, ctx, limits).await;
         }

@@ -15,16 +15,17 @@ use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{
     AlterConfigsRequest, AlterPartitionReassignmentsRequest, AlterUserScramCredentialsRequest,
     ApiKey, ApiVersionsRequest, ConsumerGroupDescribeRequest, ConsumerGroupHeartbeatRequest,
-    CreatePartitionsRequest, CreateTopicsRequest, DeleteGroupsRequest, DeleteRecordsRequest,
-    DeleteTopicsRequest, DescribeClientQuotasRequest, DescribeClusterRequest,
-    DescribeConfigsRequest, DescribeGroupsRequest, DescribeLogDirsRequest,
-    DescribeProducersRequest, DescribeTopicPartitionsRequest, DescribeUserScramCredentialsRequest,
-    ElectLeadersRequest, FetchRequest, FindCoordinatorRequest, HeartbeatRequest,
-    IncrementalAlterConfigsRequest, InitProducerIdRequest, JoinGroupRequest, LeaveGroupRequest,
-    ListConfigResourcesRequest, ListGroupsRequest, ListOffsetsRequest,
-    ListPartitionReassignmentsRequest, MetadataRequest, OffsetCommitRequest, OffsetDeleteRequest,
-    OffsetFetchRequest, OffsetForLeaderEpochRequest, ProduceRequest, RequestHeader, ResponseHeader,
-    SaslAuthenticateRequest, SaslHandshakeRequest, SyncGroupRequest,
+    CreateAclsRequest, CreatePartitionsRequest, CreateTopicsRequest, DeleteAclsRequest,
+    DeleteGroupsRequest, DeleteRecordsRequest, DeleteTopicsRequest, DescribeAclsRequest,
+    DescribeClientQuotasRequest, DescribeClusterRequest, DescribeConfigsRequest,
+    DescribeGroupsRequest, DescribeLogDirsRequest, DescribeProducersRequest,
+    DescribeTopicPartitionsRequest, DescribeUserScramCredentialsRequest, ElectLeadersRequest,
+    FetchRequest, FindCoordinatorRequest, HeartbeatRequest, IncrementalAlterConfigsRequest,
+    InitProducerIdRequest, JoinGroupRequest, LeaveGroupRequest, ListConfigResourcesRequest,
+    ListGroupsRequest, ListOffsetsRequest, ListPartitionReassignmentsRequest, MetadataRequest,
+    OffsetCommitRequest, OffsetDeleteRequest, OffsetFetchRequest, OffsetForLeaderEpochRequest,
+    ProduceRequest, RequestHeader, ResponseHeader, SaslAuthenticateRequest, SaslHandshakeRequest,
+    SyncGroupRequest,
 };
 use kafka_protocol::protocol::{Decodable, Encodable};
 use tokio::task::JoinHandle;
@@ -32,6 +33,7 @@ use tokio::task::JoinHandle;
 use millrace_metrics::{ApiErrorLabels, ApiLabels};
 
 use crate::api;
+use crate::authz::Authz;
 use crate::response_errors::{error_name, ResponseErrors};
 use crate::session::Session;
 use crate::splice::{self, Chunk};
@@ -123,7 +125,30 @@ pub fn dispatch(
         }
     }
 
+    // Who asks, and the ACLs in force now (everything allowed without an authorizer).
+    let authz = Authz::for_session(ctx, session);
+
     match key {
+        ApiKey::CreateAcls => {
+            let request: CreateAclsRequest = decode(&mut buf, route)?;
+            Ok(spawn(
+                route,
+                api::acls::create(ctx.clone(), authz, request),
+                true,
+            ))
+        }
+        ApiKey::DescribeAcls => {
+            let request: DescribeAclsRequest = decode(&mut buf, route)?;
+            Ok(ready(route, api::acls::describe(ctx, &authz, request)))
+        }
+        ApiKey::DeleteAcls => {
+            let request: DeleteAclsRequest = decode(&mut buf, route)?;
+            Ok(spawn(
+                route,
+                api::acls::delete(ctx.clone(), authz, request),
+                true,
+            ))
+        }
         ApiKey::SaslHandshake => {
             let request: SaslHandshakeRequest = decode(&mut buf, route)?;
             Ok(ready(
@@ -149,7 +174,7 @@ pub fn dispatch(
             let request: AlterUserScramCredentialsRequest = decode(&mut buf, route)?;
             Ok(spawn(
                 route,
-                api::user_scram_credentials::alter(ctx.clone(), request),
+                api::user_scram_credentials::alter(ctx.clone(), authz, request),
                 true,
             ))
         }
@@ -157,23 +182,32 @@ pub fn dispatch(
             let request: DescribeUserScramCredentialsRequest = decode(&mut buf, route)?;
             Ok(ready(
                 route,
-                api::user_scram_credentials::describe(ctx, request),
+                api::user_scram_credentials::describe(ctx, &authz, request),
             ))
         }
         ApiKey::DescribeClientQuotas => {
             let request: DescribeClientQuotasRequest = decode(&mut buf, route)?;
-            Ok(ready(route, api::describe_client_quotas::handle(request)))
+            Ok(ready(
+                route,
+                api::describe_client_quotas::handle(&authz, request),
+            ))
         }
         ApiKey::Produce => {
             let request: ProduceRequest = decode(&mut buf, route)?;
             let acks = request.acks;
-            let response = api::produce::handle(ctx, request, version, session.listener.clone());
+            let response =
+                api::produce::handle(ctx, authz, request, version, session.listener.clone());
             Ok(spawn(route, response, acks != 0))
         }
         ApiKey::Fetch => {
             let request: FetchRequest = decode(&mut buf, route)?;
-            let response =
-                api::fetch::handle(ctx.clone(), request, version, session.listener.clone());
+            let response = api::fetch::handle(
+                ctx.clone(),
+                authz,
+                request,
+                version,
+                session.listener.clone(),
+            );
             Ok(tokio::spawn(async move {
                 let (mut response, files) = response.await;
                 let records = splice::take_records(&mut response, &files);
@@ -185,14 +219,20 @@ pub fn dispatch(
             let request: ListOffsetsRequest = decode(&mut buf, route)?;
             Ok(ready(
                 route,
-                api::list_offsets::handle(ctx, request, version),
+                api::list_offsets::handle(ctx, &authz, request, version),
             ))
         }
         ApiKey::Metadata => {
             let request: MetadataRequest = decode(&mut buf, route)?;
             Ok(spawn(
                 route,
-                api::metadata::handle(ctx.clone(), request, version, session.listener.clone()),
+                api::metadata::handle(
+                    ctx.clone(),
+                    authz,
+                    request,
+                    version,
+                    session.listener.clone(),
+                ),
                 true,
             ))
         }
@@ -200,7 +240,7 @@ pub fn dispatch(
             let request: FindCoordinatorRequest = decode(&mut buf, route)?;
             Ok(ready(
                 route,
-                api::find_coordinator::handle(ctx, request, version, &session.listener),
+                api::find_coordinator::handle(ctx, &authz, request, version, &session.listener),
             ))
         }
         ApiKey::ApiVersions => {
@@ -215,7 +255,7 @@ pub fn dispatch(
             let request: CreateTopicsRequest = decode(&mut buf, route)?;
             Ok(spawn(
                 route,
-                api::create_topics::handle(ctx.clone(), request, version),
+                api::create_topics::handle(ctx.clone(), authz, request, version),
                 true,
             ))
         }
@@ -223,7 +263,7 @@ pub fn dispatch(
             let request: DeleteTopicsRequest = decode(&mut buf, route)?;
             Ok(spawn(
                 route,
-                api::delete_topics::handle(ctx.clone(), request, version),
+                api::delete_topics::handle(ctx.clone(), authz, request, version),
                 true,
             ))
         }
@@ -231,7 +271,7 @@ pub fn dispatch(
             let request: CreatePartitionsRequest = decode(&mut buf, route)?;
             Ok(spawn(
                 route,
-                api::create_partitions::handle(ctx.clone(), request, version),
+                api::create_partitions::handle(ctx.clone(), authz, request, version),
                 true,
             ))
         }
@@ -239,14 +279,14 @@ pub fn dispatch(
             let request: DescribeClusterRequest = decode(&mut buf, route)?;
             Ok(ready(
                 route,
-                api::describe_cluster::handle(ctx, request, version, &session.listener),
+                api::describe_cluster::handle(ctx, &authz, request, version, &session.listener),
             ))
         }
         ApiKey::InitProducerId => {
             let request: InitProducerIdRequest = decode(&mut buf, route)?;
             Ok(spawn(
                 route,
-                api::init_producer_id::handle(ctx.clone(), request, version),
+                api::init_producer_id::handle(ctx.clone(), authz, request, version),
                 true,
             ))
         }
@@ -254,21 +294,21 @@ pub fn dispatch(
             let request: ListConfigResourcesRequest = decode(&mut buf, route)?;
             Ok(ready(
                 route,
-                api::list_config_resources::handle(ctx, request, version),
+                api::list_config_resources::handle(ctx, &authz, request, version),
             ))
         }
         ApiKey::DescribeConfigs => {
             let request: DescribeConfigsRequest = decode(&mut buf, route)?;
             Ok(ready(
                 route,
-                api::describe_configs::handle(ctx, request, version),
+                api::describe_configs::handle(ctx, &authz, request, version),
             ))
         }
         ApiKey::AlterConfigs => {
             let request: AlterConfigsRequest = decode(&mut buf, route)?;
             Ok(spawn(
                 route,
-                api::alter_configs::handle(ctx.clone(), request, version),
+                api::alter_configs::handle(ctx.clone(), authz, request, version),
                 true,
             ))
         }
@@ -276,7 +316,7 @@ pub fn dispatch(
             let request: IncrementalAlterConfigsRequest = decode(&mut buf, route)?;
             Ok(spawn(
                 route,
-                api::alter_configs::handle_incremental(ctx.clone(), request, version),
+                api::alter_configs::handle_incremental(ctx.clone(), authz, request, version),
                 true,
             ))
         }
@@ -284,35 +324,35 @@ pub fn dispatch(
             let request: DeleteRecordsRequest = decode(&mut buf, route)?;
             Ok(ready(
                 route,
-                api::delete_records::handle(ctx, request, version),
+                api::delete_records::handle(ctx, &authz, request, version),
             ))
         }
         ApiKey::OffsetForLeaderEpoch => {
             let request: OffsetForLeaderEpochRequest = decode(&mut buf, route)?;
             Ok(ready(
                 route,
-                api::offset_for_leader_epoch::handle(ctx, request, version),
+                api::offset_for_leader_epoch::handle(ctx, &authz, request, version),
             ))
         }
         ApiKey::DescribeLogDirs => {
             let request: DescribeLogDirsRequest = decode(&mut buf, route)?;
             Ok(ready(
                 route,
-                api::describe_log_dirs::handle(ctx, request, version),
+                api::describe_log_dirs::handle(ctx, &authz, request, version),
             ))
         }
         ApiKey::DescribeProducers => {
             let request: DescribeProducersRequest = decode(&mut buf, route)?;
             Ok(ready(
                 route,
-                api::describe_producers::handle(ctx, request, version),
+                api::describe_producers::handle(ctx, &authz, request, version),
             ))
         }
         ApiKey::DescribeTopicPartitions => {
             let request: DescribeTopicPartitionsRequest = decode(&mut buf, route)?;
             Ok(ready(
                 route,
-                api::describe_topic_partitions::handle(ctx, request, version),
+                api::describe_topic_partitions::handle(ctx, &authz, request, version),
             ))
         }
         ApiKey::JoinGroup => {
@@ -320,7 +360,7 @@ pub fn dispatch(
             let client_id = header.client_id.as_deref().unwrap_or_default();
             Ok(spawn(
                 route,
-                api::join_group::handle(ctx, request, version, client_id, peer),
+                api::join_group::handle(ctx, &authz, request, version, client_id, peer),
                 true,
             ))
         }
@@ -328,7 +368,7 @@ pub fn dispatch(
             let request: SyncGroupRequest = decode(&mut buf, route)?;
             Ok(spawn(
                 route,
-                api::sync_group::handle(ctx, request, version),
+                api::sync_group::handle(ctx, &authz, request, version),
                 true,
             ))
         }
@@ -337,7 +377,9 @@ pub fn dispatch(
             let client_id = header.client_id.as_deref().unwrap_or_default();
             Ok(spawn(
                 route,
-                api::consumer_group_heartbeat::handle(ctx, request, version, client_id, peer),
+                api::consumer_group_heartbeat::handle(
+                    ctx, &authz, request, version, client_id, peer,
+                ),
                 true,
             ))
         }
@@ -345,25 +387,28 @@ pub fn dispatch(
             let request: ConsumerGroupDescribeRequest = decode(&mut buf, route)?;
             Ok(ready(
                 route,
-                api::consumer_group_describe::handle(ctx, request, version),
+                api::consumer_group_describe::handle(ctx, &authz, request, version),
             ))
         }
         ApiKey::Heartbeat => {
             let request: HeartbeatRequest = decode(&mut buf, route)?;
-            Ok(ready(route, api::heartbeat::handle(ctx, request, version)))
+            Ok(ready(
+                route,
+                api::heartbeat::handle(ctx, &authz, request, version),
+            ))
         }
         ApiKey::LeaveGroup => {
             let request: LeaveGroupRequest = decode(&mut buf, route)?;
             Ok(ready(
                 route,
-                api::leave_group::handle(ctx, request, version),
+                api::leave_group::handle(ctx, &authz, request, version),
             ))
         }
         ApiKey::OffsetCommit => {
             let request: OffsetCommitRequest = decode(&mut buf, route)?;
             Ok(spawn(
                 route,
-                api::offset_commit::handle(ctx, request, version),
+                api::offset_commit::handle(ctx, &authz, request, version),
                 true,
             ))
         }
@@ -371,28 +416,28 @@ pub fn dispatch(
             let request: OffsetFetchRequest = decode(&mut buf, route)?;
             Ok(ready(
                 route,
-                api::offset_fetch::handle(ctx, request, version),
+                api::offset_fetch::handle(ctx, &authz, request, version),
             ))
         }
         ApiKey::ListGroups => {
             let request: ListGroupsRequest = decode(&mut buf, route)?;
             Ok(ready(
                 route,
-                api::list_groups::handle(ctx, request, version),
+                api::list_groups::handle(ctx, &authz, request, version),
             ))
         }
         ApiKey::DescribeGroups => {
             let request: DescribeGroupsRequest = decode(&mut buf, route)?;
             Ok(ready(
                 route,
-                api::describe_groups::handle(ctx, request, version),
+                api::describe_groups::handle(ctx, &authz, request, version),
             ))
         }
         ApiKey::DeleteGroups => {
             let request: DeleteGroupsRequest = decode(&mut buf, route)?;
             Ok(spawn(
                 route,
-                api::delete_groups::handle(ctx, request, version),
+                api::delete_groups::handle(ctx, &authz, request, version),
                 true,
             ))
         }
@@ -400,7 +445,7 @@ pub fn dispatch(
             let request: OffsetDeleteRequest = decode(&mut buf, route)?;
             Ok(spawn(
                 route,
-                api::offset_delete::handle(ctx, request, version),
+                api::offset_delete::handle(ctx, &authz, request, version),
                 true,
             ))
         }
@@ -408,7 +453,7 @@ pub fn dispatch(
             let request: ElectLeadersRequest = decode(&mut buf, route)?;
             Ok(spawn(
                 route,
-                api::elect_leaders::handle(ctx.clone(), request, version),
+                api::elect_leaders::handle(ctx.clone(), authz, request, version),
                 true,
             ))
         }
@@ -416,7 +461,7 @@ pub fn dispatch(
             let request: AlterPartitionReassignmentsRequest = decode(&mut buf, route)?;
             Ok(spawn(
                 route,
-                api::alter_partition_reassignments::handle(ctx.clone(), request, version),
+                api::alter_partition_reassignments::handle(ctx.clone(), authz, request, version),
                 true,
             ))
         }
@@ -424,7 +469,7 @@ pub fn dispatch(
             let request: ListPartitionReassignmentsRequest = decode(&mut buf, route)?;
             Ok(spawn(
                 route,
-                api::list_partition_reassignments::handle(ctx.clone(), request, version),
+                api::list_partition_reassignments::handle(ctx.clone(), authz, request, version),
                 true,
             ))
         }

@@ -14,12 +14,14 @@
 //! Types to read first: [`BrokerContext`], [`dispatch::dispatch`], [`versions::ADVERTISED`].
 
 pub mod api;
+pub mod authz;
 pub mod blocking;
 pub mod connection;
 pub mod dispatch;
 pub mod error_codes;
 pub mod fetch_session;
 pub mod limits;
+pub mod principal;
 pub mod read_buffer;
 pub mod request_memory;
 pub mod response_errors;
@@ -58,4 +60,6 @@ pub struct BrokerContext {
     pub shutdown: CancellationToken,
     /// Incremental fetch sessions (KIP-227).
     pub fetch_sessions: Arc<fetch_session::FetchSessionCache>,
+    /// The ACL authorizer (`authorizer.class.name`); `None`: every request is allowed.
+    pub authorizer: Option<Arc<millrace_cluster::acl::Authorizer>>,
 }

@@ -10,12 +10,12 @@
 use kafka_protocol::messages::{
     AlterConfigsResponse, AlterPartitionReassignmentsResponse, AlterUserScramCredentialsResponse,
     ApiVersionsResponse, ConsumerGroupDescribeResponse, ConsumerGroupHeartbeatResponse,
-    CreatePartitionsResponse, CreateTopicsResponse, DeleteGroupsResponse, DeleteRecordsResponse,
-    DeleteTopicsResponse, DescribeClientQuotasResponse, DescribeClusterResponse,
-    DescribeConfigsResponse, DescribeGroupsResponse, DescribeLogDirsResponse,
-    DescribeProducersResponse, DescribeTopicPartitionsResponse,
-    DescribeUserScramCredentialsResponse, ElectLeadersResponse, FetchResponse,
-    FindCoordinatorResponse, HeartbeatResponse, IncrementalAlterConfigsResponse,
+    CreateAclsResponse, CreatePartitionsResponse, CreateTopicsResponse, DeleteAclsResponse,
+    DeleteGroupsResponse, DeleteRecordsResponse, DeleteTopicsResponse, DescribeAclsResponse,
+    DescribeClientQuotasResponse, DescribeClusterResponse, DescribeConfigsResponse,
+    DescribeGroupsResponse, DescribeLogDirsResponse, DescribeProducersResponse,
+    DescribeTopicPartitionsResponse, DescribeUserScramCredentialsResponse, ElectLeadersResponse,
+    FetchResponse, FindCoordinatorResponse, HeartbeatResponse, IncrementalAlterConfigsResponse,
     InitProducerIdResponse, JoinGroupResponse, LeaveGroupResponse, ListConfigResourcesResponse,
     ListGroupsResponse, ListOffsetsResponse, ListPartitionReassignmentsResponse, MetadataResponse,
     OffsetCommitResponse, OffsetDeleteResponse, OffsetFetchResponse, OffsetForLeaderEpochResponse,
@@ -120,6 +120,28 @@ impl ResponseErrors for DescribeUserScramCredentialsResponse {
     fn for_each_error(&self, f: &mut dyn FnMut(i16)) {
         visit(self.error_code, f);
         for r in &self.results {
+            visit(r.error_code, f);
+        }
+    }
+}
+
+impl ResponseErrors for CreateAclsResponse {
+    fn for_each_error(&self, f: &mut dyn FnMut(i16)) {
+        for r in &self.results {
+            visit(r.error_code, f);
+        }
+    }
+}
+
+impl ResponseErrors for DescribeAclsResponse {
+    fn for_each_error(&self, f: &mut dyn FnMut(i16)) {
+        visit(self.error_code, f);
+    }
+}
+
+impl ResponseErrors for DeleteAclsResponse {
+    fn for_each_error(&self, f: &mut dyn FnMut(i16)) {
+        for r in &self.filter_results {
             visit(r.error_code, f);
         }
     }

@@ -113,7 +113,10 @@ async fn accept_loop(listener: ServedListener, shared: Arc<Shared>) {
         metrics.connections.inc();
         let task_shared = shared.clone();
         let name = name.clone();
-        let security = (tls.as_ref().map(|t| t.acceptor()), sasl.clone());
+        let security = (
+            tls.as_ref().map(|t| (t.acceptor(), t.principal_mapper())),
+            sasl.clone(),
+        );
         shared.tracker.spawn(async move {
             let shared = task_shared;
             serve_connection(

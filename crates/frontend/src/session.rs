@@ -8,6 +8,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+use millrace_cluster::acl::ANONYMOUS_PRINCIPAL;
 use parking_lot::Mutex;
 
 use crate::sasl::{Authenticator, SaslSettings};
@@ -20,6 +21,8 @@ pub struct Session {
     pub listener: Arc<str>,
     /// `Some` on a SASL listener.
     pub sasl: Option<Mutex<Authenticator>>,
+    /// `User:<name>` from a TLS client certificate (`ssl.principal.mapping.rules` applied).
+    tls_principal: Option<String>,
     /// Set by a request whose answer must be the connection's last (a failed authentication).
     close_after: AtomicBool,
 }
@@ -30,6 +33,7 @@ impl Session {
             peer,
             listener,
             sasl: sasl.map(|s| Mutex::new(Authenticator::new(s))),
+            tls_principal: None,
             close_after: AtomicBool::new(false),
         }
     }
@@ -37,6 +41,22 @@ impl Session {
     /// A client of the listener named `PLAINTEXT` (tests, fuzzing).
     pub fn plaintext(peer: SocketAddr) -> Self {
         Self::new(peer, Arc::from("PLAINTEXT"), None)
+    }
+
+    /// The principal a TLS client certificate proved (set once, after the handshake).
+    pub fn set_tls_principal(&mut self, principal: String) {
+        self.tls_principal = Some(principal);
+    }
+
+    /// Who the client is, for the authorizer: the SASL principal once authenticated, else the
+    /// TLS client certificate's, else `User:ANONYMOUS`.
+    pub fn principal(&self) -> String {
+        if let Some(principal) = self.sasl.as_ref().and_then(|s| s.lock().principal()) {
+            return principal;
+        }
+        self.tls_principal
+            .clone()
+            .unwrap_or_else(|| ANONYMOUS_PRINCIPAL.to_string())
     }
 
     /// Asks the connection to close once the current request's answer is sent.

@@ -179,6 +179,7 @@ pub fn single_node_context(
         data_dir: data_dir.display().to_string(),
         shutdown: CancellationToken::new(),
         fetch_sessions: Arc::new(crate::fetch_session::FetchSessionCache::new(1000)),
+        authorizer: None,
     });
     (ctx, hold)
 }

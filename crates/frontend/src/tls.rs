@@ -20,6 +20,7 @@
 //!
 //! Errors are [`TlsError`]s naming the config key or file at fault.
 
+use crate::principal::{PrincipalMapper, DEFAULT_MAPPING_RULES};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -86,6 +87,8 @@ pub struct TlsSettings {
     trust: Option<PemSource>,
     client_auth: ClientAuth,
     protocols: Vec<&'static SupportedProtocolVersion>,
+    /// `ssl.principal.mapping.rules`: a client certificate's subject → principal name.
+    principal_mapper: Arc<PrincipalMapper>,
 }
 
 impl TlsSettings {
@@ -228,6 +231,11 @@ impl TlsSettings {
                 "no protocol enabled".to_string(),
             ));
         }
+        let rules = get("ssl.principal.mapping.rules").unwrap_or(DEFAULT_MAPPING_RULES);
+        let principal_mapper = Arc::new(
+            PrincipalMapper::parse(rules)
+                .map_err(|e| wrong("ssl.principal.mapping.rules", e.to_string()))?,
+        );
         Ok(Self {
             listener: listener.to_string(),
             chain,
@@ -235,6 +243,7 @@ impl TlsSettings {
             trust,
             client_auth,
             protocols,
+            principal_mapper,
         })
     }
 
@@ -384,6 +393,11 @@ impl TlsListener {
             settings,
             current: RwLock::new((TlsAcceptor::from(Arc::new(config)), stamps)),
         }))
+    }
+
+    /// How a client certificate's subject becomes a principal.
+    pub fn principal_mapper(&self) -> Arc<PrincipalMapper> {
+        self.settings.principal_mapper.clone()
     }
 
     /// The acceptor for a new connection.

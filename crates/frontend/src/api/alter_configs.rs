@@ -21,6 +21,9 @@ use millrace_controller::{ControllerRequest, ControllerResponse};
 
 use super::describe_configs::{RESOURCE_BROKER, RESOURCE_TOPIC};
 use super::{forward, str_bytes};
+use crate::authz::Authz;
+use millrace_cluster::acl::AclOperation;
+
 use crate::error_codes::{self, INVALID_CONFIG, INVALID_REQUEST, UNKNOWN_SERVER_ERROR};
 use crate::limits::ADMIN_TIMEOUT_MS_MAX;
 use crate::BrokerContext;
@@ -44,12 +47,15 @@ fn deletes_a_throttle(name: &str, op: i8) -> bool {
 
 pub async fn handle(
     ctx: Arc<BrokerContext>,
+    authz: Authz,
     request: AlterConfigsRequest,
     _version: i16,
 ) -> AlterConfigsResponse {
     let mut responses = Vec::with_capacity(request.resources.len());
     for resource in request.resources {
+        let refused = denied(&authz, resource.resource_type, &resource.resource_name);
         let outcome = match check_resource(resource.resource_type) {
+            _ if refused.is_some() => Err((refused.unwrap_or_default(), String::new())),
             Err(e) => Err(e),
             Ok(()) => {
                 let entries: BTreeMap<String, String> = resource
@@ -92,6 +98,7 @@ pub async fn handle(
 
 pub async fn handle_incremental(
     ctx: Arc<BrokerContext>,
+    authz: Authz,
     request: IncrementalAlterConfigsRequest,
     _version: i16,
 ) -> IncrementalAlterConfigsResponse {
@@ -102,7 +109,9 @@ pub async fn handle_incremental(
             .configs
             .iter()
             .all(|c| deletes_a_throttle(c.name.as_str(), c.config_operation));
+        let refused = denied(&authz, resource.resource_type, &name);
         let outcome = match check_resource(resource.resource_type) {
+            _ if refused.is_some() => Err((refused.unwrap_or_default(), String::new())),
             _ if only_throttle_deletes
                 && matches!(resource.resource_type, RESOURCE_BROKER | RESOURCE_TOPIC)
                 && (resource.resource_type == RESOURCE_BROKER
@@ -183,6 +192,16 @@ async fn apply(ctx: &Arc<BrokerContext>, topic: &str, request: ControllerRequest
 fn split(outcome: Outcome) -> (i16, Option<StrBytes>) {
     match outcome {
         Ok(()) => (0, None),
+        // An authorization failure carries no message, as in Kafka.
+        Err((code, message)) if message.is_empty() => (code, None),
         Err((code, message)) => (code, Some(str_bytes(&message))),
     }
+}
+
+/// The authorization error for altering a config resource (AlterConfigs on it, on the cluster
+/// for a broker), if any.
+fn denied(authz: &Authz, resource_type: i8, name: &str) -> Option<i16> {
+    authz
+        .config_resource(AclOperation::AlterConfigs, resource_type, name)
+        .err()
 }

@@ -20,14 +20,22 @@ use millrace_controller::messages::{PartitionResults, ReassignTopicSpec};
 use millrace_controller::{ControllerError, ControllerRequest, ControllerResponse};
 
 use super::{forward, str_bytes};
+use crate::authz::Authz;
+use crate::error_codes::CLUSTER_AUTHORIZATION_FAILED;
+use millrace_cluster::acl::AclOperation;
+
 use crate::error_codes::{self, KafkaError};
 use crate::BrokerContext;
 
 pub async fn handle(
     ctx: Arc<BrokerContext>,
+    authz: Authz,
     request: AlterPartitionReassignmentsRequest,
     _version: i16,
 ) -> AlterPartitionReassignmentsResponse {
+    if !authz.cluster(AclOperation::Alter) {
+        return refused(&request, &KafkaError::code(CLUSTER_AUTHORIZATION_FAILED));
+    }
     let specs: Vec<ReassignTopicSpec> = request
         .topics
         .iter()

@@ -13,6 +13,11 @@ use millrace_cluster::image::MetadataImage;
 use millrace_groups::GroupError;
 
 use super::{str_bytes, topic_name};
+use crate::authz::Authz;
+use crate::error_codes::GROUP_AUTHORIZATION_FAILED;
+use millrace_cluster::acl::AclOperation;
+use millrace_cluster::acl::ResourceType;
+
 use crate::error_codes;
 use crate::BrokerContext;
 
@@ -41,14 +46,20 @@ fn assignment(image: &MetadataImage, a: &millrace_groups::Assignment) -> Assignm
 
 pub fn handle(
     ctx: &Arc<BrokerContext>,
+    authz: &Authz,
     request: ConsumerGroupDescribeRequest,
     version: i16,
 ) -> ConsumerGroupDescribeResponse {
     let image = ctx.cluster.image();
+    let include_operations = request.include_authorized_operations;
     let groups = request
         .group_ids
         .into_iter()
         .map(|id| match ctx.groups.describe_consumer_group(&id.0) {
+            _ if !authz.group(AclOperation::Describe, &id.0) => DescribedGroup::default()
+                .with_group_id(id)
+                .with_error_code(GROUP_AUTHORIZATION_FAILED)
+                .with_authorized_operations(AUTHORIZED_OPERATIONS_OMITTED),
             Err(e) => {
                 let err = error_codes::from_group(&e, "ConsumerGroupDescribe");
                 DescribedGroup::default()
@@ -64,6 +75,7 @@ pub fn handle(
                     .with_authorized_operations(AUTHORIZED_OPERATIONS_OMITTED)
             }
             Ok(d) => {
+                let id_text = id.0.to_string();
                 let members = d
                     .members
                     .iter()
@@ -101,7 +113,12 @@ pub fn handle(
                     .with_assignment_epoch(d.assignment_epoch)
                     .with_assignor_name(str_bytes(d.assignor))
                     .with_members(members)
-                    .with_authorized_operations(AUTHORIZED_OPERATIONS_OMITTED)
+                    .with_authorized_operations(
+                        include_operations
+                            .then(|| authz.operations(ResourceType::Group, &id_text))
+                            .flatten()
+                            .unwrap_or(AUTHORIZED_OPERATIONS_OMITTED),
+                    )
             }
         })
         .collect();

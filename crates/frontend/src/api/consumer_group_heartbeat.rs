@@ -16,6 +16,10 @@ use millrace_cluster::image::MetadataImage;
 use millrace_groups::{ConsumerHeartbeatRequest, TopicInfo, TopicsView};
 
 use super::str_bytes;
+use crate::authz::Authz;
+use crate::error_codes::{GROUP_AUTHORIZATION_FAILED, TOPIC_AUTHORIZATION_FAILED};
+use millrace_cluster::acl::AclOperation;
+
 use crate::error_codes;
 use crate::BrokerContext;
 
@@ -52,11 +56,39 @@ impl TopicsView for ImageTopics {
 
 pub fn handle(
     ctx: &Arc<BrokerContext>,
+    authz: &Authz,
     request: ConsumerGroupHeartbeatRequest,
     version: i16,
     client_id: &str,
     peer: SocketAddr,
 ) -> impl Future<Output = ConsumerGroupHeartbeatResponse> + Send + 'static {
+    // Read on the group, then Describe on every topic subscribed to by name (Kafka's order).
+    let refusal = if !authz.group(AclOperation::Read, &request.group_id.0) {
+        Some((GROUP_AUTHORIZATION_FAILED, None))
+    } else {
+        let denied: Vec<&str> = request
+            .subscribed_topic_names
+            .iter()
+            .flatten()
+            .map(|n| n.0.as_str())
+            .filter(|n| !authz.topic(AclOperation::Describe, n))
+            .collect();
+        (!denied.is_empty()).then(|| {
+            (
+                TOPIC_AUTHORIZATION_FAILED,
+                Some(format!(
+                    "The following topics are not authorized: {}",
+                    denied.join(", ")
+                )),
+            )
+        })
+    };
+    if let Some((code, message)) = refusal {
+        let response = ConsumerGroupHeartbeatResponse::default()
+            .with_error_code(code)
+            .with_error_message(message.as_deref().map(str_bytes));
+        return futures::future::Either::Left(std::future::ready(response));
+    }
     let owned = request.topic_partitions.map(|tps| {
         let mut out = millrace_groups::Assignment::new();
         for tp in tps {
@@ -92,14 +124,14 @@ pub fn handle(
         let topics = ImageTopics(ctx.cluster.image());
         Some(ctx.groups.consumer_heartbeat(&req, &topics))
     };
-    async move {
+    futures::future::Either::Right(async move {
         let Some(reply) = reply else {
             return error(&millrace_groups::GroupError::InvalidRequest(
                 "MemberId can't be empty.".to_string(),
             ));
         };
         respond(reply.await)
-    }
+    })
 }
 
 fn respond(

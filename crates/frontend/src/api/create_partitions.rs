@@ -9,17 +9,25 @@ use millrace_controller::messages::PartitionsSpec;
 use millrace_controller::{ControllerError, ControllerRequest, ControllerResponse};
 
 use super::{forward, str_bytes};
+use crate::authz::Authz;
+use crate::error_codes::TOPIC_AUTHORIZATION_FAILED;
+use millrace_cluster::acl::AclOperation;
+
 use crate::error_codes;
 use crate::BrokerContext;
 
 pub async fn handle(
     ctx: Arc<BrokerContext>,
+    authz: Authz,
     request: CreatePartitionsRequest,
     _version: i16,
 ) -> CreatePartitionsResponse {
+    // Growing a topic needs Alter on it; a refused topic is not sent to the controller.
+    let allowed = |name: &str| authz.topic(AclOperation::Alter, name);
     let specs: Vec<PartitionsSpec> = request
         .topics
         .iter()
+        .filter(|topic| allowed(&topic.name.0))
         .map(|topic| PartitionsSpec {
             name: topic.name.0.to_string(),
             count: topic.count,
@@ -31,16 +39,21 @@ pub async fn handle(
         })
         .collect();
     let wanted: Vec<(String, i32)> = specs.iter().map(|s| (s.name.clone(), s.count)).collect();
-    let outcome = match forward::forward(
-        &ctx,
-        ControllerRequest::CreatePartitions {
-            topics: specs,
-            validate_only: request.validate_only,
-        },
-        forward::timeout(request.timeout_ms),
-    )
-    .await
-    {
+    let outcome = match if specs.is_empty() {
+        Ok(ControllerResponse::CreatePartitions {
+            results: Vec::new(),
+        })
+    } else {
+        forward::forward(
+            &ctx,
+            ControllerRequest::CreatePartitions {
+                topics: specs,
+                validate_only: request.validate_only,
+            },
+            forward::timeout(request.timeout_ms),
+        )
+        .await
+    } {
         Ok(ControllerResponse::CreatePartitions { results }) => Ok(results),
         Ok(other) => Err(ControllerError::Internal(format!(
             "unexpected answer {other:?}"
@@ -66,6 +79,11 @@ pub async fn handle(
         .map(|topic| {
             let name = topic.name.0.to_string();
             let mut result = CreatePartitionsTopicResult::default().with_name(topic.name);
+            if !allowed(&name) {
+                result.error_code = TOPIC_AUTHORIZATION_FAILED;
+                result.error_message = Some(str_bytes("The topic authorization is failed."));
+                return result;
+            }
             let one = match &outcome {
                 Ok(results) => results
                     .iter()

@@ -14,6 +14,10 @@ use millrace_controller::messages::{CreatedTopic, TopicSpec};
 use millrace_controller::{ControllerError, ControllerRequest, ControllerResponse};
 
 use super::{forward, str_bytes};
+use crate::authz::Authz;
+use crate::error_codes::TOPIC_AUTHORIZATION_FAILED;
+use millrace_cluster::acl::AclOperation;
+
 use crate::error_codes::{self, INVALID_REQUEST};
 use crate::BrokerContext;
 
@@ -24,9 +28,14 @@ const TOPIC_ID_VERSION_MIN: i16 = 7;
 
 pub async fn handle(
     ctx: Arc<BrokerContext>,
+    authz: Authz,
     request: CreateTopicsRequest,
     version: i16,
 ) -> CreateTopicsResponse {
+    // Creating needs Create on the cluster or on the topic; seeing the new topic's configs,
+    // DescribeConfigs on it.
+    let cluster_create = authz.cluster(AclOperation::Create);
+    let may_create = |name: &str| cluster_create || authz.topic(AclOperation::Create, name);
     let mut seen = BTreeSet::new();
     let duplicates: BTreeSet<String> = request
         .topics
@@ -37,7 +46,7 @@ pub async fn handle(
     let specs: Vec<TopicSpec> = request
         .topics
         .iter()
-        .filter(|t| !duplicates.contains(t.name.0.as_str()))
+        .filter(|t| !duplicates.contains(t.name.0.as_str()) && may_create(t.name.0.as_str()))
         .map(|topic| TopicSpec {
             name: topic.name.0.to_string(),
             partitions: (topic.num_partitions != -1).then_some(topic.num_partitions),
@@ -112,6 +121,17 @@ pub async fn handle(
                 result.error_message = Some(str_bytes("Duplicate topic name in the request."));
                 return result;
             }
+            if !may_create(&name) {
+                result.error_code = TOPIC_AUTHORIZATION_FAILED;
+                if version >= 1 {
+                    result.error_message = Some(str_bytes("Authorization failed."));
+                }
+                if version >= DETAILS_VERSION_MIN {
+                    result.num_partitions = -1;
+                    result.replication_factor = -1;
+                }
+                return result;
+            }
             let one = match &outcome {
                 Ok(results) => results
                     .get(&name)
@@ -124,7 +144,11 @@ pub async fn handle(
                     if version >= DETAILS_VERSION_MIN {
                         result.num_partitions = created.partitions;
                         result.replication_factor = created.replication_factor;
-                        result.configs = Some(describe_configs(&ctx, &created.configs));
+                        if authz.topic(AclOperation::DescribeConfigs, &name) {
+                            result.configs = Some(describe_configs(&ctx, &created.configs));
+                        } else {
+                            result.topic_config_error_code = TOPIC_AUTHORIZATION_FAILED;
+                        }
                     }
                     if version >= TOPIC_ID_VERSION_MIN && !request.validate_only {
                         result.topic_id = created.topic_id;

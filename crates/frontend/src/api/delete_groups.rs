@@ -8,27 +8,45 @@ use std::sync::Arc;
 use kafka_protocol::messages::delete_groups_response::DeletableGroupResult;
 use kafka_protocol::messages::{DeleteGroupsRequest, DeleteGroupsResponse};
 
+use crate::authz::Authz;
+use crate::error_codes::GROUP_AUTHORIZATION_FAILED;
 use crate::error_codes::{self, NONE};
 use crate::BrokerContext;
+use millrace_cluster::acl::AclOperation;
 
 pub fn handle(
     ctx: &Arc<BrokerContext>,
+    authz: &Authz,
     request: DeleteGroupsRequest,
     _version: i16,
 ) -> impl Future<Output = DeleteGroupsResponse> + Send + 'static {
-    let ids = request.groups_names;
+    // Deleting needs Delete on each group; the others are answered without being touched.
+    let (ids, denied): (Vec<_>, Vec<_>) = request
+        .groups_names
+        .into_iter()
+        .partition(|g| authz.group(AclOperation::Delete, &g.0));
     let reply = ctx
         .groups
         .delete_groups(ids.iter().map(|g| g.0.to_string()).collect());
     async move {
         let results = reply.await;
+        let denied = denied
+            .into_iter()
+            .map(|id| (id, Err(GROUP_AUTHORIZATION_FAILED)));
         let results = ids
             .into_iter()
             .zip(results)
             .map(|(id, r)| {
+                (
+                    id,
+                    r.map_err(|e| error_codes::from_group(&e, "DeleteGroups").code),
+                )
+            })
+            .chain(denied)
+            .map(|(id, r)| {
                 let code = match r {
                     Ok(()) => NONE,
-                    Err(e) => error_codes::from_group(&e, "DeleteGroups").code,
+                    Err(code) => code,
                 };
                 DeletableGroupResult::default()
                     .with_group_id(id)

@@ -8,6 +8,10 @@ use kafka_protocol::messages::delete_records_response::{
 };
 use kafka_protocol::messages::{DeleteRecordsRequest, DeleteRecordsResponse};
 
+use crate::authz::Authz;
+use crate::error_codes::TOPIC_AUTHORIZATION_FAILED;
+use millrace_cluster::acl::AclOperation;
+
 use crate::error_codes::{self, NONE, OFFSET_OUT_OF_RANGE};
 use crate::BrokerContext;
 
@@ -16,6 +20,7 @@ const HIGH_WATERMARK: i64 = -1;
 
 pub fn handle(
     ctx: &Arc<BrokerContext>,
+    authz: &Authz,
     request: DeleteRecordsRequest,
     _version: i16,
 ) -> DeleteRecordsResponse {
@@ -24,12 +29,18 @@ pub fn handle(
         .into_iter()
         .map(|topic| {
             let name = topic.name.0.to_string();
+            let allowed = authz.topic(AclOperation::Delete, &name);
             let partitions = topic
                 .partitions
                 .iter()
                 .map(|p| {
                     let out = DeleteRecordsPartitionResult::default()
                         .with_partition_index(p.partition_index);
+                    if !allowed {
+                        return out
+                            .with_low_watermark(-1)
+                            .with_error_code(TOPIC_AUTHORIZATION_FAILED);
+                    }
                     let tp = millrace_store::TopicPartition::new(&name, p.partition_index);
                     let log = match super::leadership::leader_replica(ctx, &tp, -1) {
                         Ok(hosted) => std::sync::Arc::clone(&hosted.log),

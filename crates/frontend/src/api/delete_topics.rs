@@ -9,6 +9,10 @@ use millrace_controller::{ControllerError, ControllerRequest, ControllerResponse
 use uuid::Uuid;
 
 use super::{forward, str_bytes, topic_name};
+use crate::authz::Authz;
+use crate::error_codes::TOPIC_AUTHORIZATION_FAILED;
+use millrace_cluster::acl::AclOperation;
+
 use crate::error_codes::{self, INVALID_REQUEST, UNKNOWN_TOPIC_ID, UNKNOWN_TOPIC_OR_PARTITION};
 use crate::BrokerContext;
 
@@ -20,6 +24,7 @@ const ERROR_MESSAGE_VERSION_MIN: i16 = 5;
 
 pub async fn handle(
     ctx: Arc<BrokerContext>,
+    authz: Authz,
     request: DeleteTopicsRequest,
     version: i16,
 ) -> DeleteTopicsResponse {
@@ -52,6 +57,22 @@ pub async fn handle(
                     "Exactly one of topic name and topic id must be set.".to_string(),
                 )),
             };
+            // Deleting needs Delete on the topic; a topic named by id, Describe first (else its
+            // name is not disclosed).
+            let denied = || {
+                (
+                    TOPIC_AUTHORIZATION_FAILED,
+                    "Authorization failed.".to_string(),
+                )
+            };
+            let r = r.and_then(|n| {
+                let described = id.is_nil() || authz.topic(AclOperation::Describe, &n);
+                if described && authz.topic(AclOperation::Delete, &n) {
+                    Ok(n)
+                } else {
+                    Err(denied())
+                }
+            });
             (name, id, r)
         })
         .collect();
@@ -129,7 +150,10 @@ pub async fn handle(
                     }
                 }
             }
-            if result.name.is_none() && version < TOPIC_STATES_VERSION_MIN {
+            if result.name.is_none()
+                && (version < TOPIC_STATES_VERSION_MIN
+                    || result.error_code == TOPIC_AUTHORIZATION_FAILED)
+            {
                 result.name = name.as_deref().map(topic_name);
             }
             result

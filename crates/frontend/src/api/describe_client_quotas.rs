@@ -5,6 +5,10 @@
 use kafka_protocol::messages::{DescribeClientQuotasRequest, DescribeClientQuotasResponse};
 
 use super::str_bytes;
+use crate::authz::Authz;
+use crate::error_codes::CLUSTER_AUTHORIZATION_FAILED;
+use millrace_cluster::acl::AclOperation;
+
 use crate::error_codes::INVALID_REQUEST;
 
 /// Kafka's entity types.
@@ -13,7 +17,12 @@ const ENTITY_TYPES: &[&str] = &["user", "client-id", "ip"];
 const MATCH_EXACT: i8 = 0;
 const MATCH_ANY: i8 = 2;
 
-pub fn handle(request: DescribeClientQuotasRequest) -> DescribeClientQuotasResponse {
+pub fn handle(authz: &Authz, request: DescribeClientQuotasRequest) -> DescribeClientQuotasResponse {
+    if !authz.cluster(AclOperation::DescribeConfigs) {
+        return DescribeClientQuotasResponse::default()
+            .with_error_code(CLUSTER_AUTHORIZATION_FAILED)
+            .with_entries(None);
+    }
     let mut seen: Vec<&str> = Vec::new();
     for component in &request.components {
         let entity = component.entity_type.as_str();

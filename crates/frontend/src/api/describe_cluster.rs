@@ -6,6 +6,10 @@ use kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
 use kafka_protocol::messages::{BrokerId, DescribeClusterRequest, DescribeClusterResponse};
 
 use super::str_bytes;
+use crate::authz::Authz;
+use millrace_cluster::acl::AclOperation;
+use millrace_cluster::acl::{ResourceType, CLUSTER_RESOURCE_NAME};
+
 use crate::BrokerContext;
 
 /// Kafka's endpoint type for brokers (v1+); 2 = controllers, which Millrace does not expose.
@@ -15,6 +19,7 @@ const UNSUPPORTED_ENDPOINT_TYPE: i16 = 119;
 
 pub fn handle(
     ctx: &Arc<BrokerContext>,
+    authz: &Authz,
     request: DescribeClusterRequest,
     version: i16,
     listener: &str,
@@ -23,6 +28,11 @@ pub fn handle(
     let mut response = DescribeClusterResponse::default()
         .with_cluster_id(str_bytes(&cluster.cluster_id()))
         .with_controller_id(BrokerId(super::metadata::controller_id(ctx)));
+    if request.include_cluster_authorized_operations && authz.cluster(AclOperation::Describe) {
+        if let Some(ops) = authz.operations(ResourceType::Cluster, CLUSTER_RESOURCE_NAME) {
+            response.cluster_authorized_operations = ops;
+        }
+    }
     if version >= 1 {
         response.endpoint_type = request.endpoint_type;
         if request.endpoint_type != ENDPOINT_TYPE_BROKERS {

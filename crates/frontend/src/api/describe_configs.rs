@@ -13,6 +13,9 @@ use kafka_protocol::messages::{DescribeConfigsRequest, DescribeConfigsResponse};
 use millrace_cluster::ConfigEntry;
 
 use super::str_bytes;
+use crate::authz::Authz;
+use millrace_cluster::acl::AclOperation;
+
 use crate::error_codes::{INVALID_REQUEST, UNKNOWN_TOPIC_OR_PARTITION};
 use crate::BrokerContext;
 
@@ -25,6 +28,7 @@ const CONFIG_TYPE_VERSION_MIN: i16 = 3;
 
 pub fn handle(
     ctx: &Arc<BrokerContext>,
+    authz: &Authz,
     request: DescribeConfigsRequest,
     version: i16,
 ) -> DescribeConfigsResponse {
@@ -37,6 +41,13 @@ pub fn handle(
                 .with_resource_type(resource.resource_type)
                 .with_resource_name(resource.resource_name.clone());
             let name = resource.resource_name.as_str();
+            // DescribeConfigs on the resource (the cluster for a broker), checked first.
+            if let Err(code) =
+                authz.config_resource(AclOperation::DescribeConfigs, resource.resource_type, name)
+            {
+                result.error_code = code;
+                return result;
+            }
             let entries = match resource.resource_type {
                 RESOURCE_TOPIC => match cluster.topic(name) {
                     Some(topic) => Ok(cluster.config.describe_topic(&topic.configs)),

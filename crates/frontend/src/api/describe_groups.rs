@@ -7,18 +7,30 @@ use kafka_protocol::messages::describe_groups_response::{DescribedGroup, Describ
 use kafka_protocol::messages::{DescribeGroupsRequest, DescribeGroupsResponse};
 
 use super::str_bytes;
+use crate::authz::Authz;
+use crate::error_codes::GROUP_AUTHORIZATION_FAILED;
+use millrace_cluster::acl::AclOperation;
+use millrace_cluster::acl::ResourceType;
+
+/// First version with `include_authorized_operations`.
+const AUTHORIZED_OPERATIONS_VERSION_MIN: i16 = 3;
 use crate::error_codes;
 use crate::BrokerContext;
 
 pub fn handle(
     ctx: &Arc<BrokerContext>,
+    authz: &Authz,
     request: DescribeGroupsRequest,
     version: i16,
 ) -> DescribeGroupsResponse {
+    let include_operations = request.include_authorized_operations;
     let groups = request
         .groups
         .into_iter()
         .map(|id| match ctx.groups.describe_group(&id.0) {
+            _ if !authz.group(AclOperation::Describe, &id.0) => DescribedGroup::default()
+                .with_group_id(id)
+                .with_error_code(GROUP_AUTHORIZATION_FAILED),
             Err(e) => DescribedGroup::default()
                 .with_group_id(id)
                 .with_error_code(error_codes::from_group(&e, "DescribeGroups").code)
@@ -41,7 +53,13 @@ pub fn handle(
                         member
                     })
                     .collect();
-                DescribedGroup::default()
+                let mut described = DescribedGroup::default();
+                if version >= AUTHORIZED_OPERATIONS_VERSION_MIN && include_operations {
+                    if let Some(ops) = authz.operations(ResourceType::Group, &id.0) {
+                        described.authorized_operations = ops;
+                    }
+                }
+                described
                     .with_group_id(id)
                     .with_group_state(str_bytes(d.state.name()))
                     .with_protocol_type(str_bytes(&d.protocol_type))

@@ -11,13 +11,21 @@ use kafka_protocol::messages::describe_log_dirs_response::{
 use kafka_protocol::messages::{DescribeLogDirsRequest, DescribeLogDirsResponse};
 
 use super::{str_bytes, topic_name};
+use crate::authz::Authz;
+use crate::error_codes::CLUSTER_AUTHORIZATION_FAILED;
+use millrace_cluster::acl::AclOperation;
+
 use crate::BrokerContext;
 
 pub fn handle(
     ctx: &Arc<BrokerContext>,
+    authz: &Authz,
     request: DescribeLogDirsRequest,
     _version: i16,
 ) -> DescribeLogDirsResponse {
+    if !authz.cluster(AclOperation::Describe) {
+        return DescribeLogDirsResponse::default().with_error_code(CLUSTER_AUTHORIZATION_FAILED);
+    }
     let cluster = &ctx.cluster;
     let wanted: Option<BTreeMap<String, Vec<i32>>> = request.topics.map(|topics| {
         topics

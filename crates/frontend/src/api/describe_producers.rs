@@ -9,10 +9,15 @@ use kafka_protocol::messages::describe_producers_response::{
 };
 use kafka_protocol::messages::{DescribeProducersRequest, DescribeProducersResponse, ProducerId};
 
+use crate::authz::Authz;
+use crate::error_codes::TOPIC_AUTHORIZATION_FAILED;
+use millrace_cluster::acl::AclOperation;
+
 use crate::BrokerContext;
 
 pub fn handle(
     ctx: &Arc<BrokerContext>,
+    authz: &Authz,
     request: DescribeProducersRequest,
     _version: i16,
 ) -> DescribeProducersResponse {
@@ -21,11 +26,15 @@ pub fn handle(
         .into_iter()
         .map(|topic| {
             let name = topic.name.0.to_string();
+            let allowed = authz.topic(AclOperation::Read, &name);
             let partitions = topic
                 .partition_indexes
                 .iter()
                 .map(|&p| {
                     let out = PartitionResponse::default().with_partition_index(p);
+                    if !allowed {
+                        return out.with_error_code(TOPIC_AUTHORIZATION_FAILED);
+                    }
                     let tp = millrace_store::TopicPartition::new(&name, p);
                     let log = match super::leadership::leader_replica(ctx, &tp, -1) {
                         Ok(hosted) => std::sync::Arc::clone(&hosted.log),

@@ -13,6 +13,10 @@ use kafka_protocol::messages::{
 
 use super::metadata::INTERNAL_TOPICS;
 use super::topic_name;
+use crate::authz::Authz;
+use crate::error_codes::TOPIC_AUTHORIZATION_FAILED;
+use millrace_cluster::acl::AclOperation;
+
 use crate::error_codes::UNKNOWN_TOPIC_OR_PARTITION;
 use crate::BrokerContext;
 
@@ -22,13 +26,22 @@ const PARTITIONS_PER_RESPONSE_MAX: usize = 2000;
 
 pub fn handle(
     ctx: &Arc<BrokerContext>,
+    authz: &Authz,
     request: DescribeTopicPartitionsRequest,
     _version: i16,
 ) -> DescribeTopicPartitionsResponse {
     let image = ctx.cluster.image();
     let limit = (request.response_partition_limit.max(1) as usize).min(PARTITIONS_PER_RESPONSE_MAX);
-    let mut names: Vec<String> = if request.topics.is_empty() {
-        image.topics.keys().cloned().collect()
+    // Every topic means every topic the client may describe; a named one it may not is
+    // TOPIC_AUTHORIZATION_FAILED, whether or not it exists.
+    let listing_all = request.topics.is_empty();
+    let mut names: Vec<String> = if listing_all {
+        image
+            .topics
+            .keys()
+            .filter(|n| authz.topic(AclOperation::Describe, n))
+            .cloned()
+            .collect()
     } else {
         request
             .topics
@@ -56,6 +69,14 @@ pub fn handle(
         } else {
             0
         };
+        if !listing_all && !authz.topic(AclOperation::Describe, &name) {
+            topics.push(
+                DescribeTopicPartitionsResponseTopic::default()
+                    .with_name(Some(topic_name(&name)))
+                    .with_error_code(TOPIC_AUTHORIZATION_FAILED),
+            );
+            continue;
+        }
         let Some(meta) = image.topic(&name) else {
             topics.push(
                 DescribeTopicPartitionsResponseTopic::default()

@@ -17,6 +17,10 @@ use millrace_controller::messages::ElectionType;
 use millrace_controller::{ControllerError, ControllerRequest, ControllerResponse};
 
 use super::{forward, str_bytes, topic_name};
+use crate::authz::Authz;
+use crate::error_codes::CLUSTER_AUTHORIZATION_FAILED;
+use millrace_cluster::acl::AclOperation;
+
 use crate::error_codes::{self, KafkaError, INVALID_REQUEST, NONE};
 use crate::BrokerContext;
 
@@ -29,9 +33,17 @@ const UNCLEAN: i8 = 1;
 
 pub async fn handle(
     ctx: Arc<BrokerContext>,
+    authz: Authz,
     request: ElectLeadersRequest,
     version: i16,
 ) -> ElectLeadersResponse {
+    if !authz.cluster(AclOperation::Alter) {
+        return refused(
+            &request,
+            &KafkaError::code(CLUSTER_AUTHORIZATION_FAILED),
+            version,
+        );
+    }
     let election_type = if version >= ELECTION_TYPE_VERSION_MIN {
         request.election_type
     } else {

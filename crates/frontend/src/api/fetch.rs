@@ -46,6 +46,8 @@ use uuid::Uuid;
 
 use super::leadership::{self, LeaderHint, Refusal};
 use super::str_bytes;
+use crate::authz::Authz;
+use crate::error_codes::TOPIC_AUTHORIZATION_FAILED;
 use crate::error_codes::{
     KafkaError, FETCH_SESSION_ID_NOT_FOUND, INVALID_FETCH_SESSION_EPOCH, NONE, UNKNOWN_TOPIC_ID,
     UNKNOWN_TOPIC_OR_PARTITION,
@@ -54,6 +56,7 @@ use crate::fetch_session::{Answered, FetchContext, SessionError, SessionPartitio
 use crate::limits::{FETCH_RESPONSE_BYTES_MAX, FETCH_WAIT_MS_MAX};
 use crate::splice;
 use crate::BrokerContext;
+use millrace_cluster::acl::AclOperation;
 
 /// First Fetch version with sessions (KIP-227).
 const SESSION_VERSION_MIN: i16 = 7;
@@ -83,7 +86,7 @@ struct Wanted {
     current_leader_epoch: i32,
     last_fetched_epoch: i32,
     partition_max_bytes: usize,
-    /// Set when the topic is unknown.
+    /// The error for a partition that is not read: its topic is unknown or not authorized.
     missing: Option<i16>,
     /// What this fetch session last answered for the partition (incremental sessions).
     answered: Option<Answered>,
@@ -103,6 +106,7 @@ struct WantedTopic {
 /// The response, and the segment file slices its file markers stand for.
 pub async fn handle(
     ctx: Arc<BrokerContext>,
+    authz: Authz,
     request: FetchRequest,
     version: i16,
     listener: Arc<str>,
@@ -155,6 +159,7 @@ pub async fn handle(
         FetchContext::Incremental { partitions, .. } => resolve(&ctx, partitions, version),
         FetchContext::Sessionless | FetchContext::Full { .. } => resolve(&ctx, &requested, version),
     };
+    let topics = authorize(topics, &authz, follower);
     // This fetch's own wake-up, registered with each partition it asked for: an append elsewhere
     // does not wake it.
     let waiter = Arc::new(Notify::new());
@@ -303,6 +308,30 @@ fn resolve(
             missing: topic.meta_name.is_none().then_some(missing),
             answered: p.answered,
         });
+    }
+    topics
+}
+
+/// Kafka's rules: a follower needs ClusterAction on the cluster, or every partition is
+/// TOPIC_AUTHORIZATION_FAILED; a consumer needs Read on each topic it names (checked before
+/// whether the topic exists, so a client learns nothing of topics it may not read).
+fn authorize(mut topics: Vec<WantedTopic>, authz: &Authz, follower: bool) -> Vec<WantedTopic> {
+    let cluster_action = follower && authz.cluster(AclOperation::ClusterAction);
+    for topic in &mut topics {
+        let allowed = if follower {
+            cluster_action
+        } else {
+            // A topic named by an id this broker does not know stays UNKNOWN_TOPIC_ID.
+            let name = topic.meta_name.as_deref().unwrap_or(topic.name.0.as_str());
+            (topic.meta_name.is_none() && topic.name.0.is_empty())
+                || authz.topic(AclOperation::Read, name)
+        };
+        if !allowed {
+            for p in &mut topic.partitions {
+                p.tp = None;
+                p.missing = Some(TOPIC_AUTHORIZATION_FAILED);
+            }
+        }
     }
     topics
 }

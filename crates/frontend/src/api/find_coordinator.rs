@@ -28,10 +28,15 @@ use millrace_groups::{partition_for, OFFSETS_TOPIC};
 use tracing::{info, warn};
 
 use super::str_bytes;
+use crate::authz::Authz;
 use crate::error_codes::{COORDINATOR_NOT_AVAILABLE, INVALID_REQUEST, NONE};
+use crate::error_codes::{GROUP_AUTHORIZATION_FAILED, TRANSACTIONAL_ID_AUTHORIZATION_FAILED};
 use crate::BrokerContext;
+use millrace_cluster::acl::AclOperation;
 
 const KEY_TYPE_GROUP: i8 = 0;
+/// `key_type` of a transactional id.
+const KEY_TYPE_TRANSACTION: i8 = 1;
 /// How long the background creation of `__consumer_offsets` may wait for the controller.
 const CREATE_OFFSETS_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -40,6 +45,7 @@ static CREATING: AtomicBool = AtomicBool::new(false);
 
 pub fn handle(
     ctx: &Arc<BrokerContext>,
+    authz: &Authz,
     request: FindCoordinatorRequest,
     version: i16,
     listener: &str,
@@ -52,6 +58,15 @@ pub fn handle(
     // (code, message, node, host, port)
     let answer = |key: &StrBytes| -> (i16, Option<String>, i32, String, i32) {
         let refuse = |code: i16, message: Option<String>| (code, message, -1, String::new(), -1);
+        // Finding a coordinator needs Describe on the group or transactional id.
+        if request.key_type == KEY_TYPE_GROUP && !authz.group(AclOperation::Describe, key) {
+            return refuse(GROUP_AUTHORIZATION_FAILED, None);
+        }
+        if request.key_type == KEY_TYPE_TRANSACTION
+            && !authz.transactional_id(AclOperation::Describe, key)
+        {
+            return refuse(TRANSACTIONAL_ID_AUTHORIZATION_FAILED, None);
+        }
         if request.key_type != KEY_TYPE_GROUP {
             return refuse(
                 COORDINATOR_NOT_AVAILABLE,

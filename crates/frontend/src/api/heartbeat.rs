@@ -5,14 +5,20 @@ use std::sync::Arc;
 
 use kafka_protocol::messages::{HeartbeatRequest, HeartbeatResponse};
 
-use crate::error_codes::{self, NONE};
+use crate::authz::Authz;
+use crate::error_codes::{self, GROUP_AUTHORIZATION_FAILED, NONE};
 use crate::BrokerContext;
+use millrace_cluster::acl::AclOperation;
 
 pub fn handle(
     ctx: &Arc<BrokerContext>,
+    authz: &Authz,
     request: HeartbeatRequest,
     version: i16,
 ) -> HeartbeatResponse {
+    if !authz.group(AclOperation::Read, &request.group_id.0) {
+        return HeartbeatResponse::default().with_error_code(GROUP_AUTHORIZATION_FAILED);
+    }
     let instance = request
         .group_instance_id
         .as_ref()

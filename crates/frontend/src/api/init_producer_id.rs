@@ -9,17 +9,34 @@ use std::sync::Arc;
 
 use kafka_protocol::messages::{InitProducerIdRequest, InitProducerIdResponse, ProducerId};
 
+use crate::authz::Authz;
+use crate::error_codes::{CLUSTER_AUTHORIZATION_FAILED, TRANSACTIONAL_ID_AUTHORIZATION_FAILED};
+use millrace_cluster::acl::AclOperation;
+use millrace_cluster::acl::ResourceType;
+
 use crate::error_codes::{self, INVALID_REQUEST};
 use crate::BrokerContext;
 
 pub async fn handle(
     ctx: Arc<BrokerContext>,
+    authz: Authz,
     request: InitProducerIdRequest,
     _version: i16,
 ) -> InitProducerIdResponse {
     let response = InitProducerIdResponse::default()
         .with_producer_id(ProducerId(-1))
         .with_producer_epoch(-1);
+    // Kafka's rules: a transactional producer needs Write on its transactional id; an idempotent
+    // one IdempotentWrite on the cluster or Write on some topic (KIP-679).
+    if let Some(id) = &request.transactional_id {
+        if !authz.transactional_id(AclOperation::Write, id) {
+            return response.with_error_code(TRANSACTIONAL_ID_AUTHORIZATION_FAILED);
+        }
+    } else if !authz.cluster(AclOperation::IdempotentWrite)
+        && !authz.any(AclOperation::Write, ResourceType::Topic)
+    {
+        return response.with_error_code(CLUSTER_AUTHORIZATION_FAILED);
+    }
     if request.transactional_id.is_some() {
         return response.with_error_code(INVALID_REQUEST);
     }

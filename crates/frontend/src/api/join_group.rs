@@ -14,11 +14,14 @@ use kafka_protocol::messages::{JoinGroupRequest, JoinGroupResponse};
 use millrace_groups::{JoinRequest, Protocol};
 
 use super::str_bytes;
-use crate::error_codes::{self, NONE};
+use crate::authz::Authz;
+use crate::error_codes::{self, GROUP_AUTHORIZATION_FAILED, NONE};
 use crate::BrokerContext;
+use millrace_cluster::acl::AclOperation;
 
 pub fn handle(
     ctx: &Arc<BrokerContext>,
+    authz: &Authz,
     request: JoinGroupRequest,
     version: i16,
     client_id: &str,
@@ -53,8 +56,18 @@ pub fn handle(
         client_host: format!("/{}", peer.ip()),
         require_known_member_id: version >= 4,
     };
-    let reply = ctx.groups.join(join);
+    // Joining needs Read on the group.
+    let reply = authz
+        .group(AclOperation::Read, &join.group_id)
+        .then(|| ctx.groups.join(join));
     async move {
+        let Some(reply) = reply else {
+            let mut refused = JoinGroupResponse::default()
+                .with_error_code(GROUP_AUTHORIZATION_FAILED)
+                .with_generation_id(-1);
+            refused.protocol_name = (version < 7).then(|| str_bytes(""));
+            return refused;
+        };
         let r = reply.await;
         let code = r
             .error

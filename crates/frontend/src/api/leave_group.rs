@@ -6,14 +6,20 @@ use std::sync::Arc;
 use kafka_protocol::messages::leave_group_response::MemberResponse;
 use kafka_protocol::messages::{LeaveGroupRequest, LeaveGroupResponse};
 
-use crate::error_codes::{self, NONE};
+use crate::authz::Authz;
+use crate::error_codes::{self, GROUP_AUTHORIZATION_FAILED, NONE};
 use crate::BrokerContext;
+use millrace_cluster::acl::AclOperation;
 
 pub fn handle(
     ctx: &Arc<BrokerContext>,
+    authz: &Authz,
     request: LeaveGroupRequest,
     version: i16,
 ) -> LeaveGroupResponse {
+    if !authz.group(AclOperation::Read, &request.group_id.0) {
+        return LeaveGroupResponse::default().with_error_code(GROUP_AUTHORIZATION_FAILED);
+    }
     let members: Vec<(String, Option<String>)> = if version >= 3 {
         request
             .members

@@ -13,6 +13,10 @@ use kafka_protocol::messages::{ListConfigResourcesRequest, ListConfigResourcesRe
 
 use super::describe_configs::{RESOURCE_BROKER, RESOURCE_BROKER_LOGGER, RESOURCE_TOPIC};
 use super::str_bytes;
+use crate::authz::Authz;
+use crate::error_codes::CLUSTER_AUTHORIZATION_FAILED;
+use millrace_cluster::acl::AclOperation;
+
 use crate::error_codes::UNSUPPORTED_VERSION;
 use crate::BrokerContext;
 
@@ -31,9 +35,14 @@ const V1_TYPES: [i8; 5] = [
 
 pub fn handle(
     ctx: &Arc<BrokerContext>,
+    authz: &Authz,
     request: ListConfigResourcesRequest,
     version: i16,
 ) -> ListConfigResourcesResponse {
+    if !authz.cluster(AclOperation::DescribeConfigs) {
+        return ListConfigResourcesResponse::default()
+            .with_error_code(CLUSTER_AUTHORIZATION_FAILED);
+    }
     let mut response = ListConfigResourcesResponse::default();
     let wanted: Vec<i8> = if version == 0 {
         vec![RESOURCE_CLIENT_METRICS]

@@ -7,11 +7,15 @@ use kafka_protocol::messages::list_groups_response::ListedGroup;
 use kafka_protocol::messages::{GroupId, ListGroupsRequest, ListGroupsResponse};
 
 use super::str_bytes;
+use crate::authz::Authz;
+use millrace_cluster::acl::AclOperation;
+
 use crate::error_codes;
 use crate::BrokerContext;
 
 pub fn handle(
     ctx: &Arc<BrokerContext>,
+    authz: &Authz,
     request: ListGroupsRequest,
     version: i16,
 ) -> ListGroupsResponse {
@@ -32,6 +36,7 @@ pub fn handle(
                 .iter()
                 .any(|t| t.eq_ignore_ascii_case(group_type))
     };
+    let cluster_describe = authz.cluster(AclOperation::Describe);
     match ctx.groups.list_groups(&states) {
         Err(e) => ListGroupsResponse::default()
             .with_error_code(error_codes::from_group(&e, "ListGroups").code),
@@ -39,6 +44,8 @@ pub fn handle(
             let groups = groups
                 .into_iter()
                 .filter(|g| type_wanted(g.group_type))
+                // Describe on the cluster lists every group; else those the client may describe.
+                .filter(|g| cluster_describe || authz.group(AclOperation::Describe, &g.group_id))
                 .map(|g| {
                     let mut listed = ListedGroup::default()
                         .with_group_id(GroupId(str_bytes(&g.group_id)))

@@ -20,8 +20,11 @@ use millrace_replication::HostedPartition;
 use millrace_store::TopicPartition;
 
 use super::leadership;
+use crate::authz::Authz;
+use crate::error_codes::TOPIC_AUTHORIZATION_FAILED;
 use crate::error_codes::{self, OFFSET_NOT_AVAILABLE, UNSUPPORTED_VERSION};
 use crate::BrokerContext;
+use millrace_cluster::acl::AclOperation;
 
 const LATEST: i64 = -1;
 const EARLIEST: i64 = -2;
@@ -39,6 +42,7 @@ const LEADER_EPOCH_VERSION_MIN: i16 = 4;
 
 pub fn handle(
     ctx: &Arc<BrokerContext>,
+    authz: &Authz,
     request: ListOffsetsRequest,
     version: i16,
 ) -> ListOffsetsResponse {
@@ -47,6 +51,7 @@ pub fn handle(
         .into_iter()
         .map(|topic| {
             let name = topic.name.0.to_string();
+            let described = authz.topic(AclOperation::Describe, &name);
             let partitions = topic
                 .partitions
                 .into_iter()
@@ -59,6 +64,10 @@ pub fn handle(
                     } else {
                         -1
                     };
+                    if !described {
+                        out.error_code = TOPIC_AUTHORIZATION_FAILED;
+                        return out;
+                    }
                     let answer = match leadership::leader_replica(ctx, &tp, expected) {
                         Err(refusal) => Err(refusal.error.code),
                         Ok(hosted) => lookup(&hosted, p.timestamp, version, &tp.to_string())

@@ -15,14 +15,23 @@ use kafka_protocol::messages::{
 use millrace_controller::{ControllerError, ControllerRequest, ControllerResponse};
 
 use super::{forward, str_bytes, topic_name};
+use crate::authz::Authz;
+use crate::error_codes::CLUSTER_AUTHORIZATION_FAILED;
+use millrace_cluster::acl::AclOperation;
+
 use crate::error_codes;
 use crate::BrokerContext;
 
 pub async fn handle(
     ctx: Arc<BrokerContext>,
+    authz: Authz,
     request: ListPartitionReassignmentsRequest,
     _version: i16,
 ) -> ListPartitionReassignmentsResponse {
+    if !authz.cluster(AclOperation::Describe) {
+        return ListPartitionReassignmentsResponse::default()
+            .with_error_code(CLUSTER_AUTHORIZATION_FAILED);
+    }
     let topics = request.topics.as_ref().map(|list| {
         list.iter()
             .map(|t| (t.name.0.to_string(), t.partition_indexes.clone()))

@@ -9,6 +9,10 @@
 //! with Kafka). v12+ may name topics by id only. A partition without a leader answers
 //! LEADER_NOT_AVAILABLE.
 //!
+//! With an authorizer: topics the client may not Describe are left out of "every topic" and
+//! answer TOPIC_AUTHORIZATION_FAILED when named; auto-creation needs Create on the cluster or the
+//! topic.
+//!
 //! `controller_id`: the active controller when it is a live broker, else this broker — as Kafka's
 //! KRaft brokers do, since clients send admin requests to any broker and brokers forward them.
 
@@ -26,14 +30,21 @@ use millrace_controller::{ControllerRequest, ControllerResponse};
 use uuid::Uuid;
 
 use super::{str_bytes, topic_name};
+use crate::authz::Authz;
 use crate::error_codes::{
-    self, INVALID_TOPIC_EXCEPTION, LEADER_NOT_AVAILABLE, TOPIC_ALREADY_EXISTS, UNKNOWN_TOPIC_ID,
-    UNKNOWN_TOPIC_OR_PARTITION,
+    self, INVALID_TOPIC_EXCEPTION, LEADER_NOT_AVAILABLE, TOPIC_ALREADY_EXISTS,
+    TOPIC_AUTHORIZATION_FAILED, UNKNOWN_TOPIC_ID, UNKNOWN_TOPIC_OR_PARTITION,
 };
 use crate::BrokerContext;
+use millrace_cluster::acl::{AclOperation, ResourceType, CLUSTER_RESOURCE_NAME};
 
 /// Topics Kafka marks internal.
 pub const INTERNAL_TOPICS: &[&str] = &["__consumer_offsets", "__transaction_state"];
+
+/// First version with `include_topic_authorized_operations` (and the cluster's, until v10).
+const TOPIC_AUTHORIZED_OPERATIONS_VERSION_MIN: i16 = 8;
+/// Last version with `include_cluster_authorized_operations` (DescribeCluster took it over).
+const CLUSTER_AUTHORIZED_OPERATIONS_VERSION_MAX: i16 = 10;
 
 /// How long an auto-creation may wait for the controller before the answer goes out without it.
 const AUTO_CREATE_WAIT: Duration = Duration::from_secs(5);
@@ -51,6 +62,7 @@ pub fn controller_id(ctx: &BrokerContext) -> i32 {
 
 pub async fn handle(
     ctx: Arc<BrokerContext>,
+    authz: Authz,
     request: MetadataRequest,
     version: i16,
     listener: Arc<str>,
@@ -63,21 +75,52 @@ pub async fn handle(
         && ctx.cluster.config.auto_create_topics();
     let topics = if all {
         let image = ctx.cluster.image();
+        // Topics the client may not describe are left out, as if they did not exist.
         image
             .topics
             .values()
+            .filter(|t| authz.topic(AclOperation::Describe, &t.name))
             .map(|t| describe(&image, t, version))
             .collect()
     } else {
         let mut out = Vec::new();
         for wanted in request.topics.iter().flatten() {
             out.push(match &wanted.name {
-                Some(name) => lookup_by_name(&ctx, name.0.as_str(), auto_create, version).await,
-                None => lookup_by_id(&ctx, wanted.topic_id, version),
+                Some(name) => {
+                    let name = name.0.as_str();
+                    if !authz.topic(AclOperation::Describe, name) {
+                        // Named but not describable: refused before looking, so its existence
+                        // is not disclosed.
+                        MetadataResponseTopic::default()
+                            .with_name(Some(topic_name(name)))
+                            .with_error_code(TOPIC_AUTHORIZATION_FAILED)
+                    } else {
+                        // Auto-creation needs Create on the cluster or on the topic.
+                        let may_create = auto_create
+                            && (authz.cluster(AclOperation::Create)
+                                || authz.topic(AclOperation::Create, name));
+                        lookup_by_name(&ctx, name, auto_create, may_create, version).await
+                    }
+                }
+                None => lookup_by_id(&ctx, &authz, wanted.topic_id, version),
             });
         }
         out
     };
+    let mut topics: Vec<MetadataResponseTopic> = topics;
+    if version >= TOPIC_AUTHORIZED_OPERATIONS_VERSION_MIN
+        && request.include_topic_authorized_operations
+    {
+        for topic in topics.iter_mut().filter(|t| t.error_code == 0) {
+            if let Some(ops) = topic
+                .name
+                .as_ref()
+                .and_then(|n| authz.operations(ResourceType::Topic, n.0.as_str()))
+            {
+                topic.topic_authorized_operations = ops;
+            }
+        }
+    }
     // The broker list last, so it includes whatever the lookups waited for. Each broker as the
     // client's listener reaches it; one without that listener is left out, as in Kafka.
     let image = ctx.cluster.image();
@@ -103,6 +146,15 @@ pub async fn handle(
     if version >= 2 {
         response.cluster_id = image.cluster_id.as_deref().map(str_bytes);
     }
+    if (TOPIC_AUTHORIZED_OPERATIONS_VERSION_MIN..=CLUSTER_AUTHORIZED_OPERATIONS_VERSION_MAX)
+        .contains(&version)
+        && request.include_cluster_authorized_operations
+        && authz.cluster(AclOperation::Describe)
+    {
+        if let Some(ops) = authz.operations(ResourceType::Cluster, CLUSTER_RESOURCE_NAME) {
+            response.cluster_authorized_operations = ops;
+        }
+    }
     response.topics = topics;
     response
 }
@@ -111,6 +163,7 @@ async fn lookup_by_name(
     ctx: &Arc<BrokerContext>,
     name: &str,
     auto_create: bool,
+    may_create: bool,
     version: i16,
 ) -> MetadataResponseTopic {
     {
@@ -129,6 +182,9 @@ async fn lookup_by_name(
     }
     if !auto_create {
         return error(UNKNOWN_TOPIC_OR_PARTITION);
+    }
+    if !may_create {
+        return error(TOPIC_AUTHORIZATION_FAILED);
     }
     let request = ControllerRequest::CreateTopics {
         topics: vec![TopicSpec {
@@ -188,9 +244,20 @@ async fn wait_for_topic(
     }
 }
 
-fn lookup_by_id(ctx: &Arc<BrokerContext>, id: Uuid, version: i16) -> MetadataResponseTopic {
+fn lookup_by_id(
+    ctx: &Arc<BrokerContext>,
+    authz: &Authz,
+    id: Uuid,
+    version: i16,
+) -> MetadataResponseTopic {
     let image = ctx.cluster.image();
     match image.topic_by_id(id) {
+        // Topic ids are not secret (Kafka): the id comes back, the name does not.
+        Some(topic) if !authz.topic(AclOperation::Describe, &topic.name) => {
+            MetadataResponseTopic::default()
+                .with_topic_id(id)
+                .with_error_code(TOPIC_AUTHORIZATION_FAILED)
+        }
         Some(topic) => describe(&image, topic, version),
         None => MetadataResponseTopic::default()
             .with_topic_id(id)

@@ -1,6 +1,7 @@
 //! One module per Kafka API. Each takes the decoded request and the version, talks to
 //! `cluster`/`store`, and returns the response with only the fields that exist in that version.
 
+pub mod acls;
 pub mod alter_configs;
 pub mod alter_partition_reassignments;
 pub mod api_versions;

@@ -16,27 +16,46 @@ use kafka_protocol::messages::offset_commit_response::{
 use kafka_protocol::messages::{OffsetCommitRequest, OffsetCommitResponse, TopicName};
 use millrace_groups::{CommitPartition, CommitRequest, GroupError};
 
+use crate::authz::Authz;
 use crate::error_codes::{self, ILLEGAL_GENERATION, NONE, UNKNOWN_TOPIC_OR_PARTITION};
+use crate::error_codes::{GROUP_AUTHORIZATION_FAILED, TOPIC_AUTHORIZATION_FAILED};
 use crate::BrokerContext;
+use millrace_cluster::acl::AclOperation;
+
+/// A partition of the request: its index, and the error it gets without being committed.
+type Slot = (i32, Option<i16>);
 
 pub fn handle(
     ctx: &Arc<BrokerContext>,
+    authz: &Authz,
     request: OffsetCommitRequest,
     version: i16,
 ) -> impl Future<Output = OffsetCommitResponse> + Send + 'static {
-    // (topic, partition, known) in request order.
-    let mut layout: Vec<(TopicName, Vec<(i32, bool)>)> = Vec::new();
+    // Committing needs Read on the group, then Read on each topic (Kafka's order).
+    let group_allowed = authz.group(AclOperation::Read, &request.group_id.0);
+    // (topic, partition, refusal) in request order.
+    let mut layout: Vec<(TopicName, Vec<Slot>)> = Vec::new();
     let mut partitions = Vec::new();
     for topic in request.topics {
         let name = topic.name.0.to_string();
+        let topic_allowed = group_allowed && authz.topic(AclOperation::Read, &name);
         let mut slots = Vec::with_capacity(topic.partitions.len());
         for p in topic.partitions {
-            let known = ctx
+            let refusal = if !group_allowed {
+                Some(GROUP_AUTHORIZATION_FAILED)
+            } else if !topic_allowed {
+                Some(TOPIC_AUTHORIZATION_FAILED)
+            } else if ctx
                 .cluster
                 .topic(&name)
-                .is_some_and(|t| t.partition(p.partition_index).is_some());
-            slots.push((p.partition_index, known));
-            if known {
+                .is_some_and(|t| t.partition(p.partition_index).is_some())
+            {
+                None
+            } else {
+                Some(UNKNOWN_TOPIC_OR_PARTITION)
+            };
+            slots.push((p.partition_index, refusal));
+            if refusal.is_none() {
                 partitions.push(CommitPartition {
                     topic: name.clone(),
                     partition: p.partition_index,
@@ -67,17 +86,21 @@ pub fn handle(
         },
         partitions,
     };
-    let reply = ctx.groups.commit_offsets(commit);
+    let reply = group_allowed.then(|| ctx.groups.commit_offsets(commit));
     async move {
-        let mut results = reply.await.into_iter();
+        let mut results = match reply {
+            Some(reply) => reply.await,
+            None => Vec::new(),
+        }
+        .into_iter();
         let topics = layout
             .into_iter()
             .map(|(name, slots)| {
                 let partitions = slots
                     .into_iter()
-                    .map(|(index, known)| {
-                        let code = if !known {
-                            UNKNOWN_TOPIC_OR_PARTITION
+                    .map(|(index, refusal)| {
+                        let code = if let Some(code) = refusal {
+                            code
                         } else {
                             match results.next() {
                                 Some(Ok(())) => NONE,

@@ -10,14 +10,21 @@ use kafka_protocol::messages::offset_delete_response::{
 };
 use kafka_protocol::messages::{OffsetDeleteRequest, OffsetDeleteResponse};
 
+use crate::authz::Authz;
 use crate::error_codes::{self, NONE};
+use crate::error_codes::{GROUP_AUTHORIZATION_FAILED, TOPIC_AUTHORIZATION_FAILED};
 use crate::BrokerContext;
+use millrace_cluster::acl::AclOperation;
 
 pub fn handle(
     ctx: &Arc<BrokerContext>,
+    authz: &Authz,
     request: OffsetDeleteRequest,
     _version: i16,
 ) -> impl Future<Output = OffsetDeleteResponse> + Send + 'static {
+    // Delete on the group, then Read on each topic; a refused topic is answered, not deleted.
+    let group_allowed = authz.group(AclOperation::Delete, &request.group_id.0);
+    let topic_allowed = |name: &str| authz.topic(AclOperation::Read, name);
     let layout: Vec<(kafka_protocol::messages::TopicName, Vec<i32>)> = request
         .topics
         .into_iter()
@@ -31,27 +38,41 @@ pub fn handle(
             )
         })
         .collect();
+    let allowed: Vec<bool> = layout
+        .iter()
+        .map(|(name, _)| topic_allowed(&name.0))
+        .collect();
     let partitions = layout
         .iter()
-        .flat_map(|(name, ps)| ps.iter().map(|p| (name.0.to_string(), *p)))
+        .zip(&allowed)
+        .filter(|(_, allowed)| **allowed)
+        .flat_map(|((name, ps), _)| ps.iter().map(|p| (name.0.to_string(), *p)))
         .collect();
-    let reply = ctx.groups.delete_offsets(&request.group_id.0, partitions);
+    let reply = group_allowed.then(|| ctx.groups.delete_offsets(&request.group_id.0, partitions));
     async move {
         let code =
             |e: &millrace_groups::GroupError| error_codes::from_group(e, "OffsetDelete").code;
+        let Some(reply) = reply else {
+            return OffsetDeleteResponse::default().with_error_code(GROUP_AUTHORIZATION_FAILED);
+        };
         match reply.await {
             Err(e) => OffsetDeleteResponse::default().with_error_code(code(&e)),
             Ok(results) => {
                 let mut results = results.into_iter();
                 let topics = layout
                     .into_iter()
-                    .map(|(name, ps)| {
+                    .zip(allowed)
+                    .map(|((name, ps), allowed)| {
                         let partitions = ps
                             .into_iter()
                             .map(|index| {
-                                let c = match results.next() {
-                                    Some(Err(e)) => code(&e),
-                                    _ => NONE,
+                                let c = if !allowed {
+                                    TOPIC_AUTHORIZATION_FAILED
+                                } else {
+                                    match results.next() {
+                                        Some(Err(e)) => code(&e),
+                                        _ => NONE,
+                                    }
                                 };
                                 OffsetDeleteResponsePartition::default()
                                     .with_partition_index(index)

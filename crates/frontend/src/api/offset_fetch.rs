@@ -14,13 +14,46 @@ use kafka_protocol::messages::{GroupId, OffsetFetchRequest, OffsetFetchResponse}
 use millrace_groups::{CommittedOffset, FetchTopics, GroupError};
 
 use super::{str_bytes, topic_name};
-use crate::error_codes::{self, NONE};
+use crate::authz::Authz;
+use crate::error_codes::{self, GROUP_AUTHORIZATION_FAILED, NONE, TOPIC_AUTHORIZATION_FAILED};
 use crate::BrokerContext;
+use millrace_cluster::acl::AclOperation;
 
-type Fetched = Result<Vec<(String, Vec<(i32, Option<CommittedOffset>)>)>, GroupError>;
+/// Committed offsets per topic, and the topics named but not authorized (their partitions); or
+/// the group's error code.
+type Fetched = Result<(FoundTopics, Vec<(String, Vec<i32>)>), i16>;
+type FoundTopics = Vec<(String, Vec<(i32, Option<CommittedOffset>)>)>;
 
-fn fetch(ctx: &BrokerContext, group: &str, topics: FetchTopics) -> Fetched {
-    ctx.groups.fetch_offsets(group, topics)
+/// Reads a group's offsets as the client may see them (Kafka's rules): a group it may not
+/// Describe is GROUP_AUTHORIZATION_FAILED; topics it may not Describe are left out of "every
+/// topic", and named ones answer TOPIC_AUTHORIZATION_FAILED without being read.
+fn fetch(
+    authz: &Authz,
+    group: &str,
+    topics: FetchTopics,
+    read: impl FnOnce(FetchTopics) -> Result<FoundTopics, GroupError>,
+) -> Fetched {
+    if !authz.group(AclOperation::Describe, group) {
+        return Err(GROUP_AUTHORIZATION_FAILED);
+    }
+    let described = |t: &str| authz.topic(AclOperation::Describe, t);
+    match topics {
+        None => read(None)
+            .map(|found| {
+                (
+                    found.into_iter().filter(|(t, _)| described(t)).collect(),
+                    Vec::new(),
+                )
+            })
+            .map_err(|e| code(&e)),
+        Some(named) => {
+            let (allowed, denied): (Vec<_>, Vec<_>) =
+                named.into_iter().partition(|(t, _)| described(t));
+            read(Some(allowed))
+                .map(|found| (found, denied))
+                .map_err(|e| code(&e))
+        }
+    }
 }
 
 fn code(e: &GroupError) -> i16 {
@@ -37,6 +70,7 @@ fn fields(o: &Option<CommittedOffset>) -> (i64, i32, String) {
 
 pub fn handle(
     ctx: &Arc<BrokerContext>,
+    authz: &Authz,
     request: OffsetFetchRequest,
     version: i16,
 ) -> OffsetFetchResponse {
@@ -52,12 +86,14 @@ pub fn handle(
                 });
                 // v9: a consumer-group member names itself and its epoch (KIP-848).
                 let member = g.member_id.as_ref().filter(|_| version >= 9);
-                let fetched = ctx.groups.fetch_offsets_as(
-                    &g.group_id.0,
-                    member.map(|m| m.as_str()),
-                    if version >= 9 { g.member_epoch } else { -1 },
-                    topics,
-                );
+                let fetched = fetch(authz, &g.group_id.0, topics, |topics| {
+                    ctx.groups.fetch_offsets_as(
+                        &g.group_id.0,
+                        member.map(|m| m.as_str()),
+                        if version >= 9 { g.member_epoch } else { -1 },
+                        topics,
+                    )
+                });
                 group_v8(fetched, g.group_id)
             })
             .collect();
@@ -72,8 +108,26 @@ pub fn handle(
         None if version >= 2 => None,
         None => Some(Vec::new()),
     };
-    match fetch(ctx, &request.group_id.0, topics.clone()) {
-        Ok(found) => {
+    match fetch(authz, &request.group_id.0, topics.clone(), |topics| {
+        ctx.groups.fetch_offsets(&request.group_id.0, topics)
+    }) {
+        Ok((found, denied)) => {
+            let denied = denied.into_iter().map(|(topic, partitions)| {
+                OffsetFetchResponseTopic::default()
+                    .with_name(topic_name(&topic))
+                    .with_partitions(
+                        partitions
+                            .into_iter()
+                            .map(|index| {
+                                OffsetFetchResponsePartition::default()
+                                    .with_partition_index(index)
+                                    .with_committed_offset(-1)
+                                    .with_metadata(Some(str_bytes("")))
+                                    .with_error_code(TOPIC_AUTHORIZATION_FAILED)
+                            })
+                            .collect(),
+                    )
+            });
             let topics = found
                 .into_iter()
                 .map(|(topic, partitions)| {
@@ -95,11 +149,11 @@ pub fn handle(
                         .with_name(topic_name(&topic))
                         .with_partitions(partitions)
                 })
+                .chain(denied)
                 .collect();
             OffsetFetchResponse::default().with_topics(topics)
         }
-        Err(e) => {
-            let code = code(&e);
+        Err(code) => {
             if version >= 2 {
                 return OffsetFetchResponse::default().with_error_code(code);
             }
@@ -131,10 +185,27 @@ pub fn handle(
 
 fn group_v8(fetched: Fetched, group_id: GroupId) -> OffsetFetchResponseGroup {
     match fetched {
-        Err(e) => OffsetFetchResponseGroup::default()
+        Err(code) => OffsetFetchResponseGroup::default()
             .with_group_id(group_id)
-            .with_error_code(code(&e)),
-        Ok(found) => {
+            .with_error_code(code),
+        Ok((found, denied)) => {
+            let denied = denied.into_iter().map(|(topic, partitions)| {
+                OffsetFetchResponseTopics::default()
+                    .with_name(topic_name(&topic))
+                    .with_partitions(
+                        partitions
+                            .into_iter()
+                            .map(|index| {
+                                OffsetFetchResponsePartitions::default()
+                                    .with_partition_index(index)
+                                    .with_committed_offset(-1)
+                                    .with_committed_leader_epoch(-1)
+                                    .with_metadata(Some(str_bytes("")))
+                                    .with_error_code(TOPIC_AUTHORIZATION_FAILED)
+                            })
+                            .collect(),
+                    )
+            });
             let topics = found
                 .into_iter()
                 .map(|(topic, partitions)| {
@@ -154,6 +225,7 @@ fn group_v8(fetched: Fetched, group_id: GroupId) -> OffsetFetchResponseGroup {
                         .with_name(topic_name(&topic))
                         .with_partitions(partitions)
                 })
+                .chain(denied)
                 .collect();
             OffsetFetchResponseGroup::default()
                 .with_group_id(group_id)

@@ -12,6 +12,10 @@ use kafka_protocol::messages::{OffsetForLeaderEpochRequest, OffsetForLeaderEpoch
 use millrace_store::TopicPartition;
 
 use super::leadership;
+use crate::authz::Authz;
+use crate::error_codes::TOPIC_AUTHORIZATION_FAILED;
+use millrace_cluster::acl::AclOperation;
+
 use crate::BrokerContext;
 
 /// Kafka's UNDEFINED_EPOCH / UNDEFINED_EPOCH_OFFSET.
@@ -19,14 +23,18 @@ const UNDEFINED: i64 = -1;
 
 pub fn handle(
     ctx: &Arc<BrokerContext>,
+    authz: &Authz,
     request: OffsetForLeaderEpochRequest,
     _version: i16,
 ) -> OffsetForLeaderEpochResponse {
+    // A follower (ClusterAction on the cluster) asks about any topic; a consumer needs Describe.
+    let cluster_action = authz.cluster(AclOperation::ClusterAction);
     let topics = request
         .topics
         .into_iter()
         .map(|topic| {
             let name = topic.topic.0.to_string();
+            let allowed = cluster_action || authz.topic(AclOperation::Describe, &name);
             let partitions = topic
                 .partitions
                 .iter()
@@ -35,6 +43,9 @@ pub fn handle(
                         .with_partition(p.partition)
                         .with_leader_epoch(-1)
                         .with_end_offset(UNDEFINED);
+                    if !allowed {
+                        return out.with_error_code(TOPIC_AUTHORIZATION_FAILED);
+                    }
                     let tp = TopicPartition::new(&name, p.partition);
                     let hosted = match leadership::leader_replica(ctx, &tp, p.current_leader_epoch)
                     {

@@ -32,12 +32,15 @@ use uuid::Uuid;
 
 use super::leadership::{self, LeaderHint, Refusal};
 use super::str_bytes;
+use crate::authz::Authz;
 use crate::error_codes::{
     self, KafkaError, CORRUPT_MESSAGE, INVALID_RECORD, INVALID_REQUIRED_ACKS,
-    INVALID_TOPIC_EXCEPTION, UNKNOWN_TOPIC_ID, UNSUPPORTED_COMPRESSION_TYPE,
+    INVALID_TOPIC_EXCEPTION, TOPIC_AUTHORIZATION_FAILED, TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+    UNKNOWN_TOPIC_ID, UNSUPPORTED_COMPRESSION_TYPE,
 };
 use crate::limits::PRODUCE_TIMEOUT_MS_MAX;
 use crate::BrokerContext;
+use millrace_cluster::acl::AclOperation;
 
 /// Compression codec id of zstd (`BatchHeader::compression`).
 const CODEC_ZSTD: u8 = 4;
@@ -68,6 +71,7 @@ impl Outcome {
 /// Appends now; the future answers once acknowledged (or timed out).
 pub fn handle(
     ctx: &Arc<BrokerContext>,
+    authz: Authz,
     request: ProduceRequest,
     version: i16,
     listener: Arc<str>,
@@ -76,6 +80,11 @@ pub fn handle(
     let timeout =
         Duration::from_millis((request.timeout_ms.max(0) as u64).min(PRODUCE_TIMEOUT_MS_MAX));
     let topic_data = request.topic_data;
+    // A transactional producer needs Write on its transactional id, or nothing is written.
+    let transactional_denied = request
+        .transactional_id
+        .as_ref()
+        .is_some_and(|id| !authz.transactional_id(AclOperation::Write, id));
     let append_all = move || {
         let mut topics: Vec<(TopicName, Uuid, Vec<Outcome>)> = Vec::new();
         for topic in topic_data {
@@ -91,12 +100,25 @@ pub fn handle(
             };
             let name = topic_name.0.to_string();
             let label: Arc<str> = Arc::from(name.as_str());
+            let write_allowed = authz.topic(AclOperation::Write, &name);
             let outcomes = topic
                 .partition_data
                 .into_iter()
                 .map(|p| {
                     if !known {
                         return Outcome::refused(p.index, KafkaError::code(UNKNOWN_TOPIC_ID));
+                    }
+                    if transactional_denied {
+                        return Outcome::refused(
+                            p.index,
+                            KafkaError::code(TRANSACTIONAL_ID_AUTHORIZATION_FAILED),
+                        );
+                    }
+                    if !write_allowed {
+                        return Outcome::refused(
+                            p.index,
+                            KafkaError::code(TOPIC_AUTHORIZATION_FAILED),
+                        );
                     }
                     if !matches!(acks, -1..=1) {
                         return Outcome::refused(p.index, KafkaError::code(INVALID_REQUIRED_ACKS));

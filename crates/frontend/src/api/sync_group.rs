@@ -9,11 +9,14 @@ use kafka_protocol::messages::{SyncGroupRequest, SyncGroupResponse};
 use millrace_groups::SyncRequest;
 
 use super::str_bytes;
-use crate::error_codes::{self, NONE};
+use crate::authz::Authz;
+use crate::error_codes::{self, GROUP_AUTHORIZATION_FAILED, NONE};
 use crate::BrokerContext;
+use millrace_cluster::acl::AclOperation;
 
 pub fn handle(
     ctx: &Arc<BrokerContext>,
+    authz: &Authz,
     request: SyncGroupRequest,
     version: i16,
 ) -> impl Future<Output = SyncGroupResponse> + Send + 'static {
@@ -46,8 +49,13 @@ pub fn handle(
             })
             .collect(),
     };
-    let reply = ctx.groups.sync(sync);
+    let reply = authz
+        .group(AclOperation::Read, &sync.group_id)
+        .then(|| ctx.groups.sync(sync));
     async move {
+        let Some(reply) = reply else {
+            return SyncGroupResponse::default().with_error_code(GROUP_AUTHORIZATION_FAILED);
+        };
         let r = reply.await;
         let code = r
             .error

@@ -20,14 +20,36 @@ use millrace_controller::messages::ScramUpsertion;
 use millrace_controller::{ControllerError, ControllerRequest, ControllerResponse};
 
 use super::{forward, str_bytes};
+use crate::authz::Authz;
+use crate::error_codes::CLUSTER_AUTHORIZATION_FAILED;
+use millrace_cluster::acl::AclOperation;
+
 use crate::error_codes::{self, DUPLICATE_RESOURCE, RESOURCE_NOT_FOUND};
 use crate::scram::derive_keys;
 use crate::BrokerContext;
 
 pub async fn alter(
     ctx: Arc<BrokerContext>,
+    authz: Authz,
     request: AlterUserScramCredentialsRequest,
 ) -> AlterUserScramCredentialsResponse {
+    if !authz.cluster(AclOperation::Alter) {
+        // Every user named, once, in order: CLUSTER_AUTHORIZATION_FAILED.
+        let mut seen = BTreeSet::new();
+        let results = request
+            .deletions
+            .iter()
+            .map(|d| &d.name)
+            .chain(request.upsertions.iter().map(|u| &u.name))
+            .filter(|name| seen.insert(name.to_string()))
+            .map(|name| {
+                AlterUserScramCredentialsResult::default()
+                    .with_user(name.clone())
+                    .with_error_code(CLUSTER_AUTHORIZATION_FAILED)
+            })
+            .collect();
+        return AlterUserScramCredentialsResponse::default().with_results(results);
+    }
     let deletions: Vec<(String, i8)> = request
         .deletions
         .iter()
@@ -127,8 +149,13 @@ pub async fn alter(
 
 pub fn describe(
     ctx: &BrokerContext,
+    authz: &Authz,
     request: DescribeUserScramCredentialsRequest,
 ) -> DescribeUserScramCredentialsResponse {
+    if !authz.cluster(AclOperation::Describe) {
+        return DescribeUserScramCredentialsResponse::default()
+            .with_error_code(CLUSTER_AUTHORIZATION_FAILED);
+    }
     let image = ctx.cluster.image();
     let info = |name: &str| -> Vec<CredentialInfo> {
         image
