@@ -22,6 +22,18 @@ fn config(pairs: &[(&str, &str)]) -> Option<BrokerConfig> {
     BrokerConfig::from_layers([&layer]).ok()
 }
 
+/// An SSL listener with inline PEM keystore and truststore, client certificates requested.
+fn pem_config(chain: &str, key: &str, trust: &str) -> Option<BrokerConfig> {
+    config(&[
+        ("ssl.keystore.type", "PEM"),
+        ("ssl.keystore.certificate.chain", chain),
+        ("ssl.keystore.key", key),
+        ("ssl.truststore.type", "PEM"),
+        ("ssl.truststore.certificates", trust),
+        ("ssl.client.auth", "requested"),
+    ])
+}
+
 /// The server configuration: a certificate made once, client certificates requested.
 fn server() -> Arc<rustls::ServerConfig> {
     static SERVER: OnceLock<Arc<rustls::ServerConfig>> = OnceLock::new();
@@ -37,15 +49,7 @@ fn server() -> Arc<rustls::ServerConfig> {
                 .signed_by(&key, &ca, &ca_key)
                 .expect("cert");
             let (chain, key, trust) = (cert.pem(), key.serialize_pem(), ca.pem());
-            let c = config(&[
-                ("ssl.keystore.type", "PEM"),
-                ("ssl.keystore.certificate.chain", &chain),
-                ("ssl.keystore.key", &key),
-                ("ssl.truststore.type", "PEM"),
-                ("ssl.truststore.certificates", &trust),
-                ("ssl.client.auth", "requested"),
-            ])
-            .expect("config");
+            let c = pem_config(&chain, &key, &trust).expect("config");
             Arc::new(
                 TlsSettings::from_config(&c, "SSL")
                     .and_then(|s| s.build())
@@ -61,14 +65,7 @@ fuzz_target!(|data: &[u8]| {
         let chain = parts.next().unwrap_or_default();
         let key = parts.next().unwrap_or_default();
         let trust = parts.next().unwrap_or_default();
-        if let Some(c) = config(&[
-            ("ssl.keystore.type", "PEM"),
-            ("ssl.keystore.certificate.chain", &chain),
-            ("ssl.keystore.key", &key),
-            ("ssl.truststore.type", "PEM"),
-            ("ssl.truststore.certificates", &trust),
-            ("ssl.client.auth", "requested"),
-        ]) {
+        if let Some(c) = pem_config(&chain, &key, &trust) {
             let _ = TlsSettings::from_config(&c, "SSL").and_then(|s| s.build());
         }
         return;

@@ -10,8 +10,7 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::*;
 use rdkafka::message::Message;
@@ -201,32 +200,8 @@ async fn contradicting_partition_directories_refuse_to_start_and_change_nothing(
     std::fs::remove_dir_all(data.join(METADATA_LOG_DIR)).expect("remove the metadata log");
     let before = snapshot(&data);
 
-    let mut child = Command::new(env!("CARGO_BIN_EXE_millrace"))
-        .arg("--data-dir")
-        .arg(&data)
-        .arg("--listen")
-        .arg("127.0.0.1:0")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn millrace");
-    let deadline = Instant::now() + TIMEOUT;
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("try_wait") {
-            break status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("the broker did not refuse to start within {TIMEOUT:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let mut stderr = String::new();
-    std::io::Read::read_to_string(&mut child.stderr.take().expect("stderr"), &mut stderr)
-        .expect("read stderr");
-    assert_eq!(status.code(), Some(2), "exit 2; stderr:\n{stderr}");
+    let (code, stderr) = run_broker_on(&data, &["--listen", "127.0.0.1:0"]);
+    assert_eq!(code, Some(2), "exit 2; stderr:\n{stderr}");
     let line = stderr
         .lines()
         .find(|l| l.starts_with("millrace: "))

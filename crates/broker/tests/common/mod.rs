@@ -291,9 +291,15 @@ fn parse_listening_line(line: &str) -> Option<SocketAddr> {
 /// Runs `millrace` with `args` on a scratch data directory; returns its exit code and stderr.
 pub fn run_broker(args: &[&str]) -> (Option<i32>, String) {
     let dir = tempfile::tempdir().expect("data dir");
+    run_broker_on(dir.path(), args)
+}
+
+/// Runs `millrace` with `args` on `data_dir` until it exits; its exit code and stderr. Panics if
+/// it is still running after `EXIT_TIMEOUT` (it accepted what it should have refused).
+pub fn run_broker_on(data_dir: &Path, args: &[&str]) -> (Option<i32>, String) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_millrace"))
         .arg("--data-dir")
-        .arg(dir.path())
+        .arg(data_dir)
         .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
