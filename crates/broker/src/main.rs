@@ -285,6 +285,9 @@ async fn run(
         shutdown: token.clone(),
         fetch_sessions,
         authorizer: settings.config.authorizer().map(Arc::new),
+        quotas: Arc::new(millrace_frontend::quota::QuotaManager::new(quota_window(
+            &settings.config,
+        ))),
     });
     let timers = {
         let stop = token.clone();
@@ -369,6 +372,19 @@ async fn run(
     }
     info!("clean shutdown complete");
     Ok(())
+}
+
+/// `quota.window.num` and `quota.window.size.seconds` (validated as positive integers).
+fn quota_window(config: &millrace_cluster::BrokerConfig) -> millrace_frontend::quota::QuotaWindow {
+    let mut window = millrace_frontend::quota::QuotaWindow::default();
+    let number = |key: &str| config.get(key).and_then(|v| v.trim().parse::<u64>().ok());
+    if let Some(samples) = number("quota.window.num") {
+        window.samples = samples.max(1);
+    }
+    if let Some(seconds) = number("quota.window.size.seconds") {
+        window.window_ms = seconds.max(1).saturating_mul(1000);
+    }
+    window
 }
 
 /// A bound Kafka listener, before the server takes it.

@@ -280,6 +280,11 @@ fn oversized_body(key: ApiKey, v: i16) -> Option<Oversized> {
             "components",
             |r: &mut DescribeClientQuotasRequest, x| r.components = x,
         ),
+        ApiKey::AlterClientQuotas => {
+            array(v, f, "entries", |r: &mut AlterClientQuotasRequest, x| {
+                r.entries = x
+            })
+        }
         ApiKey::CreateAcls => array(v, f, "creations", |r: &mut CreateAclsRequest, x| {
             r.creations = x
         }),

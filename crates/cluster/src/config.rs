@@ -359,6 +359,10 @@ pub static BROKER_CONFIGS: &[ConfigDef] = &[
     def("authorizer.class.name", "", ConfigType::Str),
     def("super.users", "", ConfigType::Str),
     def("allow.everyone.if.no.acl.found", "false", ConfigType::Bool),
+    // Client quotas: the rate is measured over `quota.window.num` samples of
+    // `quota.window.size.seconds`.
+    def("quota.window.num", "11", INT_POS),
+    def("quota.window.size.seconds", "1", INT_POS),
 ];
 
 const KEYSTORE_TYPES: ConfigType = ConfigType::OneOf(&["JKS", "PKCS12", "PEM"]);

@@ -33,6 +33,7 @@ use uuid::Uuid;
 use crate::acl::AclSet;
 use crate::config::TopicConfigs;
 use crate::listeners::ListenerAddress;
+use crate::quota::ClientQuotas;
 use crate::records::{MetadataBatch, MetadataRecord};
 use crate::scram::{ScramCredential, ScramMechanism};
 
@@ -218,6 +219,9 @@ pub struct MetadataImage {
     /// The ACLs in force (shared: most batches do not touch them).
     #[serde(default)]
     pub acls: Arc<AclSet>,
+    /// Client quotas: entity → key → value.
+    #[serde(default)]
+    pub client_quotas: Arc<ClientQuotas>,
 }
 
 impl MetadataImage {
@@ -285,6 +289,25 @@ impl MetadataImage {
                     credentials.retain(|c| c.mechanism != *mechanism);
                     if credentials.is_empty() {
                         self.scram_credentials.remove(name);
+                    }
+                }
+            }
+            MetadataRecord::ClientQuota { entity, key, value } => {
+                let quotas = Arc::make_mut(&mut self.client_quotas);
+                match value {
+                    Some(v) => {
+                        quotas
+                            .entry(entity.clone())
+                            .or_default()
+                            .insert(key.clone(), *v);
+                    }
+                    None => {
+                        if let Some(keys) = quotas.get_mut(entity) {
+                            keys.remove(key);
+                            if keys.is_empty() {
+                                quotas.remove(entity);
+                            }
+                        }
                     }
                 }
             }

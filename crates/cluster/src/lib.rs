@@ -16,6 +16,7 @@ pub mod image;
 pub mod limits;
 pub mod listeners;
 pub mod metadata;
+pub mod quota;
 pub mod records;
 pub mod recover;
 pub mod scram;

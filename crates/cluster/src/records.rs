@@ -101,6 +101,12 @@ pub enum MetadataRecord {
     AccessControlEntry { acl: crate::acl::StandardAcl },
     /// [RemoveAccessControlEntryRecord]
     RemoveAccessControlEntry { acl: crate::acl::StandardAcl },
+    /// [ClientQuotaRecord] One quota key of an entity set (`Some`) or removed (`None`).
+    ClientQuota {
+        entity: crate::quota::QuotaEntity,
+        key: String,
+        value: Option<f64>,
+    },
     /// [FenceBrokerRecord] The broker's session expired or it finished a controlled shutdown.
     FenceBroker { node_id: i32, broker_epoch: i64 },
     /// [UnfenceBrokerRecord] The broker caught up with the metadata log.

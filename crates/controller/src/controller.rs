@@ -49,7 +49,8 @@ use crate::limits::{
 };
 use crate::messages::{
     ControllerError, ControllerRequest, ControllerResponse, CreatedTopic, ElectionType,
-    OngoingReassignment, PartitionsSpec, ReassignTopicSpec, ScramUpsertion, TopicSpec,
+    OngoingReassignment, PartitionsSpec, QuotaAlteration, ReassignTopicSpec, ScramUpsertion,
+    TopicSpec,
 };
 use crate::partition_change::{Election, ElectionOutcome, PartitionChange};
 use crate::placement;
@@ -261,6 +262,10 @@ impl Controller {
             } => alter_scram_credentials(image, deletions, upsertions),
             ControllerRequest::CreateAcls { acls } => create_acls(image, acls),
             ControllerRequest::DeleteAcls { filters } => delete_acls(image, filters),
+            ControllerRequest::AlterClientQuotas {
+                entries,
+                validate_only,
+            } => alter_client_quotas(image, entries, validate_only),
             ControllerRequest::SetTopicConfigs {
                 name,
                 configs,
@@ -1468,6 +1473,39 @@ fn delete_acls(image: &MetadataImage, filters: Vec<AclFilter>) -> Decision {
             .map(|acl| MetadataRecord::RemoveAccessControlEntry { acl })
             .collect(),
         response: ControllerResponse::DeleteAcls { results },
+    }
+}
+
+/// AlterClientQuotas (`ClientQuotaControlManager.alterClientQuotas`): each entity checked on its
+/// own; a key set to the value it has, or removed when absent, writes nothing.
+fn alter_client_quotas(
+    image: &MetadataImage,
+    entries: Vec<QuotaAlteration>,
+    validate_only: bool,
+) -> Decision {
+    let mut records = Vec::new();
+    let results = entries
+        .into_iter()
+        .map(|entry| {
+            let entity = millrace_cluster::quota::validate(&entry.entity, &entry.changes)
+                .map_err(|e| ControllerError::InvalidRequest(e.0))?;
+            let current = image.client_quotas.get(&entity);
+            for (key, value) in entry.changes {
+                let now = current.and_then(|keys| keys.get(&key)).copied();
+                if now != value && !(value.is_none() && now.is_none()) {
+                    records.push(MetadataRecord::ClientQuota {
+                        entity: entity.clone(),
+                        key,
+                        value,
+                    });
+                }
+            }
+            Ok(())
+        })
+        .collect();
+    Decision {
+        records: if validate_only { Vec::new() } else { records },
+        response: ControllerResponse::AlterClientQuotas { results },
     }
 }
 

@@ -67,6 +67,12 @@ pub enum ControllerRequest {
     CreateAcls { acls: Vec<StandardAcl> },
     /// [DeleteAcls] The filters whose matching ACLs to remove.
     DeleteAcls { filters: Vec<AclFilter> },
+    /// [AlterClientQuotas] Per entity (type, name; `None` = default) its key changes
+    /// (`None` = remove).
+    AlterClientQuotas {
+        entries: Vec<QuotaAlteration>,
+        validate_only: bool,
+    },
     /// [AlterConfigs] (full replace) for one topic.
     SetTopicConfigs {
         name: String,
@@ -224,6 +230,10 @@ pub enum ControllerResponse {
     DeleteAcls {
         results: Vec<Result<Vec<StandardAcl>, ControllerError>>,
     },
+    /// Per entry of the request, in order.
+    AlterClientQuotas {
+        results: Vec<Result<(), ControllerError>>,
+    },
     /// The request as a whole was refused.
     Error {
         error: ControllerError,
@@ -240,6 +250,13 @@ pub struct ScramUpsertion {
     pub salt: Vec<u8>,
     pub stored_key: Vec<u8>,
     pub server_key: Vec<u8>,
+}
+
+/// One entity's quota changes in AlterClientQuotas.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct QuotaAlteration {
+    pub entity: Vec<(String, Option<String>)>,
+    pub changes: Vec<(String, Option<f64>)>,
 }
 
 /// (partition, result) per partition of one topic, in request order.

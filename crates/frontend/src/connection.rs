@@ -253,6 +253,13 @@ async fn serve<R: AsyncRead + Unpin + Send>(
                 break;
             }
         };
+        // A quota muted the connection: nothing more is handled until the throttle time ends.
+        if let Some(until) = session.throttle.until() {
+            tokio::select! {
+                _ = ctx.shutdown.cancelled() => break,
+                _ = tokio::time::sleep_until(until.into()) => {}
+            }
+        }
         // After SaslHandshake v0 the next frames are bare SASL tokens, not requests.
         let raw_token = session
             .sasl
@@ -394,6 +401,16 @@ async fn read_frame<R: AsyncRead + Unpin>(
     match frames.read(&mut size[..1]).await {
         Ok(0) => return FrameEvent::Closed,
         Ok(_) => {}
+        // Between frames these are a client going away: a TLS peer that closes without
+        // close_notify (most clients), or a reset.
+        Err(e)
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::UnexpectedEof | std::io::ErrorKind::ConnectionReset
+            ) =>
+        {
+            return FrameEvent::Closed
+        }
         Err(e) => return FrameEvent::Bad(format!("read failed: {e}")),
     }
     if let Err(e) = frames.read_exact(&mut size[1..]).await {
@@ -439,6 +456,42 @@ mod tests {
             key: "socket.request.max.bytes",
         };
         next_frame(&mut reader, limits, bound).await
+    }
+
+    /// A stream whose every read fails with `kind`.
+    struct Failing(std::io::ErrorKind);
+
+    impl AsyncRead for Failing {
+        fn poll_read(
+            self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+            _: &mut tokio::io::ReadBuf<'_>,
+        ) -> std::task::Poll<std::io::Result<()>> {
+            std::task::Poll::Ready(Err(self.0.into()))
+        }
+    }
+
+    #[tokio::test]
+    async fn a_peer_gone_between_frames_is_a_clean_close() {
+        let limits = limits(64 << 20);
+        let bound = FrameBound {
+            bytes: limits.request_bytes_max,
+            key: "socket.request.max.bytes",
+        };
+        for kind in [
+            std::io::ErrorKind::UnexpectedEof,
+            std::io::ErrorKind::ConnectionReset,
+        ] {
+            let event = next_frame(&mut Failing(kind), &limits, bound).await;
+            assert!(matches!(event, FrameEvent::Closed), "{kind:?}: {event:?}");
+        }
+        let event = next_frame(
+            &mut Failing(std::io::ErrorKind::InvalidData),
+            &limits,
+            bound,
+        )
+        .await;
+        assert!(matches!(event, FrameEvent::Bad(_)), "{event:?}");
     }
 
     #[tokio::test]

@@ -9,23 +9,23 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{
-    AlterConfigsRequest, AlterPartitionReassignmentsRequest, AlterUserScramCredentialsRequest,
-    ApiKey, ApiVersionsRequest, ConsumerGroupDescribeRequest, ConsumerGroupHeartbeatRequest,
-    CreateAclsRequest, CreatePartitionsRequest, CreateTopicsRequest, DeleteAclsRequest,
-    DeleteGroupsRequest, DeleteRecordsRequest, DeleteTopicsRequest, DescribeAclsRequest,
-    DescribeClientQuotasRequest, DescribeClusterRequest, DescribeConfigsRequest,
-    DescribeGroupsRequest, DescribeLogDirsRequest, DescribeProducersRequest,
-    DescribeTopicPartitionsRequest, DescribeUserScramCredentialsRequest, ElectLeadersRequest,
-    FetchRequest, FindCoordinatorRequest, HeartbeatRequest, IncrementalAlterConfigsRequest,
-    InitProducerIdRequest, JoinGroupRequest, LeaveGroupRequest, ListConfigResourcesRequest,
-    ListGroupsRequest, ListOffsetsRequest, ListPartitionReassignmentsRequest, MetadataRequest,
-    OffsetCommitRequest, OffsetDeleteRequest, OffsetFetchRequest, OffsetForLeaderEpochRequest,
-    ProduceRequest, RequestHeader, ResponseHeader, SaslAuthenticateRequest, SaslHandshakeRequest,
-    SyncGroupRequest,
+    AlterClientQuotasRequest, AlterConfigsRequest, AlterPartitionReassignmentsRequest,
+    AlterUserScramCredentialsRequest, ApiKey, ApiVersionsRequest, ConsumerGroupDescribeRequest,
+    ConsumerGroupHeartbeatRequest, CreateAclsRequest, CreatePartitionsRequest, CreateTopicsRequest,
+    DeleteAclsRequest, DeleteGroupsRequest, DeleteRecordsRequest, DeleteTopicsRequest,
+    DescribeAclsRequest, DescribeClientQuotasRequest, DescribeClusterRequest,
+    DescribeConfigsRequest, DescribeGroupsRequest, DescribeLogDirsRequest,
+    DescribeProducersRequest, DescribeTopicPartitionsRequest, DescribeUserScramCredentialsRequest,
+    ElectLeadersRequest, FetchRequest, FindCoordinatorRequest, HeartbeatRequest,
+    IncrementalAlterConfigsRequest, InitProducerIdRequest, JoinGroupRequest, LeaveGroupRequest,
+    ListConfigResourcesRequest, ListGroupsRequest, ListOffsetsRequest,
+    ListPartitionReassignmentsRequest, MetadataRequest, OffsetCommitRequest, OffsetDeleteRequest,
+    OffsetFetchRequest, OffsetForLeaderEpochRequest, ProduceRequest, RequestHeader, ResponseHeader,
+    SaslAuthenticateRequest, SaslHandshakeRequest, SyncGroupRequest,
 };
 use kafka_protocol::protocol::{Decodable, Encodable};
 use tokio::task::JoinHandle;
@@ -33,8 +33,10 @@ use tokio::task::JoinHandle;
 use millrace_metrics::{ApiErrorLabels, ApiLabels};
 
 use crate::api;
+use crate::api::fetch::FetchQuota;
 use crate::authz::Authz;
-use crate::response_errors::{error_name, ResponseErrors};
+use crate::quota::{QuotaType, Throttle};
+use crate::response_errors::{error_name, ResponseErrors, Throttled};
 use crate::session::Session;
 use crate::splice::{self, Chunk};
 use crate::versions::{advertised, api_name, PRODUCE_VERSION_SERVED_MIN};
@@ -63,7 +65,6 @@ pub fn dispatch(
     frame: Bytes,
     session: &Session,
 ) -> Result<Pending, String> {
-    let peer = session.peer;
     let started = Instant::now();
     let (Some(key_bytes), Some(version_bytes)) = (frame.get(0..2), frame.get(2..4)) else {
         return Err(format!(
@@ -75,6 +76,7 @@ pub fn dispatch(
     let version = i16::from_be_bytes([version_bytes[0], version_bytes[1]]);
     let key = ApiKey::try_from(raw_key).map_err(|_| format!("unknown API key {raw_key}"))?;
     let range = advertised(key).ok_or_else(|| format!("API {key:?} ({raw_key}) is not served"))?;
+    let frame_bytes = frame.len();
     let mut buf = frame;
 
     if key == ApiKey::ApiVersions && version > range.max {
@@ -89,7 +91,7 @@ pub fn dispatch(
             api: api_name(key),
         };
         count_request(route);
-        return Ok(ready(route, reply));
+        return Ok(ready(route, &None, reply));
     }
     if version < range.min || version > range.max {
         return Err(format!(
@@ -128,23 +130,126 @@ pub fn dispatch(
     // Who asks, and the ACLs in force now (everything allowed without an authorizer).
     let authz = Authz::for_session(ctx, session);
 
-    match key {
+    // The request quota (`request_percentage`), when one may apply: the time this request takes
+    // to handle is charged once it is done, and decides its answer's throttle (Kafka's order).
+    let charge = (!matches!(
+        key,
+        ApiKey::ApiVersions | ApiKey::SaslHandshake | ApiKey::SaslAuthenticate
+    ) && !ctx.cluster.image().client_quotas.is_empty())
+    .then(|| RequestCharge {
+        ctx: ctx.clone(),
+        user: session.quota_user(),
+        client_id: header.client_id.as_deref().unwrap_or_default().to_string(),
+        throttle: session.throttle.clone(),
+    });
+    let incoming = Incoming {
+        header: &header,
+        body: buf,
+        frame_bytes,
+    };
+    route_request(ctx, session, incoming, authz, route, &charge)
+}
+
+/// What a request's handling time is charged to (`request_percentage`).
+#[derive(Clone)]
+struct RequestCharge {
+    ctx: Arc<BrokerContext>,
+    user: String,
+    client_id: String,
+    throttle: Throttle,
+}
+
+impl RequestCharge {
+    /// Charges `spent` (in Kafka's unit: percent of one thread, per second); the throttle time,
+    /// which also mutes the connection.
+    fn settle(&self, spent: Duration) -> i32 {
+        let image = self.ctx.cluster.image();
+        let throttle = self.ctx.quotas.record(
+            &image,
+            QuotaType::Request,
+            &self.user,
+            &self.client_id,
+            spent.as_secs_f64() * 100.0,
+        );
+        self.throttle.extend(throttle);
+        throttle
+    }
+}
+
+/// A future's output with the time spent inside its `poll` (its work, not its waits).
+struct PollTimed<F> {
+    inner: std::pin::Pin<Box<F>>,
+    spent: Duration,
+}
+
+impl<F: Future> Future for PollTimed<F> {
+    type Output = (F::Output, Duration);
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        let start = Instant::now();
+        let polled = self.inner.as_mut().poll(cx);
+        self.spent += start.elapsed();
+        let spent = self.spent;
+        polled.map(|out| (out, spent))
+    }
+}
+
+fn poll_timed<F: Future>(inner: F) -> PollTimed<F> {
+    PollTimed {
+        inner: Box::pin(inner),
+        spent: Duration::ZERO,
+    }
+}
+
+/// A request after its header: the body still to decode, and the whole frame's size.
+struct Incoming<'a> {
+    header: &'a RequestHeader,
+    body: Bytes,
+    frame_bytes: usize,
+}
+
+/// Calls the API's module with the decoded request.
+fn route_request(
+    ctx: &Arc<BrokerContext>,
+    session: &Session,
+    incoming: Incoming,
+    authz: Authz,
+    route: Route,
+    charge: &Option<RequestCharge>,
+) -> Result<Pending, String> {
+    let (version, peer) = (route.version, session.peer);
+    let Incoming {
+        header,
+        body: mut buf,
+        frame_bytes,
+    } = incoming;
+    let client_id = header.client_id.as_deref().unwrap_or_default();
+    match route.key {
         ApiKey::CreateAcls => {
             let request: CreateAclsRequest = decode(&mut buf, route)?;
             Ok(spawn(
                 route,
+                charge,
                 api::acls::create(ctx.clone(), authz, request),
                 true,
             ))
         }
         ApiKey::DescribeAcls => {
             let request: DescribeAclsRequest = decode(&mut buf, route)?;
-            Ok(ready(route, api::acls::describe(ctx, &authz, request)))
+            Ok(ready(
+                route,
+                charge,
+                api::acls::describe(ctx, &authz, request),
+            ))
         }
         ApiKey::DeleteAcls => {
             let request: DeleteAclsRequest = decode(&mut buf, route)?;
             Ok(spawn(
                 route,
+                charge,
                 api::acls::delete(ctx.clone(), authz, request),
                 true,
             ))
@@ -153,6 +258,7 @@ pub fn dispatch(
             let request: SaslHandshakeRequest = decode(&mut buf, route)?;
             Ok(ready(
                 route,
+                charge,
                 api::sasl::handshake(session, request, version),
             ))
         }
@@ -161,6 +267,7 @@ pub fn dispatch(
             let (response, delay) = api::sasl::authenticate(ctx, session, request, version);
             Ok(spawn(
                 route,
+                charge,
                 async move {
                     if !delay.is_zero() {
                         tokio::time::sleep(delay).await;
@@ -174,6 +281,7 @@ pub fn dispatch(
             let request: AlterUserScramCredentialsRequest = decode(&mut buf, route)?;
             Ok(spawn(
                 route,
+                charge,
                 api::user_scram_credentials::alter(ctx.clone(), authz, request),
                 true,
             ))
@@ -182,6 +290,7 @@ pub fn dispatch(
             let request: DescribeUserScramCredentialsRequest = decode(&mut buf, route)?;
             Ok(ready(
                 route,
+                charge,
                 api::user_scram_credentials::describe(ctx, &authz, request),
             ))
         }
@@ -189,27 +298,61 @@ pub fn dispatch(
             let request: DescribeClientQuotasRequest = decode(&mut buf, route)?;
             Ok(ready(
                 route,
-                api::describe_client_quotas::handle(&authz, request),
+                charge,
+                api::client_quotas::describe(ctx, &authz, request),
+            ))
+        }
+        ApiKey::AlterClientQuotas => {
+            let request: AlterClientQuotasRequest = decode(&mut buf, route)?;
+            Ok(spawn(
+                route,
+                charge,
+                api::client_quotas::alter(ctx.clone(), authz, request),
+                true,
             ))
         }
         ApiKey::Produce => {
             let request: ProduceRequest = decode(&mut buf, route)?;
             let acks = request.acks;
+            // Kafka charges a produce request's whole size against `producer_byte_rate`.
+            let throttle = charge_quota(
+                ctx,
+                session,
+                QuotaType::Produce,
+                client_id,
+                frame_bytes as f64,
+            );
             let response =
                 api::produce::handle(ctx, authz, request, version, session.listener.clone());
-            Ok(spawn(route, response, acks != 0))
+            let response = async move {
+                let mut response = response.await;
+                response.throttle_time_ms = throttle;
+                response
+            };
+            Ok(spawn(route, charge, response, acks != 0))
         }
         ApiKey::Fetch => {
             let request: FetchRequest = decode(&mut buf, route)?;
+            let quota = (!ctx.cluster.image().client_quotas.is_empty()).then(|| FetchQuota {
+                user: session.quota_user(),
+                client_id: client_id.to_string(),
+                throttle: session.throttle.clone(),
+            });
             let response = api::fetch::handle(
                 ctx.clone(),
                 authz,
+                quota,
                 request,
                 version,
                 session.listener.clone(),
             );
+            let charge = charge.clone();
+            let sync = route.started.elapsed();
             Ok(tokio::spawn(async move {
-                let (mut response, files) = response.await;
+                let ((mut response, files), polled) = poll_timed(response).await;
+                if let Some(c) = &charge {
+                    response.throttle(c.settle(sync + polled));
+                }
                 let records = splice::take_records(&mut response, &files);
                 let skeleton = encode(route, &response)?;
                 splice::splice(skeleton, records, route.version).map(Some)
@@ -219,6 +362,7 @@ pub fn dispatch(
             let request: ListOffsetsRequest = decode(&mut buf, route)?;
             Ok(ready(
                 route,
+                charge,
                 api::list_offsets::handle(ctx, &authz, request, version),
             ))
         }
@@ -226,6 +370,7 @@ pub fn dispatch(
             let request: MetadataRequest = decode(&mut buf, route)?;
             Ok(spawn(
                 route,
+                charge,
                 api::metadata::handle(
                     ctx.clone(),
                     authz,
@@ -240,6 +385,7 @@ pub fn dispatch(
             let request: FindCoordinatorRequest = decode(&mut buf, route)?;
             Ok(ready(
                 route,
+                charge,
                 api::find_coordinator::handle(ctx, &authz, request, version, &session.listener),
             ))
         }
@@ -248,6 +394,7 @@ pub fn dispatch(
             let epoch = i64::try_from(ctx.cluster.image().offset).unwrap_or(i64::MAX);
             Ok(ready(
                 route,
+                charge,
                 api::api_versions::handle(request, version, epoch),
             ))
         }
@@ -255,6 +402,7 @@ pub fn dispatch(
             let request: CreateTopicsRequest = decode(&mut buf, route)?;
             Ok(spawn(
                 route,
+                charge,
                 api::create_topics::handle(ctx.clone(), authz, request, version),
                 true,
             ))
@@ -263,6 +411,7 @@ pub fn dispatch(
             let request: DeleteTopicsRequest = decode(&mut buf, route)?;
             Ok(spawn(
                 route,
+                charge,
                 api::delete_topics::handle(ctx.clone(), authz, request, version),
                 true,
             ))
@@ -271,6 +420,7 @@ pub fn dispatch(
             let request: CreatePartitionsRequest = decode(&mut buf, route)?;
             Ok(spawn(
                 route,
+                charge,
                 api::create_partitions::handle(ctx.clone(), authz, request, version),
                 true,
             ))
@@ -279,6 +429,7 @@ pub fn dispatch(
             let request: DescribeClusterRequest = decode(&mut buf, route)?;
             Ok(ready(
                 route,
+                charge,
                 api::describe_cluster::handle(ctx, &authz, request, version, &session.listener),
             ))
         }
@@ -286,6 +437,7 @@ pub fn dispatch(
             let request: InitProducerIdRequest = decode(&mut buf, route)?;
             Ok(spawn(
                 route,
+                charge,
                 api::init_producer_id::handle(ctx.clone(), authz, request, version),
                 true,
             ))
@@ -294,6 +446,7 @@ pub fn dispatch(
             let request: ListConfigResourcesRequest = decode(&mut buf, route)?;
             Ok(ready(
                 route,
+                charge,
                 api::list_config_resources::handle(ctx, &authz, request, version),
             ))
         }
@@ -301,6 +454,7 @@ pub fn dispatch(
             let request: DescribeConfigsRequest = decode(&mut buf, route)?;
             Ok(ready(
                 route,
+                charge,
                 api::describe_configs::handle(ctx, &authz, request, version),
             ))
         }
@@ -308,6 +462,7 @@ pub fn dispatch(
             let request: AlterConfigsRequest = decode(&mut buf, route)?;
             Ok(spawn(
                 route,
+                charge,
                 api::alter_configs::handle(ctx.clone(), authz, request, version),
                 true,
             ))
@@ -316,6 +471,7 @@ pub fn dispatch(
             let request: IncrementalAlterConfigsRequest = decode(&mut buf, route)?;
             Ok(spawn(
                 route,
+                charge,
                 api::alter_configs::handle_incremental(ctx.clone(), authz, request, version),
                 true,
             ))
@@ -324,6 +480,7 @@ pub fn dispatch(
             let request: DeleteRecordsRequest = decode(&mut buf, route)?;
             Ok(ready(
                 route,
+                charge,
                 api::delete_records::handle(ctx, &authz, request, version),
             ))
         }
@@ -331,6 +488,7 @@ pub fn dispatch(
             let request: OffsetForLeaderEpochRequest = decode(&mut buf, route)?;
             Ok(ready(
                 route,
+                charge,
                 api::offset_for_leader_epoch::handle(ctx, &authz, request, version),
             ))
         }
@@ -338,6 +496,7 @@ pub fn dispatch(
             let request: DescribeLogDirsRequest = decode(&mut buf, route)?;
             Ok(ready(
                 route,
+                charge,
                 api::describe_log_dirs::handle(ctx, &authz, request, version),
             ))
         }
@@ -345,6 +504,7 @@ pub fn dispatch(
             let request: DescribeProducersRequest = decode(&mut buf, route)?;
             Ok(ready(
                 route,
+                charge,
                 api::describe_producers::handle(ctx, &authz, request, version),
             ))
         }
@@ -352,6 +512,7 @@ pub fn dispatch(
             let request: DescribeTopicPartitionsRequest = decode(&mut buf, route)?;
             Ok(ready(
                 route,
+                charge,
                 api::describe_topic_partitions::handle(ctx, &authz, request, version),
             ))
         }
@@ -360,6 +521,7 @@ pub fn dispatch(
             let client_id = header.client_id.as_deref().unwrap_or_default();
             Ok(spawn(
                 route,
+                charge,
                 api::join_group::handle(ctx, &authz, request, version, client_id, peer),
                 true,
             ))
@@ -368,6 +530,7 @@ pub fn dispatch(
             let request: SyncGroupRequest = decode(&mut buf, route)?;
             Ok(spawn(
                 route,
+                charge,
                 api::sync_group::handle(ctx, &authz, request, version),
                 true,
             ))
@@ -377,6 +540,7 @@ pub fn dispatch(
             let client_id = header.client_id.as_deref().unwrap_or_default();
             Ok(spawn(
                 route,
+                charge,
                 api::consumer_group_heartbeat::handle(
                     ctx, &authz, request, version, client_id, peer,
                 ),
@@ -387,6 +551,7 @@ pub fn dispatch(
             let request: ConsumerGroupDescribeRequest = decode(&mut buf, route)?;
             Ok(ready(
                 route,
+                charge,
                 api::consumer_group_describe::handle(ctx, &authz, request, version),
             ))
         }
@@ -394,6 +559,7 @@ pub fn dispatch(
             let request: HeartbeatRequest = decode(&mut buf, route)?;
             Ok(ready(
                 route,
+                charge,
                 api::heartbeat::handle(ctx, &authz, request, version),
             ))
         }
@@ -401,6 +567,7 @@ pub fn dispatch(
             let request: LeaveGroupRequest = decode(&mut buf, route)?;
             Ok(ready(
                 route,
+                charge,
                 api::leave_group::handle(ctx, &authz, request, version),
             ))
         }
@@ -408,6 +575,7 @@ pub fn dispatch(
             let request: OffsetCommitRequest = decode(&mut buf, route)?;
             Ok(spawn(
                 route,
+                charge,
                 api::offset_commit::handle(ctx, &authz, request, version),
                 true,
             ))
@@ -416,6 +584,7 @@ pub fn dispatch(
             let request: OffsetFetchRequest = decode(&mut buf, route)?;
             Ok(ready(
                 route,
+                charge,
                 api::offset_fetch::handle(ctx, &authz, request, version),
             ))
         }
@@ -423,6 +592,7 @@ pub fn dispatch(
             let request: ListGroupsRequest = decode(&mut buf, route)?;
             Ok(ready(
                 route,
+                charge,
                 api::list_groups::handle(ctx, &authz, request, version),
             ))
         }
@@ -430,6 +600,7 @@ pub fn dispatch(
             let request: DescribeGroupsRequest = decode(&mut buf, route)?;
             Ok(ready(
                 route,
+                charge,
                 api::describe_groups::handle(ctx, &authz, request, version),
             ))
         }
@@ -437,6 +608,7 @@ pub fn dispatch(
             let request: DeleteGroupsRequest = decode(&mut buf, route)?;
             Ok(spawn(
                 route,
+                charge,
                 api::delete_groups::handle(ctx, &authz, request, version),
                 true,
             ))
@@ -445,6 +617,7 @@ pub fn dispatch(
             let request: OffsetDeleteRequest = decode(&mut buf, route)?;
             Ok(spawn(
                 route,
+                charge,
                 api::offset_delete::handle(ctx, &authz, request, version),
                 true,
             ))
@@ -453,6 +626,7 @@ pub fn dispatch(
             let request: ElectLeadersRequest = decode(&mut buf, route)?;
             Ok(spawn(
                 route,
+                charge,
                 api::elect_leaders::handle(ctx.clone(), authz, request, version),
                 true,
             ))
@@ -461,6 +635,7 @@ pub fn dispatch(
             let request: AlterPartitionReassignmentsRequest = decode(&mut buf, route)?;
             Ok(spawn(
                 route,
+                charge,
                 api::alter_partition_reassignments::handle(ctx.clone(), authz, request, version),
                 true,
             ))
@@ -469,12 +644,33 @@ pub fn dispatch(
             let request: ListPartitionReassignmentsRequest = decode(&mut buf, route)?;
             Ok(spawn(
                 route,
+                charge,
                 api::list_partition_reassignments::handle(ctx.clone(), authz, request, version),
                 true,
             ))
         }
         other => Err(format!("{other:?} is advertised but has no handler")),
     }
+}
+
+/// Records `value` against the client's `kind` quota, if one applies; the throttle time, which
+/// also mutes the connection.
+fn charge_quota(
+    ctx: &BrokerContext,
+    session: &Session,
+    kind: QuotaType,
+    client_id: &str,
+    value: f64,
+) -> i32 {
+    let image = ctx.cluster.image();
+    if image.client_quotas.is_empty() {
+        return 0;
+    }
+    let throttle = ctx
+        .quotas
+        .record(&image, kind, &session.quota_user(), client_id, value);
+    session.throttle.extend(throttle);
+    throttle
 }
 
 /// Kafka's RequestsPerSec, by API and version.
@@ -518,19 +714,31 @@ fn decode<T: Decodable>(buf: &mut Bytes, route: Route) -> Result<T, String> {
 }
 
 /// A response that is already complete.
-fn ready<R: Encodable + ResponseErrors + Send + 'static>(route: Route, response: R) -> Pending {
+fn ready<R: Encodable + ResponseErrors + Throttled + Send + 'static>(
+    route: Route,
+    charge: &Option<RequestCharge>,
+    mut response: R,
+) -> Pending {
+    if let Some(c) = charge {
+        response.throttle(c.settle(route.started.elapsed()));
+    }
     let encoded = encode(route, &response).map(|frame| Some(vec![Chunk::Bytes(frame)]));
     tokio::spawn(async move { encoded })
 }
 
 /// A response that completes later (durability wait, long poll); `respond = false` drops it.
-fn spawn<R, F>(route: Route, response: F, respond: bool) -> Pending
+fn spawn<R, F>(route: Route, charge: &Option<RequestCharge>, response: F, respond: bool) -> Pending
 where
-    R: Encodable + ResponseErrors + Send + 'static,
+    R: Encodable + ResponseErrors + Throttled + Send + 'static,
     F: Future<Output = R> + Send + 'static,
 {
+    let charge = charge.clone();
+    let sync = route.started.elapsed();
     tokio::spawn(async move {
-        let response = response.await;
+        let (mut response, polled) = poll_timed(response).await;
+        if let Some(c) = &charge {
+            response.throttle(c.settle(sync + polled));
+        }
         if respond {
             encode(route, &response).map(|frame| Some(vec![Chunk::Bytes(frame)]))
         } else {

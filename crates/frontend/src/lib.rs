@@ -22,6 +22,7 @@ pub mod error_codes;
 pub mod fetch_session;
 pub mod limits;
 pub mod principal;
+pub mod quota;
 pub mod read_buffer;
 pub mod request_memory;
 pub mod response_errors;
@@ -62,4 +63,6 @@ pub struct BrokerContext {
     pub fetch_sessions: Arc<fetch_session::FetchSessionCache>,
     /// The ACL authorizer (`authorizer.class.name`); `None`: every request is allowed.
     pub authorizer: Option<Arc<millrace_cluster::acl::Authorizer>>,
+    /// The rates client quotas are enforced on.
+    pub quotas: Arc<quota::QuotaManager>,
 }

@@ -8,14 +8,15 @@
 //! `Errors` name without allocating.
 
 use kafka_protocol::messages::{
-    AlterConfigsResponse, AlterPartitionReassignmentsResponse, AlterUserScramCredentialsResponse,
-    ApiVersionsResponse, ConsumerGroupDescribeResponse, ConsumerGroupHeartbeatResponse,
-    CreateAclsResponse, CreatePartitionsResponse, CreateTopicsResponse, DeleteAclsResponse,
-    DeleteGroupsResponse, DeleteRecordsResponse, DeleteTopicsResponse, DescribeAclsResponse,
-    DescribeClientQuotasResponse, DescribeClusterResponse, DescribeConfigsResponse,
-    DescribeGroupsResponse, DescribeLogDirsResponse, DescribeProducersResponse,
-    DescribeTopicPartitionsResponse, DescribeUserScramCredentialsResponse, ElectLeadersResponse,
-    FetchResponse, FindCoordinatorResponse, HeartbeatResponse, IncrementalAlterConfigsResponse,
+    AlterClientQuotasResponse, AlterConfigsResponse, AlterPartitionReassignmentsResponse,
+    AlterUserScramCredentialsResponse, ApiVersionsResponse, ConsumerGroupDescribeResponse,
+    ConsumerGroupHeartbeatResponse, CreateAclsResponse, CreatePartitionsResponse,
+    CreateTopicsResponse, DeleteAclsResponse, DeleteGroupsResponse, DeleteRecordsResponse,
+    DeleteTopicsResponse, DescribeAclsResponse, DescribeClientQuotasResponse,
+    DescribeClusterResponse, DescribeConfigsResponse, DescribeGroupsResponse,
+    DescribeLogDirsResponse, DescribeProducersResponse, DescribeTopicPartitionsResponse,
+    DescribeUserScramCredentialsResponse, ElectLeadersResponse, FetchResponse,
+    FindCoordinatorResponse, HeartbeatResponse, IncrementalAlterConfigsResponse,
     InitProducerIdResponse, JoinGroupResponse, LeaveGroupResponse, ListConfigResourcesResponse,
     ListGroupsResponse, ListOffsetsResponse, ListPartitionReassignmentsResponse, MetadataResponse,
     OffsetCommitResponse, OffsetDeleteResponse, OffsetFetchResponse, OffsetForLeaderEpochResponse,
@@ -143,6 +144,14 @@ impl ResponseErrors for DeleteAclsResponse {
     fn for_each_error(&self, f: &mut dyn FnMut(i16)) {
         for r in &self.filter_results {
             visit(r.error_code, f);
+        }
+    }
+}
+
+impl ResponseErrors for AlterClientQuotasResponse {
+    fn for_each_error(&self, f: &mut dyn FnMut(i16)) {
+        for e in &self.entries {
+            visit(e.error_code, f);
         }
     }
 }
@@ -557,6 +566,75 @@ pub fn error_name(code: i16) -> &'static str {
         133 => "SHARE_SESSION_LIMIT_REACHED",
         _ => "UNKNOWN",
     }
+}
+
+/// A response that can carry `throttle_time_ms` (a client quota's throttle); the larger of two
+/// throttles wins. SaslHandshake and SaslAuthenticate have no such field.
+pub trait Throttled {
+    fn throttle(&mut self, ms: i32);
+}
+
+macro_rules! throttled {
+    ($($response:ty),+ $(,)?) => {
+        $(impl Throttled for $response {
+            fn throttle(&mut self, ms: i32) {
+                self.throttle_time_ms = self.throttle_time_ms.max(ms);
+            }
+        })+
+    };
+}
+
+throttled!(
+    AlterClientQuotasResponse,
+    AlterConfigsResponse,
+    AlterPartitionReassignmentsResponse,
+    AlterUserScramCredentialsResponse,
+    ApiVersionsResponse,
+    ConsumerGroupDescribeResponse,
+    ConsumerGroupHeartbeatResponse,
+    CreateAclsResponse,
+    CreatePartitionsResponse,
+    CreateTopicsResponse,
+    DeleteAclsResponse,
+    DeleteGroupsResponse,
+    DeleteRecordsResponse,
+    DeleteTopicsResponse,
+    DescribeAclsResponse,
+    DescribeClientQuotasResponse,
+    DescribeClusterResponse,
+    DescribeConfigsResponse,
+    DescribeGroupsResponse,
+    DescribeLogDirsResponse,
+    DescribeProducersResponse,
+    DescribeTopicPartitionsResponse,
+    DescribeUserScramCredentialsResponse,
+    ElectLeadersResponse,
+    FetchResponse,
+    FindCoordinatorResponse,
+    HeartbeatResponse,
+    IncrementalAlterConfigsResponse,
+    InitProducerIdResponse,
+    JoinGroupResponse,
+    LeaveGroupResponse,
+    ListConfigResourcesResponse,
+    ListGroupsResponse,
+    ListOffsetsResponse,
+    ListPartitionReassignmentsResponse,
+    MetadataResponse,
+    OffsetCommitResponse,
+    OffsetDeleteResponse,
+    OffsetFetchResponse,
+    OffsetForLeaderEpochResponse,
+    ProduceResponse,
+    SyncGroupResponse,
+);
+
+impl Throttled for SaslHandshakeResponse {
+    fn throttle(&mut self, _ms: i32) {}
+}
+
+impl Throttled for SaslAuthenticateResponse {
+    fn throttle(&mut self, _ms: i32) {}
 }
 
 #[cfg(test)]

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use millrace_cluster::acl::ANONYMOUS_PRINCIPAL;
 use parking_lot::Mutex;
 
+use crate::quota::Throttle;
 use crate::sasl::{Authenticator, SaslSettings};
 
 /// One client connection's identity.
@@ -23,6 +24,8 @@ pub struct Session {
     pub sasl: Option<Mutex<Authenticator>>,
     /// `User:<name>` from a TLS client certificate (`ssl.principal.mapping.rules` applied).
     tls_principal: Option<String>,
+    /// Until when a quota keeps this connection muted.
+    pub throttle: Throttle,
     /// Set by a request whose answer must be the connection's last (a failed authentication).
     close_after: AtomicBool,
 }
@@ -34,6 +37,7 @@ impl Session {
             listener,
             sasl: sasl.map(|s| Mutex::new(Authenticator::new(s))),
             tls_principal: None,
+            throttle: Throttle::default(),
             close_after: AtomicBool::new(false),
         }
     }
@@ -57,6 +61,16 @@ impl Session {
         self.tls_principal
             .clone()
             .unwrap_or_else(|| ANONYMOUS_PRINCIPAL.to_string())
+    }
+
+    /// The user name quotas know the client by: the principal's name (`ANONYMOUS` when not
+    /// authenticated), as Kafka's quota entities name users.
+    pub fn quota_user(&self) -> String {
+        let principal = self.principal();
+        match principal.split_once(':') {
+            Some((_, name)) => name.to_string(),
+            None => principal,
+        }
     }
 
     /// Asks the connection to close once the current request's answer is sent.

@@ -180,6 +180,7 @@ pub fn single_node_context(
         shutdown: CancellationToken::new(),
         fetch_sessions: Arc::new(crate::fetch_session::FetchSessionCache::new(1000)),
         authorizer: None,
+        quotas: Default::default(),
     });
     (ctx, hold)
 }

@@ -37,6 +37,7 @@ pub const ADVERTISED: &[ApiRange] = &[
     range(ApiKey::DescribeUserScramCredentials, 0, 0),
     range(ApiKey::AlterUserScramCredentials, 0, 0),
     range(ApiKey::DescribeClientQuotas, 0, 1),
+    range(ApiKey::AlterClientQuotas, 0, 1),
     range(ApiKey::DescribeAcls, 1, 3),
     range(ApiKey::CreateAcls, 1, 3),
     range(ApiKey::DeleteAcls, 1, 3),

@@ -54,6 +54,7 @@ use crate::error_codes::{
 };
 use crate::fetch_session::{Answered, FetchContext, SessionError, SessionPartition};
 use crate::limits::{FETCH_RESPONSE_BYTES_MAX, FETCH_WAIT_MS_MAX};
+use crate::quota::{QuotaType, Throttle};
 use crate::splice;
 use crate::BrokerContext;
 use millrace_cluster::acl::AclOperation;
@@ -107,6 +108,7 @@ struct WantedTopic {
 pub async fn handle(
     ctx: Arc<BrokerContext>,
     authz: Authz,
+    quota: Option<FetchQuota>,
     request: FetchRequest,
     version: i16,
     listener: Arc<str>,
@@ -114,7 +116,7 @@ pub async fn handle(
     let wait = Duration::from_millis((request.max_wait_ms.max(0) as u64).min(FETCH_WAIT_MS_MAX));
     let deadline = Instant::now() + wait;
     let min_bytes = request.min_bytes.max(0) as usize;
-    let max_bytes = (request.max_bytes.max(0) as usize).min(FETCH_RESPONSE_BYTES_MAX);
+    let mut max_bytes = (request.max_bytes.max(0) as usize).min(FETCH_RESPONSE_BYTES_MAX);
     let read_committed = request.isolation_level == READ_COMMITTED;
     let fetcher = if version >= REPLICA_STATE_VERSION_MIN {
         match request.replica_state.replica_id.0 {
@@ -133,6 +135,16 @@ pub async fn handle(
         Fetcher::Consumer
     };
     let follower = matches!(fetcher, Fetcher::Follower { .. });
+    // A consumer under a fetch quota gets at most a window's worth at once (Kafka's bound).
+    let quota = quota.filter(|_| !follower);
+    if let Some(q) = &quota {
+        if let Some(most) = ctx
+            .quotas
+            .fetch_bytes_max(&ctx.cluster.image(), &q.user, &q.client_id)
+        {
+            max_bytes = max_bytes.min(most);
+        }
+    }
     let requested = requested_partitions(&request, version);
     let session = if version >= SESSION_VERSION_MIN {
         let forgotten = forgotten_partitions(&request, version);
@@ -182,6 +194,17 @@ pub async fn handle(
             || Instant::now() >= deadline
             || ctx.shutdown.is_cancelled();
         if done {
+            if let Some(q) = &quota {
+                let throttle = charge(&ctx, q, &response, &files);
+                if throttle > 0 {
+                    // Kafka's throttled answer: nothing fetched, the throttle time, and the
+                    // connection muted; the records are not charged (KIP-219).
+                    let throttled = FetchResponse::default()
+                        .with_throttle_time_ms(throttle)
+                        .with_session_id(session_id(&session));
+                    return (throttled, Vec::new());
+                }
+            }
             if matches!(fetcher, Fetcher::Consumer) {
                 count_bytes_out(&topics, &response, &files);
             }
@@ -192,6 +215,57 @@ pub async fn handle(
             _ = tokio::time::sleep_until(deadline) => {}
             _ = ctx.shutdown.cancelled() => {}
         }
+    }
+}
+
+/// Who a consumer fetch charges under `consumer_byte_rate`, and the connection to mute.
+#[derive(Debug, Clone)]
+pub struct FetchQuota {
+    pub user: String,
+    pub client_id: String,
+    pub throttle: Throttle,
+}
+
+/// Records the answer's record bytes against the fetch quota: the throttle time (0: within it,
+/// and the bytes stay charged; else they are taken back and the connection is muted).
+fn charge(
+    ctx: &BrokerContext,
+    q: &FetchQuota,
+    response: &FetchResponse,
+    files: &[FileSlice],
+) -> i32 {
+    let bytes: usize = response
+        .responses
+        .iter()
+        .flat_map(|t| &t.partitions)
+        .filter_map(|p| p.records.as_ref().map(|r| splice::records_len(r, files)))
+        .sum();
+    let image = ctx.cluster.image();
+    let throttle = ctx.quotas.record(
+        &image,
+        QuotaType::Fetch,
+        &q.user,
+        &q.client_id,
+        bytes as f64,
+    );
+    if throttle > 0 {
+        ctx.quotas.unrecord(
+            &image,
+            QuotaType::Fetch,
+            &q.user,
+            &q.client_id,
+            bytes as f64,
+        );
+        q.throttle.extend(throttle);
+    }
+    throttle
+}
+
+/// The session id an answer carries (0 without a session).
+fn session_id(session: &FetchContext) -> i32 {
+    match session {
+        FetchContext::Full { id } | FetchContext::Incremental { id, .. } => *id,
+        _ => 0,
     }
 }
 
