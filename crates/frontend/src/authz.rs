@@ -25,6 +25,21 @@ const CONFIG_RESOURCE_CLIENT_METRICS: i8 = 16;
 const CONFIG_RESOURCE_GROUP: i8 = 32;
 use crate::BrokerContext;
 
+/// The client's address as Kafka's ACLs name hosts (Java's `InetAddress.getHostAddress()`): an
+/// IPv4 address (also when it reached a dual-stack listener as `::ffff:a.b.c.d`) dotted, an IPv6
+/// address as eight hexadecimal groups without `::` compression.
+pub fn java_host_address(ip: std::net::IpAddr) -> String {
+    match ip.to_canonical() {
+        std::net::IpAddr::V4(v4) => v4.to_string(),
+        std::net::IpAddr::V6(v6) => v6
+            .segments()
+            .iter()
+            .map(|g| format!("{g:x}"))
+            .collect::<Vec<_>>()
+            .join(":"),
+    }
+}
+
 /// One request's authorization context.
 #[derive(Debug, Clone, Default)]
 pub struct Authz {
@@ -55,7 +70,7 @@ impl Authz {
                 authorizer: authorizer.clone(),
                 acls: ctx.cluster.image().acls.clone(),
                 principal: session.principal(),
-                host: session.peer.ip().to_string(),
+                host: java_host_address(session.peer.ip()),
             })),
         }
     }
@@ -149,5 +164,19 @@ impl Authz {
             a.authorizer
                 .authorized_operations(&a.acls, &a.principal, &a.host, resource_type, name)
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::java_host_address;
+
+    #[test]
+    fn hosts_are_written_as_java_writes_them() {
+        let host = |s: &str| java_host_address(s.parse().expect("address"));
+        assert_eq!(host("10.0.0.5"), "10.0.0.5");
+        assert_eq!(host("::ffff:10.0.0.5"), "10.0.0.5");
+        assert_eq!(host("::1"), "0:0:0:0:0:0:0:1");
+        assert_eq!(host("fe80::1:abcd"), "fe80:0:0:0:0:0:1:abcd");
     }
 }

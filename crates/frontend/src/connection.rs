@@ -139,6 +139,8 @@ pub async fn serve_connection(
                 .1
                 .peer_certificates()
                 .and_then(|c| c.first())
+                // On SASL_SSL the principal is SASL's: the certificate is not mapped (Kafka).
+                .filter(|_| session.sasl.is_none())
             {
                 let subject = subject_name(cert.as_ref());
                 match subject.as_deref().map(|s| (s, mapper.name(s))) {
@@ -233,6 +235,14 @@ async fn serve<R: AsyncRead + Unpin + Send>(
                 key: "socket.request.max.bytes",
             },
         };
+        // A quota muted the connection: nothing more is read until the throttle time ends (a
+        // throttle set while the next frame was awaited is waited out before it is handled).
+        if let Some(until) = session.throttle.until() {
+            tokio::select! {
+                _ = ctx.shutdown.cancelled() => break,
+                _ = tokio::time::sleep_until(until.into()) => {}
+            }
+        }
         let next = tokio::select! {
             _ = ctx.shutdown.cancelled() => break,
             next = next_frame(&mut frames, &limits, bound) => next,
@@ -253,7 +263,6 @@ async fn serve<R: AsyncRead + Unpin + Send>(
                 break;
             }
         };
-        // A quota muted the connection: nothing more is handled until the throttle time ends.
         if let Some(until) = session.throttle.until() {
             tokio::select! {
                 _ = ctx.shutdown.cancelled() => break,

@@ -333,6 +333,7 @@ fn route_request(
         }
         ApiKey::Fetch => {
             let request: FetchRequest = decode(&mut buf, route)?;
+            let follower = request.replica_id.0 >= 0 || request.replica_state.replica_id.0 >= 0;
             let quota = (!ctx.cluster.image().client_quotas.is_empty()).then(|| FetchQuota {
                 user: session.quota_user(),
                 client_id: client_id.to_string(),
@@ -346,7 +347,8 @@ fn route_request(
                 version,
                 session.listener.clone(),
             );
-            let charge = charge.clone();
+            // A follower's fetches are not charged to a request quota (Kafka exempts them).
+            let charge = charge.clone().filter(|_| !follower);
             let sync = route.started.elapsed();
             Ok(tokio::spawn(async move {
                 let ((mut response, files), polled) = poll_timed(response).await;

@@ -208,6 +208,11 @@ impl FetchSessionCache {
 
     /// Records what the answer of session `id` said: `answered` has one entry per partition the
     /// answer included, with whether it carried records (those move to the end of the order).
+    /// Forgets a session (a full fetch that was answered throttled: Kafka creates none then).
+    pub fn remove(&self, id: i32) {
+        self.sessions.lock().remove(&id);
+    }
+
     pub fn answered(&self, id: i32, answered: &[((Uuid, String, i32), Answered, bool)]) {
         let mut sessions = self.sessions.lock();
         let Some(session) = sessions.get_mut(&id) else {

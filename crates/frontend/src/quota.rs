@@ -1,6 +1,7 @@
 //! Client quota enforcement, as Kafka's `ClientQuotaManager` does it: each quota type (produce
-//! bytes, fetch bytes, request time) keeps one rate per quota entity that applies (clients the
-//! same entity matches share it); a request records its value, and when the rate is then above
+//! bytes, fetch bytes, request time) keeps one rate per client as Kafka's default quota callback
+//! tags it — (user, client id) when the quota that applies names both or their defaults, the user
+//! alone for a user quota, the client id alone for a client-id quota; a request records its value, and when the rate is then above
 //! the quota the answer carries `throttle_time_ms` and the connection reads nothing more until
 //! that time has passed (KIP-219's muting).
 //!
@@ -14,7 +15,8 @@ use std::time::Instant;
 
 use millrace_cluster::image::MetadataImage;
 use millrace_cluster::quota::{
-    quota_for, QuotaEntity, CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, REQUEST_PERCENTAGE,
+    quota_for, QuotaEntity, CONSUMER_BYTE_RATE, ENTITY_CLIENT_ID, ENTITY_USER, PRODUCER_BYTE_RATE,
+    REQUEST_PERCENTAGE,
 };
 use parking_lot::Mutex;
 
@@ -148,11 +150,31 @@ impl Rate {
     }
 }
 
+/// A rate's identity: the quota type, the user tag and the client-id tag ("" when the quota that
+/// applies does not name that entity type).
+type RateKey = (QuotaType, String, String);
+
+/// The rate a client's requests count against, for a quota set on `entity`.
+fn rate_key(kind: QuotaType, entity: &QuotaEntity, user: &str, client_id: &str) -> RateKey {
+    let tag = |entity_type: &str, value: &str| {
+        if entity.contains_key(entity_type) {
+            value.to_string()
+        } else {
+            String::new()
+        }
+    };
+    (
+        kind,
+        tag(ENTITY_USER, user),
+        tag(ENTITY_CLIENT_ID, client_id),
+    )
+}
+
 /// The rates of every client that has a quota, per quota type.
 pub struct QuotaManager {
     window: QuotaWindow,
     epoch: Instant,
-    rates: Mutex<HashMap<(QuotaType, QuotaEntity), Rate>>,
+    rates: Mutex<HashMap<RateKey, Rate>>,
 }
 
 impl Default for QuotaManager {
@@ -189,17 +211,22 @@ impl QuotaManager {
             return 0;
         };
         let now = self.now_ms();
+        let key = rate_key(kind, entity, user, client_id);
         let mut rates = self.rates.lock();
-        if rates.len() >= RATES_MAX && !rates.contains_key(&(kind, entity.clone())) {
+        if rates.len() >= RATES_MAX && !rates.contains_key(&key) {
             evict(&mut rates, now);
         }
-        let rate = rates.entry((kind, entity.clone())).or_default();
+        let rate = rates.entry(key).or_default();
         rate.record(self.window, value, now);
         let measured = rate.measure(self.window, now);
         if measured <= quota {
             return 0;
         }
-        let throttle = (measured - quota) / quota * rate.window_ms(self.window, now) as f64;
+        let mut throttle = (measured - quota) / quota * rate.window_ms(self.window, now) as f64;
+        if kind == QuotaType::Request {
+            // Kafka bounds a request quota's throttle to one window (`boundedThrottleTime`).
+            throttle = throttle.min(self.window.window_ms as f64);
+        }
         throttle.round().clamp(0.0, f64::from(i32::MAX)) as i32
     }
 
@@ -214,7 +241,8 @@ impl QuotaManager {
     ) {
         if let Some((entity, _)) = quota_for(&image.client_quotas, user, client_id, kind.key()) {
             let now = self.now_ms();
-            if let Some(rate) = self.rates.lock().get_mut(&(kind, entity.clone())) {
+            let key = rate_key(kind, entity, user, client_id);
+            if let Some(rate) = self.rates.lock().get_mut(&key) {
                 rate.record(self.window, -value, now);
             }
         }
@@ -243,7 +271,7 @@ impl QuotaManager {
 }
 
 /// Drops idle rates, or the least recently used one when none is idle.
-fn evict(rates: &mut HashMap<(QuotaType, QuotaEntity), Rate>, now_ms: u64) {
+fn evict(rates: &mut HashMap<RateKey, Rate>, now_ms: u64) {
     rates.retain(|_, r| now_ms.saturating_sub(r.last_record_ms) < RATE_IDLE_MS);
     if rates.len() >= RATES_MAX {
         if let Some(key) = rates
@@ -300,12 +328,31 @@ mod tests {
         // 10,000 more: 2,000/s against 1,000/s → (2000-1000)/1000 × 10 s.
         let throttle = quotas.record(&image, QuotaType::Produce, "", "app", 10_000.0);
         assert!((9_990..=10_000).contains(&throttle), "{throttle}");
+        // A default client-id quota: each client id has its own rate, as in Kafka.
+        let mut default = QuotaEntity::new();
+        default.insert("client-id".into(), EntityName::Default);
+        std::sync::Arc::make_mut(&mut image.client_quotas)
+            .entry(default)
+            .or_default()
+            .insert(CONSUMER_BYTE_RATE.into(), 1000.0);
+        assert_eq!(
+            quotas.record(&image, QuotaType::Fetch, "", "a", 10_000.0),
+            0
+        );
+        assert_eq!(
+            quotas.record(&image, QuotaType::Fetch, "", "b", 10_000.0),
+            0
+        );
+        assert!(quotas.record(&image, QuotaType::Fetch, "", "a", 10_000.0) > 0);
         // Another client id has no quota.
         assert_eq!(
             quotas.record(&image, QuotaType::Produce, "", "other", 1e9),
             0
         );
-        // Fetch has none either.
-        assert_eq!(quotas.record(&image, QuotaType::Fetch, "", "app", 1e9), 0);
+        // A produce quota is not a fetch quota.
+        assert_eq!(
+            quotas.record(&image, QuotaType::Fetch, "", "app", 5_000.0),
+            0
+        );
     }
 }

@@ -182,9 +182,34 @@ pub async fn alter(
     authz: Authz,
     request: AlterClientQuotasRequest,
 ) -> AlterClientQuotasResponse {
+    if !authz.cluster(AclOperation::AlterConfigs) {
+        return AlterClientQuotasResponse::default().with_entries(
+            request
+                .entries
+                .iter()
+                .map(|entry| {
+                    AlteredEntry::default()
+                        .with_error_code(CLUSTER_AUTHORIZATION_FAILED)
+                        .with_error_message(None)
+                        .with_entity(
+                            entry
+                                .entity
+                                .iter()
+                                .map(|e| {
+                                    AlteredEntity::default()
+                                        .with_entity_type(e.entity_type.clone())
+                                        .with_entity_name(e.entity_name.clone())
+                                })
+                                .collect(),
+                        )
+                })
+                .collect(),
+        );
+    }
     // Kafka answers once per entity: an entity named twice gets one answer, the refusal of its
     // second entry (its first is applied), and an entry naming a key twice is refused whole.
     let mut order: Vec<EntityKey> = Vec::new();
+    let mut seen: BTreeSet<EntityKey> = BTreeSet::new();
     let mut refused: BTreeMap<EntityKey, String> = BTreeMap::new();
     let mut entries: Vec<QuotaAlteration> = Vec::new();
     for entry in &request.entries {
@@ -201,7 +226,7 @@ pub async fn alter(
         let mut key = entity.clone();
         key.sort();
         let duplicate = || format!("Ignoring duplicate entity {}", kafka_entity_text(&entity));
-        if order.contains(&key) {
+        if !seen.insert(key.clone()) {
             refused.insert(key, duplicate());
             continue;
         }
@@ -220,33 +245,30 @@ pub async fn alter(
                 .collect(),
         });
     }
-    let outcome: Result<Vec<Result<(), ControllerError>>, ControllerError> =
-        if !authz.cluster(AclOperation::AlterConfigs) {
-            Err(ControllerError::Internal(String::new()))
-        } else if entries.is_empty() {
-            Ok(Vec::new())
-        } else {
-            match forward::forward(
-                &ctx,
-                ControllerRequest::AlterClientQuotas {
-                    entries: entries.clone(),
-                    validate_only: request.validate_only,
-                },
-                forward::timeout(0),
-            )
-            .await
+    let outcome: Result<Vec<Result<(), ControllerError>>, ControllerError> = if entries.is_empty() {
+        Ok(Vec::new())
+    } else {
+        match forward::forward(
+            &ctx,
+            ControllerRequest::AlterClientQuotas {
+                entries: entries.clone(),
+                validate_only: request.validate_only,
+            },
+            forward::timeout(0),
+        )
+        .await
+        {
+            Ok(ControllerResponse::AlterClientQuotas { results })
+                if results.len() == entries.len() =>
             {
-                Ok(ControllerResponse::AlterClientQuotas { results })
-                    if results.len() == entries.len() =>
-                {
-                    Ok(results)
-                }
-                Ok(other) => Err(ControllerError::Internal(format!(
-                    "unexpected answer {other:?}"
-                ))),
-                Err(e) => Err(e),
+                Ok(results)
             }
-        };
+            Ok(other) => Err(ControllerError::Internal(format!(
+                "unexpected answer {other:?}"
+            ))),
+            Err(e) => Err(e),
+        }
+    };
     let mut answers: BTreeMap<EntityKey, (i16, Option<String>)> = BTreeMap::new();
     match &outcome {
         Ok(results) => {
@@ -273,12 +295,8 @@ pub async fn alter(
             }
         }
         Err(e) => {
-            let answer = if authz.cluster(AclOperation::AlterConfigs) {
-                let err = error_codes::from_controller(e, "AlterClientQuotas");
-                (err.code, err.message)
-            } else {
-                (CLUSTER_AUTHORIZATION_FAILED, None)
-            };
+            let err = error_codes::from_controller(e, "AlterClientQuotas");
+            let answer = (err.code, err.message);
             for key in &order {
                 answers.insert(key.clone(), answer.clone());
             }

@@ -14,7 +14,7 @@ use millrace_groups::GroupError;
 
 use super::{str_bytes, topic_name};
 use crate::authz::Authz;
-use crate::error_codes::GROUP_AUTHORIZATION_FAILED;
+use crate::error_codes::{GROUP_AUTHORIZATION_FAILED, TOPIC_AUTHORIZATION_FAILED};
 use millrace_cluster::acl::AclOperation;
 use millrace_cluster::acl::ResourceType;
 
@@ -72,6 +72,26 @@ pub fn handle(
                         other => other.to_string(),
                     })))
                     .with_group_state(str_bytes("Dead"))
+                    .with_authorized_operations(AUTHORIZED_OPERATIONS_OMITTED)
+            }
+            // A group whose assignments name a topic the client may not Describe is not shown
+            // (Kafka's answer), so that describing it discloses no topic.
+            Ok(d)
+                if authz.enabled()
+                    && d.members.iter().any(|m| {
+                        m.member.assigned.keys().chain(m.target.keys()).any(|topic_id| {
+                            image.topic_by_id(*topic_id).is_some_and(|t| {
+                                !authz.topic(AclOperation::Describe, &t.name)
+                            })
+                        })
+                    }) =>
+            {
+                DescribedGroup::default()
+                    .with_group_id(id)
+                    .with_error_code(TOPIC_AUTHORIZATION_FAILED)
+                    .with_error_message(Some(str_bytes(
+                        "The group has described topic(s) that the client is not authorized to describe.",
+                    )))
                     .with_authorized_operations(AUTHORIZED_OPERATIONS_OMITTED)
             }
             Ok(d) => {

@@ -54,6 +54,31 @@ impl TopicsView for ImageTopics {
     }
 }
 
+/// The image's topics as one member sees them: a regular expression resolves only to topics its
+/// principal may Describe (Kafka filters regex matches by the member's ACLs).
+struct DescribableTopics<'a> {
+    image: ImageTopics,
+    authz: &'a Authz,
+}
+
+impl TopicsView for DescribableTopics<'_> {
+    fn by_name(&self, name: &str) -> Option<TopicInfo> {
+        self.image.by_name(name)
+    }
+
+    fn version(&self) -> Option<u64> {
+        self.image.version()
+    }
+
+    fn all(&self) -> Vec<TopicInfo> {
+        let mut all = self.image.all();
+        if self.authz.enabled() {
+            all.retain(|t| self.authz.topic(AclOperation::Describe, &t.name));
+        }
+        all
+    }
+}
+
 pub fn handle(
     ctx: &Arc<BrokerContext>,
     authz: &Authz,
@@ -121,7 +146,10 @@ pub fn handle(
     let reply = if version >= 1 && req.member_epoch == 0 && req.member_id.is_empty() {
         None
     } else {
-        let topics = ImageTopics(ctx.cluster.image());
+        let topics = DescribableTopics {
+            image: ImageTopics(ctx.cluster.image()),
+            authz,
+        };
         Some(ctx.groups.consumer_heartbeat(&req, &topics))
     };
     futures::future::Either::Right(async move {

@@ -28,9 +28,14 @@ pub fn handle(
     let mut response = DescribeClusterResponse::default()
         .with_cluster_id(str_bytes(&cluster.cluster_id()))
         .with_controller_id(BrokerId(super::metadata::controller_id(ctx)));
-    if request.include_cluster_authorized_operations && authz.cluster(AclOperation::Describe) {
+    if request.include_cluster_authorized_operations {
+        // Kafka: the operations when the client may Describe the cluster, else none (0).
         if let Some(ops) = authz.operations(ResourceType::Cluster, CLUSTER_RESOURCE_NAME) {
-            response.cluster_authorized_operations = ops;
+            response.cluster_authorized_operations = if authz.cluster(AclOperation::Describe) {
+                ops
+            } else {
+                0
+            };
         }
     }
     if version >= 1 {

@@ -199,9 +199,18 @@ pub async fn handle(
                 if throttle > 0 {
                     // Kafka's throttled answer: nothing fetched, the throttle time, and the
                     // connection muted; the records are not charged (KIP-219).
+                    // A full fetch's new session is dropped (Kafka creates none for a throttled
+                    // answer); an incremental one keeps its id and state.
+                    let id = match &session {
+                        FetchContext::Full { id } => {
+                            ctx.fetch_sessions.remove(*id);
+                            0
+                        }
+                        other => session_id(other),
+                    };
                     let throttled = FetchResponse::default()
                         .with_throttle_time_ms(throttle)
-                        .with_session_id(session_id(&session));
+                        .with_session_id(id);
                     return (throttled, Vec::new());
                 }
             }

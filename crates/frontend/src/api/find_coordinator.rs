@@ -52,7 +52,16 @@ pub fn handle(
 ) -> FindCoordinatorResponse {
     let image = ctx.cluster.image();
     let offsets = image.topic(OFFSETS_TOPIC).cloned();
-    if offsets.is_none() && request.key_type == KEY_TYPE_GROUP {
+    // Created on a group lookup the client may make (Kafka checks Describe first).
+    let keys: Vec<&StrBytes> = if version < 4 {
+        vec![&request.key]
+    } else {
+        request.coordinator_keys.iter().collect()
+    };
+    if offsets.is_none()
+        && request.key_type == KEY_TYPE_GROUP
+        && keys.iter().any(|k| authz.group(AclOperation::Describe, k))
+    {
         create_offsets_topic(ctx);
     }
     // (code, message, node, host, port)

@@ -149,10 +149,14 @@ pub async fn handle(
     if (TOPIC_AUTHORIZED_OPERATIONS_VERSION_MIN..=CLUSTER_AUTHORIZED_OPERATIONS_VERSION_MAX)
         .contains(&version)
         && request.include_cluster_authorized_operations
-        && authz.cluster(AclOperation::Describe)
     {
+        // Kafka: the operations when the client may Describe the cluster, else none (0).
         if let Some(ops) = authz.operations(ResourceType::Cluster, CLUSTER_RESOURCE_NAME) {
-            response.cluster_authorized_operations = ops;
+            response.cluster_authorized_operations = if authz.cluster(AclOperation::Describe) {
+                ops
+            } else {
+                0
+            };
         }
     }
     response.topics = topics;
