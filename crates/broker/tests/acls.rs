@@ -2,9 +2,13 @@
 //! ACLs is refused (TOPIC_AUTHORIZATION_FAILED) until a super user's CreateAcls grants it Write on
 //! the topic; then it produces there and nothing else (reading stays refused); DeleteAcls takes
 //! the grant away again; the ACL survives a restart; without an authorizer the ACL APIs answer
-//! SECURITY_DISABLED. `compat-tests/python/test_acls.py` runs the full matrix (kafka-acls.sh,
+//! SECURITY_DISABLED; on three brokers an ACL made through one is described by all, and
+//! followers replicate under the authorizer (their principal a super user, as Kafka requires).
+//! `compat-tests/python/test_acls.py` runs the full matrix (kafka-acls.sh,
 //! prefixed and deny ACLs, groups, admin APIs) against Millrace and Apache Kafka.
 
+#[path = "common/cluster.rs"]
+mod cluster;
 mod common;
 
 use std::net::SocketAddr;
@@ -245,4 +249,73 @@ async fn without_an_authorizer_acl_requests_are_security_disabled() {
         )
         .await
         .unwrap_or_else(|(e, _)| panic!("produce without an authorizer: {e}"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acls_are_the_same_on_every_broker_and_followers_replicate_under_the_authorizer() {
+    // The inter-broker listener is PLAINTEXT, so brokers fetch as User:ANONYMOUS: a super user, as
+    // Kafka requires of its brokers' principal (followers need ClusterAction).
+    let c = cluster::TestCluster::start(
+        3,
+        &[
+            "authorizer.class.name=millrace",
+            "super.users=User:ANONYMOUS",
+        ],
+    );
+    let topic = unique_topic("acl-cluster");
+    let mut one = RawConn::connect(c.addr(1)).await;
+    let granted = one
+        .request(
+            3,
+            &CreateAclsRequest::default().with_creations(vec![write_acl(&topic, "User:alice")]),
+        )
+        .await;
+    assert_eq!(granted.results[0].error_code, 0, "{granted:?}");
+    for id in 1..=3 {
+        let mut conn = RawConn::connect(c.addr(id)).await;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let described = conn.request(2, &topic_filter(&topic)).await;
+            if described.resources.len() == 1 {
+                assert_eq!(
+                    described.resources[0].acls[0].principal.as_str(),
+                    "User:alice"
+                );
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "node {id} does not describe the ACL made through node 1: {described:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    // acks=all on a topic that needs all three replicas in sync: the followers' fetches pass.
+    let create = kafka_protocol::messages::CreateTopicsRequest::default()
+        .with_timeout_ms(30_000)
+        .with_topics(vec![
+            kafka_protocol::messages::create_topics_request::CreatableTopic::default()
+                .with_name(kafka_protocol::messages::TopicName(str(&topic)))
+                .with_num_partitions(1)
+                .with_replication_factor(3)
+                .with_configs(vec![
+                    kafka_protocol::messages::create_topics_request::CreatableTopicConfig::default(
+                    )
+                    .with_name(str("min.insync.replicas"))
+                    .with_value(Some(str("3"))),
+                ]),
+        ]);
+    let created = one.request(7, &create).await;
+    assert_eq!(created.topics[0].error_code, 0, "{created:?}");
+    let producer = producer_at(&c.bootstrap(), &[]);
+    for i in 0..10 {
+        let value = format!("v{i}");
+        producer
+            .send(
+                FutureRecord::to(&topic).key("k").payload(&value),
+                Duration::from_secs(20),
+            )
+            .await
+            .unwrap_or_else(|(e, _)| panic!("acks=all with three replicas in sync: {e}"));
+    }
 }

@@ -248,12 +248,6 @@ impl QuotaManager {
         }
     }
 
-    /// Whether any quota of the type applies to the client (so that callers skip measuring).
-    pub fn applies(image: &MetadataImage, kind: QuotaType, user: &str, client_id: &str) -> bool {
-        !image.client_quotas.is_empty()
-            && quota_for(&image.client_quotas, user, client_id, kind.key()).is_some()
-    }
-
     /// The most bytes a fetch may return without overshooting the client's fetch quota by more
     /// than a window's worth (Kafka's `getMaxValueInQuotaWindow`).
     pub fn fetch_bytes_max(
