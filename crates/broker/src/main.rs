@@ -17,6 +17,7 @@ mod groups_log;
 mod node;
 mod observe;
 mod settings;
+mod txn_io;
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -34,6 +35,7 @@ use millrace_groups::{
 };
 use millrace_replication::LeadershipChange;
 use millrace_store::{Store, StoreConfig};
+use millrace_transactions::{TransactionCoordinator, TxnConfig, TRANSACTION_STATE_TOPIC};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
@@ -272,6 +274,8 @@ async fn run(
         node.controller.clone(),
         node.lifecycle.clone(),
     ));
+    let transactions = open_transaction_coordinator(&config, &node, &producer_ids);
+    follow_transaction_state_leadership(&node, &transactions);
     let ctx = Arc::new(BrokerContext {
         cluster: cluster.clone(),
         replicas: node.replicas.clone(),
@@ -282,6 +286,7 @@ async fn run(
             .display()
             .to_string(),
         groups: groups.clone(),
+        transactions: transactions.clone(),
         shutdown: token.clone(),
         fetch_sessions,
         authorizer: settings.config.authorizer().map(Arc::new),
@@ -298,6 +303,7 @@ async fn run(
         )
     };
 
+    let txn_timeouts = tokio::spawn(transactions.clone().run_timeouts());
     let maintenance = spawn_maintenance(
         store.clone(),
         config.retention_check_interval(),
@@ -338,6 +344,8 @@ async fn run(
     token.cancel();
     // Parked JoinGroup/SyncGroup requests are answered now, so the drain does not wait on them.
     groups.shutdown();
+    transactions.shutdown();
+    txn_timeouts.abort();
     if let Some(Err(e)) = match server {
         Some(server) => Some(server.await),
         None => None,
@@ -611,6 +619,74 @@ fn open_group_coordinator(
         commit_timeout,
     ));
     GroupCoordinator::new(coordinator, partitions, log)
+}
+
+/// The transaction coordinator over replication, with Kafka's `transaction.*` settings.
+fn open_transaction_coordinator(
+    config: &BrokerConfig,
+    node: &node::Node,
+    producer_ids: &Arc<ProducerIdAllocator>,
+) -> Arc<TransactionCoordinator> {
+    let long = |key: &str, fallback: i64| {
+        config
+            .get(key)
+            .and_then(|v| v.trim().parse::<i64>().ok())
+            .unwrap_or(fallback)
+    };
+    let clamp_i32 = |v: i64| v.clamp(0, i64::from(i32::MAX)) as i32;
+    let partitions = node
+        .image
+        .current()
+        .topic(TRANSACTION_STATE_TOPIC)
+        .map(|t| t.partition_count())
+        .unwrap_or_else(|| clamp_i32(long("transaction.state.log.num.partitions", 50)).max(1));
+    let io = Arc::new(txn_io::ReplicatedTxnIo::new(
+        node.replicas.clone(),
+        producer_ids.clone(),
+        Duration::from_millis(
+            u64::try_from(long("offsets.commit.timeout.ms", 5_000).max(1)).unwrap_or(5_000),
+        ),
+    ));
+    TransactionCoordinator::new(
+        TxnConfig {
+            partitions,
+            max_timeout_ms: clamp_i32(long("transaction.max.timeout.ms", 900_000)).max(1),
+            abort_check_interval: Duration::from_millis(
+                u64::try_from(
+                    long(
+                        "transaction.abort.timed.out.transaction.cleanup.interval.ms",
+                        10_000,
+                    )
+                    .max(1),
+                )
+                .unwrap_or(10_000),
+            ),
+        },
+        io,
+    )
+}
+
+/// Loads a `__transaction_state` partition when this broker becomes its leader, unloads it when
+/// it stops leading.
+fn follow_transaction_state_leadership(
+    node: &node::Node,
+    transactions: &Arc<TransactionCoordinator>,
+) {
+    let transactions = Arc::clone(transactions);
+    node.replicas
+        .on_leadership(Box::new(move |change| match change {
+            LeadershipChange::Became {
+                tp,
+                leader_epoch,
+                log,
+            } if tp.topic == TRANSACTION_STATE_TOPIC => {
+                transactions.become_leader(tp.partition, log, leader_epoch)
+            }
+            LeadershipChange::Resigned { tp } if tp.topic == TRANSACTION_STATE_TOPIC => {
+                transactions.resign(tp.partition)
+            }
+            _ => {}
+        }));
 }
 
 /// Loads a `__consumer_offsets` partition's groups when this broker becomes its leader, unloads

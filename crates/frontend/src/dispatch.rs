@@ -13,17 +13,19 @@ use std::time::{Duration, Instant};
 
 use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{
-    AlterClientQuotasRequest, AlterConfigsRequest, AlterPartitionReassignmentsRequest,
-    AlterUserScramCredentialsRequest, ApiKey, ApiVersionsRequest, ConsumerGroupDescribeRequest,
-    ConsumerGroupHeartbeatRequest, CreateAclsRequest, CreatePartitionsRequest, CreateTopicsRequest,
-    DeleteAclsRequest, DeleteGroupsRequest, DeleteRecordsRequest, DeleteTopicsRequest,
-    DescribeAclsRequest, DescribeClientQuotasRequest, DescribeClusterRequest,
-    DescribeConfigsRequest, DescribeGroupsRequest, DescribeLogDirsRequest,
-    DescribeProducersRequest, DescribeTopicPartitionsRequest, DescribeUserScramCredentialsRequest,
-    ElectLeadersRequest, FetchRequest, FindCoordinatorRequest, HeartbeatRequest,
-    IncrementalAlterConfigsRequest, InitProducerIdRequest, JoinGroupRequest, LeaveGroupRequest,
-    ListConfigResourcesRequest, ListGroupsRequest, ListOffsetsRequest,
-    ListPartitionReassignmentsRequest, MetadataRequest, OffsetCommitRequest, OffsetDeleteRequest,
+    AddPartitionsToTxnRequest, AlterClientQuotasRequest, AlterConfigsRequest,
+    AlterPartitionReassignmentsRequest, AlterUserScramCredentialsRequest, ApiKey,
+    ApiVersionsRequest, ConsumerGroupDescribeRequest, ConsumerGroupHeartbeatRequest,
+    CreateAclsRequest, CreatePartitionsRequest, CreateTopicsRequest, DeleteAclsRequest,
+    DeleteGroupsRequest, DeleteRecordsRequest, DeleteTopicsRequest, DescribeAclsRequest,
+    DescribeClientQuotasRequest, DescribeClusterRequest, DescribeConfigsRequest,
+    DescribeGroupsRequest, DescribeLogDirsRequest, DescribeProducersRequest,
+    DescribeTopicPartitionsRequest, DescribeTransactionsRequest,
+    DescribeUserScramCredentialsRequest, ElectLeadersRequest, EndTxnRequest, FetchRequest,
+    FindCoordinatorRequest, HeartbeatRequest, IncrementalAlterConfigsRequest,
+    InitProducerIdRequest, JoinGroupRequest, LeaveGroupRequest, ListConfigResourcesRequest,
+    ListGroupsRequest, ListOffsetsRequest, ListPartitionReassignmentsRequest,
+    ListTransactionsRequest, MetadataRequest, OffsetCommitRequest, OffsetDeleteRequest,
     OffsetFetchRequest, OffsetForLeaderEpochRequest, ProduceRequest, RequestHeader, ResponseHeader,
     SaslAuthenticateRequest, SaslHandshakeRequest, SyncGroupRequest,
 };
@@ -500,6 +502,40 @@ fn route_request(
                 route,
                 charge,
                 api::describe_log_dirs::handle(ctx, &authz, request, version),
+            ))
+        }
+        ApiKey::AddPartitionsToTxn => {
+            let request: AddPartitionsToTxnRequest = decode(&mut buf, route)?;
+            Ok(spawn(
+                route,
+                charge,
+                api::transactions::add_partitions_to_txn(ctx.clone(), authz, request, version),
+                true,
+            ))
+        }
+        ApiKey::EndTxn => {
+            let request: EndTxnRequest = decode(&mut buf, route)?;
+            Ok(spawn(
+                route,
+                charge,
+                api::transactions::end_txn(ctx.clone(), authz, request, version),
+                true,
+            ))
+        }
+        ApiKey::DescribeTransactions => {
+            let request: DescribeTransactionsRequest = decode(&mut buf, route)?;
+            Ok(ready(
+                route,
+                charge,
+                api::transactions::describe_transactions(ctx, &authz, request),
+            ))
+        }
+        ApiKey::ListTransactions => {
+            let request: ListTransactionsRequest = decode(&mut buf, route)?;
+            Ok(ready(
+                route,
+                charge,
+                api::transactions::list_transactions(ctx, &authz, request, version),
             ))
         }
         ApiKey::DescribeProducers => {

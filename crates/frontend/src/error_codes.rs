@@ -53,6 +53,14 @@ pub const UNACCEPTABLE_CREDENTIAL: i16 = 93;
 pub const INVALID_REQUEST: i16 = 42;
 pub const OUT_OF_ORDER_SEQUENCE_NUMBER: i16 = 45;
 pub const INVALID_PRODUCER_EPOCH: i16 = 47;
+pub const INVALID_TXN_STATE: i16 = 48;
+pub const INVALID_PRODUCER_ID_MAPPING: i16 = 49;
+pub const INVALID_TRANSACTION_TIMEOUT: i16 = 50;
+pub const CONCURRENT_TRANSACTIONS: i16 = 51;
+pub const TRANSACTION_COORDINATOR_FENCED: i16 = 52;
+pub const PRODUCER_FENCED: i16 = 90;
+pub const TRANSACTIONAL_ID_NOT_FOUND: i16 = 105;
+pub const UNSTABLE_OFFSET_COMMIT: i16 = 88;
 pub const KAFKA_STORAGE_ERROR: i16 = 56;
 pub const FENCED_LEADER_EPOCH: i16 = 74;
 pub const UNKNOWN_LEADER_EPOCH: i16 = 75;
@@ -155,6 +163,10 @@ pub fn from_append(err: &AppendError, context: &str) -> KafkaError {
             KafkaError::new(OUT_OF_ORDER_SEQUENCE_NUMBER, m.clone())
         }
         AppendError::InvalidProducerEpoch(m) => KafkaError::new(INVALID_PRODUCER_EPOCH, m.clone()),
+        AppendError::InvalidTxnState(m) => KafkaError::new(INVALID_TXN_STATE, m.clone()),
+        AppendError::CoordinatorFenced(m) => {
+            KafkaError::new(TRANSACTION_COORDINATOR_FENCED, m.clone())
+        }
         // Only follower appends return it; a client's append reaching it is a bug worth a warning.
         AppendError::UnexpectedOffset { .. } => unknown(err, context),
         AppendError::Store(e) => from_store(e, context),

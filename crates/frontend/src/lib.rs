@@ -57,6 +57,8 @@ pub struct BrokerContext {
     pub data_dir: String,
     /// Classic groups and committed offsets.
     pub groups: Arc<GroupCoordinator>,
+    /// Transactional ids and their transactions.
+    pub transactions: Arc<millrace_transactions::TransactionCoordinator>,
     /// Cancelled when the broker begins to shut down; long polls return early on it.
     pub shutdown: CancellationToken,
     /// Incremental fetch sessions (KIP-227).

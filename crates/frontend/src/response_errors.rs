@@ -8,19 +8,21 @@
 //! `Errors` name without allocating.
 
 use kafka_protocol::messages::{
-    AlterClientQuotasResponse, AlterConfigsResponse, AlterPartitionReassignmentsResponse,
-    AlterUserScramCredentialsResponse, ApiVersionsResponse, ConsumerGroupDescribeResponse,
-    ConsumerGroupHeartbeatResponse, CreateAclsResponse, CreatePartitionsResponse,
-    CreateTopicsResponse, DeleteAclsResponse, DeleteGroupsResponse, DeleteRecordsResponse,
-    DeleteTopicsResponse, DescribeAclsResponse, DescribeClientQuotasResponse,
-    DescribeClusterResponse, DescribeConfigsResponse, DescribeGroupsResponse,
-    DescribeLogDirsResponse, DescribeProducersResponse, DescribeTopicPartitionsResponse,
-    DescribeUserScramCredentialsResponse, ElectLeadersResponse, FetchResponse,
+    AddPartitionsToTxnResponse, AlterClientQuotasResponse, AlterConfigsResponse,
+    AlterPartitionReassignmentsResponse, AlterUserScramCredentialsResponse, ApiVersionsResponse,
+    ConsumerGroupDescribeResponse, ConsumerGroupHeartbeatResponse, CreateAclsResponse,
+    CreatePartitionsResponse, CreateTopicsResponse, DeleteAclsResponse, DeleteGroupsResponse,
+    DeleteRecordsResponse, DeleteTopicsResponse, DescribeAclsResponse,
+    DescribeClientQuotasResponse, DescribeClusterResponse, DescribeConfigsResponse,
+    DescribeGroupsResponse, DescribeLogDirsResponse, DescribeProducersResponse,
+    DescribeTopicPartitionsResponse, DescribeTransactionsResponse,
+    DescribeUserScramCredentialsResponse, ElectLeadersResponse, EndTxnResponse, FetchResponse,
     FindCoordinatorResponse, HeartbeatResponse, IncrementalAlterConfigsResponse,
     InitProducerIdResponse, JoinGroupResponse, LeaveGroupResponse, ListConfigResourcesResponse,
-    ListGroupsResponse, ListOffsetsResponse, ListPartitionReassignmentsResponse, MetadataResponse,
-    OffsetCommitResponse, OffsetDeleteResponse, OffsetFetchResponse, OffsetForLeaderEpochResponse,
-    ProduceResponse, SaslAuthenticateResponse, SaslHandshakeResponse, SyncGroupResponse,
+    ListGroupsResponse, ListOffsetsResponse, ListPartitionReassignmentsResponse,
+    ListTransactionsResponse, MetadataResponse, OffsetCommitResponse, OffsetDeleteResponse,
+    OffsetFetchResponse, OffsetForLeaderEpochResponse, ProduceResponse, SaslAuthenticateResponse,
+    SaslHandshakeResponse, SyncGroupResponse,
 };
 
 /// Every Kafka error code a response carries, for the request-error metrics (Kafka's ErrorsPerSec).
@@ -263,6 +265,37 @@ impl ResponseErrors for DescribeLogDirsResponse {
         for dir in &self.results {
             visit(dir.error_code, f);
         }
+    }
+}
+
+impl ResponseErrors for AddPartitionsToTxnResponse {
+    fn for_each_error(&self, f: &mut dyn FnMut(i16)) {
+        visit(self.error_code, f);
+        for topic in &self.results_by_topic_v3_and_below {
+            for partition in &topic.results_by_partition {
+                visit(partition.partition_error_code, f);
+            }
+        }
+    }
+}
+
+impl ResponseErrors for EndTxnResponse {
+    fn for_each_error(&self, f: &mut dyn FnMut(i16)) {
+        visit(self.error_code, f);
+    }
+}
+
+impl ResponseErrors for DescribeTransactionsResponse {
+    fn for_each_error(&self, f: &mut dyn FnMut(i16)) {
+        for state in &self.transaction_states {
+            visit(state.error_code, f);
+        }
+    }
+}
+
+impl ResponseErrors for ListTransactionsResponse {
+    fn for_each_error(&self, f: &mut dyn FnMut(i16)) {
+        visit(self.error_code, f);
     }
 }
 
@@ -587,6 +620,7 @@ macro_rules! throttled {
 throttled!(
     AlterClientQuotasResponse,
     AlterConfigsResponse,
+    AddPartitionsToTxnResponse,
     AlterPartitionReassignmentsResponse,
     AlterUserScramCredentialsResponse,
     ApiVersionsResponse,
@@ -607,8 +641,10 @@ throttled!(
     DescribeLogDirsResponse,
     DescribeProducersResponse,
     DescribeTopicPartitionsResponse,
+    DescribeTransactionsResponse,
     DescribeUserScramCredentialsResponse,
     ElectLeadersResponse,
+    EndTxnResponse,
     FetchResponse,
     FindCoordinatorResponse,
     HeartbeatResponse,
@@ -620,6 +656,7 @@ throttled!(
     ListGroupsResponse,
     ListOffsetsResponse,
     ListPartitionReassignmentsResponse,
+    ListTransactionsResponse,
     MetadataResponse,
     OffsetCommitResponse,
     OffsetDeleteResponse,

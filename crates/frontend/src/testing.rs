@@ -176,6 +176,14 @@ pub fn single_node_context(
         controller,
         producer_ids,
         groups,
+        transactions: millrace_transactions::TransactionCoordinator::new(
+            millrace_transactions::TxnConfig {
+                partitions: 1,
+                max_timeout_ms: 900_000,
+                abort_check_interval: std::time::Duration::from_secs(10),
+            },
+            Arc::new(NoTxnIo),
+        ),
         data_dir: data_dir.display().to_string(),
         shutdown: CancellationToken::new(),
         fetch_sessions: Arc::new(crate::fetch_session::FetchSessionCache::new(1000)),
@@ -183,4 +191,35 @@ pub fn single_node_context(
         quotas: Default::default(),
     });
     (ctx, hold)
+}
+
+/// In-process tests lead no `__transaction_state` partition: every transactional id answers
+/// NOT_COORDINATOR, and this I/O is never reached.
+struct NoTxnIo;
+
+impl millrace_transactions::TxnIo for NoTxnIo {
+    fn append_state(
+        &self,
+        _partition: i32,
+        _leader_epoch: i32,
+        _key: bytes::Bytes,
+        _value: Option<bytes::Bytes>,
+    ) -> millrace_transactions::IoFuture<()> {
+        Box::pin(async { Err(millrace_transactions::TxnIoError::NotLeader) })
+    }
+
+    fn write_marker(
+        &self,
+        _topic: &str,
+        _partition: i32,
+        _producer_id: i64,
+        _producer_epoch: i16,
+        _marker: millrace_store::Marker,
+    ) -> millrace_transactions::IoFuture<()> {
+        Box::pin(async { Err(millrace_transactions::TxnIoError::NotLeader) })
+    }
+
+    fn next_producer_id(&self) -> millrace_transactions::IoFuture<i64> {
+        Box::pin(async { Err(millrace_transactions::TxnIoError::NotLeader) })
+    }
 }

@@ -31,8 +31,8 @@ use millrace_cluster::image::{MetadataImage, SharedImage, NO_LEADER};
 use millrace_controller::messages::ControllerError;
 use millrace_controller::{ControllerClient, ControllerRequest, ControllerResponse};
 use millrace_store::{
-    AppendError, AppendInfo, PartitionLog, ReadError, ReadResult, ReadUpperBound, Records, Store,
-    StoreError, TopicId, TopicPartition,
+    AppendError, AppendInfo, Marker, PartitionLog, ReadError, ReadResult, ReadUpperBound, Records,
+    Store, StoreError, TopicId, TopicPartition,
 };
 use parking_lot::{Mutex, RwLock};
 use tokio::sync::watch;
@@ -672,6 +672,39 @@ impl ReplicaManager {
         acks: i16,
         leader_epoch: Option<i32>,
     ) -> Result<(AppendInfo, Option<AckWait>), ReplicaError> {
+        self.append_as_leader(tp, acks, leader_epoch, |log, epoch| {
+            log.append(records, epoch)
+        })
+    }
+
+    /// Appends a transaction marker as the partition's leader, acks=all (Kafka's coordinator
+    /// origin): committed once the wait returns.
+    pub fn append_marker(
+        self: &Arc<Self>,
+        tp: &TopicPartition,
+        producer_id: i64,
+        producer_epoch: i16,
+        marker: Marker,
+    ) -> Result<(AppendInfo, Option<AckWait>), ReplicaError> {
+        self.append_as_leader(tp, -1, None, |log, epoch| {
+            let offset = log.append_marker(producer_id, producer_epoch, marker, epoch)?;
+            Ok(AppendInfo {
+                base_offset: offset,
+                last_offset: offset,
+                log_append_time_ms: -1,
+                log_start_offset: log.log_start_offset(),
+                duplicate: false,
+            })
+        })
+    }
+
+    fn append_as_leader(
+        self: &Arc<Self>,
+        tp: &TopicPartition,
+        acks: i16,
+        leader_epoch: Option<i32>,
+        append: impl FnOnce(&PartitionLog, i32) -> Result<AppendInfo, AppendError>,
+    ) -> Result<(AppendInfo, Option<AckWait>), ReplicaError> {
         let hosted = self
             .partition(tp)
             .ok_or_else(|| ReplicaError::UnknownPartition(tp.clone()))?;
@@ -686,7 +719,7 @@ impl ReplicaManager {
                 leader_epoch: epoch,
             }));
         }
-        let info = hosted.log.append(records, epoch)?;
+        let info = append(&hosted.log, epoch)?;
         if !info.duplicate {
             // Under `never` (or an already durable duplicate) the durable end moved here.
             let actions = part.on_local_durable();
@@ -721,6 +754,7 @@ impl ReplicaManager {
         fetch_offset: i64,
         max_bytes: usize,
         min_one_batch: bool,
+        read_committed: bool,
     ) -> Result<ReadResult<Records>, ReplicaError> {
         let hosted = self
             .partition(tp)
@@ -728,12 +762,14 @@ impl ReplicaManager {
         hosted
             .check_leader(current_leader_epoch)
             .map_err(ReplicaError::Partition)?;
-        Ok(hosted.log.read_records(
-            fetch_offset,
-            max_bytes,
-            ReadUpperBound::HighWatermark,
-            min_one_batch,
-        )?)
+        let bound = if read_committed {
+            ReadUpperBound::LastStable
+        } else {
+            ReadUpperBound::HighWatermark
+        };
+        Ok(hosted
+            .log
+            .read_records(fetch_offset, max_bytes, bound, min_one_batch)?)
     }
 
     /// The leader's side of a follower fetch: accounts the follower's position (which may move the

@@ -30,7 +30,10 @@ pub(crate) const CONFIG_FILE: &str = "config.json";
 pub(crate) const SNAPSHOT_SUFFIX: &str = "snapshot";
 
 const SNAPSHOT_MAGIC: &[u8; 4] = b"MRPS";
-const SNAPSHOT_VERSION: u16 = 1;
+/// Version written: the payload layout of `producer_state` (v2 adds transactions; v1 is read).
+const SNAPSHOT_VERSION: u16 = crate::producer_state::SNAPSHOT_V2;
+/// Oldest version read.
+const SNAPSHOT_VERSION_MIN: u16 = 1;
 
 fn tmp_path(path: &Path) -> PathBuf {
     let mut s = path.as_os_str().to_owned();
@@ -173,13 +176,14 @@ pub(crate) fn encode_snapshot(offset: i64, payload: &[u8]) -> Vec<u8> {
     out
 }
 
-/// Decodes a producer snapshot file → (offset, payload); `None` if malformed or the CRC fails.
-pub(crate) fn decode_snapshot(bytes: &[u8]) -> Option<(i64, &[u8])> {
+/// Decodes a producer snapshot file → (version, offset, payload); `None` if malformed, of an
+/// unknown version or the CRC fails.
+pub(crate) fn decode_snapshot(bytes: &[u8]) -> Option<(u16, i64, &[u8])> {
     if bytes.get(..4)? != SNAPSHOT_MAGIC {
         return None;
     }
     let version = u16::from_be_bytes(bytes.get(4..6)?.try_into().ok()?);
-    if version != SNAPSHOT_VERSION {
+    if !(SNAPSHOT_VERSION_MIN..=SNAPSHOT_VERSION).contains(&version) {
         return None;
     }
     let crc = u32::from_be_bytes(bytes.get(6..10)?.try_into().ok()?);
@@ -188,7 +192,7 @@ pub(crate) fn decode_snapshot(bytes: &[u8]) -> Option<(i64, &[u8])> {
         return None;
     }
     let offset = i64::from_be_bytes(body.get(..8)?.try_into().ok()?);
-    Some((offset, body.get(8..)?))
+    Some((version, offset, body.get(8..)?))
 }
 
 #[cfg(test)]
@@ -213,7 +217,10 @@ mod tests {
         let e = vec![(0, 0), (3, 100)];
         assert_eq!(decode_epochs(&encode_epochs(&e)), Some(e));
         let snap = encode_snapshot(77, b"payload");
-        assert_eq!(decode_snapshot(&snap), Some((77, &b"payload"[..])));
+        assert_eq!(
+            decode_snapshot(&snap),
+            Some((SNAPSHOT_VERSION, 77, &b"payload"[..]))
+        );
         let mut bad = snap.clone();
         let n = bad.len() - 1;
         bad[n] ^= 1;

@@ -4,7 +4,8 @@
 //! sealed segments from the cleaner point up to `dirty_end` (stopping early at
 //! `min.compaction.lag.ms`, `CLEANER_KEYS_MAX` / `CLEANER_MAP_BYTES_MAX` or the tick budget);
 //! (2) rewrite every sealed segment below `dirty_end`, one at a time, keeping a record iff no later
-//! record has its key (keyless records and control batches are kept); (3) move the cleaner point
+//! record has its key (keyless records, markers and transactional batches are kept, and
+//! transactional records supersede none: decision 0064); (3) move the cleaner point
 //! to `dirty_end` and checkpoint it (`cleaner-offset-checkpoint`).
 //!
 //! Output: one batch per input batch that keeps records, same baseOffset, lastOffsetDelta,
@@ -275,7 +276,9 @@ fn start_pass(
         };
         let mut error = None;
         segment::scan_batches(&file, 0, size, base, base, |_, h, bytes| {
-            if h.is_control() || error.is_some() {
+            // Transactional records never supersede others: an aborted one must not, and which
+            // ones were aborted is not looked up here (a conservative rule, decision 0064).
+            if h.is_control() || h.is_transactional() || error.is_some() {
                 return;
             }
             match records::decode_records(bytes) {
@@ -426,7 +429,8 @@ fn clean_segment(
             return;
         }
         let result = (|| -> Result<(), StoreError> {
-            let kept = if h.is_control() {
+            // Markers and transactional batches are kept whole (decision 0064).
+            let kept = if h.is_control() || h.is_transactional() {
                 Some(Bytes::copy_from_slice(bytes))
             } else {
                 filter_batch(h, bytes, &pass.map, &config, now_ms, &mut changed)?

@@ -92,6 +92,14 @@ pub enum AppendError {
     /// Producer epoch older than the stored one → INVALID_PRODUCER_EPOCH (47).
     #[error("invalid producer epoch: {0}")]
     InvalidProducerEpoch(String),
+    /// A non-transactional batch from a producer with an ongoing transaction → INVALID_TXN_STATE
+    /// (48).
+    #[error("invalid transaction state: {0}")]
+    InvalidTxnState(String),
+    /// A marker from a coordinator older than the one that wrote the producer's last marker →
+    /// TRANSACTION_COORDINATOR_FENCED (52).
+    #[error("transaction coordinator fenced: {0}")]
+    CoordinatorFenced(String),
     /// I/O failure, offline dir, shut down → KAFKA_STORAGE_ERROR (56).
     #[error(transparent)]
     Store(#[from] StoreError),

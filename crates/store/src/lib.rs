@@ -30,6 +30,7 @@ mod checkpoint;
 mod cleaner;
 pub mod compression;
 mod config;
+mod control;
 mod error;
 mod file_cache;
 mod flusher;
@@ -61,6 +62,7 @@ pub use config::{
     CleanupPolicy, ConfigParseError, FlushPolicy, LogConfig, StoreConfig, TimestampType,
     TopicPartition,
 };
+pub use control::Marker;
 pub use error::{AppendError, ReadError, StoreError};
 pub use log::{
     AppendInfo, FileSlice, PartitionLog, ReadResult, ReadUpperBound, Records, ReplicatedAppend,
@@ -68,7 +70,7 @@ pub use log::{
 pub use partition_dir::{
     inspect_partition_dir, partition_dirs, PartitionDirInfo, TopicId, ORPHANED_SUFFIX,
 };
-pub use producer_state::{BatchMetadata, ProducerStateEntry};
+pub use producer_state::{AbortedTxn, BatchMetadata, ProducerStateEntry};
 pub use shared::DurableListener;
 pub use watchers::Watchers;
 

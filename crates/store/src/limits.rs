@@ -43,6 +43,10 @@ pub const CHECKPOINT_FILE_BYTES_MAX: usize = 256 * 1024 * 1024;
 /// Entries: most producer ids one snapshot may hold. Enforced by `producer_state` decoding.
 pub const PRODUCERS_PER_SNAPSHOT_MAX: usize = 4 * 1024 * 1024;
 
+/// Entries: most aborted (or completed, not yet stable) transactions one snapshot may hold; at
+/// 32 bytes each the snapshot stays under `CHECKPOINT_FILE_BYTES_MAX`.
+pub const ABORTED_TXNS_PER_SNAPSHOT_MAX: usize = 4 * 1024 * 1024;
+
 /// Producer snapshots kept per partition (the newest ones); older ones are deleted.
 pub const PRODUCER_SNAPSHOTS_KEPT: usize = 2;
 

@@ -49,8 +49,10 @@ pub fn handle(
                                 .with_producer_epoch(i32::from(s.producer_epoch))
                                 .with_last_sequence(s.last_sequence)
                                 .with_last_timestamp(s.last_timestamp)
-                                .with_coordinator_epoch(-1)
-                                .with_current_txn_start_offset(-1)
+                                .with_coordinator_epoch(s.coordinator_epoch)
+                                .with_current_txn_start_offset(
+                                    s.current_txn_first_offset.unwrap_or(-1),
+                                )
                         })
                         .collect();
                     out.with_active_producers(producers)

@@ -35,9 +35,10 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use kafka_protocol::messages::fetch_response::{
-    EpochEndOffset, FetchableTopicResponse, LeaderIdAndEpoch, NodeEndpoint, PartitionData,
+    AbortedTransaction, EpochEndOffset, FetchableTopicResponse, LeaderIdAndEpoch, NodeEndpoint,
+    PartitionData,
 };
-use kafka_protocol::messages::{BrokerId, FetchRequest, FetchResponse, TopicName};
+use kafka_protocol::messages::{BrokerId, FetchRequest, FetchResponse, ProducerId, TopicName};
 use millrace_replication::ReplicaError;
 use millrace_store::{FileSlice, ReadError, Records, TopicPartition};
 use tokio::sync::Notify;
@@ -510,9 +511,16 @@ fn read_all(
                     hint: None,
                 }),
                 (Some(tp), None) => match fetcher {
-                    Fetcher::Consumer => {
-                        read_for_consumer(ctx, tp, wanted, waiter, budget, total == 0, &mut data)
-                    }
+                    Fetcher::Consumer => read_for_consumer(
+                        ctx,
+                        tp,
+                        wanted,
+                        waiter,
+                        budget,
+                        total == 0,
+                        read_committed,
+                        &mut data,
+                    ),
                     Fetcher::Follower {
                         replica_id,
                         broker_epoch,
@@ -582,6 +590,9 @@ fn read_all(
     (response, files, total, any_error)
 }
 
+/// A consumer's read: up to the high watermark, or for `read_committed` up to the last stable
+/// offset with the aborted transactions that began below it (from the fetch offset on).
+#[allow(clippy::too_many_arguments)]
 fn read_for_consumer(
     ctx: &Arc<BrokerContext>,
     tp: &TopicPartition,
@@ -589,18 +600,26 @@ fn read_for_consumer(
     waiter: &Arc<Notify>,
     budget: usize,
     first: bool,
+    read_committed: bool,
     data: &mut PartitionData,
 ) -> Result<Records, Refusal> {
     let hosted = leadership::leader_replica(ctx, tp, wanted.current_leader_epoch)?;
     let log = &hosted.log;
-    // Before the high watermark is read: a rise after this wakes the long poll.
+    // Before the high watermark is read: a rise after this wakes the long poll (the last stable
+    // offset moves only when the high watermark passes a marker).
     log.watch_high_watermark(waiter);
     let high_watermark = log.high_watermark();
+    let last_stable = log.last_stable_offset();
     data.high_watermark = high_watermark;
-    data.last_stable_offset = high_watermark;
+    data.last_stable_offset = last_stable;
     data.log_start_offset = log.log_start_offset();
-    // Offsets between the high watermark and the log end exist but are not yet visible.
-    if wanted.fetch_offset >= high_watermark && wanted.fetch_offset <= log.log_end_offset() {
+    let visible = if read_committed {
+        last_stable
+    } else {
+        high_watermark
+    };
+    // Offsets between the visible end and the log end exist but are not yet visible.
+    if wanted.fetch_offset >= visible && wanted.fetch_offset <= log.log_end_offset() {
         return Ok(Records::Memory(Bytes::new()));
     }
     if budget == 0 && !first {
@@ -612,8 +631,26 @@ fn read_for_consumer(
         wanted.fetch_offset,
         budget,
         first,
+        read_committed,
     ) {
-        Ok(read) => Ok(read.records),
+        Ok(read) => {
+            data.last_stable_offset = read.last_stable_offset;
+            if read_committed && !read.records.is_empty() {
+                let aborted =
+                    log.aborted_transactions(wanted.fetch_offset, read.last_stable_offset);
+                data.aborted_transactions = Some(
+                    aborted
+                        .iter()
+                        .map(|t| {
+                            AbortedTransaction::default()
+                                .with_producer_id(ProducerId(t.producer_id))
+                                .with_first_offset(t.first_offset)
+                        })
+                        .collect(),
+                );
+            }
+            Ok(read.records)
+        }
         Err(e @ ReplicaError::Read(ReadError::OffsetOutOfRange { .. })) => {
             tracing::debug!(error = %e, partition = %tp, "fetch out of range");
             Err(leadership::refusal(ctx, tp, &e))
@@ -663,6 +700,7 @@ fn read_for_follower(
             leadership::refusal(ctx, tp, &e)
         })?;
     data.high_watermark = read.high_watermark;
+    // Followers do not use it; the high watermark bounds it.
     data.last_stable_offset = read.high_watermark;
     data.log_start_offset = read.log_start_offset;
     if let Some((epoch, end_offset)) = read.diverging {

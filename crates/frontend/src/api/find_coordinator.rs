@@ -10,8 +10,12 @@
 //! committed — in a cluster, until that many brokers are alive — the answer is
 //! COORDINATOR_NOT_AVAILABLE and clients retry.
 //!
+//! Transaction coordinators (key type 1) are found the same way in `__transaction_state`
+//! (`transaction.state.log.*`, created on the first lookup); in a cluster of several brokers they
+//! are not served yet (COORDINATOR_NOT_AVAILABLE: markers to other brokers need WriteTxnMarkers).
+//!
 //! Advertised from v0 because old librdkafka enables LZ4 only when FindCoordinator v0 is in range
-//! (checklist §2.3). Transaction coordinators (key type 1) are not served yet.
+//! (checklist §2.3).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -25,6 +29,7 @@ use millrace_cluster::image::NO_LEADER;
 use millrace_controller::messages::TopicSpec;
 use millrace_controller::{ControllerRequest, ControllerResponse};
 use millrace_groups::{partition_for, OFFSETS_TOPIC};
+use millrace_transactions::TRANSACTION_STATE_TOPIC;
 use tracing::{info, warn};
 
 use super::str_bytes;
@@ -37,11 +42,8 @@ use millrace_cluster::acl::AclOperation;
 const KEY_TYPE_GROUP: i8 = 0;
 /// `key_type` of a transactional id.
 const KEY_TYPE_TRANSACTION: i8 = 1;
-/// How long the background creation of `__consumer_offsets` may wait for the controller.
-const CREATE_OFFSETS_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// At most one creation of `__consumer_offsets` in flight from this broker.
-static CREATING: AtomicBool = AtomicBool::new(false);
+/// How long the background creation of an internal topic may wait for the controller.
+const CREATE_TOPIC_TIMEOUT: Duration = Duration::from_secs(30);
 
 pub fn handle(
     ctx: &Arc<BrokerContext>,
@@ -51,18 +53,28 @@ pub fn handle(
     listener: &str,
 ) -> FindCoordinatorResponse {
     let image = ctx.cluster.image();
-    let offsets = image.topic(OFFSETS_TOPIC).cloned();
-    // Created on a group lookup the client may make (Kafka checks Describe first).
+    let internal = match request.key_type {
+        KEY_TYPE_TRANSACTION => &TRANSACTION_STATE,
+        _ => &OFFSETS,
+    };
+    let coordinator_topic = image.topic(internal.name).cloned();
+    // Created on a lookup the client may make (Kafka checks Describe first).
     let keys: Vec<&StrBytes> = if version < 4 {
         vec![&request.key]
     } else {
         request.coordinator_keys.iter().collect()
     };
-    if offsets.is_none()
-        && request.key_type == KEY_TYPE_GROUP
-        && keys.iter().any(|k| authz.group(AclOperation::Describe, k))
+    let describable = |k: &StrBytes| match request.key_type {
+        KEY_TYPE_GROUP => authz.group(AclOperation::Describe, k),
+        KEY_TYPE_TRANSACTION => authz.transactional_id(AclOperation::Describe, k),
+        _ => false,
+    };
+    let transactions_served = ctx.cluster.is_single_node();
+    if coordinator_topic.is_none()
+        && (request.key_type == KEY_TYPE_GROUP || transactions_served)
+        && keys.iter().any(|k| describable(k))
     {
-        create_offsets_topic(ctx);
+        create_internal_topic(ctx, internal);
     }
     // (code, message, node, host, port)
     let answer = |key: &StrBytes| -> (i16, Option<String>, i32, String, i32) {
@@ -76,16 +88,27 @@ pub fn handle(
         {
             return refuse(TRANSACTIONAL_ID_AUTHORIZATION_FAILED, None);
         }
-        if request.key_type != KEY_TYPE_GROUP {
+        if request.key_type != KEY_TYPE_GROUP && request.key_type != KEY_TYPE_TRANSACTION {
+            return refuse(
+                INVALID_REQUEST,
+                Some(format!("Unknown coordinator type {}", request.key_type)),
+            );
+        }
+        if request.key_type == KEY_TYPE_TRANSACTION && !transactions_served {
             return refuse(
                 COORDINATOR_NOT_AVAILABLE,
-                Some("Transactions are not supported yet.".to_string()),
+                Some("Transactions across brokers are not supported yet.".to_string()),
             );
         }
         if key.is_empty() {
-            return refuse(INVALID_REQUEST, Some("Empty group id.".to_string()));
+            let what = if request.key_type == KEY_TYPE_GROUP {
+                "Empty group id."
+            } else {
+                "Empty transactional id."
+            };
+            return refuse(INVALID_REQUEST, Some(what.to_string()));
         }
-        let Some(topic) = &offsets else {
+        let Some(topic) = &coordinator_topic else {
             return refuse(COORDINATOR_NOT_AVAILABLE, None);
         };
         let partition = partition_for(key, topic.partition_count());
@@ -101,7 +124,11 @@ pub fn handle(
         // up the leadership yet, is "not available" until it serves: kafkajs retries
         // FindCoordinator only on that code, and crashes its consumer on a JoinGroup answered
         // COORDINATOR_LOAD_IN_PROGRESS.
-        if leader == ctx.cluster.node_id() && ctx.groups.check_coordinator(key).is_err() {
+        let loading = match request.key_type {
+            KEY_TYPE_GROUP => ctx.groups.check_coordinator(key).is_err(),
+            _ => ctx.transactions.check_coordinator(key).is_err(),
+        };
+        if leader == ctx.cluster.node_id() && loading {
             return refuse(COORDINATOR_NOT_AVAILABLE, None);
         }
         (
@@ -141,9 +168,43 @@ pub fn handle(
     FindCoordinatorResponse::default().with_coordinators(coordinators)
 }
 
-/// Asks the controller to create `__consumer_offsets`, once at a time, in the background.
-fn create_offsets_topic(ctx: &Arc<BrokerContext>) {
-    if CREATING.swap(true, Ordering::SeqCst) {
+/// An internal topic a coordinator keeps its state in, with the configs that size it.
+struct InternalTopic {
+    name: &'static str,
+    partitions_key: &'static str,
+    replication_key: &'static str,
+    min_isr_key: Option<&'static str>,
+    segment_bytes_key: Option<&'static str>,
+    /// At most one creation in flight from this broker.
+    creating: &'static AtomicBool,
+}
+
+static CREATING_OFFSETS: AtomicBool = AtomicBool::new(false);
+static CREATING_TRANSACTION_STATE: AtomicBool = AtomicBool::new(false);
+
+const OFFSETS: InternalTopic = InternalTopic {
+    name: OFFSETS_TOPIC,
+    partitions_key: "offsets.topic.num.partitions",
+    replication_key: "offsets.topic.replication.factor",
+    min_isr_key: None,
+    segment_bytes_key: None,
+    creating: &CREATING_OFFSETS,
+};
+
+const TRANSACTION_STATE: InternalTopic = InternalTopic {
+    name: TRANSACTION_STATE_TOPIC,
+    partitions_key: "transaction.state.log.num.partitions",
+    replication_key: "transaction.state.log.replication.factor",
+    min_isr_key: Some("transaction.state.log.min.isr"),
+    segment_bytes_key: Some("transaction.state.log.segment.bytes"),
+    creating: &CREATING_TRANSACTION_STATE,
+};
+
+/// Asks the controller to create a coordinator's internal topic, once at a time, in the
+/// background: compacted, partitions and replication factor from its configs (replication
+/// factor 1 on a single-node broker, `min.insync.replicas` at most the replication factor).
+fn create_internal_topic(ctx: &Arc<BrokerContext>, topic: &'static InternalTopic) {
+    if topic.creating.swap(true, Ordering::SeqCst) {
         return;
     }
     let long = |key: &str, fallback: i64| {
@@ -153,22 +214,28 @@ fn create_offsets_topic(ctx: &Arc<BrokerContext>) {
             .and_then(|v| v.trim().parse::<i64>().ok())
             .unwrap_or(fallback)
     };
-    let partitions =
-        i32::try_from(long("offsets.topic.num.partitions", 50).clamp(1, 10_000)).unwrap_or(50);
-    let mut rf =
-        i16::try_from(long("offsets.topic.replication.factor", 3).clamp(1, 32)).unwrap_or(3);
+    let partitions = i32::try_from(long(topic.partitions_key, 50).clamp(1, 10_000)).unwrap_or(50);
+    let mut rf = i16::try_from(long(topic.replication_key, 3).clamp(1, 32)).unwrap_or(3);
     if ctx.cluster.is_single_node() {
         rf = 1;
     }
-    let configs: BTreeMap<String, String> = [
+    let segment_bytes = topic
+        .segment_bytes_key
+        .map_or(104_857_600, |k| long(k, 104_857_600));
+    let mut configs: BTreeMap<String, String> = [
         ("cleanup.policy".to_string(), "compact".to_string()),
-        ("segment.bytes".to_string(), "104857600".to_string()),
+        ("segment.bytes".to_string(), segment_bytes.to_string()),
     ]
     .into_iter()
     .collect();
+    if let Some(key) = topic.min_isr_key {
+        let min_isr = long(key, 2).clamp(1, i64::from(rf));
+        configs.insert("min.insync.replicas".to_string(), min_isr.to_string());
+    }
+    let name = topic.name;
     let request = ControllerRequest::CreateTopics {
         topics: vec![TopicSpec {
-            name: OFFSETS_TOPIC.to_string(),
+            name: name.to_string(),
             partitions: Some(partitions),
             replication_factor: Some(rf),
             assignments: BTreeMap::new(),
@@ -177,23 +244,24 @@ fn create_offsets_topic(ctx: &Arc<BrokerContext>) {
         validate_only: false,
     };
     let controller = Arc::clone(&ctx.controller);
+    let creating = topic.creating;
     tokio::spawn(async move {
-        match controller.request(request, CREATE_OFFSETS_TIMEOUT).await {
+        match controller.request(request, CREATE_TOPIC_TIMEOUT).await {
             ControllerResponse::CreateTopics { results } => match results.first() {
                 Some((_, Ok(created))) => {
                     info!(
                         partitions = created.partitions,
                         replication_factor = created.replication_factor,
-                        "created {OFFSETS_TOPIC}"
+                        "created {name}"
                     );
                 }
                 Some((_, Err(e))) => {
-                    info!(error = %e, "{OFFSETS_TOPIC} not created yet");
+                    info!(error = %e, "{name} not created yet");
                 }
                 None => {}
             },
-            other => warn!(answer = ?other, "creating {OFFSETS_TOPIC} failed"),
+            other => warn!(answer = ?other, "creating {name} failed"),
         }
-        CREATING.store(false, Ordering::SeqCst);
+        creating.store(false, Ordering::SeqCst);
     });
 }

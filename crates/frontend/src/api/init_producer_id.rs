@@ -1,9 +1,12 @@
-//! InitProducerId (key 22): a fresh producer id for idempotent producers.
+//! InitProducerId (key 22): a fresh producer id for idempotent producers, or a transactional
+//! id's producer id and (bumped) epoch from the transaction coordinator.
 //!
 //! Without a transactional id Kafka hands out a new producer id with producer epoch 0 on every
 //! call, including the KIP-360 "bump" call that names the old id; Millrace does the same. Ids come
-//! from blocks the active controller committed to the metadata log, so they are never reused, even after a crash.
-//! Transactional ids are refused until transactions exist.
+//! from blocks the active controller committed to the metadata log, so they are never reused,
+//! even after a crash. With one, the coordinator decides (fencing an earlier instance; see
+//! `millrace_transactions::coordinator`); an empty id is INVALID_REQUEST, and versions before
+//! KIP-588 (v4) hear INVALID_PRODUCER_EPOCH for PRODUCER_FENCED.
 
 use std::sync::Arc;
 
@@ -14,14 +17,18 @@ use crate::error_codes::{CLUSTER_AUTHORIZATION_FAILED, TRANSACTIONAL_ID_AUTHORIZ
 use millrace_cluster::acl::AclOperation;
 use millrace_cluster::acl::ResourceType;
 
+use super::transactions;
 use crate::error_codes::{self, INVALID_REQUEST};
 use crate::BrokerContext;
+
+/// First version that hears PRODUCER_FENCED (KIP-588).
+const FENCED_VERSION_MIN: i16 = 4;
 
 pub async fn handle(
     ctx: Arc<BrokerContext>,
     authz: Authz,
     request: InitProducerIdRequest,
-    _version: i16,
+    version: i16,
 ) -> InitProducerIdResponse {
     let response = InitProducerIdResponse::default()
         .with_producer_id(ProducerId(-1))
@@ -37,8 +44,27 @@ pub async fn handle(
     {
         return response.with_error_code(CLUSTER_AUTHORIZATION_FAILED);
     }
-    if request.transactional_id.is_some() {
-        return response.with_error_code(INVALID_REQUEST);
+    if let Some(id) = &request.transactional_id {
+        if id.is_empty() {
+            return response.with_error_code(INVALID_REQUEST);
+        }
+        return match ctx
+            .transactions
+            .init_producer_id(
+                id,
+                request.transaction_timeout_ms,
+                (request.producer_id.0, request.producer_epoch),
+            )
+            .await
+        {
+            Ok((pid, epoch)) => response
+                .with_producer_id(ProducerId(pid))
+                .with_producer_epoch(epoch),
+            Err(e) => response.with_error_code(transactions::error_code(
+                e,
+                transactions::fenced_code(version, FENCED_VERSION_MIN),
+            )),
+        };
     }
     match ctx.producer_ids.next().await {
         Ok(id) => response

@@ -37,6 +37,8 @@ const MAX_TIMESTAMP_VERSION_MIN: i16 = 7;
 const EARLIEST_LOCAL_VERSION_MIN: i16 = 8;
 /// First version that knows LATEST_TIERED_TIMESTAMP (KIP-1005).
 const LATEST_TIERED_VERSION_MIN: i16 = 9;
+/// `isolation_level` of read_committed.
+const READ_COMMITTED: i8 = 1;
 /// First version with `leader_epoch` in the response.
 const LEADER_EPOCH_VERSION_MIN: i16 = 4;
 
@@ -46,6 +48,7 @@ pub fn handle(
     request: ListOffsetsRequest,
     version: i16,
 ) -> ListOffsetsResponse {
+    let read_committed = request.isolation_level == READ_COMMITTED;
     let topics = request
         .topics
         .into_iter()
@@ -70,8 +73,14 @@ pub fn handle(
                     }
                     let answer = match leadership::leader_replica(ctx, &tp, expected) {
                         Err(refusal) => Err(refusal.error.code),
-                        Ok(hosted) => lookup(&hosted, p.timestamp, version, &tp.to_string())
-                            .map(|found| (found, hosted.leader().map_or(-1, |(_, e)| e))),
+                        Ok(hosted) => lookup(
+                            &hosted,
+                            p.timestamp,
+                            read_committed,
+                            version,
+                            &tp.to_string(),
+                        )
+                        .map(|found| (found, hosted.leader().map_or(-1, |(_, e)| e))),
                     };
                     match answer {
                         Ok(((offset, timestamp), leader_epoch)) => {
@@ -94,20 +103,27 @@ pub fn handle(
     ListOffsetsResponse::default().with_topics(topics)
 }
 
-/// (offset, timestamp) for one partition; -1/-1 when no record matches.
+/// (offset, timestamp) for one partition; -1/-1 when no record matches. `read_committed` sees
+/// only offsets below the last stable offset (Kafka's `isolation_level` 1).
 fn lookup(
     hosted: &HostedPartition,
     timestamp: i64,
+    read_committed: bool,
     version: i16,
     context: &str,
 ) -> Result<(i64, i64), i16> {
     let log = &hosted.log;
+    let visible = if read_committed {
+        log.last_stable_offset()
+    } else {
+        log.high_watermark()
+    };
     let confirmed = hosted
         .epoch_start_offset()
         .is_none_or(|start| log.high_watermark() >= start);
     match timestamp {
         LATEST | MAX_TIMESTAMP if !confirmed => Err(OFFSET_NOT_AVAILABLE),
-        LATEST => Ok((log.high_watermark(), -1)),
+        LATEST => Ok((visible, -1)),
         EARLIEST => Ok((log.log_start_offset(), -1)),
         EARLIEST_LOCAL_TIMESTAMP if version >= EARLIEST_LOCAL_VERSION_MIN => {
             Ok((log.log_start_offset(), -1))
@@ -117,17 +133,17 @@ fn lookup(
         MAX_TIMESTAMP => crate::blocking::run(|| log.max_timestamp())
             .map(|found| {
                 found
-                    .filter(|&(offset, _)| offset < log.high_watermark())
+                    .filter(|&(offset, _)| offset < visible)
                     .unwrap_or((-1, -1))
             })
             .map_err(|e| error_codes::from_store(&e, context).code),
         ts if ts < 0 => Err(UNSUPPORTED_VERSION),
-        // Only offsets below the high watermark are visible to consumers.
+        // Only offsets below the high watermark (last stable offset) are visible to consumers.
         // May read the time index and scan a segment: off the shared runtime thread.
         ts => crate::blocking::run(|| log.offset_for_timestamp(ts))
             .map(|found| {
                 found
-                    .filter(|&(offset, _)| offset < log.high_watermark())
+                    .filter(|&(offset, _)| offset < visible)
                     .unwrap_or((-1, -1))
             })
             .map_err(|e| error_codes::from_store(&e, context).code),

@@ -40,6 +40,7 @@ pub mod offset_for_leader_epoch;
 pub mod produce;
 pub mod sasl;
 pub mod sync_group;
+pub mod transactions;
 pub mod user_scram_credentials;
 
 use kafka_protocol::messages::TopicName;

@@ -34,9 +34,9 @@ use super::leadership::{self, LeaderHint, Refusal};
 use super::str_bytes;
 use crate::authz::Authz;
 use crate::error_codes::{
-    self, KafkaError, CORRUPT_MESSAGE, INVALID_RECORD, INVALID_REQUIRED_ACKS,
-    INVALID_TOPIC_EXCEPTION, TOPIC_AUTHORIZATION_FAILED, TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-    UNKNOWN_TOPIC_ID, UNSUPPORTED_COMPRESSION_TYPE,
+    self, KafkaError, CORRUPT_MESSAGE, INVALID_PRODUCER_EPOCH, INVALID_RECORD,
+    INVALID_REQUIRED_ACKS, INVALID_TOPIC_EXCEPTION, INVALID_TXN_STATE, TOPIC_AUTHORIZATION_FAILED,
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED, UNKNOWN_TOPIC_ID, UNSUPPORTED_COMPRESSION_TYPE,
 };
 use crate::limits::PRODUCE_TIMEOUT_MS_MAX;
 use crate::BrokerContext;
@@ -85,6 +85,7 @@ pub fn handle(
         .transactional_id
         .as_ref()
         .is_some_and(|id| !authz.transactional_id(AclOperation::Write, id));
+    let transactional_id = request.transactional_id.map(|id| id.0.to_string());
     let append_all = move || {
         let mut topics: Vec<(TopicName, Uuid, Vec<Outcome>)> = Vec::new();
         for topic in topic_data {
@@ -135,7 +136,15 @@ pub fn handle(
                         );
                     }
                     let tp = TopicPartition::new(&name, p.index);
-                    append(ctx, &tp, &label, p.records, version, acks)
+                    append(
+                        ctx,
+                        &tp,
+                        &label,
+                        p.records,
+                        version,
+                        acks,
+                        transactional_id.as_deref(),
+                    )
                 })
                 .collect();
             topics.push((topic_name, topic.topic_id, outcomes));
@@ -209,11 +218,18 @@ fn append(
     records: Option<Bytes>,
     version: i16,
     acks: i16,
+    transactional_id: Option<&str>,
 ) -> Outcome {
     let index = tp.partition;
     let records = records.unwrap_or_default();
-    if let Err(e) = check_single_batch(&records, version) {
-        return Outcome::refused(index, e);
+    let header = match check_single_batch(&records, version) {
+        Ok(h) => h,
+        Err(e) => return Outcome::refused(index, e),
+    };
+    if header.is_transactional() {
+        if let Err(e) = verify_transactional(ctx, tp, &header, transactional_id) {
+            return Outcome::refused(index, e);
+        }
     }
     match ctx.replicas.append(tp, &records, acks) {
         Ok((info, wait)) => {
@@ -246,8 +262,39 @@ fn append(
     }
 }
 
-/// Kafka's protocol-level checks on one partition's records (v3+).
-fn check_single_batch(records: &[u8], version: i16) -> Result<(), KafkaError> {
+/// A transactional batch must name its transactional id and belong to that id's ongoing
+/// transaction on this partition (Kafka's verification, KIP-890 part 1; ids coordinated on
+/// another broker are not checked).
+fn verify_transactional(
+    ctx: &Arc<BrokerContext>,
+    tp: &TopicPartition,
+    header: &BatchHeader,
+    transactional_id: Option<&str>,
+) -> Result<(), KafkaError> {
+    let Some(id) = transactional_id else {
+        return Err(KafkaError::new(
+            INVALID_TXN_STATE,
+            "transactional records without a transactional id",
+        ));
+    };
+    ctx.transactions
+        .verify(
+            id,
+            header.producer_id,
+            header.producer_epoch,
+            &tp.topic,
+            tp.partition,
+        )
+        .map_err(|e| {
+            KafkaError::new(
+                super::transactions::error_code(e, INVALID_PRODUCER_EPOCH),
+                format!("{tp} is not part of the ongoing transaction of {id}: {e}"),
+            )
+        })
+}
+
+/// Kafka's protocol-level checks on one partition's records (v3+) → the header of its one batch.
+fn check_single_batch(records: &[u8], version: i16) -> Result<BatchHeader, KafkaError> {
     if records.is_empty() {
         return Err(KafkaError::new(
             INVALID_RECORD,
@@ -256,6 +303,7 @@ fn check_single_batch(records: &[u8], version: i16) -> Result<(), KafkaError> {
     }
     let mut position = 0usize;
     let mut batches = 0usize;
+    let mut first = None;
     while let Some(rest) = records.get(position..).filter(|r| !r.is_empty()) {
         let corrupt = |e: millrace_store::batch::BatchError| {
             KafkaError::new(CORRUPT_MESSAGE, format!("record batch {batches}: {e}"))
@@ -277,6 +325,7 @@ fn check_single_batch(records: &[u8], version: i16) -> Result<(), KafkaError> {
             ));
         }
         let header = BatchHeader::parse(rest).map_err(corrupt)?;
+        first.get_or_insert(header);
         if header.compression() == CODEC_ZSTD && version < ZSTD_VERSION_MIN {
             return Err(KafkaError::new(
                 UNSUPPORTED_COMPRESSION_TYPE,
@@ -286,15 +335,15 @@ fn check_single_batch(records: &[u8], version: i16) -> Result<(), KafkaError> {
         batches += 1;
         position += prefix.total_size();
     }
-    if batches != 1 {
-        return Err(KafkaError::new(
+    match (batches, first) {
+        (1, Some(h)) => Ok(h),
+        _ => Err(KafkaError::new(
             INVALID_RECORD,
             format!(
                 "Produce requests must carry exactly one record batch per partition, got {batches}"
             ),
-        ));
+        )),
     }
-    Ok(())
 }
 
 fn to_response(

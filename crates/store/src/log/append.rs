@@ -13,11 +13,12 @@ use bytes::BytesMut;
 use super::{now_ms, AppendInfo, LogInner, PartitionLog};
 use crate::batch::{self, BatchError, BatchHeader};
 use crate::config::{FlushPolicy, LogConfig, TimestampType};
+use crate::control;
 use crate::error::{AppendError, StoreError};
 use crate::limits::{
     BATCHES_PER_APPEND_MAX, BATCH_BYTES_MAX, SEGMENT_BYTES_MAX, SEGMENT_RELATIVE_OFFSET_MAX,
 };
-use crate::producer_state::{Check, ProducerStates};
+use crate::producer_state::{Check, Staged};
 use crate::segment::{self, Segment, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX};
 use crate::validator::{self, RecordRules, TimestampWindow};
 
@@ -112,18 +113,17 @@ impl PartitionLog {
         let mut inner = self.inner.lock();
         self.writable()?;
 
-        // Idempotent producer checks, against a staged copy when several batches share a request.
-        let mut staged: Option<ProducerStates> = None;
+        // Producer checks; each batch of a request against the state the earlier ones leave.
+        let mut staged = Staged::default();
         let mut duplicates = Vec::new();
         for (_, h) in &batches {
-            let states = staged.as_ref().unwrap_or(&inner.producers);
-            match states.check(h)? {
-                Check::Duplicate(meta) => duplicates.push(meta),
-                Check::Append if batches.len() > 1 && h.has_producer_id() => {
-                    let s = staged.get_or_insert_with(|| inner.producers.clone());
-                    s.update(h, 0, h.max_timestamp);
-                }
-                Check::Append => {}
+            let check = if batches.len() > 1 {
+                inner.producers.check_staged(h, &mut staged)?
+            } else {
+                inner.producers.check(h)?
+            };
+            if let Check::Duplicate(meta) = check {
+                duplicates.push(meta);
             }
         }
         if let (Some(first), Some(last)) = (duplicates.first(), duplicates.last()) {
@@ -247,8 +247,15 @@ impl PartitionLog {
             record_count += i64::from(h.record_count);
         }
         let mut epochs_changed = false;
-        for (_, h) in batches {
-            inner.producers.update(h, h.base_offset, h.max_timestamp);
+        for (pos, h) in batches {
+            let marker = if h.is_control() {
+                records
+                    .get(*pos..*pos + h.total_size())
+                    .and_then(|b| control::parse_marker(b, h))
+            } else {
+                None
+            };
+            inner.producers.update(h, marker);
             epochs_changed |= inner.epochs.assign(h.partition_leader_epoch, h.base_offset);
         }
         let next = last_offset.saturating_add(1);

@@ -27,7 +27,8 @@ pub(crate) struct CleanerView {
     pub(crate) generation: u64,
     pub(crate) active_base_offset: i64,
     /// The cleaner may only use records below this offset, both to decide what to keep and to
-    /// rewrite: the high watermark (Kafka's rule: what consumers may not have seen yet stays)
+    /// rewrite: the last stable offset (Kafka's rule: what consumers may not have seen yet, and
+    /// transactions not yet decided, stay)
     /// and the recovery point (a record that a power cut may take back must not be the reason
     /// an older, durable record of its key is deleted).
     pub(crate) clean_below: i64,
@@ -67,14 +68,13 @@ impl PartitionLog {
                 max_timestamp: seg.max_timestamp,
             });
         }
+        let stable = self.last_stable_locked(&mut inner);
         Ok(CleanerView {
             segments,
             cleaner_point: inner.cleaner_point,
             generation: inner.generation,
             active_base_offset: active,
-            clean_below: active
-                .min(self.offsets.high_watermark())
-                .min(self.offsets.recovery_point()),
+            clean_below: active.min(stable).min(self.offsets.recovery_point()),
         })
     }
 

@@ -14,6 +14,7 @@ use std::sync::atomic::Ordering;
 use super::{now_ms, snapshot_path, LogInner, PartitionLog};
 use crate::checkpoint;
 use crate::config::LogConfig;
+use crate::control;
 use crate::error::StoreError;
 use crate::limits::RETENTION_SEGMENTS_PER_TICK;
 use crate::producer_state::ProducerStates;
@@ -315,9 +316,9 @@ impl PartitionLog {
                 .ok()
                 .flatten()
                 .and_then(|bytes| {
-                    let (offset, payload) = checkpoint::decode_snapshot(&bytes)?;
+                    let (version, offset, payload) = checkpoint::decode_snapshot(&bytes)?;
                     (offset == snap)
-                        .then(|| ProducerStates::decode(payload))
+                        .then(|| ProducerStates::decode(version, payload))
                         .flatten()
                 });
             if let Some(s) = loaded {
@@ -351,9 +352,9 @@ impl PartitionLog {
                 seg.size,
                 seg.base_offset,
                 i64::MIN,
-                |_, h, _| {
+                |_, h, bytes| {
                     if h.base_offset >= from {
-                        state.update(h, h.base_offset, h.max_timestamp);
+                        state.update(h, control::parse_marker(bytes, h));
                     }
                 },
             )

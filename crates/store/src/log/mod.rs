@@ -31,7 +31,8 @@
 //! Files: `append.rs` (leader append, the write path, rolls), `read.rs` (Fetch), `durability.rs`
 //! (flush, durable offset, high watermark, waiters, close), `log_start.rs` (log start offset,
 //! truncation, producer-state rebuild), `timestamps.rs` (ListOffsets by time),
-//! `compaction.rs` (what the cleaner may see and change).
+//! `compaction.rs` (what the cleaner may see and change), `transactions.rs` (markers, last stable
+//! offset, aborted transactions).
 
 mod append;
 mod compaction;
@@ -40,6 +41,7 @@ mod follower;
 mod log_start;
 mod read;
 mod timestamps;
+mod transactions;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -92,6 +94,8 @@ pub struct ReadResult<R = Bytes> {
     pub log_start_offset: i64,
     /// Log end offset at the time of the read.
     pub log_end_offset: i64,
+    /// Last stable offset at the time of the read.
+    pub last_stable_offset: i64,
 }
 
 /// Where a read stops.
@@ -101,6 +105,9 @@ pub enum ReadUpperBound {
     HighWatermark,
     /// Replicas: up to the log end offset.
     LogEnd,
+    /// `read_committed` consumers: up to the last stable offset (offsets up to the high watermark
+    /// are in range, those past the last stable offset read nothing).
+    LastStable,
 }
 
 /// Why waiters were released without their offset becoming durable.

@@ -94,6 +94,7 @@ impl PartitionLog {
             high_watermark: read.high_watermark,
             log_start_offset: read.log_start_offset,
             log_end_offset: read.log_end_offset,
+            last_stable_offset: read.last_stable_offset,
         })
     }
 
@@ -120,16 +121,18 @@ impl PartitionLog {
         let mut offset = fetch_offset;
         let mut reindexed = false;
         loop {
-            let (located, upper, hwm, lso, leo) = {
+            let (located, upper, hwm, lso, leo, stable) = {
                 let mut inner = self.inner.lock();
                 let leo = inner.log_end_offset;
                 let lso = self.offsets.log_start();
                 let hwm = self.offsets.high_watermark();
-                let upper = match bound {
-                    ReadUpperBound::HighWatermark => hwm,
-                    ReadUpperBound::LogEnd => leo,
+                let stable = self.last_stable_locked(&mut inner);
+                let (upper, in_range) = match bound {
+                    ReadUpperBound::HighWatermark => (hwm, hwm),
+                    ReadUpperBound::LogEnd => (leo, leo),
+                    ReadUpperBound::LastStable => (stable, hwm),
                 };
-                if fetch_offset < lso || fetch_offset > upper {
+                if fetch_offset < lso || fetch_offset > in_range {
                     return Err(ReadError::OffsetOutOfRange {
                         fetch_offset,
                         log_start_offset: lso,
@@ -141,6 +144,7 @@ impl PartitionLog {
                     high_watermark: hwm,
                     log_start_offset: lso,
                     log_end_offset: leo,
+                    last_stable_offset: stable,
                 };
                 if offset >= upper {
                     return Ok(empty);
@@ -148,7 +152,7 @@ impl PartitionLog {
                 let Some(located) = self.locate(&mut inner, offset, upper, max_bytes)? else {
                     return Ok(empty);
                 };
-                (located, upper, hwm, lso, leo)
+                (located, upper, hwm, lso, leo, stable)
             };
             let seg_next = located.seg_next;
             let window = Window {
@@ -176,6 +180,7 @@ impl PartitionLog {
                 high_watermark: hwm,
                 log_start_offset: lso,
                 log_end_offset: leo,
+                last_stable_offset: stable,
             };
             match records {
                 Some(records) => return Ok(result(records)),

@@ -1,0 +1,1004 @@
+//! The transaction coordinator (Kafka's `TransactionCoordinator` and `TransactionStateManager`):
+//! per transactional id its producer id, epoch, timeout, status and partitions, kept in memory
+//! for the `__transaction_state` partitions this broker leads and written to them, one record per
+//! transition, before anyone acts on the transition.
+//!
+//! Ownership: one shard per `__transaction_state` partition (`partition_for(id)`), led in the
+//! partition's leader epoch, which is the coordinator epoch every marker carries. A shard is
+//! loaded by replaying its partition when this broker becomes its leader and dropped when it
+//! resigns. I/O goes through [`TxnIo`]: appends to `__transaction_state`, markers on data
+//! partitions and producer ids.
+//!
+//! Rules (Kafka 4.1, transaction version 0 clients):
+//! - A transition is made by one task at a time: the transactional id is *pending* from the
+//!   decision until its record is committed (others get CONCURRENT_TRANSACTIONS); the in-memory
+//!   state changes only once the record is committed, and only if the shard is still led in the
+//!   same epoch.
+//! - InitProducerId: a new id gets a producer id and epoch 0; an Empty or completed one a bumped
+//!   epoch (a new producer id when the epoch is exhausted); an Ongoing one is fenced — epoch
+//!   bumped, transaction aborted with markers in the new epoch — and the caller retries
+//!   (CONCURRENT_TRANSACTIONS); PrepareCommit/PrepareAbort → CONCURRENT_TRANSACTIONS.
+//! - EndTxn: Ongoing → PrepareCommit/PrepareAbort (answered once committed), then markers on
+//!   every partition of the transaction (each acks=all), then CompleteCommit/CompleteAbort.
+//!   Markers are only written after the Prepare record committed; a loading coordinator finishes
+//!   every transaction it finds in Prepare.
+//! - A transaction Ongoing past its timeout is aborted as a fenced one (epoch bumped), checked
+//!   every `abort_check_interval`.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use millrace_store::{batch::BatchHeader, records, Marker, PartitionLog, ReadUpperBound};
+use parking_lot::Mutex;
+use tracing::{debug, info, warn};
+
+use crate::limits::{LOAD_READ_BYTES, MARKER_RETRY_BACKOFF};
+use crate::records::{decode_record, encode_key, encode_value, TransactionLogValue, TxnPartitions};
+use crate::state::TxnStatus;
+
+/// The coordinator's internal topic.
+pub const TRANSACTION_STATE_TOPIC: &str = "__transaction_state";
+
+/// The `__transaction_state` partition of a transactional id: Kafka's `abs(hashCode) % n`, the
+/// same rule as for groups.
+pub use millrace_groups::partition_for;
+
+/// Settings (Kafka's broker configs of the same names).
+#[derive(Debug, Clone)]
+pub struct TxnConfig {
+    /// `transaction.state.log.num.partitions`.
+    pub partitions: i32,
+    /// `transaction.max.timeout.ms`.
+    pub max_timeout_ms: i32,
+    /// `transaction.abort.timed.out.transaction.cleanup.interval.ms`.
+    pub abort_check_interval: Duration,
+}
+
+/// Why an I/O of the coordinator failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TxnIoError {
+    /// This broker does not lead the partition (any more).
+    #[error("not the partition's leader")]
+    NotLeader,
+    /// Too few in-sync replicas, or the append was not replicated in time.
+    #[error("not enough replicas")]
+    NotEnoughReplicas,
+    /// The partition does not exist.
+    #[error("unknown partition")]
+    UnknownPartition,
+    /// The partition refused the marker: a newer producer epoch or coordinator wrote there.
+    #[error("fenced: {0}")]
+    Fenced(String),
+    /// Anything else (storage).
+    #[error("{0}")]
+    Other(String),
+}
+
+/// A pending I/O.
+pub type IoFuture<T> = Pin<Box<dyn Future<Output = Result<T, TxnIoError>> + Send>>;
+
+/// What the coordinator writes through; the broker implements it over replication.
+pub trait TxnIo: Send + Sync + 'static {
+    /// Appends one record to `__transaction_state` partition `partition` as its leader in
+    /// `leader_epoch`; resolves once committed (acks=all).
+    fn append_state(
+        &self,
+        partition: i32,
+        leader_epoch: i32,
+        key: Bytes,
+        value: Option<Bytes>,
+    ) -> IoFuture<()>;
+    /// Writes `marker` for the producer on a data partition; resolves once committed.
+    fn write_marker(
+        &self,
+        topic: &str,
+        partition: i32,
+        producer_id: i64,
+        producer_epoch: i16,
+        marker: Marker,
+    ) -> IoFuture<()>;
+    /// A producer id never handed out before.
+    fn next_producer_id(&self) -> IoFuture<i64>;
+}
+
+/// A refusal, mapped to Kafka's error code at the edge.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum TxnError {
+    /// NOT_COORDINATOR.
+    #[error("not the coordinator")]
+    NotCoordinator,
+    /// COORDINATOR_LOAD_IN_PROGRESS.
+    #[error("coordinator loading")]
+    LoadInProgress,
+    /// COORDINATOR_NOT_AVAILABLE.
+    #[error("coordinator not available")]
+    CoordinatorNotAvailable,
+    /// CONCURRENT_TRANSACTIONS.
+    #[error("concurrent transactions")]
+    ConcurrentTransactions,
+    /// INVALID_PRODUCER_ID_MAPPING.
+    #[error("invalid producer id mapping")]
+    InvalidProducerIdMapping,
+    /// PRODUCER_FENCED (INVALID_PRODUCER_EPOCH for versions before KIP-588).
+    #[error("producer fenced")]
+    ProducerFenced,
+    /// INVALID_PRODUCER_EPOCH.
+    #[error("invalid producer epoch")]
+    InvalidProducerEpoch,
+    /// INVALID_TXN_STATE.
+    #[error("invalid transaction state")]
+    InvalidTxnState,
+    /// INVALID_TRANSACTION_TIMEOUT.
+    #[error("invalid transaction timeout")]
+    InvalidTransactionTimeout,
+    /// TRANSACTIONAL_ID_NOT_FOUND.
+    #[error("transactional id not found")]
+    TransactionalIdNotFound,
+    /// UNKNOWN_SERVER_ERROR.
+    #[error("unknown server error")]
+    Unknown,
+}
+
+fn from_io(e: &TxnIoError) -> TxnError {
+    match e {
+        TxnIoError::NotLeader => TxnError::NotCoordinator,
+        TxnIoError::NotEnoughReplicas | TxnIoError::UnknownPartition => {
+            TxnError::CoordinatorNotAvailable
+        }
+        TxnIoError::Fenced(_) | TxnIoError::Other(_) => TxnError::Unknown,
+    }
+}
+
+/// A transaction as DescribeTransactions reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TxnDescription {
+    pub status: TxnStatus,
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+    pub timeout_ms: i32,
+    pub start_ms: i64,
+    pub partitions: TxnPartitions,
+}
+
+#[derive(Debug, Clone)]
+struct Txn {
+    value: TransactionLogValue,
+    /// The epoch before the last bump (a retried InitProducerId names it; KIP-360).
+    last_epoch: i16,
+    /// A transition is being written.
+    pending: bool,
+}
+
+#[derive(Debug, Clone)]
+struct Led {
+    leader_epoch: i32,
+    load_id: u64,
+    loaded: bool,
+}
+
+#[derive(Debug, Default)]
+struct Shard {
+    led: Option<Led>,
+    txns: HashMap<String, Txn>,
+}
+
+/// The transaction coordinator of this broker.
+pub struct TransactionCoordinator {
+    config: TxnConfig,
+    io: Arc<dyn TxnIo>,
+    shards: Vec<Mutex<Shard>>,
+    next_load_id: AtomicU64,
+    closed: AtomicBool,
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+/// Whether `from` may still be moved to `to` by this coordinator (Kafka's table).
+fn allowed(from: TxnStatus, to: TxnStatus) -> bool {
+    crate::state::can_transition(from, to)
+}
+
+impl TransactionCoordinator {
+    /// A coordinator leading nothing yet.
+    pub fn new(config: TxnConfig, io: Arc<dyn TxnIo>) -> Arc<Self> {
+        let shards = (0..config.partitions.max(1))
+            .map(|_| Mutex::new(Shard::default()))
+            .collect();
+        Arc::new(TransactionCoordinator {
+            config,
+            io,
+            shards,
+            next_load_id: AtomicU64::new(1),
+            closed: AtomicBool::new(false),
+        })
+    }
+
+    /// Partitions of `__transaction_state`.
+    pub fn partitions(&self) -> i32 {
+        self.config.partitions.max(1)
+    }
+
+    /// Stops the timeout checker and new loads.
+    pub fn shutdown(&self) {
+        self.closed.store(true, Ordering::Release);
+    }
+
+    fn shard(&self, partition: i32) -> Option<&Mutex<Shard>> {
+        usize::try_from(partition)
+            .ok()
+            .and_then(|i| self.shards.get(i))
+    }
+
+    /// The shard of `id` and its coordinator epoch, if it is led here and loaded.
+    fn leading(&self, id: &str) -> Result<(i32, i32), TxnError> {
+        let partition = partition_for(id, self.partitions());
+        let shard = self.shard(partition).ok_or(TxnError::NotCoordinator)?;
+        match &shard.lock().led {
+            None => Err(TxnError::NotCoordinator),
+            Some(l) if !l.loaded => Err(TxnError::LoadInProgress),
+            Some(l) => Ok((partition, l.leader_epoch)),
+        }
+    }
+
+    /// Whether `id`'s coordinator is here and ready (for FindCoordinator).
+    pub fn check_coordinator(&self, id: &str) -> Result<(), TxnError> {
+        self.leading(id).map(|_| ())
+    }
+
+    /// Runs `f` on the shard of `partition` if it is still led in `leader_epoch`.
+    fn in_epoch<R>(
+        &self,
+        partition: i32,
+        leader_epoch: i32,
+        f: impl FnOnce(&mut Shard) -> R,
+    ) -> Result<R, TxnError> {
+        let shard = self.shard(partition).ok_or(TxnError::NotCoordinator)?;
+        let mut shard = shard.lock();
+        match &shard.led {
+            Some(l) if l.leader_epoch == leader_epoch && l.loaded => Ok(f(&mut shard)),
+            _ => Err(TxnError::NotCoordinator),
+        }
+    }
+
+    /// Writes `value` as `id`'s new state (the id is pending) and applies it once committed;
+    /// the pending mark is cleared either way.
+    async fn persist(
+        &self,
+        partition: i32,
+        leader_epoch: i32,
+        id: &str,
+        value: TransactionLogValue,
+        last_epoch: Option<i16>,
+    ) -> Result<(), TxnError> {
+        let written = self
+            .io
+            .append_state(
+                partition,
+                leader_epoch,
+                encode_key(id),
+                Some(encode_value(&value)),
+            )
+            .await;
+        self.in_epoch(partition, leader_epoch, |shard| match &written {
+            Ok(()) => {
+                let txn = shard.txns.entry(id.to_string()).or_insert_with(|| Txn {
+                    value: value.clone(),
+                    last_epoch: -1,
+                    pending: false,
+                });
+                txn.value = value;
+                txn.pending = false;
+                if let Some(e) = last_epoch {
+                    txn.last_epoch = e;
+                }
+            }
+            Err(_) => {
+                if let Some(txn) = shard.txns.get_mut(id) {
+                    txn.pending = false;
+                    if txn.value.producer_id < 0 {
+                        shard.txns.remove(id);
+                    }
+                }
+            }
+        })?;
+        written.map_err(|e| {
+            debug!(transactional_id = id, error = %e, "__transaction_state append failed");
+            from_io(&e)
+        })
+    }
+
+    /// InitProducerId with a transactional id → (producer id, epoch). `expected`: the producer
+    /// id and epoch the client names (KIP-360), `(-1, -1)` for none.
+    pub async fn init_producer_id(
+        self: &Arc<Self>,
+        id: &str,
+        timeout_ms: i32,
+        expected: (i64, i16),
+    ) -> Result<(i64, i16), TxnError> {
+        if timeout_ms <= 0 || timeout_ms > self.config.max_timeout_ms {
+            return Err(TxnError::InvalidTransactionTimeout);
+        }
+        let (partition, leader_epoch) = self.leading(id)?;
+        let now = now_ms();
+        enum Plan {
+            New,
+            Bump(TransactionLogValue, i16),
+            Current(i64, i16),
+            Fence(TransactionLogValue),
+        }
+        let plan = self.in_epoch(partition, leader_epoch, |shard| {
+            let Some(txn) = shard.txns.get_mut(id) else {
+                shard.txns.insert(
+                    id.to_string(),
+                    Txn {
+                        value: TransactionLogValue::default(),
+                        last_epoch: -1,
+                        pending: true,
+                    },
+                );
+                return Ok(Plan::New);
+            };
+            if txn.pending {
+                return Err(TxnError::ConcurrentTransactions);
+            }
+            let v = &txn.value;
+            let (req_pid, req_epoch) = expected;
+            if req_pid >= 0 {
+                let current = req_pid == v.producer_id
+                    && (req_epoch == v.producer_epoch || req_epoch == txn.last_epoch);
+                let previous = v.previous_producer_id >= 0 && req_pid == v.previous_producer_id;
+                if !current && !previous {
+                    return Err(TxnError::ProducerFenced);
+                }
+                if req_pid == v.producer_id
+                    && req_epoch == txn.last_epoch
+                    && req_epoch != v.producer_epoch
+                    && v.status == TxnStatus::Empty
+                {
+                    // A retry of a bump that committed: answer it again.
+                    return Ok(Plan::Current(v.producer_id, v.producer_epoch));
+                }
+            }
+            match v.status {
+                TxnStatus::PrepareCommit | TxnStatus::PrepareAbort => {
+                    Err(TxnError::ConcurrentTransactions)
+                }
+                TxnStatus::Ongoing => {
+                    txn.pending = true;
+                    Ok(Plan::Fence(v.clone()))
+                }
+                _ => {
+                    txn.pending = true;
+                    Ok(Plan::Bump(v.clone(), v.producer_epoch))
+                }
+            }
+        })??;
+        match plan {
+            Plan::Current(pid, epoch) => Ok((pid, epoch)),
+            Plan::New => {
+                let pid = match self.io.next_producer_id().await {
+                    Ok(pid) => pid,
+                    Err(e) => {
+                        let _ = self.in_epoch(partition, leader_epoch, |shard| {
+                            shard.txns.remove(id);
+                        });
+                        return Err(from_io(&e));
+                    }
+                };
+                let value = TransactionLogValue {
+                    producer_id: pid,
+                    producer_epoch: 0,
+                    timeout_ms,
+                    status: TxnStatus::Empty,
+                    last_update_ms: now,
+                    start_ms: -1,
+                    ..TransactionLogValue::default()
+                };
+                self.persist(partition, leader_epoch, id, value, Some(-1))
+                    .await?;
+                info!(
+                    transactional_id = id,
+                    producer_id = pid,
+                    "new transactional id"
+                );
+                Ok((pid, 0))
+            }
+            Plan::Bump(old, old_epoch) => {
+                let mut value = TransactionLogValue {
+                    producer_id: old.producer_id,
+                    producer_epoch: old.producer_epoch.saturating_add(1),
+                    previous_producer_id: old.previous_producer_id,
+                    timeout_ms,
+                    status: TxnStatus::Empty,
+                    last_update_ms: now,
+                    start_ms: -1,
+                    ..TransactionLogValue::default()
+                };
+                if old.producer_epoch >= i16::MAX - 1 {
+                    // Epoch exhausted: a new producer id.
+                    match self.io.next_producer_id().await {
+                        Ok(pid) => {
+                            value.previous_producer_id = old.producer_id;
+                            value.producer_id = pid;
+                            value.producer_epoch = 0;
+                        }
+                        Err(e) => {
+                            let _ = self.in_epoch(partition, leader_epoch, |shard| {
+                                if let Some(t) = shard.txns.get_mut(id) {
+                                    t.pending = false;
+                                }
+                            });
+                            return Err(from_io(&e));
+                        }
+                    }
+                }
+                let answer = (value.producer_id, value.producer_epoch);
+                self.persist(partition, leader_epoch, id, value, Some(old_epoch))
+                    .await?;
+                Ok(answer)
+            }
+            Plan::Fence(ongoing) => {
+                info!(
+                    transactional_id = id,
+                    producer_id = ongoing.producer_id,
+                    epoch = ongoing.producer_epoch,
+                    "fencing the ongoing transaction of a new producer instance"
+                );
+                let me = Arc::clone(self);
+                let id = id.to_string();
+                tokio::spawn(async move {
+                    me.abort_fenced(partition, leader_epoch, &id, ongoing).await;
+                });
+                Err(TxnError::ConcurrentTransactions)
+            }
+        }
+    }
+
+    /// Aborts `ongoing` (the id is pending) with its epoch bumped: PrepareAbort, markers,
+    /// CompleteAbort.
+    async fn abort_fenced(
+        self: &Arc<Self>,
+        partition: i32,
+        leader_epoch: i32,
+        id: &str,
+        ongoing: TransactionLogValue,
+    ) {
+        let prepared = TransactionLogValue {
+            producer_epoch: ongoing.producer_epoch.saturating_add(1),
+            status: TxnStatus::PrepareAbort,
+            last_update_ms: now_ms(),
+            ..ongoing.clone()
+        };
+        if let Err(e) = self
+            .persist(
+                partition,
+                leader_epoch,
+                id,
+                prepared.clone(),
+                Some(ongoing.producer_epoch),
+            )
+            .await
+        {
+            warn!(transactional_id = id, error = %e, "fencing abort not written");
+            return;
+        }
+        self.complete(partition, leader_epoch, id, prepared).await;
+    }
+
+    /// AddPartitionsToTxn (and AddOffsetsToTxn, with the group's offsets partition).
+    pub async fn add_partitions(
+        &self,
+        id: &str,
+        producer_id: i64,
+        producer_epoch: i16,
+        partitions: &[(String, i32)],
+    ) -> Result<(), TxnError> {
+        let (partition, leader_epoch) = self.leading(id)?;
+        let now = now_ms();
+        let next = self.in_epoch(partition, leader_epoch, |shard| {
+            let txn = self.check_producer(shard, id, producer_id, producer_epoch)?;
+            let v = &txn.value;
+            match v.status {
+                TxnStatus::PrepareCommit | TxnStatus::PrepareAbort => {
+                    return Err(TxnError::ConcurrentTransactions)
+                }
+                TxnStatus::Ongoing
+                    if partitions
+                        .iter()
+                        .all(|(t, p)| v.partitions.get(t).is_some_and(|ps| ps.contains(p))) =>
+                {
+                    return Ok(None);
+                }
+                s if !allowed(s, TxnStatus::Ongoing) => return Err(TxnError::InvalidTxnState),
+                _ => {}
+            }
+            let mut value = v.clone();
+            if value.status != TxnStatus::Ongoing {
+                value.partitions = BTreeMap::new();
+                value.start_ms = now;
+            }
+            value.status = TxnStatus::Ongoing;
+            value.last_update_ms = now;
+            for (t, p) in partitions {
+                value.partitions.entry(t.clone()).or_default().insert(*p);
+            }
+            txn.pending = true;
+            Ok(Some(value))
+        })??;
+        match next {
+            None => Ok(()),
+            Some(value) => self.persist(partition, leader_epoch, id, value, None).await,
+        }
+    }
+
+    /// The id's state for a client naming `producer_id`/`producer_epoch`, not pending.
+    fn check_producer<'a>(
+        &self,
+        shard: &'a mut Shard,
+        id: &str,
+        producer_id: i64,
+        producer_epoch: i16,
+    ) -> Result<&'a mut Txn, TxnError> {
+        let txn = shard
+            .txns
+            .get_mut(id)
+            .filter(|t| t.value.producer_id >= 0)
+            .ok_or(TxnError::InvalidProducerIdMapping)?;
+        if txn.value.producer_id != producer_id {
+            return Err(TxnError::InvalidProducerIdMapping);
+        }
+        if txn.value.producer_epoch != producer_epoch {
+            return Err(TxnError::ProducerFenced);
+        }
+        if txn.pending {
+            return Err(TxnError::ConcurrentTransactions);
+        }
+        Ok(txn)
+    }
+
+    /// EndTxn: commit (`commit`) or abort the ongoing transaction. Answered once the Prepare
+    /// record is committed; the markers and the Complete record follow in the background.
+    pub async fn end_txn(
+        self: &Arc<Self>,
+        id: &str,
+        producer_id: i64,
+        producer_epoch: i16,
+        commit: bool,
+    ) -> Result<(), TxnError> {
+        let (partition, leader_epoch) = self.leading(id)?;
+        let prepared = self.in_epoch(partition, leader_epoch, |shard| {
+            let txn = self.check_producer(shard, id, producer_id, producer_epoch)?;
+            let v = &txn.value;
+            match (v.status, commit) {
+                (TxnStatus::Ongoing, _) => {
+                    txn.pending = true;
+                    Ok(Some(TransactionLogValue {
+                        status: if commit {
+                            TxnStatus::PrepareCommit
+                        } else {
+                            TxnStatus::PrepareAbort
+                        },
+                        last_update_ms: now_ms(),
+                        ..v.clone()
+                    }))
+                }
+                (TxnStatus::CompleteCommit, true) | (TxnStatus::CompleteAbort, false) => Ok(None),
+                (TxnStatus::PrepareCommit, true) | (TxnStatus::PrepareAbort, false) => {
+                    Err(TxnError::ConcurrentTransactions)
+                }
+                _ => Err(TxnError::InvalidTxnState),
+            }
+        })??;
+        let Some(prepared) = prepared else {
+            return Ok(());
+        };
+        self.persist(partition, leader_epoch, id, prepared.clone(), None)
+            .await?;
+        let me = Arc::clone(self);
+        let id = id.to_string();
+        tokio::spawn(async move {
+            me.complete(partition, leader_epoch, &id, prepared).await;
+        });
+        Ok(())
+    }
+
+    /// Writes the markers of a prepared transaction (retrying until each is written, the
+    /// partition is gone, or this shard is no longer led in `leader_epoch`), then its Complete
+    /// record.
+    async fn complete(
+        self: &Arc<Self>,
+        partition: i32,
+        leader_epoch: i32,
+        id: &str,
+        prepared: TransactionLogValue,
+    ) {
+        let commit = prepared.status == TxnStatus::PrepareCommit;
+        let marker = Marker {
+            commit,
+            coordinator_epoch: leader_epoch,
+        };
+        let targets: Vec<(String, i32)> = prepared
+            .partitions
+            .iter()
+            .flat_map(|(t, ps)| ps.iter().map(move |p| (t.clone(), *p)))
+            .collect();
+        let writes = targets.iter().map(|(topic, p)| {
+            let me = Arc::clone(self);
+            async move {
+                loop {
+                    if me.closed.load(Ordering::Acquire)
+                        || me.in_epoch(partition, leader_epoch, |_| ()).is_err()
+                    {
+                        return false;
+                    }
+                    match me
+                        .io
+                        .write_marker(
+                            topic,
+                            *p,
+                            prepared.producer_id,
+                            prepared.producer_epoch,
+                            marker,
+                        )
+                        .await
+                    {
+                        Ok(()) | Err(TxnIoError::UnknownPartition) => return true,
+                        Err(TxnIoError::Fenced(why)) => {
+                            warn!(transactional_id = id, topic = %topic, partition = p, why, "marker refused; dropped");
+                            return true;
+                        }
+                        Err(e) => {
+                            debug!(transactional_id = id, topic = %topic, partition = p, error = %e, "marker not written; retrying");
+                            tokio::time::sleep(MARKER_RETRY_BACKOFF).await;
+                        }
+                    }
+                }
+            }
+        });
+        let written = futures::future::join_all(writes).await;
+        if !written.iter().all(|w| *w) {
+            return;
+        }
+        let completed = TransactionLogValue {
+            status: if commit {
+                TxnStatus::CompleteCommit
+            } else {
+                TxnStatus::CompleteAbort
+            },
+            partitions: BTreeMap::new(),
+            last_update_ms: now_ms(),
+            ..prepared.clone()
+        };
+        let marked = self.in_epoch(partition, leader_epoch, |shard| {
+            match shard.txns.get_mut(id) {
+                Some(t) if t.value == prepared => {
+                    t.pending = true;
+                    true
+                }
+                _ => false,
+            }
+        });
+        if marked != Ok(true) {
+            return;
+        }
+        if let Err(e) = self
+            .persist(partition, leader_epoch, id, completed, None)
+            .await
+        {
+            warn!(transactional_id = id, error = %e, "transaction completion not written");
+        }
+    }
+
+    /// Whether a transactional batch of `producer_id`/`producer_epoch` for `topic`/`partition`
+    /// belongs to `id`'s ongoing transaction (Kafka's produce-side verification, KIP-890 part
+    /// 1). Ids not coordinated here are not checked.
+    pub fn verify(
+        &self,
+        id: &str,
+        producer_id: i64,
+        producer_epoch: i16,
+        topic: &str,
+        partition: i32,
+    ) -> Result<(), TxnError> {
+        let Ok((p, leader_epoch)) = self.leading(id) else {
+            return Ok(());
+        };
+        self.in_epoch(p, leader_epoch, |shard| {
+            let Some(txn) = shard.txns.get(id) else {
+                return Err(TxnError::InvalidTxnState);
+            };
+            let v = &txn.value;
+            if v.producer_id != producer_id {
+                return Err(TxnError::InvalidTxnState);
+            }
+            if v.producer_epoch != producer_epoch {
+                return Err(TxnError::InvalidProducerEpoch);
+            }
+            let added = v
+                .partitions
+                .get(topic)
+                .is_some_and(|ps| ps.contains(&partition));
+            if v.status == TxnStatus::Ongoing && added {
+                Ok(())
+            } else {
+                Err(TxnError::InvalidTxnState)
+            }
+        })
+        .unwrap_or(Ok(()))
+    }
+
+    /// DescribeTransactions.
+    pub fn describe(&self, id: &str) -> Result<TxnDescription, TxnError> {
+        let (partition, leader_epoch) = self.leading(id)?;
+        self.in_epoch(partition, leader_epoch, |shard| {
+            let txn = shard
+                .txns
+                .get(id)
+                .filter(|t| t.value.producer_id >= 0 && t.value.status != TxnStatus::Dead)
+                .ok_or(TxnError::TransactionalIdNotFound)?;
+            let v = &txn.value;
+            Ok(TxnDescription {
+                status: v.status,
+                producer_id: v.producer_id,
+                producer_epoch: v.producer_epoch,
+                timeout_ms: v.timeout_ms,
+                start_ms: v.start_ms,
+                partitions: v.partitions.clone(),
+            })
+        })?
+    }
+
+    /// ListTransactions: (id, producer id, status) of every transaction coordinated here that
+    /// passes the filters (empty = any); `min_duration_ms` ≥ 0 keeps only transactions running
+    /// at least that long.
+    pub fn list(
+        &self,
+        states: &BTreeSet<TxnStatus>,
+        producer_ids: &BTreeSet<i64>,
+        min_duration_ms: i64,
+    ) -> Vec<(String, i64, TxnStatus)> {
+        let now = now_ms();
+        let mut out = Vec::new();
+        for shard in &self.shards {
+            let shard = shard.lock();
+            if !shard.led.as_ref().is_some_and(|l| l.loaded) {
+                continue;
+            }
+            for (id, txn) in &shard.txns {
+                let v = &txn.value;
+                if v.producer_id < 0 || v.status == TxnStatus::Dead {
+                    continue;
+                }
+                if (!states.is_empty() && !states.contains(&v.status))
+                    || (!producer_ids.is_empty() && !producer_ids.contains(&v.producer_id))
+                {
+                    continue;
+                }
+                if min_duration_ms >= 0
+                    && (v.status != TxnStatus::Ongoing || now - v.start_ms < min_duration_ms)
+                {
+                    continue;
+                }
+                out.push((id.clone(), v.producer_id, v.status));
+            }
+        }
+        out.sort();
+        out
+    }
+
+    /// This broker became the leader of `__transaction_state` partition `partition` in
+    /// `leader_epoch`: replay it, then serve its transactional ids.
+    pub fn become_leader(
+        self: &Arc<Self>,
+        partition: i32,
+        log: Arc<PartitionLog>,
+        leader_epoch: i32,
+    ) {
+        if self.closed.load(Ordering::Acquire) {
+            return;
+        }
+        let Some(shard) = self.shard(partition) else {
+            warn!(
+                partition,
+                "leadership of an unknown __transaction_state partition ignored"
+            );
+            return;
+        };
+        let load_id = self.next_load_id.fetch_add(1, Ordering::Relaxed);
+        {
+            let mut shard = shard.lock();
+            if shard
+                .led
+                .as_ref()
+                .is_some_and(|l| l.leader_epoch >= leader_epoch)
+            {
+                return;
+            }
+            shard.led = Some(Led {
+                leader_epoch,
+                load_id,
+                loaded: false,
+            });
+            shard.txns.clear();
+        }
+        info!(
+            partition,
+            leader_epoch, "loading __transaction_state partition"
+        );
+        let me = Arc::clone(self);
+        tokio::spawn(async move {
+            let loaded = tokio::task::spawn_blocking(move || replay(&log)).await;
+            let txns = match loaded {
+                Ok(Ok(txns)) => txns,
+                Ok(Err(e)) => {
+                    warn!(partition, error = %e, "__transaction_state replay failed");
+                    return;
+                }
+                Err(e) => {
+                    warn!(partition, error = %e, "__transaction_state replay task failed");
+                    return;
+                }
+            };
+            let mut unfinished = Vec::new();
+            if let Some(shard) = me.shard(partition) {
+                let mut shard = shard.lock();
+                match &mut shard.led {
+                    Some(l) if l.load_id == load_id => l.loaded = true,
+                    _ => return,
+                }
+                for (id, value) in txns {
+                    if matches!(
+                        value.status,
+                        TxnStatus::PrepareCommit | TxnStatus::PrepareAbort
+                    ) {
+                        unfinished.push((id.clone(), value.clone()));
+                    }
+                    let pending = matches!(
+                        value.status,
+                        TxnStatus::PrepareCommit | TxnStatus::PrepareAbort
+                    );
+                    shard.txns.insert(
+                        id,
+                        Txn {
+                            value,
+                            last_epoch: -1,
+                            pending,
+                        },
+                    );
+                }
+            }
+            info!(
+                partition,
+                leader_epoch,
+                unfinished = unfinished.len(),
+                "__transaction_state partition loaded"
+            );
+            for (id, prepared) in unfinished {
+                me.complete(partition, leader_epoch, &id, prepared).await;
+            }
+        });
+    }
+
+    /// This broker no longer leads `partition`.
+    pub fn resign(&self, partition: i32) {
+        if let Some(shard) = self.shard(partition) {
+            let mut shard = shard.lock();
+            shard.led = None;
+            shard.txns.clear();
+        }
+    }
+
+    /// Aborts every transaction Ongoing past its timeout; runs until `shutdown`.
+    pub async fn run_timeouts(self: Arc<Self>) {
+        let mut tick = tokio::time::interval(self.config.abort_check_interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        while !self.closed.load(Ordering::Acquire) {
+            tick.tick().await;
+            let now = now_ms();
+            for partition in 0..self.partitions() {
+                let expired: Vec<(i32, String, TransactionLogValue)> = self
+                    .shard(partition)
+                    .map(|shard| {
+                        let mut shard = shard.lock();
+                        let Some(epoch) = shard
+                            .led
+                            .as_ref()
+                            .filter(|l| l.loaded)
+                            .map(|l| l.leader_epoch)
+                        else {
+                            return Vec::new();
+                        };
+                        shard
+                            .txns
+                            .iter_mut()
+                            .filter(|(_, t)| {
+                                !t.pending
+                                    && t.value.status == TxnStatus::Ongoing
+                                    && t.value
+                                        .start_ms
+                                        .saturating_add(i64::from(t.value.timeout_ms))
+                                        <= now
+                            })
+                            .map(|(id, t)| {
+                                t.pending = true;
+                                (epoch, id.clone(), t.value.clone())
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                for (leader_epoch, id, ongoing) in expired {
+                    info!(transactional_id = %id, producer_id = ongoing.producer_id, "aborting a transaction past its timeout");
+                    let me = Arc::clone(&self);
+                    tokio::spawn(async move {
+                        me.abort_fenced(partition, leader_epoch, &id, ongoing).await;
+                    });
+                }
+            }
+        }
+    }
+}
+
+/// The latest state of every transactional id in a `__transaction_state` partition.
+fn replay(log: &PartitionLog) -> Result<HashMap<String, TransactionLogValue>, String> {
+    let mut out = HashMap::new();
+    let mut offset = log.log_start_offset();
+    let end = log.log_end_offset();
+    while offset < end {
+        let read = log
+            .read(offset, LOAD_READ_BYTES, ReadUpperBound::LogEnd, true)
+            .map_err(|e| e.to_string())?;
+        let bytes = read.records;
+        if bytes.is_empty() {
+            break;
+        }
+        let mut pos = 0usize;
+        let before = offset;
+        while pos < bytes.len() {
+            let rest = bytes.get(pos..).unwrap_or(&[]);
+            let Ok(h) = BatchHeader::parse(rest) else {
+                break;
+            };
+            let Some(batch) = rest.get(..h.total_size()) else {
+                break;
+            };
+            pos += h.total_size();
+            offset = offset.max(h.next_offset());
+            if h.is_control() {
+                continue;
+            }
+            let (_, recs) = records::decode_records(batch).map_err(|e| e.to_string())?;
+            for r in recs {
+                let Some(key) = r.key.as_deref() else {
+                    continue;
+                };
+                match decode_record(key, r.value.as_deref()) {
+                    Ok(rec) => match rec.value {
+                        Some(v) => {
+                            out.insert(rec.transactional_id, v);
+                        }
+                        None => {
+                            out.remove(&rec.transactional_id);
+                        }
+                    },
+                    Err(e) => {
+                        warn!(offset = r.offset, error = %e, "skipping an unreadable __transaction_state record")
+                    }
+                }
+            }
+        }
+        if offset == before {
+            break;
+        }
+    }
+    Ok(out)
+}
