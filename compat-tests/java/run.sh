@@ -3,7 +3,9 @@
 # Millrace. Resolves everything with Maven (Maven Central; default local repo ~/.m2, or
 # MAVEN_REPO_LOCAL), uses/builds the broker, then runs
 #   1. the JUnit 5 tests (Surefire; src/test/java: idempotent producer across a broker kill,
-#      AdminClient, cooperative-sticky consumer group), each class with its own broker;
+#      AdminClient, cooperative-sticky consumer group, exactly-once consume-transform-produce
+#      across two kill -9, Kafka Streams exactly_once_v2 word count across a stop and a kill),
+#      each class with its own broker;
 #   2. cli.sh (kafka-topics, console producer/consumer, kafka-consumer-groups, kafka-configs,
 #      kafka-producer-perf-test, kafka-get-offsets);
 #   3. connect.sh (Kafka Connect distributed, FileStreamSource -> topic -> FileStreamSink, resume);

@@ -274,7 +274,7 @@ async fn run(
         node.controller.clone(),
         node.lifecycle.clone(),
     ));
-    let transactions = open_transaction_coordinator(&config, &node, &producer_ids);
+    let transactions = open_transaction_coordinator(&config, &node, &groups, &producer_ids);
     follow_transaction_state_leadership(&node, &transactions);
     let ctx = Arc::new(BrokerContext {
         cluster: cluster.clone(),
@@ -625,6 +625,7 @@ fn open_group_coordinator(
 fn open_transaction_coordinator(
     config: &BrokerConfig,
     node: &node::Node,
+    groups: &Arc<GroupCoordinator>,
     producer_ids: &Arc<ProducerIdAllocator>,
 ) -> Arc<TransactionCoordinator> {
     let long = |key: &str, fallback: i64| {
@@ -640,8 +641,11 @@ fn open_transaction_coordinator(
         .topic(TRANSACTION_STATE_TOPIC)
         .map(|t| t.partition_count())
         .unwrap_or_else(|| clamp_i32(long("transaction.state.log.num.partitions", 50)).max(1));
+    let image = node.image.clone();
     let io = Arc::new(txn_io::ReplicatedTxnIo::new(
         node.replicas.clone(),
+        Box::new(move |topic| image.current().topic(topic).is_some()),
+        groups.clone(),
         producer_ids.clone(),
         Duration::from_millis(
             u64::try_from(long("offsets.commit.timeout.ms", 5_000).max(1)).unwrap_or(5_000),

@@ -2,13 +2,15 @@
 //! an acks=all append by this broker as the partition's leader in the coordinator's epoch; a
 //! marker is an acks=all marker append on the data partition, which this broker must lead (markers
 //! to other brokers, WriteTxnMarkers, come with transactions across brokers); producer ids come
-//! from the controller's blocks.
+//! from the controller's blocks. A committed marker on `__consumer_offsets` ends the producer's
+//! pending transactional offsets there (the group coordinator's `complete_txn`).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use millrace_controller::ProducerIdAllocator;
+use millrace_groups::{GroupCoordinator, OFFSETS_TOPIC};
 use millrace_replication::{AckError, AckWait, PartitionError, ReplicaError, ReplicaManager};
 use millrace_store::records::{encode_records, BatchFields, Record};
 use millrace_store::{AppendError, Marker, TopicPartition};
@@ -17,6 +19,9 @@ use millrace_transactions::{IoFuture, TxnIo, TxnIoError, TRANSACTION_STATE_TOPIC
 /// `TxnIo` over replication.
 pub struct ReplicatedTxnIo {
     replicas: Arc<ReplicaManager>,
+    /// Whether a topic is in the committed metadata image.
+    topic_exists: Box<dyn Fn(&str) -> bool + Send + Sync>,
+    groups: Arc<GroupCoordinator>,
     producer_ids: Arc<ProducerIdAllocator>,
     /// How long a record or marker may take to commit.
     commit_timeout: Duration,
@@ -25,11 +30,15 @@ pub struct ReplicatedTxnIo {
 impl ReplicatedTxnIo {
     pub fn new(
         replicas: Arc<ReplicaManager>,
+        topic_exists: Box<dyn Fn(&str) -> bool + Send + Sync>,
+        groups: Arc<GroupCoordinator>,
         producer_ids: Arc<ProducerIdAllocator>,
         commit_timeout: Duration,
     ) -> Self {
         Self {
             replicas,
+            topic_exists,
+            groups,
             producer_ids,
             commit_timeout,
         }
@@ -123,11 +132,25 @@ impl TxnIo for ReplicatedTxnIo {
             .replicas
             .append_marker(&tp, producer_id, producer_epoch, marker)
         {
+            Ok((_, wait)) if topic == OFFSETS_TOPIC => {
+                let committed = committed(wait, self.commit_timeout);
+                let groups = Arc::clone(&self.groups);
+                Box::pin(async move {
+                    committed.await?;
+                    groups.complete_txn(partition, producer_id, marker.commit);
+                    Ok(())
+                })
+            }
             Ok((_, wait)) => committed(wait, self.commit_timeout),
-            // A deleted partition needs no marker (transactions span brokers only with
-            // WriteTxnMarkers; FindCoordinator does not serve them in a cluster yet).
+            // A deleted topic needs no marker; a partition not hosted here for another reason
+            // (its log dir failed) is retried, as Kafka retries KAFKA_STORAGE_ERROR.
             Err(e) => {
-                let e = from_replica(e, TxnIoError::UnknownPartition);
+                let gone = if (self.topic_exists)(topic) {
+                    TxnIoError::NotLeader
+                } else {
+                    TxnIoError::UnknownPartition
+                };
+                let e = from_replica(e, gone);
                 Box::pin(async move { Err(e) })
             }
         }

@@ -297,6 +297,36 @@ fn oversized_body(key: ApiKey, v: i16) -> Option<Oversized> {
         ApiKey::DeleteAcls => array(v, f, "filters", |r: &mut DeleteAclsRequest, x| {
             r.filters = x
         }),
+        ApiKey::AddPartitionsToTxn => array(
+            v,
+            f,
+            "v3_and_below_topics",
+            |r: &mut AddPartitionsToTxnRequest, x| r.v3_and_below_topics = x,
+        ),
+        ApiKey::AddOffsetsToTxn => string(
+            v,
+            f,
+            "transactional_id",
+            |r: &mut AddOffsetsToTxnRequest, x| r.transactional_id = x.into(),
+        ),
+        ApiKey::EndTxn => string(v, f, "transactional_id", |r: &mut EndTxnRequest, x| {
+            r.transactional_id = x.into()
+        }),
+        ApiKey::TxnOffsetCommit => array(v, f, "topics", |r: &mut TxnOffsetCommitRequest, x| {
+            r.topics = x
+        }),
+        ApiKey::DescribeTransactions => array(
+            v,
+            f,
+            "transactional_ids",
+            |r: &mut DescribeTransactionsRequest, x| r.transactional_ids = x,
+        ),
+        ApiKey::ListTransactions => array(
+            v,
+            f,
+            "state_filters",
+            |r: &mut ListTransactionsRequest, x| r.state_filters = x,
+        ),
         other => panic!("{other:?} is advertised but this test has no oversized frame for it"),
     }
 }

@@ -13,9 +13,9 @@ use std::time::{Duration, Instant};
 
 use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{
-    AddPartitionsToTxnRequest, AlterClientQuotasRequest, AlterConfigsRequest,
-    AlterPartitionReassignmentsRequest, AlterUserScramCredentialsRequest, ApiKey,
-    ApiVersionsRequest, ConsumerGroupDescribeRequest, ConsumerGroupHeartbeatRequest,
+    AddOffsetsToTxnRequest, AddPartitionsToTxnRequest, AlterClientQuotasRequest,
+    AlterConfigsRequest, AlterPartitionReassignmentsRequest, AlterUserScramCredentialsRequest,
+    ApiKey, ApiVersionsRequest, ConsumerGroupDescribeRequest, ConsumerGroupHeartbeatRequest,
     CreateAclsRequest, CreatePartitionsRequest, CreateTopicsRequest, DeleteAclsRequest,
     DeleteGroupsRequest, DeleteRecordsRequest, DeleteTopicsRequest, DescribeAclsRequest,
     DescribeClientQuotasRequest, DescribeClusterRequest, DescribeConfigsRequest,
@@ -27,7 +27,7 @@ use kafka_protocol::messages::{
     ListGroupsRequest, ListOffsetsRequest, ListPartitionReassignmentsRequest,
     ListTransactionsRequest, MetadataRequest, OffsetCommitRequest, OffsetDeleteRequest,
     OffsetFetchRequest, OffsetForLeaderEpochRequest, ProduceRequest, RequestHeader, ResponseHeader,
-    SaslAuthenticateRequest, SaslHandshakeRequest, SyncGroupRequest,
+    SaslAuthenticateRequest, SaslHandshakeRequest, SyncGroupRequest, TxnOffsetCommitRequest,
 };
 use kafka_protocol::protocol::{Decodable, Encodable};
 use tokio::task::JoinHandle;
@@ -510,6 +510,24 @@ fn route_request(
                 route,
                 charge,
                 api::transactions::add_partitions_to_txn(ctx.clone(), authz, request, version),
+                true,
+            ))
+        }
+        ApiKey::AddOffsetsToTxn => {
+            let request: AddOffsetsToTxnRequest = decode(&mut buf, route)?;
+            Ok(spawn(
+                route,
+                charge,
+                api::transactions::add_offsets_to_txn(ctx.clone(), authz, request, version),
+                true,
+            ))
+        }
+        ApiKey::TxnOffsetCommit => {
+            let request: TxnOffsetCommitRequest = decode(&mut buf, route)?;
+            Ok(spawn(
+                route,
+                charge,
+                api::txn_offset_commit::handle(ctx, &authz, request, version),
                 true,
             ))
         }

@@ -8,11 +8,11 @@
 //! `Errors` name without allocating.
 
 use kafka_protocol::messages::{
-    AddPartitionsToTxnResponse, AlterClientQuotasResponse, AlterConfigsResponse,
-    AlterPartitionReassignmentsResponse, AlterUserScramCredentialsResponse, ApiVersionsResponse,
-    ConsumerGroupDescribeResponse, ConsumerGroupHeartbeatResponse, CreateAclsResponse,
-    CreatePartitionsResponse, CreateTopicsResponse, DeleteAclsResponse, DeleteGroupsResponse,
-    DeleteRecordsResponse, DeleteTopicsResponse, DescribeAclsResponse,
+    AddOffsetsToTxnResponse, AddPartitionsToTxnResponse, AlterClientQuotasResponse,
+    AlterConfigsResponse, AlterPartitionReassignmentsResponse, AlterUserScramCredentialsResponse,
+    ApiVersionsResponse, ConsumerGroupDescribeResponse, ConsumerGroupHeartbeatResponse,
+    CreateAclsResponse, CreatePartitionsResponse, CreateTopicsResponse, DeleteAclsResponse,
+    DeleteGroupsResponse, DeleteRecordsResponse, DeleteTopicsResponse, DescribeAclsResponse,
     DescribeClientQuotasResponse, DescribeClusterResponse, DescribeConfigsResponse,
     DescribeGroupsResponse, DescribeLogDirsResponse, DescribeProducersResponse,
     DescribeTopicPartitionsResponse, DescribeTransactionsResponse,
@@ -22,7 +22,7 @@ use kafka_protocol::messages::{
     ListGroupsResponse, ListOffsetsResponse, ListPartitionReassignmentsResponse,
     ListTransactionsResponse, MetadataResponse, OffsetCommitResponse, OffsetDeleteResponse,
     OffsetFetchResponse, OffsetForLeaderEpochResponse, ProduceResponse, SaslAuthenticateResponse,
-    SaslHandshakeResponse, SyncGroupResponse,
+    SaslHandshakeResponse, SyncGroupResponse, TxnOffsetCommitResponse,
 };
 
 /// Every Kafka error code a response carries, for the request-error metrics (Kafka's ErrorsPerSec).
@@ -274,6 +274,22 @@ impl ResponseErrors for AddPartitionsToTxnResponse {
         for topic in &self.results_by_topic_v3_and_below {
             for partition in &topic.results_by_partition {
                 visit(partition.partition_error_code, f);
+            }
+        }
+    }
+}
+
+impl ResponseErrors for AddOffsetsToTxnResponse {
+    fn for_each_error(&self, f: &mut dyn FnMut(i16)) {
+        visit(self.error_code, f);
+    }
+}
+
+impl ResponseErrors for TxnOffsetCommitResponse {
+    fn for_each_error(&self, f: &mut dyn FnMut(i16)) {
+        for topic in &self.topics {
+            for partition in &topic.partitions {
+                visit(partition.error_code, f);
             }
         }
     }
@@ -620,6 +636,7 @@ macro_rules! throttled {
 throttled!(
     AlterClientQuotasResponse,
     AlterConfigsResponse,
+    AddOffsetsToTxnResponse,
     AddPartitionsToTxnResponse,
     AlterPartitionReassignmentsResponse,
     AlterUserScramCredentialsResponse,
@@ -664,6 +681,7 @@ throttled!(
     OffsetForLeaderEpochResponse,
     ProduceResponse,
     SyncGroupResponse,
+    TxnOffsetCommitResponse,
 );
 
 impl Throttled for SaslHandshakeResponse {

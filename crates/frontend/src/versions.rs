@@ -57,6 +57,8 @@ pub const ADVERTISED: &[ApiRange] = &[
     range(ApiKey::DescribeLogDirs, 1, 4),
     range(ApiKey::DescribeProducers, 0, 0),
     range(ApiKey::AddPartitionsToTxn, 0, 3),
+    range(ApiKey::AddOffsetsToTxn, 0, 4),
+    range(ApiKey::TxnOffsetCommit, 0, 4),
     range(ApiKey::EndTxn, 0, 4),
     range(ApiKey::DescribeTransactions, 0, 0),
     range(ApiKey::ListTransactions, 0, 1),

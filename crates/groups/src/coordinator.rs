@@ -79,6 +79,7 @@ use crate::limits::{
 use crate::records::{self, OffsetValue, RecordKey};
 use crate::replay::{self, ReplayError};
 use crate::snapshot::{PartitionSnapshot, SnapshotStore};
+use crate::txn_offsets::TxnOffsets;
 
 /// A response that may complete later.
 pub type Reply<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
@@ -299,12 +300,15 @@ struct Shard {
     /// Set by every change, cleared when the snapshot is written.
     dirty: bool,
     groups: BTreeMap<String, GroupEntry>,
+    /// Offsets committed inside transactions not yet ended here.
+    txn: TxnOffsets,
 }
 
 impl Shard {
     /// Drops the groups and returns their parked responders (to answer NOT_COORDINATOR).
     fn unload(&mut self) -> Parked {
         let mut parked = Parked::default();
+        self.txn = TxnOffsets::default();
         for (_, mut entry) in std::mem::take(&mut self.groups) {
             parked.joins.extend(entry.joins.drain());
             parked.syncs.extend(entry.syncs.drain().map(|(_, tx)| tx));
@@ -401,7 +405,13 @@ impl Deliveries {
 
 /// Encodes `records` (key, value) as one uncompressed v2 batch with the store's codec: base offset
 /// 0 (the log assigns offsets), no producer id, every record stamped `timestamp_ms`.
-fn encode_batch(records: &[(Bytes, Option<Bytes>)], timestamp_ms: i64) -> BytesMut {
+/// One uncompressed batch of `records`; `producer`: the producer id, epoch and base sequence of a
+/// transactional batch (TxnOffsetCommit), else none.
+fn encode_batch(
+    records: &[(Bytes, Option<Bytes>)],
+    timestamp_ms: i64,
+    producer: Option<(i64, i16, i32)>,
+) -> BytesMut {
     let recs: Vec<Record> = records
         .iter()
         .enumerate()
@@ -416,13 +426,17 @@ fn encode_batch(records: &[(Bytes, Option<Bytes>)], timestamp_ms: i64) -> BytesM
     let fields = BatchFields {
         base_offset: 0,
         partition_leader_epoch: -1,
-        attributes: 0,
+        attributes: if producer.is_some() {
+            millrace_store::batch::ATTR_TRANSACTIONAL
+        } else {
+            0
+        },
         last_offset_delta: i32::try_from(records.len().saturating_sub(1)).unwrap_or(i32::MAX),
         base_timestamp: timestamp_ms,
         max_timestamp: timestamp_ms,
-        producer_id: -1,
-        producer_epoch: -1,
-        base_sequence: -1,
+        producer_id: producer.map_or(-1, |p| p.0),
+        producer_epoch: producer.map_or(-1, |p| p.1),
+        base_sequence: producer.map_or(-1, |p| p.2),
     };
     store_records::encode_records(&fields, &recs)
 }
@@ -500,6 +514,7 @@ impl GroupCoordinator {
                     epoch_floor: 0,
                     dirty: false,
                     groups: BTreeMap::new(),
+                    txn: TxnOffsets::default(),
                 })
             })
             .collect();
@@ -769,6 +784,7 @@ impl GroupCoordinator {
                         })
                         .consumer = Some(consumer);
                 }
+                guard.txn = replayed.txn;
                 guard.dirty = replayed.records > 0;
                 let groups = guard.groups.len();
                 guard.leadership = Leadership::Loaded(led.clone());
@@ -836,6 +852,12 @@ impl GroupCoordinator {
             if !(always || shard.dirty) {
                 return;
             }
+            if shard.txn.any_pending() {
+                // The snapshot holds no pending offsets: a replay from it would miss records
+                // that a later COMMIT marker makes committed. Written once none is pending.
+                shard.dirty = true;
+                return;
+            }
             shard.dirty = false;
             (materialize(&shard, &led.log), led.log)
         };
@@ -860,15 +882,32 @@ impl GroupCoordinator {
         shard: &mut Shard,
         records: &[(Bytes, Option<Bytes>)],
     ) -> Result<Committed, GroupError> {
-        let leader_epoch = shard
+        self.append_as(shard, records, None)
+            .map(|(_, committed)| committed)
+    }
+
+    /// As `append`, also returning the offset of the first record; `producer`: the producer id
+    /// and epoch of a transactional batch (the sequence continues the producer's on the
+    /// partition).
+    fn append_as(
+        &self,
+        shard: &mut Shard,
+        records: &[(Bytes, Option<Bytes>)],
+        producer: Option<(i64, i16)>,
+    ) -> Result<(i64, Committed), GroupError> {
+        let led = shard
             .leadership
             .loaded()
-            .map(|l| l.leader_epoch)
+            .cloned()
             .ok_or(GroupError::NotCoordinator)?;
-        let batch: BytesMut = encode_batch(records, now_ms());
-        let appended = self.log.append(shard.partition, leader_epoch, batch)?;
+        let producer = producer.map(|(id, epoch)| (id, epoch, led.log.next_sequence(id, epoch)));
+        let batch: BytesMut = encode_batch(records, now_ms(), producer);
+        let appended = self.log.append(shard.partition, led.leader_epoch, batch)?;
         shard.dirty = true;
-        Ok(appended.committed)
+        let first = appended
+            .last_offset
+            .saturating_sub(i64::try_from(records.len()).unwrap_or(1) - 1);
+        Ok((first, appended.committed))
     }
 
     /// Carries out a step's effects for `group_id`: takes parked responders, writes the group's
@@ -1238,6 +1277,60 @@ impl GroupCoordinator {
 
     /// OffsetCommit: one result per partition, in request order, answered once committed.
     pub fn commit_offsets(&self, req: CommitRequest) -> Reply<Vec<Result<(), GroupError>>> {
+        self.commit(req, None)
+    }
+
+    /// TxnOffsetCommit: as `commit_offsets`, but written in a transactional batch of producer
+    /// `producer_id`/`producer_epoch` and pending until the transaction's marker
+    /// (`complete_txn`).
+    pub fn commit_txn_offsets(
+        &self,
+        req: CommitRequest,
+        producer_id: i64,
+        producer_epoch: i16,
+    ) -> Reply<Vec<Result<(), GroupError>>> {
+        self.commit(req, Some((producer_id, producer_epoch)))
+    }
+
+    /// A transaction marker of `producer_id` was committed on `__consumer_offsets` partition
+    /// `partition`: its pending offsets there become committed (`commit`) or are dropped.
+    pub fn complete_txn(&self, partition: i32, producer_id: i64, commit: bool) {
+        let Some(shard) = usize::try_from(partition)
+            .ok()
+            .and_then(|i| self.shards.get(i))
+        else {
+            return;
+        };
+        let mut shard = shard.lock();
+        if shard.leadership.loaded().is_none() {
+            return;
+        }
+        for ((group, topic, p), value) in shard.txn.complete(producer_id, commit) {
+            let now = now_ms();
+            let config = self.config.group.clone();
+            shard
+                .groups
+                .entry(group.clone())
+                .or_insert_with(|| GroupEntry::new(Group::new(&group, &config, now)))
+                .group
+                .offsets
+                .insert((topic, p), value);
+        }
+        shard.dirty = true;
+    }
+
+    /// Whether `group_id` has a transactional offset for `topic`/`partition` still pending (an
+    /// OffsetFetch with `require_stable` answers UNSTABLE_OFFSET_COMMIT for it).
+    pub fn has_pending_offset(&self, group_id: &str, topic: &str, partition: i32) -> bool {
+        self.loaded_shard(group_id)
+            .is_ok_and(|shard| shard.txn.is_pending(group_id, topic, partition))
+    }
+
+    fn commit(
+        &self,
+        req: CommitRequest,
+        producer: Option<(i64, i16)>,
+    ) -> Reply<Vec<Result<(), GroupError>>> {
         let count = req.partitions.len();
         let all = move |e: GroupError| -> Reply<Vec<Result<(), GroupError>>> {
             ready(vec![Err(e); count])
@@ -1276,7 +1369,10 @@ impl GroupCoordinator {
                 now,
             ),
         };
-        if let Err(e) = valid {
+        // A transactional commit naming no member is not checked against the group (Kafka's
+        // `validateTransactionalOffsetCommit`).
+        let unchecked = producer.is_some() && req.member_id.is_empty() && req.generation_id < 0;
+        if let Err(e) = valid.or_else(|e| if unchecked { Ok(()) } else { Err(e) }) {
             return all(e);
         }
         let mut results: Vec<Result<(), GroupError>> = Vec::with_capacity(count);
@@ -1314,13 +1410,27 @@ impl GroupCoordinator {
         if writes.is_empty() {
             return ready(results);
         }
-        let committed = match self.append(&mut shard, &writes) {
-            Ok(committed) => committed,
+        let (first, committed) = match self.append_as(&mut shard, &writes, producer) {
+            Ok(appended) => appended,
             Err(e) => return all(e),
         };
-        if let Some(entry) = shard.groups.get_mut(&req.group_id) {
-            for (tp, value) in applied {
-                entry.group.offsets.insert(tp, value);
+        for (i, ((topic, p), value)) in applied.iter().enumerate() {
+            let key = (req.group_id.clone(), topic.clone(), *p);
+            let record_offset = first.saturating_add(i64::try_from(i).unwrap_or(0));
+            match producer {
+                Some((producer_id, _)) => {
+                    shard
+                        .txn
+                        .add_pending(producer_id, key, record_offset, value.clone())
+                }
+                None => shard.txn.note_plain(key, record_offset),
+            }
+        }
+        if producer.is_none() {
+            if let Some(entry) = shard.groups.get_mut(&req.group_id) {
+                for (tp, value) in applied {
+                    entry.group.offsets.insert(tp, value);
+                }
             }
         }
         drop(shard);

@@ -29,6 +29,7 @@ pub mod limits;
 pub mod records;
 mod replay;
 pub mod snapshot;
+mod txn_offsets;
 
 pub use assignor::{Assignment, Assignor};
 pub use consumer_group::{

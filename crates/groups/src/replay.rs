@@ -27,6 +27,7 @@ use crate::group::{Group, GroupConfig};
 use crate::limits::{MARK_READ_BYTES, RECORD_BYTES_MAX, REPLAY_READ_BYTES};
 use crate::records::{self, RecordKey, RecordValue};
 use crate::snapshot::{BatchMark, PartitionSnapshot};
+use crate::txn_offsets::TxnOffsets;
 
 /// What a replay produced.
 #[derive(Debug)]
@@ -34,6 +35,8 @@ pub(crate) struct Replayed {
     pub groups: BTreeMap<String, Group>,
     /// KIP-848 consumer groups, by group id (their offsets are in `groups`).
     pub consumer_groups: BTreeMap<String, ConsumerGroup>,
+    /// Offsets of transactions with no marker yet.
+    pub txn: TxnOffsets,
     /// Records applied from the log (not counting the snapshot's).
     pub records: usize,
     /// Whether the replay started from the snapshot.
@@ -99,6 +102,7 @@ pub(crate) fn replay(
         }
     }
     let mut records = 0usize;
+    let mut txn = TxnOffsets::default();
     while from < log_end {
         if superseded() {
             return Err(ReplayError::Superseded);
@@ -113,11 +117,49 @@ pub(crate) fn replay(
         for e in &errors {
             warn!(partition, error = %e, "skipping unreadable records in __consumer_offsets");
         }
-        for r in raw {
+        for item in raw {
+            let r = match item {
+                Item::Marker {
+                    offset,
+                    producer_id,
+                    commit,
+                } => {
+                    if offset >= from && offset < log_end {
+                        for ((group, topic, p), value) in txn.complete(producer_id, commit) {
+                            groups
+                                .entry(group.clone())
+                                .or_insert_with(|| Group::new(&group, config, now_ms))
+                                .offsets
+                                .insert((topic, p), value);
+                        }
+                    }
+                    continue;
+                }
+                Item::Record {
+                    record,
+                    producer_id,
+                } => {
+                    if let Some(producer_id) = producer_id {
+                        if record.offset >= from && record.offset < log_end {
+                            pend(&mut txn, producer_id, &record);
+                        }
+                        continue;
+                    }
+                    record
+                }
+            };
             if r.offset < from || r.offset >= log_end {
                 continue;
             }
             if let Some(key) = &r.key {
+                if let Ok(Some(RecordKey::Offset {
+                    group,
+                    topic,
+                    partition: p,
+                })) = records::decode_key(key)
+                {
+                    txn.note_plain((group, topic, p), r.offset);
+                }
                 apply_record(
                     partition,
                     &mut groups,
@@ -158,6 +200,7 @@ pub(crate) fn replay(
     Ok(Replayed {
         groups,
         consumer_groups,
+        txn,
         records,
         from_snapshot,
         log_end_offset: log_end,
@@ -275,10 +318,49 @@ fn apply_record(
     }
 }
 
-/// The data records in `bytes` (whole batches, as a log read returns them; control batches are
-/// skipped), the offset after the last batch read (`None` if none), and why anything was skipped.
-/// Stops at the first batch that does not validate.
-fn decode_batches(bytes: &[u8]) -> (Vec<Record>, Option<i64>, Vec<String>) {
+/// What a replay reads from a batch.
+enum Item {
+    /// A data record; `producer_id` set for a transactional batch's (TxnOffsetCommit).
+    Record {
+        record: Record,
+        producer_id: Option<i64>,
+    },
+    /// A transaction marker.
+    Marker {
+        offset: i64,
+        producer_id: i64,
+        commit: bool,
+    },
+}
+
+/// A transactional offset commit record: pending for its producer.
+fn pend(txn: &mut TxnOffsets, producer_id: i64, r: &Record) {
+    let Some(key) = &r.key else {
+        return;
+    };
+    let Ok(Some(key @ RecordKey::Offset { .. })) = records::decode_key(key) else {
+        return;
+    };
+    let Some(value) = &r.value else {
+        return;
+    };
+    let Ok(RecordValue::Offset(value)) = records::decode_value(&key, value) else {
+        return;
+    };
+    if let RecordKey::Offset {
+        group,
+        topic,
+        partition,
+    } = key
+    {
+        txn.add_pending(producer_id, (group, topic, partition), r.offset, value);
+    }
+}
+
+/// The records and markers in `bytes` (whole batches, as a log read returns them), the offset
+/// after the last batch read (`None` if none), and why anything was skipped. Stops at the first
+/// batch that does not validate.
+fn decode_batches(bytes: &[u8]) -> (Vec<Item>, Option<i64>, Vec<String>) {
     let mut out = Vec::new();
     let mut errors = Vec::new();
     let mut next = None;
@@ -292,13 +374,31 @@ fn decode_batches(bytes: &[u8]) -> (Vec<Record>, Option<i64>, Vec<String>) {
             }
         };
         next = Some(h.next_offset());
-        if !h.is_control() {
-            match store_records::decode_records(rest.get(..h.total_size()).unwrap_or(&[])) {
-                Ok((_, recs)) => out.extend(recs.into_iter().filter(|r| {
-                    let fits =
-                        |b: &Option<Bytes>| b.as_ref().is_none_or(|b| b.len() <= RECORD_BYTES_MAX);
-                    fits(&r.key) && fits(&r.value)
-                })),
+        let batch = rest.get(..h.total_size()).unwrap_or(&[]);
+        if h.is_control() {
+            if let Some(m) = millrace_store::parse_marker(batch, &h) {
+                out.push(Item::Marker {
+                    offset: h.base_offset,
+                    producer_id: h.producer_id,
+                    commit: m.commit,
+                });
+            }
+        } else {
+            let producer_id = h.is_transactional().then_some(h.producer_id);
+            match store_records::decode_records(batch) {
+                Ok((_, recs)) => out.extend(
+                    recs.into_iter()
+                        .filter(|r| {
+                            let fits = |b: &Option<Bytes>| {
+                                b.as_ref().is_none_or(|b| b.len() <= RECORD_BYTES_MAX)
+                            };
+                            fits(&r.key) && fits(&r.value)
+                        })
+                        .map(|record| Item::Record {
+                            record,
+                            producer_id,
+                        }),
+                ),
                 Err(e) => errors.push(format!("batch at offset {}: {e}", h.base_offset)),
             }
         }

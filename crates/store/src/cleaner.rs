@@ -4,8 +4,8 @@
 //! sealed segments from the cleaner point up to `dirty_end` (stopping early at
 //! `min.compaction.lag.ms`, `CLEANER_KEYS_MAX` / `CLEANER_MAP_BYTES_MAX` or the tick budget);
 //! (2) rewrite every sealed segment below `dirty_end`, one at a time, keeping a record iff no later
-//! record has its key (keyless records, markers and transactional batches are kept, and
-//! transactional records supersede none: decision 0064); (3) move the cleaner point
+//! record has its key (keyless records, markers and the batches of aborted transactions are kept,
+//! and aborted records supersede none: decision 0064); (3) move the cleaner point
 //! to `dirty_end` and checkpoint it (`cleaner-offset-checkpoint`).
 //!
 //! Output: one batch per input batch that keeps records, same baseOffset, lastOffsetDelta,
@@ -116,8 +116,36 @@ struct Pass {
     log: Arc<PartitionLog>,
     generation: u64,
     map: HashMap<Box<[u8]>, i64>,
+    aborted: Aborted,
     dirty_end: i64,
     remaining: VecDeque<i64>,
+}
+
+/// The aborted transactions of a log, by producer: which batches belong to one.
+struct Aborted(HashMap<i64, Vec<(i64, i64)>>);
+
+impl Aborted {
+    fn of(log: &PartitionLog) -> Aborted {
+        let mut by_producer: HashMap<i64, Vec<(i64, i64)>> = HashMap::new();
+        for t in log.aborted_transactions(0, i64::MAX) {
+            by_producer
+                .entry(t.producer_id)
+                .or_default()
+                .push((t.first_offset, t.last_offset));
+        }
+        Aborted(by_producer)
+    }
+
+    /// Whether `h` is a data batch of an aborted transaction.
+    fn holds(&self, h: &BatchHeader) -> bool {
+        h.is_transactional()
+            && !h.is_control()
+            && self.0.get(&h.producer_id).is_some_and(|ranges| {
+                ranges
+                    .iter()
+                    .any(|(first, last)| *first <= h.base_offset && h.base_offset <= *last)
+            })
+    }
 }
 
 /// Cursor of the cleaner across maintenance ticks.
@@ -254,6 +282,7 @@ fn start_pass(
     let view = log.cleaner_view(&config, config.min_compaction_lag_ms > 0)?;
     let cleaner_point = view.cleaner_point;
     let mut map: HashMap<Box<[u8]>, i64> = HashMap::new();
+    let aborted = Aborted::of(&log);
     let mut map_bytes = 0usize;
     let mut read = 0u64;
     let mut dirty_end = cleaner_point;
@@ -276,9 +305,8 @@ fn start_pass(
         };
         let mut error = None;
         segment::scan_batches(&file, 0, size, base, base, |_, h, bytes| {
-            // Transactional records never supersede others: an aborted one must not, and which
-            // ones were aborted is not looked up here (a conservative rule, decision 0064).
-            if h.is_control() || h.is_transactional() || error.is_some() {
+            // Records of aborted transactions supersede nothing (decision 0064).
+            if h.is_control() || aborted.holds(h) || error.is_some() {
                 return;
             }
             match records::decode_records(bytes) {
@@ -321,6 +349,7 @@ fn start_pass(
             log,
             generation: view.generation,
             map,
+            aborted,
             dirty_end,
             remaining,
         }),
@@ -429,8 +458,8 @@ fn clean_segment(
             return;
         }
         let result = (|| -> Result<(), StoreError> {
-            // Markers and transactional batches are kept whole (decision 0064).
-            let kept = if h.is_control() || h.is_transactional() {
+            // Markers and aborted transactions' batches are kept whole (decision 0064).
+            let kept = if h.is_control() || pass.aborted.holds(h) {
                 Some(Bytes::copy_from_slice(bytes))
             } else {
                 filter_batch(h, bytes, &pass.map, &config, now_ms, &mut changed)?

@@ -73,7 +73,7 @@ pub(crate) fn encode_marker_batch(
 
 /// The marker a stored control batch holds; `None` when `h` is no control batch, its record is
 /// unreadable or it is another control type.
-pub(crate) fn parse_marker(batch_bytes: &[u8], h: &BatchHeader) -> Option<Marker> {
+pub fn parse_marker(batch_bytes: &[u8], h: &BatchHeader) -> Option<Marker> {
     if !h.is_control() {
         return None;
     }

@@ -62,7 +62,7 @@ pub use config::{
     CleanupPolicy, ConfigParseError, FlushPolicy, LogConfig, StoreConfig, TimestampType,
     TopicPartition,
 };
-pub use control::Marker;
+pub use control::{parse_marker, Marker};
 pub use error::{AppendError, ReadError, StoreError};
 pub use log::{
     AppendInfo, FileSlice, PartitionLog, ReadResult, ReadUpperBound, Records, ReplicatedAppend,

@@ -256,6 +256,17 @@ impl ProducerStates {
         Ok(check)
     }
 
+    /// The sequence a next batch of `producer_id` at `producer_epoch` must start with.
+    pub(crate) fn next_sequence(&self, producer_id: i64, producer_epoch: i16) -> i32 {
+        match self.producers.get(&producer_id) {
+            Some(p) if p.epoch == producer_epoch => p
+                .batches
+                .back()
+                .map_or(0, |b| sequence_add(b.last_sequence, 1)),
+            _ => 0,
+        }
+    }
+
     /// Checks a marker of `producer_id` against the producer's state: its epoch must not be older
     /// than the producer's, nor its coordinator epoch older than the last marker's.
     pub(crate) fn check_marker(

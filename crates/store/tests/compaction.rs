@@ -289,3 +289,79 @@ fn compacted_topics_reject_keyless_records() {
         .expect("keyed, compressed");
     assert_eq!(log.log_end_offset(), 1);
 }
+
+/// A transactional batch of producer `pid` (epoch 0, sequence `seq`): one record `key` = `value`.
+fn txn_record(pid: i64, seq: i32, key: &[u8], value: &[u8]) -> bytes::BytesMut {
+    let mut b = encode_batch(&[(Some(key), Some(value), NOW)], pid, 0, seq);
+    let attrs = i16::from_be_bytes([b[21], b[22]]) | millrace_store::batch::ATTR_TRANSACTIONAL;
+    b[21..23].copy_from_slice(&attrs.to_be_bytes());
+    millrace_store::batch::rewrite_crc(&mut b);
+    b
+}
+
+#[test]
+fn aborted_records_supersede_nothing_and_committed_ones_compact() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let store = open(dir.path(), FlushPolicy::Never);
+    let t = tp("txn-compact", 0);
+    let log = store
+        .create_partition(
+            &t,
+            compact_config(),
+            millrace_store::TopicId::from_bytes([9; 16]),
+        )
+        .expect("create");
+    let commit = millrace_store::Marker {
+        commit: true,
+        coordinator_epoch: 0,
+    };
+    let abort = millrace_store::Marker {
+        commit: false,
+        ..commit
+    };
+    log.append(txn_record(1, 0, b"a", b"committed-a"), 0)
+        .expect("txn 1");
+    log.append_marker(1, 0, commit, 0).expect("commit 1");
+    log.append(txn_record(2, 0, b"a", b"aborted-a"), 0)
+        .expect("txn 2");
+    log.append_marker(2, 0, abort, 0).expect("abort 2");
+    log.append(txn_record(3, 0, b"b", b"committed-b"), 0)
+        .expect("txn 3");
+    log.append_marker(3, 0, commit, 0).expect("commit 3");
+    // Later plain updates of b (superseding the committed transactional b) fill and roll
+    // segments so that the transactions lie in cleanable ones.
+    let v = [b'x'; 200];
+    for _ in 0..30 {
+        log.append(encode_batch(&[(Some(b"b"), Some(&v), NOW)], -1, -1, -1), 0)
+            .expect("plain b");
+    }
+    settle(&log);
+    store.run_maintenance(NOW).expect("maintenance");
+    let values: Vec<Vec<u8>> = read_records(&store, &t)
+        .into_iter()
+        .filter_map(|r| r.value.map(|v| v.to_vec()))
+        .collect();
+    let has = |v: &[u8]| values.iter().any(|x| x == v);
+    assert!(
+        values.len() < 30,
+        "the pass compacted: {} records left",
+        values.len()
+    );
+    assert!(
+        has(b"committed-a"),
+        "an aborted record must not supersede a committed one"
+    );
+    assert!(has(b"aborted-a"), "aborted batches are kept whole");
+    assert!(
+        !has(b"committed-b"),
+        "a committed transactional record is superseded like any other"
+    );
+    assert_eq!(log.last_stable_offset(), log.high_watermark());
+    assert_eq!(
+        log.aborted_transactions(0, i64::MAX)
+            .iter()
+            .map(|t| (t.producer_id, t.first_offset))
+            .collect::<Vec<_>>(),
+        vec![(2, 2)]
+    );
+}

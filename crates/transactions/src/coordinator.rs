@@ -139,9 +139,21 @@ pub enum TxnError {
     /// TRANSACTIONAL_ID_NOT_FOUND.
     #[error("transactional id not found")]
     TransactionalIdNotFound,
+    /// INVALID_REQUEST.
+    #[error("invalid request")]
+    InvalidRequest,
+    /// NOT_ENOUGH_REPLICAS (a transactional produce whose transaction is being decided or
+    /// whose coordinator is loading: the producer retries).
+    #[error("transaction not verifiable yet")]
+    NotEnoughReplicas,
     /// UNKNOWN_SERVER_ERROR.
     #[error("unknown server error")]
     Unknown,
+}
+
+/// Kafka's `isEpochExhausted`: no epoch can follow (a new producer id is needed).
+fn epoch_exhausted(epoch: i16) -> bool {
+    epoch >= i16::MAX - 1
 }
 
 fn from_io(e: &TxnIoError) -> TxnError {
@@ -150,7 +162,9 @@ fn from_io(e: &TxnIoError) -> TxnError {
         TxnIoError::NotEnoughReplicas | TxnIoError::UnknownPartition => {
             TxnError::CoordinatorNotAvailable
         }
-        TxnIoError::Fenced(_) | TxnIoError::Other(_) => TxnError::Unknown,
+        // Kafka's `appendTransactionToLog`: a storage failure means "ask another coordinator".
+        TxnIoError::Other(_) => TxnError::NotCoordinator,
+        TxnIoError::Fenced(_) => TxnError::Unknown,
     }
 }
 
@@ -328,10 +342,14 @@ impl TransactionCoordinator {
         if timeout_ms <= 0 || timeout_ms > self.config.max_timeout_ms {
             return Err(TxnError::InvalidTransactionTimeout);
         }
+        if (expected.0 >= 0) != (expected.1 >= 0) {
+            return Err(TxnError::InvalidRequest);
+        }
         let (partition, leader_epoch) = self.leading(id)?;
         let now = now_ms();
         enum Plan {
             New,
+            /// The state before, and the last epoch to remember.
             Bump(TransactionLogValue, i16),
             Current(i64, i16),
             Fence(TransactionLogValue),
@@ -353,21 +371,14 @@ impl TransactionCoordinator {
             }
             let v = &txn.value;
             let (req_pid, req_epoch) = expected;
-            if req_pid >= 0 {
-                let current = req_pid == v.producer_id
-                    && (req_epoch == v.producer_epoch || req_epoch == txn.last_epoch);
-                let previous = v.previous_producer_id >= 0 && req_pid == v.previous_producer_id;
-                if !current && !previous {
-                    return Err(TxnError::ProducerFenced);
-                }
-                if req_pid == v.producer_id
-                    && req_epoch == txn.last_epoch
-                    && req_epoch != v.producer_epoch
-                    && v.status == TxnStatus::Empty
-                {
-                    // A retry of a bump that committed: answer it again.
-                    return Ok(Plan::Current(v.producer_id, v.producer_epoch));
-                }
+            let given = req_pid >= 0;
+            // Kafka's `isValidProducerId`: the current producer id, or the previous one with an
+            // exhausted epoch.
+            if given
+                && req_pid != v.producer_id
+                && !(req_pid == v.previous_producer_id && epoch_exhausted(req_epoch))
+            {
+                return Err(TxnError::ProducerFenced);
             }
             match v.status {
                 TxnStatus::PrepareCommit | TxnStatus::PrepareAbort => {
@@ -377,10 +388,24 @@ impl TransactionCoordinator {
                     txn.pending = true;
                     Ok(Plan::Fence(v.clone()))
                 }
-                _ => {
+                // Kafka's `prepareIncrementProducerEpoch`: a new instance bumps (and remembers no
+                // last epoch); the current epoch bumps (remembering it); the last epoch is a retry
+                // of a bump that committed and gets the current epoch again; anything else is
+                // fenced.
+                _ if !given
+                    || req_epoch == v.producer_epoch
+                    || epoch_exhausted(v.producer_epoch) =>
+                {
                     txn.pending = true;
-                    Ok(Plan::Bump(v.clone(), v.producer_epoch))
+                    Ok(Plan::Bump(
+                        v.clone(),
+                        if given { v.producer_epoch } else { -1 },
+                    ))
                 }
+                _ if req_epoch == txn.last_epoch => {
+                    Ok(Plan::Current(v.producer_id, v.producer_epoch))
+                }
+                _ => Err(TxnError::ProducerFenced),
             }
         })??;
         match plan {
@@ -413,7 +438,7 @@ impl TransactionCoordinator {
                 );
                 Ok((pid, 0))
             }
-            Plan::Bump(old, old_epoch) => {
+            Plan::Bump(old, last_epoch) => {
                 let mut value = TransactionLogValue {
                     producer_id: old.producer_id,
                     producer_epoch: old.producer_epoch.saturating_add(1),
@@ -424,7 +449,7 @@ impl TransactionCoordinator {
                     start_ms: -1,
                     ..TransactionLogValue::default()
                 };
-                if old.producer_epoch >= i16::MAX - 1 {
+                if epoch_exhausted(old.producer_epoch) {
                     // Epoch exhausted: a new producer id.
                     match self.io.next_producer_id().await {
                         Ok(pid) => {
@@ -443,7 +468,7 @@ impl TransactionCoordinator {
                     }
                 }
                 let answer = (value.producer_id, value.producer_epoch);
-                self.persist(partition, leader_epoch, id, value, Some(old_epoch))
+                self.persist(partition, leader_epoch, id, value, Some(last_epoch))
                     .await?;
                 Ok(answer)
             }
@@ -480,13 +505,7 @@ impl TransactionCoordinator {
             ..ongoing.clone()
         };
         if let Err(e) = self
-            .persist(
-                partition,
-                leader_epoch,
-                id,
-                prepared.clone(),
-                Some(ongoing.producer_epoch),
-            )
+            .persist(partition, leader_epoch, id, prepared.clone(), Some(-1))
             .await
         {
             warn!(transactional_id = id, error = %e, "fencing abort not written");
@@ -679,23 +698,31 @@ impl TransactionCoordinator {
             last_update_ms: now_ms(),
             ..prepared.clone()
         };
-        let marked = self.in_epoch(partition, leader_epoch, |shard| {
-            match shard.txns.get_mut(id) {
-                Some(t) if t.value == prepared => {
-                    t.pending = true;
-                    true
+        // Written until it commits, or this shard is led elsewhere (the next coordinator finishes
+        // the transaction from its Prepare record): a transaction is never left in Prepare.
+        loop {
+            let marked = self.in_epoch(partition, leader_epoch, |shard| {
+                match shard.txns.get_mut(id) {
+                    Some(t) if t.value == prepared => {
+                        t.pending = true;
+                        true
+                    }
+                    _ => false,
                 }
-                _ => false,
+            });
+            if marked != Ok(true) || self.closed.load(Ordering::Acquire) {
+                return;
             }
-        });
-        if marked != Ok(true) {
-            return;
-        }
-        if let Err(e) = self
-            .persist(partition, leader_epoch, id, completed, None)
-            .await
-        {
-            warn!(transactional_id = id, error = %e, "transaction completion not written");
+            match self
+                .persist(partition, leader_epoch, id, completed.clone(), None)
+                .await
+            {
+                Ok(()) => return,
+                Err(e) => {
+                    warn!(transactional_id = id, error = %e, "transaction completion not written; retrying");
+                    tokio::time::sleep(MARKER_RETRY_BACKOFF).await;
+                }
+            }
         }
     }
 
@@ -710,19 +737,27 @@ impl TransactionCoordinator {
         topic: &str,
         partition: i32,
     ) -> Result<(), TxnError> {
-        let Ok((p, leader_epoch)) = self.leading(id) else {
-            return Ok(());
+        let (p, leader_epoch) = match self.leading(id) {
+            Ok(led) => led,
+            // Kafka's produce answers NOT_ENOUGH_REPLICAS (retriable) while the coordinator cannot
+            // verify; an id coordinated on another broker is not checked here.
+            Err(TxnError::LoadInProgress) => return Err(TxnError::NotEnoughReplicas),
+            Err(_) => return Ok(()),
         };
         self.in_epoch(p, leader_epoch, |shard| {
-            let Some(txn) = shard.txns.get(id) else {
-                return Err(TxnError::InvalidTxnState);
+            let Some(txn) = shard.txns.get(id).filter(|t| t.value.producer_id >= 0) else {
+                return Err(TxnError::InvalidProducerIdMapping);
             };
             let v = &txn.value;
             if v.producer_id != producer_id {
-                return Err(TxnError::InvalidTxnState);
+                return Err(TxnError::InvalidProducerIdMapping);
             }
             if v.producer_epoch != producer_epoch {
                 return Err(TxnError::InvalidProducerEpoch);
+            }
+            if txn.pending || matches!(v.status, TxnStatus::PrepareCommit | TxnStatus::PrepareAbort)
+            {
+                return Err(TxnError::NotEnoughReplicas);
             }
             let added = v
                 .partitions
@@ -734,7 +769,7 @@ impl TransactionCoordinator {
                 Err(TxnError::InvalidTxnState)
             }
         })
-        .unwrap_or(Ok(()))
+        .unwrap_or(Err(TxnError::NotEnoughReplicas))
     }
 
     /// DescribeTransactions.
@@ -784,9 +819,8 @@ impl TransactionCoordinator {
                 {
                     continue;
                 }
-                if min_duration_ms >= 0
-                    && (v.status != TxnStatus::Ongoing || now - v.start_ms < min_duration_ms)
-                {
+                // Kafka's filter: transactions running longer than the duration, in any state.
+                if min_duration_ms >= 0 && now.saturating_sub(v.start_ms) <= min_duration_ms {
                     continue;
                 }
                 out.push((id.clone(), v.producer_id, v.status));
@@ -884,7 +918,10 @@ impl TransactionCoordinator {
                 "__transaction_state partition loaded"
             );
             for (id, prepared) in unfinished {
-                me.complete(partition, leader_epoch, &id, prepared).await;
+                let me = Arc::clone(&me);
+                tokio::spawn(async move {
+                    me.complete(partition, leader_epoch, &id, prepared).await;
+                });
             }
         });
     }

@@ -2,8 +2,8 @@
 //! for consumers, and for follower replicas copying the leader's log.
 //!
 //! Consumers (no replica id): only from the partition's leader, with a current leader epoch
-//! (KIP-320), up to the high watermark (with no transactions the last stable offset equals it, so
-//! `read_committed` needs nothing more). A fetch returns at once when it has `min_bytes`, when any
+//! (KIP-320), up to the high watermark — for `read_committed` up to the last stable offset, with
+//! the aborted transactions of what was read (taken under the read's own lock). A fetch returns at once when it has `min_bytes`, when any
 //! partition has an error, or when `max_wait_ms` is 0; otherwise it parks until the high watermark
 //! of a partition it asked for advances (each partition wakes only the fetches registered with it,
 //! `PartitionLog::watch_high_watermark` — not a timer, not any append anywhere), that partition
@@ -635,11 +635,9 @@ fn read_for_consumer(
     ) {
         Ok(read) => {
             data.last_stable_offset = read.last_stable_offset;
-            if read_committed && !read.records.is_empty() {
-                let aborted =
-                    log.aborted_transactions(wanted.fetch_offset, read.last_stable_offset);
+            if read_committed {
                 data.aborted_transactions = Some(
-                    aborted
+                    read.aborted_transactions
                         .iter()
                         .map(|t| {
                             AbortedTransaction::default()

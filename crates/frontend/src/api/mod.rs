@@ -41,6 +41,7 @@ pub mod produce;
 pub mod sasl;
 pub mod sync_group;
 pub mod transactions;
+pub mod txn_offset_commit;
 pub mod user_scram_credentials;
 
 use kafka_protocol::messages::TopicName;

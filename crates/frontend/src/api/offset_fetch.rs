@@ -1,7 +1,8 @@
 //! OffsetFetch (key 9): committed offsets of a group (v1-7) or of several groups (v8+). A
 //! partition without a commit answers offset -1, empty metadata, NONE. Topics null (v2+) = every
-//! committed offset of the group. `require_stable` (v7+) needs nothing: without transactions no
-//! offset is ever pending. v9 requests from members of a KIP-848 consumer group carry the member
+//! committed offset of the group. With `require_stable` (v7+) a partition whose group has a
+//! transactional offset pending (TxnOffsetCommit before its marker) answers UNSTABLE_OFFSET_COMMIT
+//! and offset -1, as Kafka's; without it the committed offset is answered. v9 requests from members of a KIP-848 consumer group carry the member
 //! id and epoch, which must be current (UNKNOWN_MEMBER_ID, STALE_MEMBER_EPOCH).
 
 use std::sync::Arc;
@@ -15,6 +16,7 @@ use millrace_groups::{CommittedOffset, FetchTopics, GroupError};
 
 use super::{str_bytes, topic_name};
 use crate::authz::Authz;
+use crate::error_codes::UNSTABLE_OFFSET_COMMIT;
 use crate::error_codes::{self, GROUP_AUTHORIZATION_FAILED, NONE, TOPIC_AUTHORIZATION_FAILED};
 use crate::BrokerContext;
 use millrace_cluster::acl::AclOperation;
@@ -94,7 +96,13 @@ pub fn handle(
                         topics,
                     )
                 });
-                group_v8(fetched, g.group_id)
+                let unstable = |topic: &str, partition: i32| {
+                    request.require_stable
+                        && ctx
+                            .groups
+                            .has_pending_offset(&g.group_id.0, topic, partition)
+                };
+                group_v8(fetched, g.group_id.clone(), &unstable)
             })
             .collect();
         return OffsetFetchResponse::default().with_groups(groups);
@@ -128,12 +136,25 @@ pub fn handle(
                             .collect(),
                     )
             });
+            let stable = version >= 7 && request.require_stable;
             let topics = found
                 .into_iter()
                 .map(|(topic, partitions)| {
                     let partitions = partitions
                         .into_iter()
                         .map(|(index, o)| {
+                            if stable
+                                && ctx
+                                    .groups
+                                    .has_pending_offset(&request.group_id.0, &topic, index)
+                            {
+                                return OffsetFetchResponsePartition::default()
+                                    .with_partition_index(index)
+                                    .with_committed_offset(-1)
+                                    .with_committed_leader_epoch(-1)
+                                    .with_metadata(Some(str_bytes("")))
+                                    .with_error_code(UNSTABLE_OFFSET_COMMIT);
+                            }
                             let (offset, epoch, metadata) = fields(&o);
                             let mut p = OffsetFetchResponsePartition::default()
                                 .with_partition_index(index)
@@ -183,7 +204,13 @@ pub fn handle(
     }
 }
 
-fn group_v8(fetched: Fetched, group_id: GroupId) -> OffsetFetchResponseGroup {
+/// One group's answer (v8+); `unstable` says which partitions have a pending transactional offset
+/// a `require_stable` fetch must not answer.
+fn group_v8(
+    fetched: Fetched,
+    group_id: GroupId,
+    unstable: &dyn Fn(&str, i32) -> bool,
+) -> OffsetFetchResponseGroup {
     match fetched {
         Err(code) => OffsetFetchResponseGroup::default()
             .with_group_id(group_id)
@@ -212,13 +239,18 @@ fn group_v8(fetched: Fetched, group_id: GroupId) -> OffsetFetchResponseGroup {
                     let partitions = partitions
                         .into_iter()
                         .map(|(index, o)| {
-                            let (offset, epoch, metadata) = fields(&o);
+                            let (offset, epoch, metadata, code) = if unstable(&topic, index) {
+                                (-1, -1, String::new(), UNSTABLE_OFFSET_COMMIT)
+                            } else {
+                                let (offset, epoch, metadata) = fields(&o);
+                                (offset, epoch, metadata, NONE)
+                            };
                             OffsetFetchResponsePartitions::default()
                                 .with_partition_index(index)
                                 .with_committed_offset(offset)
                                 .with_committed_leader_epoch(epoch)
                                 .with_metadata(Some(str_bytes(&metadata)))
-                                .with_error_code(NONE)
+                                .with_error_code(code)
                         })
                         .collect();
                     OffsetFetchResponseTopics::default()

@@ -35,7 +35,7 @@ use super::str_bytes;
 use crate::authz::Authz;
 use crate::error_codes::{
     self, KafkaError, CORRUPT_MESSAGE, INVALID_PRODUCER_EPOCH, INVALID_RECORD,
-    INVALID_REQUIRED_ACKS, INVALID_TOPIC_EXCEPTION, INVALID_TXN_STATE, TOPIC_AUTHORIZATION_FAILED,
+    INVALID_REQUIRED_ACKS, INVALID_TOPIC_EXCEPTION, TOPIC_AUTHORIZATION_FAILED,
     TRANSACTIONAL_ID_AUTHORIZATION_FAILED, UNKNOWN_TOPIC_ID, UNSUPPORTED_COMPRESSION_TYPE,
 };
 use crate::limits::PRODUCE_TIMEOUT_MS_MAX;
@@ -272,8 +272,10 @@ fn verify_transactional(
     transactional_id: Option<&str>,
 ) -> Result<(), KafkaError> {
     let Some(id) = transactional_id else {
+        // Kafka's `handleProduceRequest`: transactional records need a transactional id to be
+        // authorized against.
         return Err(KafkaError::new(
-            INVALID_TXN_STATE,
+            TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
             "transactional records without a transactional id",
         ));
     };

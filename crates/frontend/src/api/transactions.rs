@@ -1,7 +1,9 @@
 //! The transaction coordinator's client APIs: AddPartitionsToTxn (key 24, v0–3: one
-//! transaction per request, as clients send it), EndTxn (26, v0–4), DescribeTransactions (65,
-//! v0) and ListTransactions (66, v0–1), over `millrace_transactions::TransactionCoordinator`;
-//! InitProducerId with a transactional id is in `init_producer_id`.
+//! transaction per request, as clients send it), AddOffsetsToTxn (25, v0–4: the group's
+//! `__consumer_offsets` partition joins the transaction), EndTxn (26, v0–4),
+//! DescribeTransactions (65, v0) and ListTransactions (66, v0–1), over
+//! `millrace_transactions::TransactionCoordinator`; InitProducerId with a transactional id is in
+//! `init_producer_id`, TxnOffsetCommit in `txn_offset_commit`.
 //!
 //! Kafka's checks, in Kafka's order: Write on the transactional id (else every partition or the
 //! request TRANSACTIONAL_ID_AUTHORIZATION_FAILED), then per partition Write on its topic and
@@ -18,19 +20,22 @@ use kafka_protocol::messages::add_partitions_to_txn_response::{
 use kafka_protocol::messages::describe_transactions_response::{TopicData, TransactionState};
 use kafka_protocol::messages::list_transactions_response::TransactionState as ListedTransaction;
 use kafka_protocol::messages::{
-    AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, DescribeTransactionsRequest,
-    DescribeTransactionsResponse, EndTxnRequest, EndTxnResponse, ListTransactionsRequest,
-    ListTransactionsResponse, ProducerId, TransactionalId,
+    AddOffsetsToTxnRequest, AddOffsetsToTxnResponse, AddPartitionsToTxnRequest,
+    AddPartitionsToTxnResponse, DescribeTransactionsRequest, DescribeTransactionsResponse,
+    EndTxnRequest, EndTxnResponse, ListTransactionsRequest, ListTransactionsResponse, ProducerId,
+    TransactionalId,
 };
 use millrace_cluster::acl::AclOperation;
+use millrace_groups::{partition_for, OFFSETS_TOPIC};
 use millrace_transactions::{TxnError, TxnStatus};
 
 use super::{str_bytes, topic_name};
 use crate::authz::Authz;
 use crate::error_codes::{
     CONCURRENT_TRANSACTIONS, COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE,
-    INVALID_PRODUCER_EPOCH, INVALID_PRODUCER_ID_MAPPING, INVALID_TRANSACTION_TIMEOUT,
-    INVALID_TXN_STATE, NONE, NOT_COORDINATOR, PRODUCER_FENCED, TOPIC_AUTHORIZATION_FAILED,
+    GROUP_AUTHORIZATION_FAILED, INVALID_PRODUCER_EPOCH, INVALID_PRODUCER_ID_MAPPING,
+    INVALID_REQUEST, INVALID_TRANSACTION_TIMEOUT, INVALID_TXN_STATE, NONE, NOT_COORDINATOR,
+    NOT_ENOUGH_REPLICAS, PRODUCER_FENCED, TOPIC_AUTHORIZATION_FAILED,
     TRANSACTIONAL_ID_AUTHORIZATION_FAILED, TRANSACTIONAL_ID_NOT_FOUND, UNKNOWN_SERVER_ERROR,
     UNKNOWN_TOPIC_OR_PARTITION,
 };
@@ -53,6 +58,8 @@ pub(crate) fn error_code(e: TxnError, fenced_code: i16) -> i16 {
         TxnError::InvalidTxnState => INVALID_TXN_STATE,
         TxnError::InvalidTransactionTimeout => INVALID_TRANSACTION_TIMEOUT,
         TxnError::TransactionalIdNotFound => TRANSACTIONAL_ID_NOT_FOUND,
+        TxnError::InvalidRequest => INVALID_REQUEST,
+        TxnError::NotEnoughReplicas => NOT_ENOUGH_REPLICAS,
         TxnError::Unknown => UNKNOWN_SERVER_ERROR,
     }
 }
@@ -66,7 +73,7 @@ pub(crate) fn fenced_code(version: i16, first_version: i16) -> i16 {
     }
 }
 
-/// First AddPartitionsToTxn / EndTxn version that hears PRODUCER_FENCED.
+/// First AddPartitionsToTxn / AddOffsetsToTxn / EndTxn version that hears PRODUCER_FENCED.
 const FENCED_VERSION_MIN: i16 = 2;
 
 pub async fn add_partitions_to_txn(
@@ -105,7 +112,9 @@ pub async fn add_partitions_to_txn(
     let mut wanted = Vec::new();
     for t in &topics {
         let name = t.name.0.to_string();
-        let allowed = authz.topic(AclOperation::Write, &name);
+        // Kafka leaves internal topics out of transactions (as if not authorized).
+        let allowed = authz.topic(AclOperation::Write, &name)
+            && !super::metadata::INTERNAL_TOPICS.contains(&name.as_str());
         let meta = image.topic(&name);
         for p in &t.partitions {
             let code = if !allowed {
@@ -141,6 +150,36 @@ pub async fn add_partitions_to_txn(
         Err(e) => error_code(e, fenced_code(version, FENCED_VERSION_MIN)),
     };
     answer(&|_, _| code)
+}
+
+pub async fn add_offsets_to_txn(
+    ctx: Arc<BrokerContext>,
+    authz: Authz,
+    request: AddOffsetsToTxnRequest,
+    version: i16,
+) -> AddOffsetsToTxnResponse {
+    let id = request.transactional_id.0.to_string();
+    let response = AddOffsetsToTxnResponse::default();
+    if !authz.transactional_id(AclOperation::Write, &id) {
+        return response.with_error_code(TRANSACTIONAL_ID_AUTHORIZATION_FAILED);
+    }
+    if !authz.group(AclOperation::Read, &request.group_id.0) {
+        return response.with_error_code(GROUP_AUTHORIZATION_FAILED);
+    }
+    let partition = partition_for(&request.group_id.0, ctx.groups.partition_count());
+    match ctx
+        .transactions
+        .add_partitions(
+            &id,
+            request.producer_id.0,
+            request.producer_epoch,
+            &[(OFFSETS_TOPIC.to_string(), partition)],
+        )
+        .await
+    {
+        Ok(()) => response,
+        Err(e) => response.with_error_code(error_code(e, fenced_code(version, FENCED_VERSION_MIN))),
+    }
 }
 
 pub async fn end_txn(
@@ -187,6 +226,9 @@ pub fn describe_transactions(
                 .with_producer_id(ProducerId(-1))
                 .with_producer_epoch(-1)
                 .with_transaction_start_time_ms(-1);
+            if name.is_empty() {
+                return out.with_error_code(INVALID_REQUEST);
+            }
             if !authz.transactional_id(AclOperation::Describe, &name) {
                 return out.with_error_code(TRANSACTIONAL_ID_AUTHORIZATION_FAILED);
             }

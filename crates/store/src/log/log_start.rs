@@ -192,7 +192,8 @@ impl PartitionLog {
             inner.epochs.truncate_from_end(i64::MIN);
             inner.stage_epochs();
         }
-        if fully || offset <= lso {
+        let restarted = fully || offset <= lso;
+        if restarted {
             // Everything goes; start over at `offset` (Kafka's truncateFullyAndStartAt).
             let bases: Vec<i64> = inner.segments.keys().rev().copied().collect();
             for base in bases {
@@ -278,9 +279,10 @@ impl PartitionLog {
         if inner.epochs.truncate_from_end(leo) {
             inner.stage_epochs();
         }
-        // Producer state: drop snapshots past the end, rebuild from the newest one left.
+        // Producer state: drop snapshots past the end (all of them when the log restarted: they
+        // describe records that are gone), rebuild from the newest one left.
         for snap in super::list_snapshots(&self.dir) {
-            if snap > leo {
+            if restarted || snap > leo {
                 let p = snapshot_path(&self.dir, snap);
                 storage
                     .remove_file(&p)

@@ -96,6 +96,9 @@ pub struct ReadResult<R = Bytes> {
     pub log_end_offset: i64,
     /// Last stable offset at the time of the read.
     pub last_stable_offset: i64,
+    /// For [`ReadUpperBound::LastStable`]: the aborted transactions the returned batches may hold
+    /// records of (marker at or after the fetch offset, begun before the read's end).
+    pub aborted_transactions: Vec<crate::producer_state::AbortedTxn>,
 }
 
 /// Where a read stops.

@@ -95,6 +95,7 @@ impl PartitionLog {
             log_start_offset: read.log_start_offset,
             log_end_offset: read.log_end_offset,
             last_stable_offset: read.last_stable_offset,
+            aborted_transactions: read.aborted_transactions,
         })
     }
 
@@ -121,7 +122,7 @@ impl PartitionLog {
         let mut offset = fetch_offset;
         let mut reindexed = false;
         loop {
-            let (located, upper, hwm, lso, leo, stable) = {
+            let (located, upper, hwm, lso, leo, stable, aborted) = {
                 let mut inner = self.inner.lock();
                 let leo = inner.log_end_offset;
                 let lso = self.offsets.log_start();
@@ -145,6 +146,7 @@ impl PartitionLog {
                     log_start_offset: lso,
                     log_end_offset: leo,
                     last_stable_offset: stable,
+                    aborted_transactions: Vec::new(),
                 };
                 if offset >= upper {
                     return Ok(empty);
@@ -152,7 +154,17 @@ impl PartitionLog {
                 let Some(located) = self.locate(&mut inner, offset, upper, max_bytes)? else {
                     return Ok(empty);
                 };
-                (located, upper, hwm, lso, leo, stable)
+                // Under the same lock as the read's bounds: the aborted transactions of what this
+                // read may return (up to the end of its segment), which retention cannot take
+                // away meanwhile.
+                let aborted = if bound == ReadUpperBound::LastStable {
+                    inner
+                        .producers
+                        .aborted_between(fetch_offset, upper.min(located.seg_next))
+                } else {
+                    Vec::new()
+                };
+                (located, upper, hwm, lso, leo, stable, aborted)
             };
             let seg_next = located.seg_next;
             let window = Window {
@@ -181,6 +193,7 @@ impl PartitionLog {
                 log_start_offset: lso,
                 log_end_offset: leo,
                 last_stable_offset: stable,
+                aborted_transactions: aborted.clone(),
             };
             match records {
                 Some(records) => return Ok(result(records)),

@@ -42,6 +42,15 @@ impl PartitionLog {
         Ok(offset)
     }
 
+    /// The sequence the next batch of `producer_id` at `producer_epoch` must start with here
+    /// (a coordinator writing for a producer: TxnOffsetCommit's records).
+    pub fn next_sequence(&self, producer_id: i64, producer_epoch: i16) -> i32 {
+        self.inner
+            .lock()
+            .producers
+            .next_sequence(producer_id, producer_epoch)
+    }
+
     /// The last stable offset: a `read_committed` consumer reads below it.
     pub fn last_stable_offset(&self) -> i64 {
         let mut inner = self.inner.lock();

@@ -1,0 +1,156 @@
+//! TxnOffsetCommit (key 28, v0–4): a transactional producer commits a consumer group's offsets
+//! inside its transaction (`sendOffsetsToTransaction`). The group coordinator writes them to
+//! `__consumer_offsets` in a transactional batch under the producer's id and epoch; they stay
+//! pending (invisible to OffsetFetch) until the transaction's marker commits or aborts them.
+//!
+//! Kafka's checks, in order: Write on the transactional id (else every partition
+//! TRANSACTIONAL_ID_AUTHORIZATION_FAILED), Read on the group (GROUP_AUTHORIZATION_FAILED), Read
+//! on each topic (TOPIC_AUTHORIZATION_FAILED) and that the partition exists
+//! (UNKNOWN_TOPIC_OR_PARTITION); then the transaction must hold the group's offsets partition
+//! (AddOffsetsToTxn first; INVALID_TXN_STATE, or INVALID_PRODUCER_EPOCH for a stale epoch), and
+//! the group checks the member and generation when the request names them (v3+).
+
+use std::future::Future;
+use std::sync::Arc;
+
+use kafka_protocol::messages::txn_offset_commit_response::{
+    TxnOffsetCommitResponsePartition, TxnOffsetCommitResponseTopic,
+};
+use kafka_protocol::messages::{TopicName, TxnOffsetCommitRequest, TxnOffsetCommitResponse};
+use millrace_cluster::acl::AclOperation;
+use millrace_groups::{partition_for, CommitPartition, CommitRequest, GroupError, OFFSETS_TOPIC};
+
+use super::transactions;
+use crate::authz::Authz;
+use crate::error_codes::{
+    self, GROUP_AUTHORIZATION_FAILED, INVALID_PRODUCER_EPOCH, NONE, TOPIC_AUTHORIZATION_FAILED,
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED, UNKNOWN_TOPIC_OR_PARTITION,
+};
+use crate::BrokerContext;
+
+/// A partition of the request: its index, and the error it gets without being committed.
+type Slot = (i32, Option<i16>);
+
+/// First version that names the member, generation and group instance (KIP-447).
+const MEMBER_VERSION_MIN: i16 = 3;
+/// First version with the committed leader epoch.
+const LEADER_EPOCH_VERSION_MIN: i16 = 2;
+
+pub fn handle(
+    ctx: &Arc<BrokerContext>,
+    authz: &Authz,
+    request: TxnOffsetCommitRequest,
+    version: i16,
+) -> impl Future<Output = TxnOffsetCommitResponse> + Send + 'static {
+    let id = request.transactional_id.0.to_string();
+    let group_id = request.group_id.0.to_string();
+    let whole = if !authz.transactional_id(AclOperation::Write, &id) {
+        Some(TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+    } else if !authz.group(AclOperation::Read, &group_id) {
+        Some(GROUP_AUTHORIZATION_FAILED)
+    } else {
+        let offsets_partition = partition_for(&group_id, ctx.groups.partition_count());
+        ctx.transactions
+            .verify(
+                &id,
+                request.producer_id.0,
+                request.producer_epoch,
+                OFFSETS_TOPIC,
+                offsets_partition,
+            )
+            .err()
+            .map(|e| transactions::error_code(e, INVALID_PRODUCER_EPOCH))
+    };
+    let mut layout: Vec<(TopicName, Vec<Slot>)> = Vec::new();
+    let mut partitions = Vec::new();
+    for topic in request.topics {
+        let name = topic.name.0.to_string();
+        let topic_allowed = authz.topic(AclOperation::Read, &name);
+        let mut slots = Vec::with_capacity(topic.partitions.len());
+        for p in topic.partitions {
+            let refusal = if let Some(code) = whole {
+                Some(code)
+            } else if !topic_allowed {
+                Some(TOPIC_AUTHORIZATION_FAILED)
+            } else if ctx
+                .cluster
+                .topic(&name)
+                .is_some_and(|t| t.partition(p.partition_index).is_some())
+            {
+                None
+            } else {
+                Some(UNKNOWN_TOPIC_OR_PARTITION)
+            };
+            slots.push((p.partition_index, refusal));
+            if refusal.is_none() {
+                partitions.push(CommitPartition {
+                    topic: name.clone(),
+                    partition: p.partition_index,
+                    offset: p.committed_offset,
+                    leader_epoch: if version >= LEADER_EPOCH_VERSION_MIN {
+                        p.committed_leader_epoch
+                    } else {
+                        -1
+                    },
+                    metadata: p.committed_metadata.map(|m| m.to_string()),
+                });
+            }
+        }
+        layout.push((topic.name, slots));
+    }
+    let members = version >= MEMBER_VERSION_MIN;
+    let commit = CommitRequest {
+        group_id,
+        generation_id: if members { request.generation_id } else { -1 },
+        member_id: if members {
+            request.member_id.to_string()
+        } else {
+            String::new()
+        },
+        group_instance_id: request
+            .group_instance_id
+            .filter(|_| members)
+            .map(|s| s.to_string()),
+        retention_time_ms: -1,
+        partitions,
+    };
+    let reply = (!commit.partitions.is_empty()).then(|| {
+        ctx.groups
+            .commit_txn_offsets(commit, request.producer_id.0, request.producer_epoch)
+    });
+    async move {
+        let mut results = match reply {
+            Some(reply) => reply.await,
+            None => Vec::new(),
+        }
+        .into_iter();
+        let topics = layout
+            .into_iter()
+            .map(|(name, slots)| {
+                let partitions = slots
+                    .into_iter()
+                    .map(|(index, refusal)| {
+                        let code = refusal.unwrap_or_else(|| match results.next() {
+                            Some(Ok(())) => NONE,
+                            Some(Err(e)) => error_codes::from_group(&e, "TxnOffsetCommit").code,
+                            None => {
+                                error_codes::from_group(
+                                    &GroupError::CoordinatorNotAvailable,
+                                    "TxnOffsetCommit",
+                                )
+                                .code
+                            }
+                        });
+                        TxnOffsetCommitResponsePartition::default()
+                            .with_partition_index(index)
+                            .with_error_code(code)
+                    })
+                    .collect();
+                TxnOffsetCommitResponseTopic::default()
+                    .with_name(name)
+                    .with_partitions(partitions)
+            })
+            .collect();
+        TxnOffsetCommitResponse::default().with_topics(topics)
+    }
+}
