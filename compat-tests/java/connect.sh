@@ -13,8 +13,17 @@
 # identical again, no line lost, none duplicated (source offsets and sink group offsets were
 # committed on the clean stop).
 #
+# Then exactly-once source support (KIP-618), in a second Connect cluster on the same broker (its
+# own group and internal topics): a worker with exactly.once.source.support=enabled; a
+# FileStreamSource connector with exactly.once.support=required and transaction.boundary=poll
+# (every poll one transaction of the task's transactional producer, records and source offsets
+# together) reads a 5,000-line file; a read_committed console consumer sees those lines in order;
+# 5,000 more lines are appended in steps while the worker is stopped (SIGTERM) mid-way and a new
+# worker started; read_committed, the topic then holds the 10,000 lines exactly once, in order;
+# its end offset is above 10,000 (transaction markers: the records were written transactionally).
+#
 # Env: MILLRACE_BIN, CONNECT_TIMEOUT (seconds per wait, default 120), CONNECT_LINES (10000),
-#      KEEP_WORK=1. Last line printed: "N passed, M failed".
+#      CONNECT_EOS_LINES (5000, twice), KEEP_WORK=1. Last line printed: "N passed, M failed".
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -24,14 +33,18 @@ source "$HERE/common.sh"
 WAIT="${CONNECT_TIMEOUT:-120}"
 LINES="${CONNECT_LINES:-10000}"
 MORE=2000
+EOS_LINES="${CONNECT_EOS_LINES:-5000}"
 CHECKS=(worker-start internal-topics connectors-created connectors-running files-identical
-  worker-clean-stop worker-restart resume-no-loss resume-no-duplicates)
+  worker-clean-stop worker-restart resume-no-loss resume-no-duplicates
+  eos-worker-start eos-connector-running eos-read-committed eos-worker-stop-midway
+  eos-worker-restart eos-exactly-once eos-transactional)
 
 java_broker_bin || { fail broker-binary "no broker binary"; summary; exit 1; }
 java_dist_classpath || { fail classpath "could not resolve connect-runtime/connect-file"; summary; exit 1; }
 
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/millrace-java-connect.XXXXXX")"
 WORKER_PID=""
+APPENDER_PID=""
 stop_worker() { # SIGTERM our worker, SIGKILL after 60 s; returns 0 when it exited by itself
   [[ -n "$WORKER_PID" ]] || return 0
   local pid="$WORKER_PID" i rc=0
@@ -52,6 +65,7 @@ stop_worker() { # SIGTERM our worker, SIGKILL after 60 s; returns 0 when it exit
   [[ $rc -eq 0 || $rc -eq 143 ]]
 }
 cleanup() {
+  [[ -z "$APPENDER_PID" ]] || kill "$APPENDER_PID" 2>/dev/null || true
   stop_worker || true
   millrace_stop
   if [[ -n "${KEEP_WORK:-}" || $failed -gt 0 ]]; then echo "connect: work dir kept: $WORK"; else rm -rf "$WORK"; fi
@@ -71,7 +85,8 @@ fail_rest() {
   exit 1
 }
 
-if ! millrace_start "$WORK/broker"; then
+# a single node: the transaction state topic (exactly-once source part) with one replica
+if ! millrace_start "$WORK/broker" transaction.state.log.replication.factor=1 transaction.state.log.min.isr=1; then
   fail broker-start "broker did not start" "$WORK/broker/broker.stderr"
   fail_rest worker-start "no broker"
 fi
@@ -85,10 +100,14 @@ S="$RANDOM$RANDOM"
 OFFSETS="connect-offsets-$S" CONFIGS="connect-configs-$S" STATUS="connect-status-$S"
 DATA="connect-data-$S"
 IN="$WORK/input.txt" OUTF="$WORK/output.txt"
+PROPS_FILE="$WORK/worker.properties"
+CONNECTORS=(file-source file-sink)
 
-cat >"$WORK/worker.properties" <<PROPS
+# worker_props GROUP : the worker properties (topics and REST port from the variables above)
+worker_props() {
+  cat <<PROPS
 bootstrap.servers=$B
-group.id=connect-compat-$S
+group.id=$1
 key.converter=org.apache.kafka.connect.storage.StringConverter
 value.converter=org.apache.kafka.connect.storage.StringConverter
 offset.storage.topic=$OFFSETS
@@ -104,16 +123,20 @@ rest.advertised.port=$REST_PORT
 scheduled.rebalance.max.delay.ms=0
 plugin.discovery=service_load
 PROPS
+}
+worker_props "connect-compat-$S" >"$PROPS_FILE"
 
+# lines FROM TO : distinct lines numbered FROM..TO
+lines() { seq "$1" "$2" | awk '{printf "line-%06d some payload to make it longer %d\n", $1, $1 * 7919}'; }
 # FileStreamSource: 10,000 distinct lines
-seq 1 "$LINES" | awk '{printf "line-%06d some payload to make it longer %d\n", $1, $1 * 7919}' >"$IN"
+lines 1 "$LINES" >"$IN"
 : >"$OUTF"
 
 start_worker() { # start_worker N
   local log="$WORK/worker.$1.log"
   java -Xmx512m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 \
     "-Dlog4j2.configurationFile=$HERE/log4j2-connect.properties" \
-    -cp "$DIST_CP" org.apache.kafka.connect.cli.ConnectDistributed "$WORK/worker.properties" >"$log" 2>&1 </dev/null &
+    -cp "$DIST_CP" org.apache.kafka.connect.cli.ConnectDistributed "$PROPS_FILE" >"$log" 2>&1 </dev/null &
   WORKER_PID=$!
   WLOG="$log"
   echo "connect: worker $1 pid $WORKER_PID, REST $REST, log $log"
@@ -188,10 +211,10 @@ else
   fail "connect connectors-created" "POST /connectors gave $c1 (source) and $c2 (sink): $(cat "$WORK/post-file-source.json" "$WORK/post-file-sink.json" 2>/dev/null | head -c 600)"
 fi
 
-# both connectors and their task RUNNING
+# every connector of CONNECTORS and its task RUNNING
 running() {
   local n s
-  for n in file-source file-sink; do
+  for n in "${CONNECTORS[@]}"; do
     s="$(curl -s --max-time 5 "$REST/connectors/$n/status" || true)"
     echo "$s" >"$WORK/status-$n.json"
     [[ "$(grep -o '"state":"RUNNING"' <<<"$s" | wc -l)" -ge 2 ]] || return 1
@@ -236,7 +259,7 @@ if stop_worker; then
 else
   fail "connect worker-clean-stop" "the worker did not exit cleanly on SIGTERM" "$WLOG"
 fi
-seq $((LINES + 1)) $((LINES + MORE)) | awk '{printf "line-%06d some payload to make it longer %d\n", $1, $1 * 7919}' >>"$IN"
+lines $((LINES + 1)) $((LINES + MORE)) >>"$IN"
 
 start_worker 2
 if worker_ready && wait_running; then
@@ -258,6 +281,111 @@ else
   fail "connect resume-no-duplicates" "$dups lines written twice; sink $(wc -l <"$OUTF") lines vs source $(wc -l <"$IN")" "$WLOG"
 fi
 stop_worker || echo "connect: the second worker did not stop cleanly" >&2
+
+# ------------------------------------------------------------------- exactly-once source (KIP-618)
+# A second Connect cluster (own group, internal topics and REST port) with
+# exactly.once.source.support=enabled: the leader writes the config topic with a transactional
+# producer (transactional.id connect-cluster-<group>), the workers read the config and offsets
+# topics read_committed, and the source task's transactional producer writes each poll's records
+# and its source offsets in one transaction. (A one-task connector needs no zombie fencing: the
+# leader only writes a task count record, so Admin.fenceProducers is not called.)
+REST_PORT="$(free_port)"
+REST="http://127.0.0.1:$REST_PORT"
+OFFSETS="connect-eos-offsets-$S" CONFIGS="connect-eos-configs-$S" STATUS="connect-eos-status-$S"
+EDATA="connect-eos-data-$S"
+EIN="$WORK/eos-input.txt"
+PROPS_FILE="$WORK/worker-eos.properties"
+CONNECTORS=(eos-source)
+{ worker_props "connect-eos-$S"; echo "exactly.once.source.support=enabled"; } >"$PROPS_FILE"
+lines 1 "$EOS_LINES" >"$EIN"
+ETOTAL=$((EOS_LINES * 2))
+
+start_worker 3
+if worker_ready; then
+  pass "connect eos-worker-start (exactly.once.source.support=enabled; REST up, joined group)"
+else
+  fail "connect eos-worker-start" "$READY_WHY; log:" "$WLOG"
+  grep -E "ERROR|Exception" "$WLOG" | head -n 5 | sed 's/^/      first errors: /'
+  fail_rest eos-connector-running "the exactly-once worker did not start"
+fi
+tool org.apache.kafka.tools.TopicCommand --bootstrap-server "$B" --create --topic "$EDATA" --partitions 1 --replication-factor 1 \
+  >"$WORK/create-eos-data.out" 2>&1 || echo "connect: creating $EDATA failed (the source may auto-create it)"
+c3="$(post eos-source "{\"name\":\"eos-source\",\"config\":{\"connector.class\":\"org.apache.kafka.connect.file.FileStreamSourceConnector\",\"tasks.max\":\"1\",\"file\":\"$EIN\",\"topic\":\"$EDATA\",\"exactly.once.support\":\"required\",\"transaction.boundary\":\"poll\"}}")"
+if [[ "$c3" == 201 ]] && wait_running; then
+  pass "connect eos-connector-running (exactly.once.support=required, transaction.boundary=poll; connector + task RUNNING)"
+else
+  fail "connect eos-connector-running" "POST /connectors gave $c3: $(head -c 400 "$WORK/post-eos-source.json" 2>/dev/null); status: $(head -c 600 "$WORK/status-eos-source.json" 2>/dev/null)" "$WLOG"
+fi
+
+# read_committed FILE ARGS... : the data topic's partition 0 from the start, read_committed
+read_committed() {
+  local out="$1"
+  shift
+  tool org.apache.kafka.tools.consumer.ConsoleConsumer --bootstrap-server "$B" --topic "$EDATA" --partition 0 \
+    --offset earliest --isolation-level read_committed "$@" >"$out" 2>"$out.err" || true
+}
+read_committed "$WORK/eos-read1.txt" --max-messages "$EOS_LINES" --timeout-ms $((WAIT * 1000))
+if cmp -s "$EIN" "$WORK/eos-read1.txt"; then
+  pass "connect eos-read-committed (the $EOS_LINES lines, read_committed, in order)"
+else
+  fail "connect eos-read-committed" "read $(wc -l <"$WORK/eos-read1.txt") lines read_committed, want the $EOS_LINES of the file; first difference: $(cmp "$EIN" "$WORK/eos-read1.txt" 2>&1 | head -n1)" "$WORK/eos-read1.txt.err"
+fi
+
+# the second half is appended in 20 steps over ~4 s; the worker is stopped ~1 s in (the task is
+# polling and committing transactions), the rest is appended while no worker runs
+(
+  step=$(((EOS_LINES + 19) / 20))
+  for ((k = EOS_LINES + 1; k <= ETOTAL; k += step)); do
+    lines "$k" $((k + step - 1 < ETOTAL ? k + step - 1 : ETOTAL)) >>"$EIN"
+    sleep 0.2
+  done
+) &
+APPENDER_PID=$!
+sleep 1
+if stop_worker; then
+  pass "connect eos-worker-stop-midway (SIGTERM while lines are being appended)"
+else
+  fail "connect eos-worker-stop-midway" "the exactly-once worker did not exit cleanly on SIGTERM" "$WLOG"
+fi
+# the appender ends by itself after ~4 s
+for ((i = 0; i < 300; i++)); do kill -0 "$APPENDER_PID" 2>/dev/null || break; sleep 0.1; done
+kill "$APPENDER_PID" 2>/dev/null || true
+wait "$APPENDER_PID" 2>/dev/null || true
+APPENDER_PID=""
+[[ "$(wc -l <"$EIN")" == "$ETOTAL" ]] || echo "connect: the eos input has $(wc -l <"$EIN") lines, want $ETOTAL" >&2
+
+start_worker 4
+if worker_ready && wait_running; then
+  pass "connect eos-worker-restart (same properties; connector RUNNING again)"
+else
+  fail "connect eos-worker-restart" "the second exactly-once worker did not come up with the connector RUNNING" "$WLOG"
+fi
+# read until the whole file is there (or the wait ends); each read ends after 5 s without records
+deadline=$(($(now_ms) + WAIT * 1000))
+while :; do
+  read_committed "$WORK/eos-read2.txt" --timeout-ms 5000
+  got="$(wc -l <"$WORK/eos-read2.txt")"
+  ((got < ETOTAL && $(now_ms) < deadline)) && kill -0 "$WORKER_PID" 2>/dev/null || break
+  echo "      read_committed: $got of $ETOTAL lines"
+done
+emissing="$(comm -23 <(sort -u "$EIN") <(sort -u "$WORK/eos-read2.txt") | wc -l)"
+edups="$(sort "$WORK/eos-read2.txt" | uniq -d | wc -l)"
+if cmp -s "$EIN" "$WORK/eos-read2.txt"; then
+  pass "connect eos-exactly-once ($ETOTAL lines read_committed across the restart: none lost, none twice, in order)"
+else
+  fail "connect eos-exactly-once" "read $got lines read_committed, want $ETOTAL: $emissing missing, $edups twice; first difference: $(cmp "$EIN" "$WORK/eos-read2.txt" 2>&1 | head -n1)" "$WLOG"
+fi
+# every committed transaction left a marker, which takes an offset: end offset > records
+eend=""
+if tool org.apache.kafka.tools.GetOffsetShell --bootstrap-server "$B" --topic "$EDATA" >"$WORK/eos-offsets.out" 2>&1; then
+  eend="$(sed -nE "s/^$EDATA:0:([0-9]+)$/\1/p" "$WORK/eos-offsets.out")"
+fi
+if [[ -n "$eend" ]] && ((eend > ETOTAL)); then
+  pass "connect eos-transactional (end offset $eend > $ETOTAL records: transaction markers)"
+else
+  fail "connect eos-transactional" "want an end offset above $ETOTAL; kafka-get-offsets: $(head -c 300 "$WORK/eos-offsets.out")"
+fi
+stop_worker || echo "connect: the second exactly-once worker did not stop cleanly" >&2
 
 summary
 [[ $failed -eq 0 ]]

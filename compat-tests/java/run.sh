@@ -8,7 +8,8 @@
 #      each class with its own broker;
 #   2. cli.sh (kafka-topics, console producer/consumer, kafka-consumer-groups, kafka-configs,
 #      kafka-producer-perf-test, kafka-get-offsets);
-#   3. connect.sh (Kafka Connect distributed, FileStreamSource -> topic -> FileStreamSink, resume);
+#   3. connect.sh (Kafka Connect distributed, FileStreamSource -> topic -> FileStreamSink, resume;
+#      an exactly-once source worker, exactly.once.source.support=enabled, across a worker restart);
 #   4. cluster: ClusterLeaderChangeTest on a 3-node cluster (lib/millrace.sh millrace_cluster_start):
 #      the default producer across a kill -9 of the partition leader, read back exactly once.
 # and prints one line "N passed, M failed" summing the parts (exit status non-zero on failures).

@@ -155,7 +155,8 @@ PROPS
   scram_jaas_defaults
   set_listeners
   cluster_id="$(python3 -c 'import base64,uuid; print(base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("="))')"
-  java -cp "$LIBS/*" kafka.tools.StorageTool format -t "$cluster_id" -c "$props" >&2
+  # `--cluster-id=` form: a random id may start with '-', which would read as an option.
+  java -cp "$LIBS/*" kafka.tools.StorageTool format --cluster-id="$cluster_id" -c "$props" >&2
 else
   # Restart on an existing data dir: keep the cluster, take new ports.
   sed -i -e "s/^controller.quorum.voters=.*/controller.quorum.voters=1@127.0.0.1:$cport/" "$props"

@@ -91,7 +91,8 @@ pub struct Feature {
 /// The features Millrace reports, with Kafka 4.1.1's levels for what it implements:
 /// `metadata.version` 27 (4.1-IV1, the protocol surface it speaks), `group.version` 1 (KIP-848
 /// consumer groups), `eligible.leader.replicas.version` 1 (KIP-966). Not reported:
-/// `transaction.version` (no transactions yet: clients then use no transaction protocol at all),
+/// `transaction.version` (so that clients use transaction version 0: EndTxn ≤ v4 and explicit
+/// AddPartitionsToTxn; KIP-890 part 2 is not served yet),
 /// `kraft.version` (the controller quorum is Millrace's own, not KRaft's), `share.version`.
 pub const FEATURES: &[Feature] = &[
     Feature {
