@@ -1039,3 +1039,291 @@ fn replay(log: &PartitionLog) -> Result<HashMap<String, TransactionLogValue>, St
     }
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests {
+    //! The coordinator's rules over an in-memory `TxnIo` whose state records go to a real
+    //! partition log (so that a second coordinator can replay them).
+    use super::*;
+    use millrace_store::records::{encode_records, BatchFields, Record};
+    use millrace_store::{FlushPolicy, LogConfig, Store, StoreConfig, TopicId, TopicPartition};
+    use std::sync::atomic::AtomicI64;
+
+    /// (topic, partition, producer id, epoch, marker) of a marker written.
+    type Written = (String, i32, i64, i16, Marker);
+
+    struct FakeIo {
+        log: Arc<PartitionLog>,
+        next_pid: AtomicI64,
+        markers: Mutex<Vec<Written>>,
+        markers_fail: AtomicBool,
+    }
+
+    impl TxnIo for FakeIo {
+        fn append_state(&self, _: i32, _: i32, key: Bytes, value: Option<Bytes>) -> IoFuture<()> {
+            let batch = encode_records(
+                &BatchFields {
+                    base_offset: 0,
+                    partition_leader_epoch: -1,
+                    attributes: 0,
+                    last_offset_delta: 0,
+                    base_timestamp: 1,
+                    max_timestamp: 1,
+                    producer_id: -1,
+                    producer_epoch: -1,
+                    base_sequence: -1,
+                },
+                &[Record {
+                    offset: 0,
+                    timestamp: 1,
+                    key: Some(key),
+                    value,
+                    headers: Vec::new(),
+                }],
+            );
+            let r = self
+                .log
+                .append(batch, 0)
+                .map(|_| ())
+                .map_err(|e| TxnIoError::Other(e.to_string()));
+            Box::pin(async move { r })
+        }
+
+        fn write_marker(&self, t: &str, p: i32, pid: i64, epoch: i16, m: Marker) -> IoFuture<()> {
+            if self.markers_fail.load(Ordering::SeqCst) {
+                return Box::pin(async { Err(TxnIoError::NotEnoughReplicas) });
+            }
+            self.markers.lock().push((t.to_string(), p, pid, epoch, m));
+            Box::pin(async { Ok(()) })
+        }
+
+        fn next_producer_id(&self) -> IoFuture<i64> {
+            let pid = self.next_pid.fetch_add(1, Ordering::SeqCst);
+            Box::pin(async move { Ok(pid) })
+        }
+    }
+
+    fn setup(dir: &std::path::Path) -> (Arc<Store>, Arc<PartitionLog>) {
+        let store = Store::open(StoreConfig {
+            data_dir: dir.to_path_buf(),
+            flush_policy: FlushPolicy::Never,
+            flush_interval: Duration::from_millis(1),
+            max_open_files: 64,
+            high_watermark_follows_durable: true,
+        })
+        .expect("store");
+        let tp = TopicPartition::new(TRANSACTION_STATE_TOPIC, 0);
+        let log = match store.partition(&tp) {
+            Some(log) => log,
+            None => store
+                .create_partition(&tp, LogConfig::default(), TopicId::from_bytes([1; 16]))
+                .expect("partition"),
+        };
+        (store, log)
+    }
+
+    async fn coordinator(
+        log: &Arc<PartitionLog>,
+        epoch: i32,
+    ) -> (Arc<TransactionCoordinator>, Arc<FakeIo>) {
+        let io = Arc::new(FakeIo {
+            log: Arc::clone(log),
+            next_pid: AtomicI64::new(1000),
+            markers: Mutex::new(Vec::new()),
+            markers_fail: AtomicBool::new(false),
+        });
+        let c = TransactionCoordinator::new(
+            TxnConfig {
+                partitions: 1,
+                max_timeout_ms: 60_000,
+                abort_check_interval: Duration::from_secs(3600),
+            },
+            Arc::clone(&io) as Arc<dyn TxnIo>,
+        );
+        c.become_leader(0, Arc::clone(log), epoch);
+        eventually(|| c.check_coordinator("x").is_ok()).await;
+        (c, io)
+    }
+
+    async fn eventually(mut done: impl FnMut() -> bool) {
+        for _ in 0..500 {
+            if done() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("condition not reached within 5 s");
+    }
+
+    fn status(c: &TransactionCoordinator, id: &str) -> Option<TxnStatus> {
+        c.describe(id).ok().map(|d| d.status)
+    }
+
+    #[tokio::test]
+    async fn init_producer_id_follows_kafkas_epoch_rules() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let (_store, log) = setup(dir.path());
+        let (c, _) = coordinator(&log, 1).await;
+        assert_eq!(
+            c.init_producer_id("t", 0, (-1, -1)).await,
+            Err(TxnError::InvalidTransactionTimeout)
+        );
+        assert_eq!(
+            c.init_producer_id("t", 60_001, (-1, -1)).await,
+            Err(TxnError::InvalidTransactionTimeout)
+        );
+        assert_eq!(c.init_producer_id("t", 1000, (-1, -1)).await, Ok((1000, 0)));
+        assert_eq!(
+            c.init_producer_id("t", 1000, (-1, -1)).await,
+            Ok((1000, 1)),
+            "a new instance bumps"
+        );
+        assert_eq!(
+            c.init_producer_id("t", 1000, (1000, 1)).await,
+            Ok((1000, 2)),
+            "the current epoch bumps"
+        );
+        assert_eq!(
+            c.init_producer_id("t", 1000, (1000, 1)).await,
+            Ok((1000, 2)),
+            "a retry gets it again"
+        );
+        assert_eq!(
+            c.init_producer_id("t", 1000, (1000, 0)).await,
+            Err(TxnError::ProducerFenced)
+        );
+        assert_eq!(
+            c.init_producer_id("t", 1000, (7, 2)).await,
+            Err(TxnError::ProducerFenced)
+        );
+        assert_eq!(
+            c.init_producer_id("t", 1000, (1000, -1)).await,
+            Err(TxnError::InvalidRequest)
+        );
+        // A new instance (no epoch named) leaves nothing for the old epoch to retry with.
+        assert_eq!(c.init_producer_id("t", 1000, (-1, -1)).await, Ok((1000, 3)));
+        assert_eq!(
+            c.init_producer_id("t", 1000, (1000, 2)).await,
+            Err(TxnError::ProducerFenced)
+        );
+    }
+
+    #[tokio::test]
+    async fn commit_writes_markers_then_completes_and_fencing_aborts() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let (_store, log) = setup(dir.path());
+        let (c, io) = coordinator(&log, 3).await;
+        let (pid, epoch) = c.init_producer_id("t", 1000, (-1, -1)).await.expect("init");
+        assert_eq!(
+            c.end_txn("t", pid, epoch, true).await,
+            Err(TxnError::InvalidTxnState),
+            "nothing open"
+        );
+        let parts = [("a".to_string(), 0), ("a".to_string(), 1)];
+        c.add_partitions("t", pid, epoch, &parts)
+            .await
+            .expect("add");
+        assert_eq!(c.verify("t", pid, epoch, "a", 1), Ok(()));
+        assert_eq!(
+            c.verify("t", pid, epoch, "a", 2),
+            Err(TxnError::InvalidTxnState)
+        );
+        assert_eq!(
+            c.verify("t", pid, epoch + 1, "a", 1),
+            Err(TxnError::InvalidProducerEpoch)
+        );
+        assert_eq!(
+            c.add_partitions("t", pid, epoch + 1, &parts).await,
+            Err(TxnError::ProducerFenced)
+        );
+        assert_eq!(
+            c.add_partitions("t", pid + 1, epoch, &parts).await,
+            Err(TxnError::InvalidProducerIdMapping)
+        );
+        c.end_txn("t", pid, epoch, true).await.expect("commit");
+        eventually(|| status(&c, "t") == Some(TxnStatus::CompleteCommit)).await;
+        let commit = Marker {
+            commit: true,
+            coordinator_epoch: 3,
+        };
+        assert_eq!(
+            *io.markers.lock(),
+            vec![
+                ("a".to_string(), 0, pid, epoch, commit),
+                ("a".to_string(), 1, pid, epoch, commit)
+            ]
+        );
+        assert_eq!(
+            c.end_txn("t", pid, epoch, true).await,
+            Ok(()),
+            "a retry after completion"
+        );
+        assert_eq!(
+            c.end_txn("t", pid, epoch, false).await,
+            Err(TxnError::InvalidTxnState)
+        );
+
+        // An Ongoing transaction is fenced by a new instance: aborted in a bumped epoch.
+        c.add_partitions("t", pid, epoch, &parts[..1])
+            .await
+            .expect("add");
+        assert_eq!(
+            c.init_producer_id("t", 1000, (-1, -1)).await,
+            Err(TxnError::ConcurrentTransactions)
+        );
+        eventually(|| status(&c, "t") == Some(TxnStatus::CompleteAbort)).await;
+        let abort = Marker {
+            commit: false,
+            coordinator_epoch: 3,
+        };
+        assert_eq!(
+            io.markers.lock().last().cloned(),
+            Some(("a".to_string(), 0, pid, epoch + 1, abort))
+        );
+        assert_eq!(
+            c.init_producer_id("t", 1000, (-1, -1)).await,
+            Ok((pid, epoch + 2))
+        );
+        assert_eq!(
+            c.end_txn("t", pid, epoch, true).await,
+            Err(TxnError::ProducerFenced)
+        );
+    }
+
+    #[tokio::test]
+    async fn a_new_coordinator_finishes_a_prepared_transaction() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let (_store, log) = setup(dir.path());
+        let (c, io) = coordinator(&log, 1).await;
+        let (pid, epoch) = c.init_producer_id("t", 1000, (-1, -1)).await.expect("init");
+        c.add_partitions("t", pid, epoch, &[("a".to_string(), 0)])
+            .await
+            .expect("add");
+        io.markers_fail.store(true, Ordering::SeqCst);
+        c.end_txn("t", pid, epoch, false)
+            .await
+            .expect("abort answered once prepared");
+        assert_eq!(status(&c, "t"), Some(TxnStatus::PrepareAbort));
+        assert_eq!(
+            c.init_producer_id("t", 1000, (-1, -1)).await,
+            Err(TxnError::ConcurrentTransactions)
+        );
+        // Leadership moves (the old coordinator's marker retries stop) and a new one loads.
+        c.resign(0);
+        c.shutdown();
+        let (c2, io2) = coordinator(&log, 2).await;
+        eventually(|| status(&c2, "t") == Some(TxnStatus::CompleteAbort)).await;
+        let abort = Marker {
+            commit: false,
+            coordinator_epoch: 2,
+        };
+        assert_eq!(
+            *io2.markers.lock(),
+            vec![("a".to_string(), 0, pid, epoch, abort)]
+        );
+        assert_eq!(
+            c2.init_producer_id("t", 1000, (-1, -1)).await,
+            Ok((pid, epoch + 1))
+        );
+    }
+}
