@@ -1305,13 +1305,13 @@ impl GroupCoordinator {
         if shard.leadership.loaded().is_none() {
             return;
         }
+        let now = now_ms();
+        let config = &self.config.group;
         for ((group, topic, p), value) in shard.txn.complete(producer_id, commit) {
-            let now = now_ms();
-            let config = self.config.group.clone();
             shard
                 .groups
                 .entry(group.clone())
-                .or_insert_with(|| GroupEntry::new(Group::new(&group, &config, now)))
+                .or_insert_with(|| GroupEntry::new(Group::new(&group, config, now)))
                 .group
                 .offsets
                 .insert((topic, p), value);

@@ -609,20 +609,17 @@ fn read_for_consumer(
     // offset moves only when the high watermark passes a marker).
     log.watch_high_watermark(waiter);
     let high_watermark = log.high_watermark();
-    let last_stable = log.last_stable_offset();
     data.high_watermark = high_watermark;
-    data.last_stable_offset = last_stable;
     data.log_start_offset = log.log_start_offset();
-    let visible = if read_committed {
-        last_stable
-    } else {
-        high_watermark
-    };
+    // The last stable offset takes the partition lock: asked for here only when the answer is
+    // decided without a read (a read reports it, taken under its own lock).
+    let read_committed_end = read_committed.then(|| log.last_stable_offset());
+    let visible = read_committed_end.unwrap_or(high_watermark);
     // Offsets between the visible end and the log end exist but are not yet visible.
-    if wanted.fetch_offset >= visible && wanted.fetch_offset <= log.log_end_offset() {
-        return Ok(Records::Memory(Bytes::new()));
-    }
-    if budget == 0 && !first {
+    let nothing_visible =
+        wanted.fetch_offset >= visible && wanted.fetch_offset <= log.log_end_offset();
+    if nothing_visible || (budget == 0 && !first) {
+        data.last_stable_offset = read_committed_end.unwrap_or_else(|| log.last_stable_offset());
         return Ok(Records::Memory(Bytes::new()));
     }
     match ctx.replicas.read_for_consumer(
