@@ -347,26 +347,35 @@ async fn two_brokers_have_different_cluster_ids() {
     );
 }
 
-/// How long the restarted broker of `sigterm_before_ready_stops_cleanly` cannot register: its
-/// previous incarnation's session stays valid this long after the controller starts.
-const LONG_SESSION: &str = "broker.session.timeout.ms=60000";
+/// A port that was free a moment ago (for a quorum voter that is never started).
+fn unused_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("bind an ephemeral port")
+        .port()
+}
 
 /// A SIGTERM that arrives before the broker is ready still stops it cleanly and promptly: exit
-/// 0, no ready line, the clean-shutdown marker written. Here the broker is restarted right after
-/// `kill -9`, so it cannot register (its old session has not expired) and is never ready; it
-/// leads nothing, so no controlled shutdown is waited for.
+/// 0, no ready line, the clean-shutdown marker written. Here the node is one of two controller
+/// voters and the other is never started, so no controller is ever elected, the broker cannot
+/// register and is never ready; it leads nothing, so no controlled shutdown is waited for.
 #[test]
 fn sigterm_before_ready_stops_cleanly() {
-    let mut broker = Broker::start_with(&[LONG_SESSION]);
-    broker.kill9();
-    let log_path = broker.data_dir().with_extension("restart.log");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let data_dir = dir.path().join("data");
+    let log_path = dir.path().join("broker.log");
     let log = std::fs::File::create(&log_path).expect("create log file");
+    let (controller, absent) = (unused_port(), unused_port());
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_millrace"))
+        .arg("--node-id")
+        .arg("1")
         .arg("--data-dir")
-        .arg(broker.data_dir())
-        .arg("--listen")
-        .arg(broker.bootstrap())
-        .args(["--set", LONG_SESSION])
+        .arg(&data_dir)
+        .args(["--listen", "127.0.0.1:0"])
+        .arg("--controller-listen")
+        .arg(format!("127.0.0.1:{controller}"))
+        .arg("--controller-voters")
+        .arg(format!("1@127.0.0.1:{controller},2@127.0.0.1:{absent}"))
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::from(log))
@@ -374,10 +383,10 @@ fn sigterm_before_ready_stops_cleanly() {
         .expect("spawn millrace");
     let log_text = || std::fs::read_to_string(&log_path).unwrap_or_default();
     let deadline = Instant::now() + STARTUP_TIMEOUT;
-    while !log_text().contains("broker registration failed") {
+    while !log_text().contains("metadata quorum initialized") {
         assert!(
             Instant::now() < deadline,
-            "the restarted broker never tried to register; stderr:\n{}",
+            "the broker never started its quorum; stderr:\n{}",
             log_text()
         );
         std::thread::sleep(Duration::from_millis(50));
@@ -417,6 +426,10 @@ fn sigterm_before_ready_stops_cleanly() {
         took < Duration::from_secs(5),
         "SIGTERM before ready took {took:?}"
     );
-    assert!(broker.data_dir().join(".clean-shutdown").exists());
-    let _ = std::fs::remove_file(&log_path);
+    assert!(
+        log_text().contains("stopped before ready"),
+        "stderr:\n{}",
+        log_text()
+    );
+    assert!(data_dir.join(".clean-shutdown").exists());
 }

@@ -125,6 +125,9 @@ impl ControllerConfig {
 #[derive(Debug, Clone, Copy)]
 struct Session {
     last_contact_ms: i64,
+    /// Whether the broker itself reached this controller (a registration or heartbeat) rather
+    /// than the session being granted when this controller became active.
+    heard_from: bool,
 }
 
 /// The controller's decisions and soft state.
@@ -156,7 +159,10 @@ impl Controller {
     }
 
     /// This node just became the active controller: every broker gets a fresh session (its last
-    /// heartbeat went to the previous controller).
+    /// heartbeat went to the previous controller), so one that never reaches this controller is
+    /// fenced a session timeout from now. Such a granted session does not make a new incarnation's
+    /// registration a duplicate: as in Kafka, only a broker heard from by this controller holds
+    /// its id against another (a restarted single node must not wait out its own old session).
     pub fn activate(&mut self, image: &MetadataImage, now_ms: i64) {
         self.sessions = image
             .brokers
@@ -166,6 +172,7 @@ impl Controller {
                     b,
                     Session {
                         last_contact_ms: now_ms,
+                        heard_from: false,
                     },
                 )
             })
@@ -198,11 +205,19 @@ impl Controller {
         })
     }
 
+    /// Whether a broker this controller has heard from still holds its session (a registration
+    /// by another incarnation is then a duplicate).
+    fn session_held(&self, node_id: i32, now_ms: i64) -> bool {
+        self.session_valid(node_id, now_ms)
+            && self.sessions.get(&node_id).is_some_and(|s| s.heard_from)
+    }
+
     fn touch(&mut self, node_id: i32, now_ms: i64) {
         self.sessions.insert(
             node_id,
             Session {
                 last_contact_ms: now_ms,
+                heard_from: true,
             },
         );
     }
@@ -378,8 +393,11 @@ impl Controller {
             if b.fenced {
                 continue;
             }
-            if !self.sessions.contains_key(&b.node_id) {
-                self.touch(b.node_id, now_ms);
+            if let std::collections::btree_map::Entry::Vacant(e) = self.sessions.entry(b.node_id) {
+                e.insert(Session {
+                    last_contact_ms: now_ms,
+                    heard_from: false,
+                });
                 continue;
             }
             if !self.session_valid(b.node_id, now_ms) {
@@ -567,7 +585,7 @@ impl Controller {
                     broker_epoch: existing.broker_epoch,
                 });
             }
-            if !existing.fenced && self.session_valid(node_id, now_ms) {
+            if !existing.fenced && self.session_held(node_id, now_ms) {
                 return Decision::error(ControllerError::DuplicateBrokerRegistration(format!(
                     "Another broker is registered with that broker id {node_id} and its session has not expired."
                 )));

@@ -445,6 +445,36 @@ fn a_new_incarnation_is_refused_while_the_old_session_lives() {
 }
 
 #[test]
+fn after_activation_a_new_incarnation_registers_at_once_and_a_silent_broker_is_fenced() {
+    let mut h = Harness::new(&[]);
+    h.start(&[1, 2]);
+    // This controller restarts (a single node after kill -9, or a failover): the sessions it
+    // grants on activation hold no broker id against a new incarnation...
+    h.controller.activate(&h.image, h.now);
+    let r = h.register(1, 77, false);
+    assert!(
+        matches!(r, ControllerResponse::Registered { broker_epoch } if broker_epoch > 2),
+        "{r:?}"
+    );
+    // ...and once heard from (and unfenced), the new incarnation's session does.
+    h.heartbeat(1, false);
+    assert!(!h.image.broker(1).expect("broker 1").fenced);
+    let r = h.register(1, 78, false);
+    assert!(matches!(
+        r,
+        ControllerResponse::Error {
+            error: ControllerError::DuplicateBrokerRegistration(_)
+        }
+    ));
+    // Broker 2 never reaches the new controller: fenced a session timeout after activation.
+    assert!(!h.image.broker(2).expect("broker 2").fenced);
+    h.now += SESSION_MS + 1;
+    h.heartbeat(1, false);
+    h.tick();
+    assert!(h.image.broker(2).expect("broker 2").fenced);
+}
+
+#[test]
 fn controlled_shutdown_moves_leaders_then_lets_the_broker_go() {
     let mut h = Harness::new(&[]);
     h.start(&[1, 2, 3]);
