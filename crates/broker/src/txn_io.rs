@@ -1,16 +1,32 @@
 //! The transaction coordinator's I/O over the replica manager: a `__transaction_state` record is
 //! an acks=all append by this broker as the partition's leader in the coordinator's epoch; a
-//! marker is an acks=all marker append on the data partition, which this broker must lead (markers
-//! to other brokers, WriteTxnMarkers, come with transactions across brokers); producer ids come
-//! from the controller's blocks. A committed marker on `__consumer_offsets` ends the producer's
-//! pending transactional offsets there (the group coordinator's `complete_txn`).
+//! marker is an acks=all marker append on the data partition — here when this broker leads it,
+//! else a WriteTxnMarkers request to its leader in the committed image (Kafka's marker channel,
+//! one marker per request, connections kept per broker); producer ids come from the controller's
+//! blocks. A committed marker on `__consumer_offsets` ends the producer's pending transactional
+//! offsets there (the group coordinator's `complete_txn`, on whichever broker wrote it).
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
+use kafka_protocol::messages::write_txn_markers_request::{
+    WritableTxnMarker, WritableTxnMarkerTopic,
+};
+use kafka_protocol::messages::{
+    ApiKey, TopicName, WriteTxnMarkersRequest, WriteTxnMarkersResponse,
+};
+use kafka_protocol::protocol::StrBytes;
+use millrace_cluster::image::NO_LEADER;
 use millrace_controller::ProducerIdAllocator;
+use millrace_frontend::error_codes::{
+    FENCED_LEADER_EPOCH, INVALID_PRODUCER_EPOCH, KAFKA_STORAGE_ERROR, NONE, NOT_ENOUGH_REPLICAS,
+    NOT_ENOUGH_REPLICAS_AFTER_APPEND, NOT_LEADER_OR_FOLLOWER, PRODUCER_FENCED, REQUEST_TIMED_OUT,
+    TRANSACTION_COORDINATOR_FENCED, UNKNOWN_TOPIC_OR_PARTITION,
+};
 use millrace_groups::{GroupCoordinator, OFFSETS_TOPIC};
+use millrace_replication::client::BrokerConnection;
 use millrace_replication::{AckError, AckWait, PartitionError, ReplicaError, ReplicaManager};
 use millrace_store::records::{encode_records, BatchFields, Record};
 use millrace_store::{AppendError, Marker, TopicPartition};
@@ -25,6 +41,80 @@ pub struct ReplicatedTxnIo {
     producer_ids: Arc<ProducerIdAllocator>,
     /// How long a record or marker may take to commit.
     commit_timeout: Duration,
+    markers: Arc<MarkerChannel>,
+}
+
+/// Idle connections kept per broker for WriteTxnMarkers (more are opened while markers to one
+/// broker are in flight at once, and closed after use).
+const MARKER_CONNECTIONS_IDLE_MAX: usize = 4;
+/// How long a WriteTxnMarkers answer may take beyond the marker's own commit timeout.
+const MARKER_REQUEST_SLACK: Duration = Duration::from_secs(5);
+
+/// WriteTxnMarkers requests to the leaders of partitions on other brokers.
+struct MarkerChannel {
+    client_id: String,
+    timeout: Duration,
+    idle: Mutex<HashMap<i32, Vec<BrokerConnection>>>,
+}
+
+impl MarkerChannel {
+    /// Sends one marker for one partition to `node` at `addr`; the partition's error code.
+    async fn send(
+        &self,
+        node: i32,
+        addr: &str,
+        request: &WriteTxnMarkersRequest,
+    ) -> Result<i16, TxnIoError> {
+        let kept = self
+            .idle
+            .lock()
+            .ok()
+            .and_then(|mut idle| idle.get_mut(&node).and_then(Vec::pop));
+        let mut conn = match kept {
+            Some(c) if c.addr() == addr => c,
+            _ => BrokerConnection::connect(addr, &self.client_id, self.timeout)
+                .await
+                .map_err(|e| TxnIoError::Other(e.to_string()))?,
+        };
+        let response: WriteTxnMarkersResponse = conn
+            .send(ApiKey::WriteTxnMarkers, 1, request, self.timeout)
+            .await
+            .map_err(|e| TxnIoError::Other(e.to_string()))?;
+        if let Ok(mut idle) = self.idle.lock() {
+            let kept = idle.entry(node).or_default();
+            if kept.len() < MARKER_CONNECTIONS_IDLE_MAX {
+                kept.push(conn);
+            }
+        }
+        response
+            .markers
+            .first()
+            .and_then(|m| m.topics.first())
+            .and_then(|t| t.partitions.first())
+            .map(|p| p.error_code)
+            .ok_or_else(|| TxnIoError::Other(format!("node {node} answered no partition")))
+    }
+}
+
+/// The coordinator's view of a WriteTxnMarkers partition error (Kafka's
+/// `TransactionMarkerRequestCompletionHandler`: retried, or the marker dropped once a newer
+/// producer epoch or coordinator wrote there). `gone`: UNKNOWN_TOPIC_OR_PARTITION's meaning.
+fn from_marker_code(code: i16, gone: TxnIoError) -> Result<(), TxnIoError> {
+    match code {
+        NONE => Ok(()),
+        UNKNOWN_TOPIC_OR_PARTITION => Err(gone),
+        NOT_LEADER_OR_FOLLOWER | FENCED_LEADER_EPOCH => Err(TxnIoError::NotLeader),
+        NOT_ENOUGH_REPLICAS | NOT_ENOUGH_REPLICAS_AFTER_APPEND | REQUEST_TIMED_OUT => {
+            Err(TxnIoError::NotEnoughReplicas)
+        }
+        INVALID_PRODUCER_EPOCH | PRODUCER_FENCED | TRANSACTION_COORDINATOR_FENCED => Err(
+            TxnIoError::Fenced(format!("the leader answered error code {code}")),
+        ),
+        KAFKA_STORAGE_ERROR => Err(TxnIoError::Other("the leader's log is offline".into())),
+        other => Err(TxnIoError::Other(format!(
+            "the leader answered error code {other}"
+        ))),
+    }
 }
 
 impl ReplicatedTxnIo {
@@ -35,13 +125,57 @@ impl ReplicatedTxnIo {
         producer_ids: Arc<ProducerIdAllocator>,
         commit_timeout: Duration,
     ) -> Self {
+        let markers = Arc::new(MarkerChannel {
+            client_id: format!("broker-{}-txn-markers", replicas.node_id()),
+            timeout: commit_timeout + MARKER_REQUEST_SLACK,
+            idle: Mutex::new(HashMap::new()),
+        });
         Self {
             replicas,
             topic_exists,
             groups,
             producer_ids,
             commit_timeout,
+            markers,
         }
+    }
+
+    /// Writes a marker through the partition's leader on another broker.
+    fn write_marker_remote(
+        &self,
+        tp: TopicPartition,
+        producer_id: i64,
+        producer_epoch: i16,
+        marker: Marker,
+    ) -> IoFuture<()> {
+        let gone = if (self.topic_exists)(&tp.topic) {
+            TxnIoError::NotLeader
+        } else {
+            TxnIoError::UnknownPartition
+        };
+        let leader = self.replicas.leader_of(&tp).unwrap_or(NO_LEADER);
+        let addr = if leader == NO_LEADER || leader == self.replicas.node_id() {
+            None
+        } else {
+            self.replicas.broker_address(leader)
+        };
+        let Some(addr) = addr else {
+            return Box::pin(async move { Err(gone) });
+        };
+        let request =
+            WriteTxnMarkersRequest::default().with_markers(vec![WritableTxnMarker::default()
+                .with_producer_id(producer_id.into())
+                .with_producer_epoch(producer_epoch)
+                .with_transaction_result(marker.commit)
+                .with_coordinator_epoch(marker.coordinator_epoch)
+                .with_topics(vec![WritableTxnMarkerTopic::default()
+                    .with_name(TopicName(StrBytes::from_string(tp.topic.to_string())))
+                    .with_partition_indexes(vec![tp.partition])])]);
+        let channel = Arc::clone(&self.markers);
+        Box::pin(async move {
+            let code = channel.send(leader, &addr, &request).await?;
+            from_marker_code(code, gone)
+        })
     }
 }
 
@@ -142,6 +276,17 @@ impl TxnIo for ReplicatedTxnIo {
                 })
             }
             Ok((_, wait)) => committed(wait, self.commit_timeout),
+            // Led by another broker (this one follows it, or hosts no replica).
+            Err(
+                ReplicaError::UnknownPartition(_)
+                | ReplicaError::Partition(PartitionError::NotLeader { .. }),
+            ) if self
+                .replicas
+                .leader_of(&tp)
+                .is_some_and(|l| l != NO_LEADER && l != self.replicas.node_id()) =>
+            {
+                self.write_marker_remote(tp, producer_id, producer_epoch, marker)
+            }
             // A deleted topic needs no marker; a partition not hosted here for another reason
             // (its log dir failed) is retried, as Kafka retries KAFKA_STORAGE_ERROR.
             Err(e) => {

@@ -36,6 +36,7 @@ const ALLOW: i8 = 3;
 const ANY: i8 = 1;
 const SECURITY_DISABLED: i16 = 54;
 const CLUSTER_AUTHORIZATION_FAILED: i16 = 31;
+const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
 
 fn str(s: &str) -> StrBytes {
     StrBytes::from_string(s.to_string())
@@ -109,6 +110,23 @@ async fn alice_produces(sasl: &str, topic: &str) -> Result<(), RDKafkaErrorCode>
     }
 }
 
+/// An ABORT marker for producer 1000 on partition 0 of `topic`.
+fn write_txn_markers(topic: &str) -> kafka_protocol::messages::WriteTxnMarkersRequest {
+    use kafka_protocol::messages::write_txn_markers_request::{
+        WritableTxnMarker, WritableTxnMarkerTopic,
+    };
+    kafka_protocol::messages::WriteTxnMarkersRequest::default().with_markers(vec![
+        WritableTxnMarker::default()
+            .with_producer_id(1000.into())
+            .with_producer_epoch(0)
+            .with_transaction_result(false)
+            .with_coordinator_epoch(0)
+            .with_topics(vec![WritableTxnMarkerTopic::default()
+                .with_name(kafka_protocol::messages::TopicName(str(topic)))
+                .with_partition_indexes(vec![0])]),
+    ])
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_write_acl_grants_alice_that_topic_and_nothing_else_until_deleted() {
     let mut broker = secured_broker();
@@ -145,6 +163,20 @@ async fn a_write_acl_grants_alice_that_topic_and_nothing_else_until_deleted() {
         )
         .await;
     assert_eq!(refused.results[0].error_code, CLUSTER_AUTHORIZATION_FAILED);
+    // Nor may she write transaction markers (an inter-broker request: ClusterAction).
+    let markers = alice_conn.request(1, &write_txn_markers(&topic)).await;
+    assert_eq!(
+        markers.markers[0].topics[0].partitions[0].error_code, CLUSTER_AUTHORIZATION_FAILED,
+        "{markers:?}"
+    );
+    // The super user may; a topic that does not exist gets UNKNOWN_TOPIC_OR_PARTITION.
+    let markers = admin
+        .request(1, &write_txn_markers(&unique_topic("missing")))
+        .await;
+    assert_eq!(
+        markers.markers[0].topics[0].partitions[0].error_code, UNKNOWN_TOPIC_OR_PARTITION,
+        "{markers:?}"
+    );
 
     // The super user grants Write on the topic: alice produces there, and only there.
     let granted = admin

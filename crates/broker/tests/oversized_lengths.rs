@@ -327,6 +327,9 @@ fn oversized_body(key: ApiKey, v: i16) -> Option<Oversized> {
             "state_filters",
             |r: &mut ListTransactionsRequest, x| r.state_filters = x,
         ),
+        ApiKey::WriteTxnMarkers => array(v, f, "markers", |r: &mut WriteTxnMarkersRequest, x| {
+            r.markers = x
+        }),
         other => panic!("{other:?} is advertised but this test has no oversized frame for it"),
     }
 }

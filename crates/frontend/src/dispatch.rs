@@ -28,6 +28,7 @@ use kafka_protocol::messages::{
     ListTransactionsRequest, MetadataRequest, OffsetCommitRequest, OffsetDeleteRequest,
     OffsetFetchRequest, OffsetForLeaderEpochRequest, ProduceRequest, RequestHeader, ResponseHeader,
     SaslAuthenticateRequest, SaslHandshakeRequest, SyncGroupRequest, TxnOffsetCommitRequest,
+    WriteTxnMarkersRequest,
 };
 use kafka_protocol::protocol::{Decodable, Encodable};
 use tokio::task::JoinHandle;
@@ -537,6 +538,15 @@ fn route_request(
                 route,
                 charge,
                 api::transactions::end_txn(ctx.clone(), authz, request, version),
+                true,
+            ))
+        }
+        ApiKey::WriteTxnMarkers => {
+            let request: WriteTxnMarkersRequest = decode(&mut buf, route)?;
+            Ok(spawn(
+                route,
+                charge,
+                api::write_txn_markers::handle(ctx, &authz, request),
                 true,
             ))
         }

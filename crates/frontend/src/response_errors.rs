@@ -22,7 +22,7 @@ use kafka_protocol::messages::{
     ListGroupsResponse, ListOffsetsResponse, ListPartitionReassignmentsResponse,
     ListTransactionsResponse, MetadataResponse, OffsetCommitResponse, OffsetDeleteResponse,
     OffsetFetchResponse, OffsetForLeaderEpochResponse, ProduceResponse, SaslAuthenticateResponse,
-    SaslHandshakeResponse, SyncGroupResponse, TxnOffsetCommitResponse,
+    SaslHandshakeResponse, SyncGroupResponse, TxnOffsetCommitResponse, WriteTxnMarkersResponse,
 };
 
 /// Every Kafka error code a response carries, for the request-error metrics (Kafka's ErrorsPerSec).
@@ -305,6 +305,18 @@ impl ResponseErrors for DescribeTransactionsResponse {
     fn for_each_error(&self, f: &mut dyn FnMut(i16)) {
         for state in &self.transaction_states {
             visit(state.error_code, f);
+        }
+    }
+}
+
+impl ResponseErrors for WriteTxnMarkersResponse {
+    fn for_each_error(&self, f: &mut dyn FnMut(i16)) {
+        for marker in &self.markers {
+            for topic in &marker.topics {
+                for partition in &topic.partitions {
+                    visit(partition.error_code, f);
+                }
+            }
         }
     }
 }
@@ -689,6 +701,11 @@ impl Throttled for SaslHandshakeResponse {
 }
 
 impl Throttled for SaslAuthenticateResponse {
+    fn throttle(&mut self, _ms: i32) {}
+}
+
+/// Inter-broker only, and Kafka exempts it from quotas.
+impl Throttled for WriteTxnMarkersResponse {
     fn throttle(&mut self, _ms: i32) {}
 }
 

@@ -60,6 +60,7 @@ pub const ADVERTISED: &[ApiRange] = &[
     range(ApiKey::AddOffsetsToTxn, 0, 4),
     range(ApiKey::TxnOffsetCommit, 0, 4),
     range(ApiKey::EndTxn, 0, 4),
+    range(ApiKey::WriteTxnMarkers, 1, 1),
     range(ApiKey::DescribeTransactions, 0, 0),
     range(ApiKey::ListTransactions, 0, 1),
     range(ApiKey::DescribeTopicPartitions, 0, 0),

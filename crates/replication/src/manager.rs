@@ -833,8 +833,18 @@ impl ReplicaManager {
         }
     }
 
+    /// The leader of `tp` in the committed image (`NO_LEADER` while it has none); `None` when the
+    /// partition is not in the image.
+    pub fn leader_of(&self, tp: &TopicPartition) -> Option<i32> {
+        self.image
+            .current()
+            .topic(&tp.topic)
+            .and_then(|t| t.partition(tp.partition))
+            .map(|p| p.leader)
+    }
+
     /// Address of `node`'s Kafka listener for inter-broker traffic.
-    pub(crate) fn broker_address(&self, node: i32) -> Option<String> {
+    pub fn broker_address(&self, node: i32) -> Option<String> {
         if let Some(a) = self.config.peer_addresses.get(&node) {
             return Some(a.clone());
         }

@@ -11,8 +11,8 @@
 //! COORDINATOR_NOT_AVAILABLE and clients retry.
 //!
 //! Transaction coordinators (key type 1) are found the same way in `__transaction_state`
-//! (`transaction.state.log.*`, created on the first lookup); in a cluster of several brokers they
-//! are not served yet (COORDINATOR_NOT_AVAILABLE: markers to other brokers need WriteTxnMarkers).
+//! (`transaction.state.log.*`, created on the first lookup; replication factor
+//! `transaction.state.log.replication.factor`, so in a cluster once that many brokers are alive).
 //!
 //! Advertised from v0 because old librdkafka enables LZ4 only when FindCoordinator v0 is in range
 //! (checklist §2.3).
@@ -69,11 +69,7 @@ pub fn handle(
         KEY_TYPE_TRANSACTION => authz.transactional_id(AclOperation::Describe, k),
         _ => false,
     };
-    let transactions_served = ctx.cluster.is_single_node();
-    if coordinator_topic.is_none()
-        && (request.key_type == KEY_TYPE_GROUP || transactions_served)
-        && keys.iter().any(|k| describable(k))
-    {
+    if coordinator_topic.is_none() && keys.iter().any(|k| describable(k)) {
         create_internal_topic(ctx, internal);
     }
     // (code, message, node, host, port)
@@ -92,12 +88,6 @@ pub fn handle(
             return refuse(
                 INVALID_REQUEST,
                 Some(format!("Unknown coordinator type {}", request.key_type)),
-            );
-        }
-        if request.key_type == KEY_TYPE_TRANSACTION && !transactions_served {
-            return refuse(
-                COORDINATOR_NOT_AVAILABLE,
-                Some("Transactions across brokers are not supported yet.".to_string()),
             );
         }
         if key.is_empty() {

@@ -43,6 +43,7 @@ pub mod sync_group;
 pub mod transactions;
 pub mod txn_offset_commit;
 pub mod user_scram_credentials;
+pub mod write_txn_markers;
 
 use kafka_protocol::messages::TopicName;
 use kafka_protocol::protocol::StrBytes;
