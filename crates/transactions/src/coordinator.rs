@@ -186,6 +186,10 @@ struct Txn {
     last_epoch: i16,
     /// A transition is being written.
     pending: bool,
+    /// The pending transition only adds partitions to the (maybe new) Ongoing transaction: the
+    /// committed partitions stay verifiable meanwhile (Kafka's verification looks past a pending
+    /// transition to Ongoing).
+    adding: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -309,9 +313,11 @@ impl TransactionCoordinator {
                     value: value.clone(),
                     last_epoch: -1,
                     pending: false,
+                    adding: false,
                 });
                 txn.value = value;
                 txn.pending = false;
+                txn.adding = false;
                 if let Some(e) = last_epoch {
                     txn.last_epoch = e;
                 }
@@ -319,6 +325,7 @@ impl TransactionCoordinator {
             Err(_) => {
                 if let Some(txn) = shard.txns.get_mut(id) {
                     txn.pending = false;
+                    txn.adding = false;
                     if txn.value.producer_id < 0 {
                         shard.txns.remove(id);
                     }
@@ -362,6 +369,7 @@ impl TransactionCoordinator {
                         value: TransactionLogValue::default(),
                         last_epoch: -1,
                         pending: true,
+                        adding: false,
                     },
                 );
                 return Ok(Plan::New);
@@ -552,6 +560,7 @@ impl TransactionCoordinator {
                 value.partitions.entry(t.clone()).or_default().insert(*p);
             }
             txn.pending = true;
+            txn.adding = true;
             Ok(Some(value))
         })??;
         match next {
@@ -755,7 +764,8 @@ impl TransactionCoordinator {
             if v.producer_epoch != producer_epoch {
                 return Err(TxnError::InvalidProducerEpoch);
             }
-            if txn.pending || matches!(v.status, TxnStatus::PrepareCommit | TxnStatus::PrepareAbort)
+            if (txn.pending && !txn.adding)
+                || matches!(v.status, TxnStatus::PrepareCommit | TxnStatus::PrepareAbort)
             {
                 return Err(TxnError::NotEnoughReplicas);
             }
@@ -907,6 +917,7 @@ impl TransactionCoordinator {
                             value,
                             last_epoch: -1,
                             pending,
+                            adding: false,
                         },
                     );
                 }
@@ -1057,6 +1068,10 @@ mod tests {
         next_pid: AtomicI64,
         markers: Mutex<Vec<Written>>,
         markers_fail: AtomicBool,
+        /// State appends wait for a read lock: a test holding the write lock holds them.
+        hold: Arc<tokio::sync::RwLock<()>>,
+        /// State appends started (held or not).
+        appends: std::sync::atomic::AtomicUsize,
     }
 
     impl TxnIo for FakeIo {
@@ -1081,12 +1096,14 @@ mod tests {
                     headers: Vec::new(),
                 }],
             );
-            let r = self
-                .log
-                .append(batch, 0)
-                .map(|_| ())
-                .map_err(|e| TxnIoError::Other(e.to_string()));
-            Box::pin(async move { r })
+            self.appends.fetch_add(1, Ordering::SeqCst);
+            let (log, hold) = (Arc::clone(&self.log), Arc::clone(&self.hold));
+            Box::pin(async move {
+                let _held = hold.read().await;
+                log.append(batch, 0)
+                    .map(|_| ())
+                    .map_err(|e| TxnIoError::Other(e.to_string()))
+            })
         }
 
         fn write_marker(&self, t: &str, p: i32, pid: i64, epoch: i16, m: Marker) -> IoFuture<()> {
@@ -1131,6 +1148,8 @@ mod tests {
             next_pid: AtomicI64::new(1000),
             markers: Mutex::new(Vec::new()),
             markers_fail: AtomicBool::new(false),
+            hold: Arc::new(tokio::sync::RwLock::new(())),
+            appends: std::sync::atomic::AtomicUsize::new(0),
         });
         let c = TransactionCoordinator::new(
             TxnConfig {
@@ -1157,6 +1176,56 @@ mod tests {
 
     fn status(c: &TransactionCoordinator, id: &str) -> Option<TxnStatus> {
         c.describe(id).ok().map(|d| d.status)
+    }
+
+    #[tokio::test]
+    async fn verification_looks_past_a_pending_add_but_not_past_a_pending_end() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let (_store, log) = setup(dir.path());
+        let (c, io) = coordinator(&log, 1).await;
+        let (pid, epoch) = c
+            .init_producer_id("t", 60_000, (-1, -1))
+            .await
+            .expect("init");
+        c.add_partitions("t", pid, epoch, &[("a".to_string(), 0)])
+            .await
+            .expect("add a-0");
+        assert_eq!(c.verify("t", pid, epoch, "a", 0), Ok(()));
+
+        // Adding b-0 is being written: a-0 (committed) still verifies, b-0 not yet.
+        let held = Arc::clone(&io.hold).write_owned().await;
+        let started = io.appends.load(Ordering::SeqCst);
+        let adding = {
+            let c = Arc::clone(&c);
+            tokio::spawn(async move {
+                c.add_partitions("t", pid, epoch, &[("b".to_string(), 0)])
+                    .await
+            })
+        };
+        eventually(|| io.appends.load(Ordering::SeqCst) > started).await;
+        assert_eq!(c.verify("t", pid, epoch, "a", 0), Ok(()));
+        assert_eq!(
+            c.verify("t", pid, epoch, "b", 0),
+            Err(TxnError::InvalidTxnState)
+        );
+        drop(held);
+        adding.await.expect("join").expect("add b-0");
+        assert_eq!(c.verify("t", pid, epoch, "b", 0), Ok(()));
+
+        // Ending the transaction is being written: nothing verifies (retriable).
+        let held = Arc::clone(&io.hold).write_owned().await;
+        let started = io.appends.load(Ordering::SeqCst);
+        let ending = {
+            let c = Arc::clone(&c);
+            tokio::spawn(async move { c.end_txn("t", pid, epoch, true).await })
+        };
+        eventually(|| io.appends.load(Ordering::SeqCst) > started).await;
+        assert_eq!(
+            c.verify("t", pid, epoch, "a", 0),
+            Err(TxnError::NotEnoughReplicas)
+        );
+        drop(held);
+        ending.await.expect("join").expect("end");
     }
 
     #[tokio::test]

@@ -7,8 +7,11 @@
 //! TRANSACTIONAL_ID_AUTHORIZATION_FAILED), Read on the group (GROUP_AUTHORIZATION_FAILED), Read
 //! on each topic (TOPIC_AUTHORIZATION_FAILED) and that the partition exists
 //! (UNKNOWN_TOPIC_OR_PARTITION); then the transaction must hold the group's offsets partition
-//! (AddOffsetsToTxn first; INVALID_TXN_STATE, or INVALID_PRODUCER_EPOCH for a stale epoch), and
-//! the group checks the member and generation when the request names them (v3+).
+//! (AddOffsetsToTxn first; INVALID_TXN_STATE, or INVALID_PRODUCER_EPOCH for a stale epoch;
+//! COORDINATOR_LOAD_IN_PROGRESS, retried, while the transaction coordinator here is loading or the
+//! transaction is being ended or fenced), and the group checks the member and generation when the
+//! request names them (v3+). A write adding other partitions to the transaction does not hold the
+//! check up: it looks at the partitions already committed, as Kafka's verification does.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -19,12 +22,13 @@ use kafka_protocol::messages::txn_offset_commit_response::{
 use kafka_protocol::messages::{TopicName, TxnOffsetCommitRequest, TxnOffsetCommitResponse};
 use millrace_cluster::acl::AclOperation;
 use millrace_groups::{partition_for, CommitPartition, CommitRequest, GroupError, OFFSETS_TOPIC};
+use millrace_transactions::TxnError;
 
 use super::transactions;
 use crate::authz::Authz;
 use crate::error_codes::{
-    self, GROUP_AUTHORIZATION_FAILED, INVALID_PRODUCER_EPOCH, NONE, TOPIC_AUTHORIZATION_FAILED,
-    TRANSACTIONAL_ID_AUTHORIZATION_FAILED, UNKNOWN_TOPIC_OR_PARTITION,
+    self, COORDINATOR_LOAD_IN_PROGRESS, GROUP_AUTHORIZATION_FAILED, INVALID_PRODUCER_EPOCH, NONE,
+    TOPIC_AUTHORIZATION_FAILED, TRANSACTIONAL_ID_AUTHORIZATION_FAILED, UNKNOWN_TOPIC_OR_PARTITION,
 };
 use crate::BrokerContext;
 
@@ -59,7 +63,13 @@ pub fn handle(
                 offsets_partition,
             )
             .err()
-            .map(|e| transactions::error_code(e, INVALID_PRODUCER_EPOCH))
+            .map(|e| match e {
+                // Not checkable yet (the coordinator is loading, or the transaction is being
+                // ended or fenced): a code every client retries on TxnOffsetCommit (librdkafka
+                // gives up on NOT_ENOUGH_REPLICAS here).
+                TxnError::NotEnoughReplicas => COORDINATOR_LOAD_IN_PROGRESS,
+                e => transactions::error_code(e, INVALID_PRODUCER_EPOCH),
+            })
     };
     let mut layout: Vec<(TopicName, Vec<Slot>)> = Vec::new();
     let mut partitions = Vec::new();
