@@ -26,6 +26,20 @@ Anomalies (each reported with the operations that show it):
   completed before it started) are counted in the statistics, not as anomalies: Kafka itself
   shows them after a coordinator fails over (see the comment in ``check``).
 
+Transactions (``check_ctp``; the consume-transform-produce workload of ``ctp.py``, whose
+module comment describes its records). A transaction is ``ok`` (commit acknowledged), ``fail``
+(definitely not committed) or ``info`` (unknown: either may have happened, so nothing is
+concluded from it alone). The output records are those the final ``read_committed`` drain read.
+
+- ``aborted-read``: an output record of a transaction that definitely did not commit, or of no
+  recorded transaction at all.
+- ``lost-write``: an output of an acknowledged transaction missing from the output.
+- ``duplicate``: one input record's output present more than once (two transactions, or one
+  transaction's record stored twice).
+- ``partial-transaction``: some, not all, outputs of one transaction are present.
+- ``missing-output``: an input record (acknowledged, or read from the input topic) with no
+  output after the final drain: every input must come out exactly once.
+
 Usage: ``python checker.py HISTORY.jsonl [--json OUT]``; exit status 1 when any anomaly.
 Only the standard library is used.
 """
@@ -48,6 +62,14 @@ ANOMALIES = (
     "nonmonotonic-poll",
     "committed-offset-regression",
     "unseen",
+)
+
+CTP_ANOMALIES = (
+    "aborted-read",
+    "lost-write",
+    "duplicate",
+    "partial-transaction",
+    "missing-output",
 )
 
 # How many example operations an anomaly carries, and how many anomalies of a kind are printed.
@@ -85,8 +107,8 @@ def _reads(op: Op) -> Iterable[Tuple[int, int, str]]:
 
 
 class Result:
-    def __init__(self) -> None:
-        self.anomalies: Dict[str, List[Dict[str, Any]]] = {k: [] for k in ANOMALIES}
+    def __init__(self, kinds: Tuple[str, ...] = ANOMALIES) -> None:
+        self.anomalies: Dict[str, List[Dict[str, Any]]] = {k: [] for k in kinds}
         self.stats: Dict[str, Any] = {}
 
     def add(self, kind: str, ops: List[Op], **detail: Any) -> None:
@@ -301,6 +323,122 @@ def check(ops: List[Op]) -> Result:
     return res
 
 
+def _output_parts(value: str) -> Tuple[str, str]:
+    """(input value, transaction id) of a CTP output value ``<input>|<txn>`` (see ctp.py)."""
+    head, sep, txn = value.rpartition("|")
+    return (head, txn) if sep else (value, "")
+
+
+def check_ctp(ops: List[Op]) -> Result:
+    """The transactional consume-transform-produce checks (module comment)."""
+    ops = sorted(ops, key=lambda o: o.get("i", 0))
+    res = Result(CTP_ANOMALIES)
+    txn_invoke: Dict[str, Op] = {}
+    txn_done: Dict[str, Op] = {}
+    pending: Dict[str, Op] = {}
+    for op in ops:
+        if op.get("f") != "txn":
+            continue
+        if op["type"] == "invoke":
+            pending[op["process"]] = op
+            txn_invoke[op["txn"]] = op
+        else:
+            invoke = pending.pop(op["process"], None)
+            if invoke is not None:
+                txn_done[invoke["txn"]] = op
+    inputs_sent: Dict[str, Op] = {}
+    for op in ops:
+        if op.get("f") == "ctp-send" and op["type"] == "ok":
+            inputs_sent[op["value"]] = op
+    inputs_read: Dict[str, Op] = {}
+    outputs: Dict[str, List[Tuple[int, int, str, Op]]] = defaultdict(list)  # input -> places read
+    by_txn: Dict[str, set] = defaultdict(set)  # txn -> output values read
+    n_out = 0
+    for op in ops:
+        if op.get("f") != "ctp-read" or op["type"] != "ok":
+            continue
+        for p, offset, value in _reads(op):
+            if value is None:
+                continue
+            if op.get("topic") == "in":
+                inputs_read.setdefault(value, op)
+                continue
+            n_out += 1
+            source, txn = _output_parts(value)
+            outputs[source].append((p, offset, txn, op))
+            by_txn[txn].add(value)
+
+    # aborted-read: an output of a transaction that definitely did not commit, or of none recorded.
+    for txn, seen in sorted(by_txn.items()):
+        invoke, done = txn_invoke.get(txn), txn_done.get(txn)
+        example = next(o for places in outputs.values() for (_, _, t, o) in places if t == txn)
+        if invoke is None:
+            for value in sorted(seen):
+                res.add("aborted-read", [example], value=value, txn=txn, why="no such transaction")
+        elif done is not None and done["type"] == "fail":
+            why = "aborted on purpose" if done.get("deliberate") else "aborted"
+            for value in sorted(seen):
+                res.add("aborted-read", [invoke, done, example], value=value, txn=txn, why=why)
+
+    # lost-write and partial-transaction: per transaction, all of its outputs or none.
+    for txn, invoke in sorted(txn_invoke.items(), key=lambda kv: kv[1].get("i", 0)):
+        done = txn_done.get(txn)
+        if done is not None and done["type"] == "fail":
+            continue  # any of its outputs read is an aborted-read (above)
+        wanted = set(invoke.get("outputs") or [])
+        seen = by_txn.get(txn, set()) & wanted
+        if done is not None and done["type"] == "ok":
+            for value in sorted(wanted - seen):
+                res.add("lost-write", [invoke, done], value=value, txn=txn)
+        if seen and seen != wanted:
+            res.add("partial-transaction", [invoke] + ([done] if done else []), txn=txn,
+                    present=len(seen), outputs=len(wanted), missing=sorted(wanted - seen)[:10])
+
+    # duplicate: one input's output more than once in the output.
+    for source, places in sorted(outputs.items()):
+        if len(places) > 1:
+            res.add("duplicate", [o for (_, _, _, o) in places], input=source,
+                    places=[[p, offset, txn] for (p, offset, txn, _) in sorted(places)])
+
+    # missing-output: every input comes out (exactly once: more is a duplicate).
+    all_inputs = dict(inputs_read)
+    for value, op in inputs_sent.items():
+        all_inputs.setdefault(value, op)
+    for value, op in sorted(all_inputs.items(), key=lambda kv: kv[1].get("i", 0)):
+        if value not in outputs:
+            res.add("missing-output", [op], input=value, acknowledged=value in inputs_sent, read=value in inputs_read)
+
+    outcome = Counter(op["type"] for op in txn_done.values())
+    drains = {op.get("topic"): op for op in ops if op.get("f") == "ctp-drain-end"}
+    res.stats = {
+        "transactions": len(txn_invoke),
+        "txn_ok": outcome.get("ok", 0),
+        "txn_fail": outcome.get("fail", 0),
+        "txn_deliberate_aborts": sum(1 for op in txn_done.values() if op["type"] == "fail" and op.get("deliberate")),
+        "txn_info": outcome.get("info", 0) + (len(txn_invoke) - len(txn_done)),
+        "inputs_ok": len(inputs_sent),
+        "inputs": len(all_inputs),
+        "outputs_read": n_out,
+        "restarts": sum(1 for op in ops if op.get("f") == "ctp-restart"),
+        "drain_complete": bool(drains) and all(op.get("complete") for op in drains.values()) and len(drains) == 2,
+        "caught_up": any(op.get("caught_up") for op in drains.values()),
+    }
+    return res
+
+
+def report_ctp(res: Result, out=None) -> None:
+    out = out or sys.stdout
+    s = res.stats
+    print(
+        f"transactions (consume-transform-produce): {s['transactions']} ({s['txn_ok']} committed, "
+        f"{s['txn_fail']} aborted of which {s['txn_deliberate_aborts']} on purpose, {s['txn_info']} unknown); "
+        f"{s['inputs']} inputs ({s['inputs_ok']} acknowledged), {s['outputs_read']} outputs read committed; "
+        f"worker restarts {s['restarts']}",
+        file=out,
+    )
+    _print_anomalies(res, "ctp ", out)
+
+
 def _short(op: Op) -> str:
     text = json.dumps(op, sort_keys=True)
     return text if len(text) <= 400 else text[:397] + "..."
@@ -317,12 +455,15 @@ def report(res: Result, out=None) -> None:
         f"faults (not an anomaly): {s['committed_midrun_regressions']}",
         file=out,
     )
-    for kind in ANOMALIES:
-        found = res.anomalies[kind]
-        print(f"{kind}: {len(found)}", file=out)
+    _print_anomalies(res, "", out)
+
+
+def _print_anomalies(res: Result, prefix: str, out) -> None:
+    for kind, found in res.anomalies.items():
+        print(f"{prefix}{kind}: {len(found)}", file=out)
         for entry in found[:PRINTED_PER_KIND_MAX]:
             detail = {k: v for k, v in entry.items() if k != "ops"}
-            print(f"  {kind} {json.dumps(detail, sort_keys=True)}", file=out)
+            print(f"  {prefix}{kind} {json.dumps(detail, sort_keys=True)}", file=out)
             for op in entry["ops"]:
                 print(f"    {_short(op)}", file=out)
         if len(found) > PRINTED_PER_KIND_MAX:
@@ -334,12 +475,20 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("history")
     ap.add_argument("--json", help="write counts, stats and anomalies to this file")
     args = ap.parse_args(argv)
-    res = check(load(args.history))
+    ops = load(args.history)
+    res = check(ops)
     report(res)
+    ctp = None
+    if any(op.get("f") in ("txn", "ctp-send", "ctp-read") for op in ops):
+        ctp = check_ctp(ops)
+        report_ctp(ctp)
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:
-            json.dump({"counts": res.counts(), "stats": res.stats, "anomalies": res.anomalies}, fh)
-    return 0 if res.valid() else 1
+            doc = {"counts": res.counts(), "stats": res.stats, "anomalies": res.anomalies}
+            if ctp is not None:
+                doc["ctp"] = {"counts": ctp.counts(), "stats": ctp.stats, "anomalies": ctp.anomalies}
+            json.dump(doc, fh)
+    return 0 if res.valid() and (ctp is None or ctp.valid()) else 1
 
 
 if __name__ == "__main__":

@@ -3,8 +3,14 @@ workload, then heal, drain and check the history.
 
     python harness.py [--system millrace|kafka] [--nodes 3] [--seed S] [--duration 240] [--broken]
 
+Alongside the plain workload runs the transactional consume-transform-produce workload
+(``ctp.py``): an input producer, two transactional workers in a ``read_committed`` group, and a
+final drain of both topics; the process lane also kills the transaction coordinator of a
+worker's ``transactional.id``.
+
 Prints the schedule, progress, ``faults injected: N``, the checker's report (each anomaly
-count, with the operations that show each anomaly), one line per check, and ends with
+count, with the operations that show each anomaly; then the transactional report), one line
+per check, and ends with
 ``harness: N passed, M failed``. The work dir (history.jsonl, schedule.json, node logs) is
 kept when a check fails or with --keep. Rerun a seed with the same --system, --nodes,
 --duration and --seed: the schedule is identical (timing of the system under test is not).
@@ -28,6 +34,7 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 import checker
+import ctp
 import replicas
 from chaos import Chaos
 from history import History, merge
@@ -39,6 +46,10 @@ from workload import CLIENT_LOG, admin_client, create_topic
 HERE = Path(__file__).resolve().parent
 PARTITIONS = 6
 CLIENT_RESTARTS_MAX = 20  # per client: a client that keeps dying is left dead
+# A transactional worker also exits (to be restarted) on every fenced producer or unknown commit
+# outcome, which each transaction-coordinator kill can cause.
+CTP_RESTARTS_MAX = 60
+CTP_DRAIN_S = 240  # the transactional drain: waiting for the group to catch up, then both topics
 TOPIC = "chaos"
 GROUP = "chaos-group"
 
@@ -58,8 +69,11 @@ class WorkerProc:
     """A workload client in its own process (worker.py). A crashed client is restarted under a new
     incarnation name (``p1.1``), so its values and its history stay distinct."""
 
-    def __init__(self, work: Path, t0_ns: int, role: str, name: str, common: dict) -> None:
+    def __init__(self, work: Path, t0_ns: int, role: str, name: str, common: dict, finishes: bool = False,
+                 restarts_max: int = CLIENT_RESTARTS_MAX) -> None:
         self.work, self.t0_ns, self.role, self.base, self.common = work, t0_ns, role, name, common
+        self.finishes = finishes  # exit status 0 means it is done (not restarted)
+        self.restarts_max = restarts_max
         self.incarnation = 0
         self.proc = None
         self.crashes: List[str] = []
@@ -83,7 +97,9 @@ class WorkerProc:
         """Restarts the client if it died on its own."""
         if self.stopping or self.proc is None or self.proc.poll() is None:
             return
-        if len(self.crashes) >= CLIENT_RESTARTS_MAX:
+        if self.finishes and self.proc.returncode == 0:
+            return
+        if len(self.crashes) >= self.restarts_max:
             return  # gave up on this client; its crashes are printed with the results
         tail = self.stderr.read_text(errors="replace")[-300:].strip().replace("\n", " | ")
         self.crashes.append(f"{self.name} exited {self.proc.returncode}: {tail}")
@@ -208,6 +224,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         wait_until(lambda: len(admin.list_topics(timeout=5).brokers) >= nodes, 120, 1, "all brokers in metadata")
         wait_until(lambda: create_topic(cluster.bootstrap, TOPIC, PARTITIONS, cluster.replication_factor,
                                         cluster.topic_config()) or True, 120, 2, f"topic {TOPIC} created")
+        for topic in (ctp.IN_TOPIC, ctp.OUT_TOPIC):
+            wait_until(lambda t=topic: create_topic(cluster.bootstrap, t, ctp.PARTITIONS, cluster.replication_factor,
+                                                    cluster.topic_config()) or True, 120, 2, f"topic {topic} created")
         wait_until(lambda: healthy(admin, cluster), 120, 1, "every partition led and in sync")
 
         lanes: Dict[str, tuple] = {"broken": ("isolate-leader-kill",)} if args.broken else cluster.fault_kinds()
@@ -226,8 +245,13 @@ def main(argv: Optional[List[str]] = None) -> int:
         producers = [WorkerProc(work, t0_ns, "producer", f"p{k}", common) for k in (1, 2)]
         consumers = [WorkerProc(work, t0_ns, "group", f"c{k}", common) for k in (1, 2)]
         readers = [WorkerProc(work, t0_ns, "reader", "r1", common), WorkerProc(work, t0_ns, "committed", "admin", common)]
-        workers = producers + consumers + readers
-        for w in consumers + readers + producers:
+        ctp_rate = max(ctp.INPUT_RATE_MIN, ctp.CTP_INPUTS / (args.duration * ctp.INPUT_SPREAD))
+        ctp_input = WorkerProc(work, t0_ns, "ctp-input", "i1", dict(common, ctp_inputs=ctp.CTP_INPUTS, ctp_rate=ctp_rate),
+                               finishes=True)
+        ctp_workers = [WorkerProc(work, t0_ns, "ctp", f"x{k}", dict(common, transactional_id=ctp.txn_id(k)),
+                                  restarts_max=CTP_RESTARTS_MAX) for k in range(1, ctp.WORKERS + 1)]
+        workers = producers + consumers + readers + [ctp_input] + ctp_workers
+        for w in consumers + readers + ctp_workers + producers + [ctp_input]:
             w.start()
 
         def controller_lookup() -> Optional[int]:
@@ -237,7 +261,10 @@ def main(argv: Optional[List[str]] = None) -> int:
             except ValueError:
                 return None
 
-        nemesis = Nemesis(cluster, history, TOPIC, stop_nemesis, controller_lookup)
+        def txn_coordinator_lookup(slot: int) -> tuple:
+            return ctp.find_txn_coordinator(cluster.bootstrap, ctp.txn_id(slot))
+
+        nemesis = Nemesis(cluster, history, TOPIC, stop_nemesis, controller_lookup, txn_coordinator_lookup)
         nemesis.start(schedule)
         t0 = time.monotonic()
         next_report = t0 + 30
@@ -252,7 +279,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                 next_report += 30
                 c = progress(work)
                 log(f"t={time.monotonic() - t0:.0f}s sends ok {c['send-ok']}, info {c['send-info']}; "
-                    f"polls {c['poll-ok']}; commits ok {c['commit-ok']}; faults {c['faults']}")
+                    f"polls {c['poll-ok']}; commits ok {c['commit-ok']}; transactions ok {c['txn-ok']}, "
+                    f"aborted {c['txn-fail']}, unknown {c['txn-info']}; faults {c['faults']}")
 
         log("stopping the nemesis (current faults finish and heal)")
         stop_nemesis.set()
@@ -267,9 +295,9 @@ def main(argv: Optional[List[str]] = None) -> int:
             log(str(exc))
         recovery_s = time.monotonic() - t_heal
         log(f"healed; cluster {'recovered' if recovered else 'did NOT recover'} in {recovery_s:.1f}s; stopping producers")
-        for w in producers:
+        for w in producers + [ctp_input]:
             w.stop()
-        for w in producers:
+        for w in producers + [ctp_input]:
             w.wait(90)
         # Give the group time to read and commit what was written last.
         time.sleep(10)
@@ -281,6 +309,14 @@ def main(argv: Optional[List[str]] = None) -> int:
         log("draining every partition from the beginning")
         out = run_once(work, t0_ns, "drain", "drain", dict(common, timeout=120), 180)
         drained = json.loads(out.splitlines()[-1]) if out else {"complete": False, "read": 0}
+        log("transactions: waiting for the group to commit every input, then draining both topics read_committed")
+        out = run_once(work, t0_ns, "ctp-drain", "ctp-drain", dict(common, timeout=CTP_DRAIN_S), CTP_DRAIN_S + 60)
+        ctp_drained = json.loads(out.splitlines()[-1]) if out else None
+        log(f"transactions: drain {ctp_drained}")
+        for w in ctp_workers:
+            w.stop()
+        for w in ctp_workers:
+            w.wait(45)
         history.close()
         routes = chaos.status()
         # Replicas below the HW, byte for byte: read from disk once every node stopped cleanly.
@@ -307,8 +343,11 @@ def main(argv: Optional[List[str]] = None) -> int:
             print(f"nemesis errors ({len(nemesis.errors)}): " + "; ".join(nemesis.errors[:5]))
         res = checker.check(ops)
         checker.report(res)
+        ctp_res = checker.check_ctp(ops)
+        checker.report_ctp(ctp_res)
         with open(work / "result.json", "w", encoding="utf-8") as fh:
             json.dump({"seed": seed, "faults": counts, "counts": res.counts(), "stats": res.stats,
+                       "ctp_counts": ctp_res.counts(), "ctp_stats": ctp_res.stats,
                        "recovery_s": recovery_s, "drain": {k: v for k, v in drained.items() if k != "end_offsets"}},
                       fh, indent=1)
 
@@ -335,6 +374,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         else:
             for kind in checker.ANOMALIES:
                 checks.add(f"no {kind}", counts_a[kind] == 0, f"{counts_a[kind]}")
+            add_ctp_checks(checks, ctp_res, ops, ctp_drained)
     except BaseException as exc:  # noqa: BLE001 - a harness failure is a failed check
         checks.add("harness ran to the end", False, repr(exc)[:500])
         if not isinstance(exc, Exception):
@@ -360,9 +400,31 @@ def main(argv: Optional[List[str]] = None) -> int:
     return 0 if checks.failed == 0 else 1
 
 
+def add_ctp_checks(checks: Checks, res: checker.Result, ops: List[dict], drained: Optional[dict]) -> None:
+    """The transactional workload's checks (safe configuration only: the broken one loses
+    writes by design, and its transactional counts are printed, not judged)."""
+    s = res.stats
+    kills = [op for op in ops if op.get("process") == "nemesis" and op.get("type") == "invoke"
+             and op.get("f") == "kill-txn-coordinator"]
+    found = sum(1 for op in kills if op.get("chosen") == "coordinator")
+    checks.add(f"transactional inputs acknowledged >= {ctp.CTP_INPUTS // 2}", s["inputs_ok"] >= ctp.CTP_INPUTS // 2,
+               f"{s['inputs_ok']}")
+    checks.add("transactions committed, and some aborted on purpose", s["txn_ok"] > 0 and s["txn_deliberate_aborts"] > 0,
+               f"{s['txn_ok']} committed, {s['txn_deliberate_aborts']} aborted on purpose")
+    checks.add("transaction-coordinator kills hit the coordinator FindCoordinator named", bool(kills) and found > 0,
+               f"{found} of {len(kills)}")
+    checks.add("the transactional group committed every input before the drain", s["caught_up"])
+    checks.add("final read_committed drain read both topics to their ends", s["drain_complete"],
+               "" if drained else "the drain worker failed")
+    for kind in checker.CTP_ANOMALIES:
+        n = res.counts()[kind]
+        checks.add(f"no transactional {kind}", n == 0, f"{n}")
+
+
 def progress(work: Path) -> Dict[str, int]:
     """Counts from the per-process history files written so far (for progress lines)."""
-    c = {"send-ok": 0, "send-info": 0, "poll-ok": 0, "commit-ok": 0, "faults": 0}
+    c = {"send-ok": 0, "send-info": 0, "poll-ok": 0, "commit-ok": 0, "faults": 0, "txn-ok": 0, "txn-fail": 0,
+         "txn-info": 0}
     for path in work.glob("history-*.jsonl"):
         with open(path, encoding="utf-8", errors="replace") as fh:
             for line in fh:
@@ -375,6 +437,10 @@ def progress(work: Path) -> Dict[str, int]:
                     c["poll-ok"] += 1
                 elif '"type":"ok","f":"commit"' in line:
                     c["commit-ok"] += 1
+                elif '"f":"txn"' in line:
+                    for kind in ("ok", "fail", "info"):
+                        if f'"type":"{kind}","f":"txn"' in line:
+                            c[f"txn-{kind}"] += 1
                 elif '"process":"nemesis","type":"invoke"' in line:
                     c["faults"] += 1
     return c

@@ -16,6 +16,8 @@ Operations (``checker.py`` reads them):
 - ``committed``: a read-back of a group's committed ``offsets`` (admin client).
 - ``drain-end``: the final drain's ``end_offsets`` and whether it reached them (``complete``).
 - nemesis records: ``f`` is the fault kind; ``invoke`` when it starts, ``ok`` when healed.
+- the transactional workload's ``ctp-send``, ``txn``, ``txn-init``, ``ctp-read``,
+  ``ctp-caught-up``, ``ctp-drain-end`` and ``ctp-restart`` records: see ``ctp.py``.
 
 A process has at most one ``poll``/``commit``/``committed`` in flight, so those pair by process.
 

@@ -6,7 +6,8 @@ Targets named by role ("the leader of partition 3", "the active controller") are
 the fault starts; when that fails, the seeded fallback node is used.
 
 Two lanes run side by side: a process lane (kill -9 + restart with the same data dir,
-SIGSTOP/SIGCONT past the session timeout, kill -9 of the active controller) and a network lane
+SIGSTOP/SIGCONT past the session timeout, kill -9 of the active controller, kill -9 of the
+transaction coordinator of a transactional worker's ``transactional.id``) and a network lane
 (client link cuts one-way and both ways; with several nodes also one-way and two-way partitions
 between two nodes on their data links, controller links or both, and isolation of the active
 controller). Faults in a lane run one after another; each ends healed (restarted, resumed,
@@ -25,6 +26,7 @@ import threading
 import time
 from typing import Dict, List, Optional
 
+from ctp import WORKERS
 from history import History
 from systems import Cluster
 from workload import admin_client
@@ -33,6 +35,9 @@ SESSION_PAUSE_S = (11.0, 14.0)  # past Kafka's broker.session.timeout.ms (9 s) a
 DOWN_S = (1.0, 4.0)
 CUT_S = (3.0, 8.0)
 PARTITION_S = (3.0, 10.0)
+# Faults that kill a node and restart it (the schedule leaves time for the restart).
+KILL_KINDS = ("kill", "kill-controller", "kill-txn-coordinator", "isolate-leader-kill")
+TXN_SLOTS = WORKERS  # transactional worker slots; the schedule picks one per coordinator kill
 
 
 def make_schedule(seed: int, duration: float, lanes: Dict[str, tuple], ids: List[int], partitions: int,
@@ -52,7 +57,7 @@ def make_schedule(seed: int, duration: float, lanes: Dict[str, tuple], ids: List
             fault = _params(rng, kind, ids, partitions)
             fault.update(lane=lane, at=round(t, 2))
             schedule.append(fault)
-            overhead = restart_s if kind in ("kill", "kill-controller", "isolate-leader-kill") else 0.0
+            overhead = restart_s if kind in KILL_KINDS else 0.0
             t += fault["duration"] + overhead + rng.uniform(0.5, 2.0)
     schedule.sort(key=lambda f: f["at"])
     return schedule
@@ -69,6 +74,8 @@ def _params(rng: random.Random, kind: str, ids: List[int], partitions: int) -> d
         return dict(kind=kind, node=node, duration=round(rng.uniform(*SESSION_PAUSE_S), 2))
     if kind == "kill-controller":
         return dict(kind=kind, node=node, duration=round(rng.uniform(*DOWN_S), 2))
+    if kind == "kill-txn-coordinator":
+        return dict(kind=kind, slot=rng.randrange(1, TXN_SLOTS + 1), node=node, duration=round(rng.uniform(*DOWN_S), 2))
     if kind == "client-cut-oneway":
         return dict(kind=kind, node=node, direction=rng.choice(["up", "down"]), duration=round(rng.uniform(*CUT_S), 2))
     if kind == "client-cut-both":
@@ -87,7 +94,7 @@ def _params(rng: random.Random, kind: str, ids: List[int], partitions: int) -> d
 
 class Nemesis:
     def __init__(self, cluster: Cluster, history: History, topic: str, stop: threading.Event,
-                 controller_lookup) -> None:
+                 controller_lookup, txn_coordinator_lookup=None) -> None:
         self.cluster = cluster
         self.chaos = cluster.chaos
         self.history = history
@@ -97,6 +104,9 @@ class Nemesis:
         # DescribeCluster runs in a short-lived worker process (an admin-client abort must not end
         # the harness); it answers the active controller's id or None.
         self.controller_lookup = controller_lookup
+        # slot -> (coordinator node id or None, why the lookup failed): FindCoordinator for the
+        # transactional id of that worker slot (ctp.find_txn_coordinator).
+        self.txn_coordinator_lookup = txn_coordinator_lookup
         self.errors: List[str] = []
         self.threads: List[threading.Thread] = []
 
@@ -104,6 +114,13 @@ class Nemesis:
     def controller(self, fallback: int) -> int:
         found = self.controller_lookup()
         return found if found in self.cluster.nodes else fallback
+
+    def txn_coordinator(self, slot: int, fallback: int) -> tuple:
+        """(node, how it was chosen): the coordinator found, or the seeded fallback."""
+        found, failures = self.txn_coordinator_lookup(slot) if self.txn_coordinator_lookup else (None, ["no lookup"])
+        if found in self.cluster.nodes:
+            return found, "coordinator"
+        return fallback, f"fallback ({'; '.join(failures)[:200]})"
 
     def leader(self, partition: int, fallback: int) -> int:
         try:
@@ -151,6 +168,13 @@ class Nemesis:
             else:
                 node = fault["node"]
             h.record("nemesis", "invoke", kind, node=node, duration=fault["duration"])
+            self.cluster.nodes[node].kill9()
+            time.sleep(fault["duration"])
+            self._restart(node)
+            h.record("nemesis", "ok", kind, node=node)
+        elif kind == "kill-txn-coordinator":
+            node, chosen = self.txn_coordinator(fault["slot"], fault["node"])
+            h.record("nemesis", "invoke", kind, node=node, slot=fault["slot"], chosen=chosen, duration=fault["duration"])
             self.cluster.nodes[node].kill9()
             time.sleep(fault["duration"])
             self._restart(node)

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Cluster fault test: the checker's unit tests, then the fault harness (harness.py) against
 # Millrace (default) or Apache Kafka, ending with "N passed, M failed".
+# The fault run has two workloads side by side: plain producers/consumers (workload.py) and
+# transactional consume-transform-produce (ctp.py), whose checks are also PASS/FAIL lines.
 #
 #   compat-tests/cluster/run.sh                         # Millrace: 3 nodes, or 1 node when the binary
 #                                                       # has no cluster support (it says so)

@@ -43,7 +43,7 @@ KAFKA_LIBS = REPO / "compat-tests" / ".work" / "kafka-ref" / "libs"
 KAFKA_POM = REPO / "compat-tests" / "reference" / "pom.xml"
 
 # Fault kinds, per lane. A process lane and a network lane run side by side.
-PROCESS_KINDS = ("kill", "pause", "kill-controller")
+PROCESS_KINDS = ("kill", "pause", "kill-controller", "kill-txn-coordinator")
 CLIENT_NETWORK_KINDS = ("client-cut-oneway", "client-cut-both")
 PEER_NETWORK_KINDS = ("partition-oneway", "partition-both", "isolate-controller")
 
@@ -287,6 +287,7 @@ class KafkaCluster(Cluster):
                 "offsets.topic.num.partitions": "4",
                 "transaction.state.log.replication.factor": str(self.n),
                 "transaction.state.log.min.isr": str(min(2, self.n)),
+                "transaction.state.log.num.partitions": "4",
                 "group.initial.rebalance.delay.ms": "0",
                 "auto.create.topics.enable": "false",
                 "unclean.leader.election.enable": "true" if broken else "false",

@@ -234,3 +234,165 @@ def test_load_skips_a_torn_last_line(tmp_path):
     path = tmp_path / "h.jsonl"
     path.write_text(json.dumps({"i": 0, "process": "p1", "type": "invoke", "f": "send", "partition": 0, "value": "x"}) + "\n{\"i\": 1, \"pro")
     assert len(checker.load(str(path))) == 1
+
+
+# --- transactions (consume-transform-produce) ---------------------------------------------------
+
+
+class T(H):
+    """Adds the transactional workload's records (ctp.py) to a hand-made history."""
+
+    def txn(self, proc, txn, inputs, outcome="ok", deliberate=False):
+        """inputs: {partition: [(offset, value), ...]}; outputs are '<value>|<txn>'."""
+        outputs = [f"{v}|{txn}" for rs in inputs.values() for _, v in rs]
+        nexts = {str(p): rs[-1][0] + 1 for p, rs in inputs.items()}
+        self._op(process=proc, type="invoke", f="txn", txn=txn, outputs=outputs, offsets=nexts,
+                 inputs={str(p): [list(r) for r in rs] for p, rs in inputs.items()}, deliberate=deliberate)
+        self._op(process=proc, type=outcome, f="txn", txn=txn, deliberate=deliberate and outcome == "fail")
+
+    def input(self, p, value, offset):
+        self._op(process="i1", type="invoke", f="ctp-send", partition=p, value=value)
+        self._op(process="i1", type="ok", f="ctp-send", partition=p, value=value, offset=offset)
+
+    def read(self, topic, reads):
+        self._op(process="ctp-drain", type="invoke", f="ctp-read", topic=topic)
+        self._op(process="ctp-drain", type="ok", f="ctp-read", topic=topic,
+                 reads={str(p): [list(r) for r in rs] for p, rs in reads.items()})
+
+    def drained(self):
+        for topic in ("in", "out"):
+            self._op(process="ctp-drain", type="ok", f="ctp-drain-end", topic=topic, complete=True, caught_up=True)
+
+    def result(self):
+        return checker.check_ctp(self.ops)
+
+
+def ctp_base():
+    """Four inputs on two partitions; x1 commits a, b; aborts c on purpose; x2 commits c, d.
+    The output holds the committed outputs and the aborted transaction's records are not read."""
+    h = T()
+    for p, value, offset in ((0, "a", 0), (1, "b", 0), (0, "c", 1), (1, "d", 1)):
+        h.input(p, value, offset)
+    h.txn("x1", "x1#1", {0: [(0, "a")], 1: [(0, "b")]})
+    h.txn("x1", "x1#2", {0: [(1, "c")]}, outcome="fail", deliberate=True)
+    h.txn("x2", "x2#1", {0: [(1, "c")], 1: [(1, "d")]})
+    h.read("in", {0: [(0, "a"), (1, "c")], 1: [(0, "b"), (1, "d")]})
+    return h
+
+
+def ctp_out_clean(h):
+    h.read("out", {0: [(0, "a|x1#1"), (3, "c|x2#1")], 1: [(0, "b|x1#1"), (2, "d|x2#1")]})
+
+
+def test_ctp_clean_history_passes():
+    h = ctp_base()
+    ctp_out_clean(h)
+    h.drained()
+    res = h.result()
+    assert res.valid(), res.counts()
+    s = res.stats
+    assert (s["txn_ok"], s["txn_fail"], s["txn_deliberate_aborts"], s["txn_info"]) == (2, 1, 1, 0)
+    assert s["inputs"] == 4 and s["outputs_read"] == 4 and s["drain_complete"] and s["caught_up"]
+
+
+def test_ctp_aborted_read():
+    h = ctp_base()
+    # The aborted transaction's record is visible to the read_committed drain.
+    h.read("out", {0: [(0, "a|x1#1"), (1, "c|x1#2"), (3, "c|x2#1")], 1: [(0, "b|x1#1"), (2, "d|x2#1")]})
+    res = h.result()
+    assert only(res, "aborted-read") == {"duplicate": 1}  # c also came out twice
+    bad = res.anomalies["aborted-read"][0]
+    assert (bad["value"], bad["txn"], bad["why"]) == ("c|x1#2", "x1#2", "aborted on purpose")
+
+
+def test_ctp_record_of_no_transaction_is_an_aborted_read():
+    h = ctp_base()
+    ctp_out_clean(h)
+    h.read("out", {1: [(5, "z|x9#4")]})
+    res = h.result()
+    assert only(res, "aborted-read") == {}
+    assert res.anomalies["aborted-read"][0]["why"] == "no such transaction"
+
+
+def test_ctp_lost_write():
+    h = ctp_base()
+    # x1#1 was acknowledged, but none of its outputs is in the output: both lost, and a and b
+    # never came out at all.
+    h.read("out", {0: [(3, "c|x2#1")], 1: [(2, "d|x2#1")]})
+    res = h.result()
+    assert only(res, "lost-write", 2) == {"missing-output": 2}
+    assert sorted(a["value"] for a in res.anomalies["lost-write"]) == ["a|x1#1", "b|x1#1"]
+
+
+def test_ctp_duplicate_from_two_committed_transactions():
+    h = ctp_base()
+    # A zombie x1 also committed d after the group had moved partition 1 to x2.
+    h.txn("x1", "x1#3", {1: [(1, "d")]})
+    h.read("out", {0: [(0, "a|x1#1"), (3, "c|x2#1")], 1: [(0, "b|x1#1"), (2, "d|x2#1"), (4, "d|x1#3")]})
+    res = h.result()
+    assert only(res, "duplicate") == {}
+    dup = res.anomalies["duplicate"][0]
+    assert dup["input"] == "d" and [pl[2] for pl in dup["places"]] == ["x2#1", "x1#3"]
+
+
+def test_ctp_unknown_outcome_is_indeterminate_either_way():
+    h = ctp_base()
+    # x2#2's commit timed out: its outputs may or may not be there. Here it committed (d only
+    # came out through it) ...
+    h.txn("x2", "x2#2", {1: [(2, "e")]}, outcome="info")
+    h.input(1, "e", 2)
+    h.read("in", {1: [(2, "e")]})
+    ctp_out_clean(h)
+    h.read("out", {1: [(4, "e|x2#2")]})
+    assert h.result().valid(), h.result().counts()
+    # ... and had it aborted, e came out through a later transaction: also fine.
+    g = ctp_base()
+    g.txn("x2", "x2#2", {1: [(2, "e")]}, outcome="info")
+    g.input(1, "e", 2)
+    g.read("in", {1: [(2, "e")]})
+    g.txn("x2.1", "x2.1#1", {1: [(2, "e")]})
+    ctp_out_clean(g)
+    g.read("out", {1: [(5, "e|x2.1#1")]})
+    res = g.result()
+    assert res.valid(), res.counts()
+    assert res.stats["txn_info"] == 1
+
+
+def test_ctp_partial_transaction():
+    h = ctp_base()
+    h.txn("x2", "x2#2", {0: [(2, "e")], 1: [(2, "f")]}, outcome="info")
+    h.input(0, "e", 2)
+    h.input(1, "f", 2)
+    ctp_out_clean(h)
+    h.read("out", {0: [(5, "e|x2#2")]})  # f's output of the same transaction is missing
+    res = h.result()
+    assert only(res, "partial-transaction") == {"missing-output": 1}
+    bad = res.anomalies["partial-transaction"][0]
+    assert (bad["txn"], bad["present"], bad["outputs"], bad["missing"]) == ("x2#2", 1, 2, ["f|x2#2"])
+
+
+def test_ctp_missing_output_for_an_input_never_processed():
+    h = ctp_base()
+    h.input(0, "e", 2)  # acknowledged, and nobody transformed it
+    ctp_out_clean(h)
+    res = h.result()
+    assert only(res, "missing-output") == {}
+    miss = res.anomalies["missing-output"][0]
+    assert (miss["input"], miss["acknowledged"], miss["read"]) == ("e", True, False)
+
+
+def test_ctp_report_prints_counts():
+    h = ctp_base()
+    h.read("out", {0: [(0, "a|x1#1"), (1, "c|x1#2"), (3, "c|x2#1")], 1: [(0, "b|x1#1"), (2, "d|x2#1")]})
+    out = io.StringIO()
+    checker.report_ctp(h.result(), out)
+    text = out.getvalue()
+    assert "ctp aborted-read: 1" in text and "ctp lost-write: 0" in text
+    assert "1 aborted of which 1 on purpose" in text
+
+
+def test_plain_checker_ignores_transactional_records():
+    h = ctp_base()
+    ctp_out_clean(h)
+    res = checker.check(h.ops)
+    assert res.valid(), res.counts()

@@ -24,6 +24,8 @@ def test_same_seed_same_schedule_and_every_kind_comes_up():
             assert f["duration"] > 10, "a pause must outlast the 10 s consumer session and Kafka's 9 s broker session"
         if f["kind"].startswith("partition"):
             assert f["a"] != f["b"]
+        if f["kind"] == "kill-txn-coordinator":
+            assert 1 <= f["slot"] <= nemesis.TXN_SLOTS and f["node"] in (1, 2, 3)
 
 
 def test_one_way_partition_cuts_both_ends_of_the_pair():
@@ -76,3 +78,37 @@ def test_millrace_single_node_has_no_cluster_flags(tmp_path: Path):
     assert "--controller-voters" not in args and "--controller-listen" not in args
     assert "MILLRACE_TEST_PEER_ADDRESSES" not in cluster.nodes[1].extra_env
     assert cluster.fault_kinds()["network"] == systems.CLIENT_NETWORK_KINDS
+
+
+def test_find_coordinator_request_and_answer():
+    """The raw FindCoordinator v1 (key type 1) the nemesis sends, against a canned answer."""
+    import socket
+    import struct
+    import threading
+
+    import ctp
+
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+    got = {}
+
+    def serve():
+        conn, _ = srv.accept()
+        with conn:
+            size = struct.unpack(">i", ctp._recv_exact(conn, 4))[0]
+            got["req"] = ctp._recv_exact(conn, size)
+            body = struct.pack(">iih", 1, 0, 0) + struct.pack(">h", -1) + struct.pack(">i", 3)
+            body += ctp._string("127.0.0.1") + struct.pack(">i", 9092)
+            conn.sendall(struct.pack(">i", len(body)) + body)
+
+    th = threading.Thread(target=serve, daemon=True)
+    th.start()
+    port = srv.getsockname()[1]
+    node, failures = ctp.find_txn_coordinator(f"127.0.0.1:1,127.0.0.1:{port}", "ctp-x1", timeout=2)
+    th.join(5)
+    srv.close()
+    assert node == 3 and len(failures) == 1  # the first address refused the connection
+    api_key, version, corr = struct.unpack_from(">hhi", got["req"], 0)
+    assert (api_key, version, corr) == (10, 1, 1)
+    assert got["req"].endswith(ctp._string("ctp-x1") + b"\x01")

@@ -2,12 +2,16 @@
 
     python worker.py CONFIG_JSON
 
-CONFIG_JSON: ``role`` (producer | group | reader | committed | drain | controller), ``name``,
-``bootstrap``, ``topic``, ``partitions``, ``group``, ``rate``, ``broken``, ``history`` (file),
-``t0_ns`` (the run's CLOCK_MONOTONIC origin), ``client_log`` (librdkafka's log file).
+CONFIG_JSON: ``role`` (producer | group | reader | committed | drain | controller | ctp-input |
+ctp | ctp-drain), ``name``, ``bootstrap``, ``topic``, ``partitions``, ``group``, ``rate``,
+``broken``, ``history`` (file), ``t0_ns`` (the run's CLOCK_MONOTONIC origin), ``client_log``
+(librdkafka's log file); ``ctp-input`` also ``ctp_inputs`` and ``ctp_rate``, ``ctp`` also
+``transactional_id`` (``ctp.py`` describes the transactional workload).
 
-The worker stops when a line arrives on stdin or stdin closes (the harness died). ``drain``
-prints its result as one JSON line; ``controller`` prints the active controller's id.
+The worker stops when a line arrives on stdin or stdin closes (the harness died). ``drain`` and
+``ctp-drain`` print their result as one JSON line; ``controller`` prints the active controller's
+id. A ``ctp`` worker whose producer is fenced or whose transaction outcome is unknown exits with
+``ctp.EXIT_RESTART`` (the harness restarts it; the new producer fences the old one).
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import logging
 import sys
 import threading
 
+import ctp
 from history import History
 from workload import (
     CLIENT_LOG,
@@ -56,6 +61,21 @@ def main() -> int:
         if role == "drain":
             result = drain(history, bootstrap, topic, cfg["partitions"], cfg.get("timeout", 120))
             print(json.dumps(result), flush=True)
+            return 0
+        if role == "ctp-drain":
+            result = ctp.drain(history, bootstrap, cfg.get("timeout", 120))
+            print(json.dumps(result), flush=True)
+            return 0
+        if role == "ctp-input":
+            ctp.InputProducer(name, history, stop, bootstrap, cfg["ctp_inputs"], cfg["ctp_rate"]).work()
+            return 0
+        if role == "ctp":
+            try:
+                ctp.CtpWorker(name, history, stop, bootstrap, cfg["transactional_id"]).work()
+            except ctp.Restart as exc:
+                history.record(name, "info", "ctp-restart", error=str(exc)[:300])
+                print(f"restart: {exc}", file=sys.stderr, flush=True)
+                return ctp.EXIT_RESTART
             return 0
         if role == "producer":
             worker = ProducerWorker(name, history, stop, bootstrap, topic, cfg["partitions"], cfg["rate"], cfg["broken"])
