@@ -20,6 +20,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 use millrace_cluster::image::NO_LEADER;
 use millrace_controller::ProducerIdAllocator;
+use millrace_frontend::api::write_txn_markers::MARKER_COMMIT_TIMEOUT;
 use millrace_frontend::error_codes::{
     FENCED_LEADER_EPOCH, INVALID_PRODUCER_EPOCH, KAFKA_STORAGE_ERROR, NONE, NOT_ENOUGH_REPLICAS,
     NOT_ENOUGH_REPLICAS_AFTER_APPEND, NOT_LEADER_OR_FOLLOWER, PRODUCER_FENCED, REQUEST_TIMED_OUT,
@@ -47,7 +48,9 @@ pub struct ReplicatedTxnIo {
 /// Idle connections kept per broker for WriteTxnMarkers (more are opened while markers to one
 /// broker are in flight at once, and closed after use).
 const MARKER_CONNECTIONS_IDLE_MAX: usize = 4;
-/// How long a WriteTxnMarkers answer may take beyond the marker's own commit timeout.
+/// How long a WriteTxnMarkers answer may take beyond the longest the receiving leader waits for its
+/// in-sync replicas (`MARKER_COMMIT_TIMEOUT`): the leader answers before the channel gives up, so
+/// a retried marker never races a late append of the request it replaces.
 const MARKER_REQUEST_SLACK: Duration = Duration::from_secs(5);
 
 /// WriteTxnMarkers requests to the leaders of partitions on other brokers.
@@ -127,7 +130,7 @@ impl ReplicatedTxnIo {
     ) -> Self {
         let markers = Arc::new(MarkerChannel {
             client_id: format!("broker-{}-txn-markers", replicas.node_id()),
-            timeout: commit_timeout + MARKER_REQUEST_SLACK,
+            timeout: commit_timeout.max(MARKER_COMMIT_TIMEOUT) + MARKER_REQUEST_SLACK,
             idle: Mutex::new(HashMap::new()),
         });
         Self {
@@ -140,26 +143,17 @@ impl ReplicatedTxnIo {
         }
     }
 
-    /// Writes a marker through the partition's leader on another broker.
+    /// Writes a marker through `leader`, the partition's leader on another broker.
     fn write_marker_remote(
         &self,
         tp: TopicPartition,
+        leader: i32,
         producer_id: i64,
         producer_epoch: i16,
         marker: Marker,
     ) -> IoFuture<()> {
-        let gone = if (self.topic_exists)(&tp.topic) {
-            TxnIoError::NotLeader
-        } else {
-            TxnIoError::UnknownPartition
-        };
-        let leader = self.replicas.leader_of(&tp).unwrap_or(NO_LEADER);
-        let addr = if leader == NO_LEADER || leader == self.replicas.node_id() {
-            None
-        } else {
-            self.replicas.broker_address(leader)
-        };
-        let Some(addr) = addr else {
+        let gone = self.gone(&tp.topic);
+        let Some(addr) = self.replicas.broker_address(leader) else {
             return Box::pin(async move { Err(gone) });
         };
         let request =
@@ -176,6 +170,25 @@ impl ReplicatedTxnIo {
             let code = channel.send(leader, &addr, &request).await?;
             from_marker_code(code, gone)
         })
+    }
+}
+
+impl ReplicatedTxnIo {
+    /// What a partition this broker cannot write means: retried (NotLeader) while its topic
+    /// exists; a deleted topic needs no marker.
+    fn gone(&self, topic: &str) -> TxnIoError {
+        if (self.topic_exists)(topic) {
+            TxnIoError::NotLeader
+        } else {
+            TxnIoError::UnknownPartition
+        }
+    }
+
+    /// A marker append refused here, as the coordinator's error (Kafka retries
+    /// KAFKA_STORAGE_ERROR and NOT_LEADER alike).
+    fn refused(&self, e: ReplicaError, topic: &str) -> IoFuture<()> {
+        let e = from_replica(e, self.gone(topic));
+        Box::pin(async move { Err(e) })
     }
 }
 
@@ -276,28 +289,18 @@ impl TxnIo for ReplicatedTxnIo {
                 })
             }
             Ok((_, wait)) => committed(wait, self.commit_timeout),
-            // Led by another broker (this one follows it, or hosts no replica).
             Err(
-                ReplicaError::UnknownPartition(_)
-                | ReplicaError::Partition(PartitionError::NotLeader { .. }),
-            ) if self
-                .replicas
-                .leader_of(&tp)
-                .is_some_and(|l| l != NO_LEADER && l != self.replicas.node_id()) =>
-            {
-                self.write_marker_remote(tp, producer_id, producer_epoch, marker)
-            }
-            // A deleted topic needs no marker; a partition not hosted here for another reason
-            // (its log dir failed) is retried, as Kafka retries KAFKA_STORAGE_ERROR.
-            Err(e) => {
-                let gone = if (self.topic_exists)(topic) {
-                    TxnIoError::NotLeader
-                } else {
-                    TxnIoError::UnknownPartition
-                };
-                let e = from_replica(e, gone);
-                Box::pin(async move { Err(e) })
-            }
+                e @ (ReplicaError::UnknownPartition(_)
+                | ReplicaError::Partition(PartitionError::NotLeader { .. })),
+            ) => match self.replicas.leader_of(&tp) {
+                // Led by another broker (this one follows it, or hosts no replica).
+                Some(leader) if leader != NO_LEADER && leader != self.replicas.node_id() => {
+                    self.write_marker_remote(tp, leader, producer_id, producer_epoch, marker)
+                }
+                _ => self.refused(e, topic),
+            },
+            // A partition not hosted here for another reason (its log dir failed) is retried.
+            Err(e) => self.refused(e, topic),
         }
     }
 

@@ -5,11 +5,15 @@
 //! replicas hold it (NOT_LEADER_OR_FOLLOWER, NOT_ENOUGH_REPLICAS, … for the coordinator to retry;
 //! INVALID_PRODUCER_EPOCH or TRANSACTION_COORDINATOR_FENCED when a newer producer epoch or
 //! coordinator already wrote there); a committed marker on `__consumer_offsets` ends the producer's
-//! pending transactional offsets of that partition.
+//! pending transactional offsets of that partition. The whole answer is due within
+//! [`MARKER_COMMIT_TIMEOUT`] of the request (one deadline, not one per partition), and the sending
+//! coordinator waits longer than that, so a request it gave up on has already been answered.
 
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
+
+use tokio::time::Instant;
 
 use kafka_protocol::messages::write_txn_markers_response::{
     WritableTxnMarkerPartitionResult, WritableTxnMarkerResult, WritableTxnMarkerTopicResult,
@@ -24,9 +28,10 @@ use crate::authz::Authz;
 use crate::error_codes::{self, CLUSTER_AUTHORIZATION_FAILED, NONE};
 use crate::BrokerContext;
 
-/// How long a marker may take to reach the in-sync replicas (Kafka waits `request.timeout.ms`,
-/// 30 s by default).
-const MARKER_COMMIT_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long the markers of one request may take to reach the in-sync replicas (Kafka waits
+/// `request.timeout.ms`, 30 s by default). A coordinator sending WriteTxnMarkers must wait longer
+/// for the answer (`txn_io` in the broker does), or a request it abandoned could still append.
+pub const MARKER_COMMIT_TIMEOUT: Duration = Duration::from_secs(30);
 
 pub fn handle(
     ctx: &Arc<BrokerContext>,
@@ -63,6 +68,7 @@ pub fn handle(
         pending.push((producer_id, marker.commit, topics));
     }
     let groups = Arc::clone(&ctx.groups);
+    let deadline = Instant::now() + MARKER_COMMIT_TIMEOUT;
     async move {
         let mut markers = Vec::with_capacity(pending.len());
         for (producer_id, commit, topics) in pending {
@@ -71,7 +77,10 @@ pub fn handle(
                 let mut results = Vec::with_capacity(partitions.len());
                 for (p, appended) in partitions {
                     let code = match appended {
-                        Ok(Some(wait)) => match wait.wait(MARKER_COMMIT_TIMEOUT).await {
+                        Ok(Some(wait)) => match wait
+                            .wait(deadline.saturating_duration_since(Instant::now()))
+                            .await
+                        {
                             Ok(()) => NONE,
                             Err(e) => error_codes::from_ack(e).code,
                         },
