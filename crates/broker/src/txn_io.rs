@@ -171,9 +171,7 @@ impl ReplicatedTxnIo {
             from_marker_code(code, gone)
         })
     }
-}
 
-impl ReplicatedTxnIo {
     /// What a partition this broker cannot write means: retried (NotLeader) while its topic
     /// exists; a deleted topic needs no marker.
     fn gone(&self, topic: &str) -> TxnIoError {
