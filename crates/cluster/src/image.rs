@@ -16,6 +16,10 @@
 //! records, each of which raises its partition epoch.
 //! **Invariant:** applying is deterministic and never fails as a whole: a record that names an
 //! unknown topic or broker is skipped with a warning, identically on every node.
+//! **Invariant:** a metadata transaction (a decision spread over several entries) changes nothing
+//! a reader sees until its `EndTransaction`: its records wait in [`MetadataImage::transaction`]
+//! (which snapshots carry, so a node restored mid-transaction can still end it) and are then
+//! applied together at the end's offset; an `AbortTransaction` drops them.
 //!
 //! Locking: the current image is an `Arc<MetadataImage>` behind a short `RwLock`; readers clone the
 //! `Arc` and never block the applier for longer than that. Topics are `Arc`s, so a change to one
@@ -222,6 +226,21 @@ pub struct MetadataImage {
     /// Client quotas: entity → key → value.
     #[serde(default)]
     pub client_quotas: Arc<ClientQuotas>,
+    /// The metadata transaction begun and not yet ended or aborted, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transaction: Option<OpenTransaction>,
+}
+
+/// A metadata transaction in progress: the records of one decision committed so far, not yet
+/// applied.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct OpenTransaction {
+    /// The name its `BeginTransaction` gave (what the decision was).
+    pub name: String,
+    /// Offset of the entry that began it.
+    pub start_offset: u64,
+    /// Its records so far, in log order.
+    pub records: Vec<MetadataRecord>,
 }
 
 impl MetadataImage {
@@ -270,14 +289,59 @@ impl MetadataImage {
     /// Applies one committed entry at log `offset`.
     pub fn apply_batch(&mut self, offset: u64, batch: &MetadataBatch) {
         for record in &batch.records {
-            self.apply(offset, record);
+            self.apply_in_transaction(offset, record);
         }
         self.offset = self.offset.max(offset);
+    }
+
+    /// Applies `record`, or holds it back while a metadata transaction is open.
+    fn apply_in_transaction(&mut self, offset: u64, record: &MetadataRecord) {
+        match record {
+            MetadataRecord::BeginTransaction { name } => {
+                if let Some(open) = self.transaction.take() {
+                    warn!(dropped = %open.name, records = open.records.len(), offset, "metadata: a transaction began inside another; the open one is dropped");
+                }
+                self.transaction = Some(OpenTransaction {
+                    name: name.clone(),
+                    start_offset: offset,
+                    records: Vec::new(),
+                });
+            }
+            MetadataRecord::EndTransaction => match self.transaction.take() {
+                Some(open) => {
+                    for r in &open.records {
+                        self.apply(offset, r);
+                    }
+                }
+                None => warn!(
+                    offset,
+                    "metadata: end of a transaction that is not open skipped"
+                ),
+            },
+            MetadataRecord::AbortTransaction { reason } => match self.transaction.take() {
+                Some(open) => {
+                    warn!(name = %open.name, records = open.records.len(), start_offset = open.start_offset, offset, %reason, "metadata: transaction aborted");
+                }
+                None => warn!(
+                    offset,
+                    "metadata: abort of a transaction that is not open skipped"
+                ),
+            },
+            _ => match &mut self.transaction {
+                Some(open) => open.records.push(record.clone()),
+                None => self.apply(offset, record),
+            },
+        }
     }
 
     fn apply(&mut self, offset: u64, record: &MetadataRecord) {
         let epoch = i64::try_from(offset).unwrap_or(i64::MAX);
         match record {
+            MetadataRecord::BeginTransaction { .. }
+            | MetadataRecord::EndTransaction
+            | MetadataRecord::AbortTransaction { .. } => {
+                // Handled by `apply_in_transaction`; a transaction never holds these.
+            }
             MetadataRecord::UserScramCredential { name, credential } => {
                 let credentials = self.scram_credentials.entry(name.clone()).or_default();
                 credentials.retain(|c| c.mechanism != credential.mechanism);
@@ -674,5 +738,63 @@ mod tests {
         image.apply_batch(3, &MetadataBatch::new(vec![change]));
         assert_eq!(image.topics, before.topics);
         assert_eq!(image.offset, 3);
+    }
+
+    #[test]
+    fn a_transaction_takes_effect_at_its_end_and_survives_a_snapshot() {
+        let (mut image, id) = image_with_topic();
+        let before = image.clone();
+        let lead = |leader| {
+            crate::records::PartitionChangeBuilder {
+                leader: Some(leader),
+                ..MetadataRecord::partition_change(id, 0)
+            }
+            .build()
+        };
+        image.apply_batch(
+            3,
+            &MetadataBatch::new(vec![
+                MetadataRecord::BeginTransaction { name: "t".into() },
+                register(3, true),
+                lead(2),
+            ]),
+        );
+        // Nothing visible, but the offset moves and the transaction is in the snapshot.
+        assert_eq!(
+            (&image.brokers, &image.topics),
+            (&before.brokers, &before.topics)
+        );
+        assert_eq!(image.offset, 3);
+        let mut restored = MetadataImage::decode(&image.encode()).expect("decode");
+        assert_eq!(restored, image);
+        restored.apply_batch(4, &MetadataBatch::new(vec![MetadataRecord::EndTransaction]));
+        assert!(restored.transaction.is_none());
+        // Every record at the end's offset: the broker epoch is 4, not 3.
+        assert_eq!(restored.broker(3).map(|b| b.broker_epoch), Some(4));
+        assert_eq!(restored.partition("t", 0).map(|p| p.leader), Some(2));
+    }
+
+    #[test]
+    fn an_aborted_transaction_changes_nothing() {
+        let (mut image, id) = image_with_topic();
+        let before = image.clone();
+        image.apply_batch(
+            3,
+            &MetadataBatch::new(vec![
+                MetadataRecord::BeginTransaction { name: "t".into() },
+                MetadataRecord::RemoveTopic { topic_id: id },
+            ]),
+        );
+        image.apply_batch(
+            4,
+            &MetadataBatch::new(vec![MetadataRecord::AbortTransaction {
+                reason: "test".into(),
+            }]),
+        );
+        // A stray end or abort is skipped.
+        image.apply_batch(5, &MetadataBatch::new(vec![MetadataRecord::EndTransaction]));
+        assert_eq!(image.topics, before.topics);
+        assert!(image.transaction.is_none());
+        assert_eq!(image.offset, 5);
     }
 }

@@ -3,7 +3,11 @@
 //! node applies the committed records, in log order, to its [`crate::image::MetadataImage`].
 //!
 //! One log entry carries a [`MetadataBatch`]: the records of one controller decision, applied
-//! atomically (a CreateTopics is its topic record plus one record per partition).
+//! atomically (a CreateTopics is its topic record plus one record per partition). A decision too
+//! large for one entry spans several, opened by [`MetadataRecord::BeginTransaction`] and closed by
+//! [`MetadataRecord::EndTransaction`] (Kafka's KIP-868 metadata transactions): its records take
+//! effect together, at the offset of the entry that ends it, or not at all
+//! ([`MetadataRecord::AbortTransaction`]).
 //!
 //! **Invariant:** applying a batch is deterministic: it reads nothing but the image and the
 //! entry's log offset, so every node that applies the same log holds the same image.
@@ -159,9 +163,45 @@ pub enum MetadataRecord {
     },
     /// [ProducerIdsRecord] The next producer id not yet handed out in a block.
     ProducerIds { next_producer_id: i64 },
+    /// [BeginTransactionRecord] The records that follow, up to the matching `EndTransaction`, are
+    /// one decision spread over several entries: nothing of it is applied until its end.
+    BeginTransaction { name: String },
+    /// [EndTransactionRecord] The open transaction's records take effect, all at this entry's
+    /// offset.
+    EndTransaction,
+    /// [AbortTransactionRecord] The open transaction's records are dropped: the controller that
+    /// began it lost its leadership (or its outcome) before ending it.
+    AbortTransaction { reason: String },
 }
 
 impl MetadataRecord {
+    /// The record's type, as Kafka names it without the `Record` suffix (log lines, transaction
+    /// names).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Bootstrap { .. } => "Bootstrap",
+            Self::RegisterBroker { .. } => "RegisterBroker",
+            Self::UserScramCredential { .. } => "UserScramCredential",
+            Self::RemoveUserScramCredential { .. } => "RemoveUserScramCredential",
+            Self::AccessControlEntry { .. } => "AccessControlEntry",
+            Self::RemoveAccessControlEntry { .. } => "RemoveAccessControlEntry",
+            Self::ClientQuota { .. } => "ClientQuota",
+            Self::FenceBroker { .. } => "FenceBroker",
+            Self::UnfenceBroker { .. } => "UnfenceBroker",
+            Self::BeginControlledShutdown { .. } => "BeginControlledShutdown",
+            Self::UnregisterBroker { .. } => "UnregisterBroker",
+            Self::Topic { .. } => "Topic",
+            Self::Partition { .. } => "Partition",
+            Self::PartitionChange { .. } => "PartitionChange",
+            Self::RemoveTopic { .. } => "RemoveTopic",
+            Self::TopicConfigs { .. } => "TopicConfigs",
+            Self::ProducerIds { .. } => "ProducerIds",
+            Self::BeginTransaction { .. } => "BeginTransaction",
+            Self::EndTransaction => "EndTransaction",
+            Self::AbortTransaction { .. } => "AbortTransaction",
+        }
+    }
+
     /// A partition change that only sets the given fields; build with struct update syntax.
     pub fn partition_change(topic_id: Uuid, partition: i32) -> PartitionChangeBuilder {
         PartitionChangeBuilder {

@@ -14,6 +14,7 @@
 
 pub mod client;
 pub mod controller;
+pub mod entries;
 pub mod lifecycle;
 pub mod limits;
 pub mod messages;
@@ -26,6 +27,7 @@ pub mod service;
 
 pub use client::ControllerClient;
 pub use controller::{Controller, ControllerConfig, Decision};
+pub use entries::{activation_records, entries_of, SplitError};
 pub use lifecycle::{BrokerInfo, BrokerLifecycle, Registration};
 pub use messages::{ControllerError, ControllerRequest, ControllerResponse};
 pub use producer_ids::ProducerIdAllocator;

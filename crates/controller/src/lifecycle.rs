@@ -19,7 +19,7 @@ use tracing::{info, warn};
 use uuid::Uuid;
 
 use crate::client::ControllerClient;
-use crate::limits::FAST_HEARTBEAT_MS;
+use crate::limits::{FAST_HEARTBEAT_MS, REGISTRATION_RETRY_MS_MAX, REGISTRATION_RETRY_MS_MIN};
 use crate::messages::{ControllerError, ControllerRequest, ControllerResponse};
 
 /// How this broker is registered.
@@ -105,15 +105,18 @@ impl BrokerLifecycle {
     /// Registers and heartbeats until `stop` or the end of a controlled shutdown.
     pub async fn run(self: Arc<Self>, stop: CancellationToken) {
         let mut registration: Option<Registration> = None;
+        let mut retry_ms = REGISTRATION_RETRY_MS_MIN;
         loop {
             if stop.is_cancelled() {
                 return;
             }
             let Some(current) = registration else {
-                registration = self.register().await;
+                registration = self.register(retry_ms).await;
                 if registration.is_none() {
-                    self.pause(Duration::from_millis(FAST_HEARTBEAT_MS * 4), &stop)
-                        .await;
+                    self.pause(Duration::from_millis(retry_ms), &stop).await;
+                    retry_ms = retry_ms.saturating_mul(2).min(REGISTRATION_RETRY_MS_MAX);
+                } else {
+                    retry_ms = REGISTRATION_RETRY_MS_MIN;
                 }
                 continue;
             };
@@ -184,7 +187,9 @@ impl BrokerLifecycle {
         }
     }
 
-    async fn register(&self) -> Option<Registration> {
+    /// One registration attempt; a failure is logged with the pause before the next
+    /// (`retry_ms`, which grows to `REGISTRATION_RETRY_MS_MAX`).
+    async fn register(&self, retry_ms: u64) -> Option<Registration> {
         let req = ControllerRequest::RegisterBroker {
             node_id: self.info.node_id,
             incarnation_id: self.incarnation_id,
@@ -205,8 +210,16 @@ impl BrokerLifecycle {
                 self.state.send_replace(Some(r));
                 Some(r)
             }
+            ControllerResponse::Error {
+                error: error @ ControllerError::PolicyViolation(_),
+            } => {
+                // The controller cannot commit this registration at all: retrying will not
+                // help until an operator acts (the controller logged why).
+                tracing::error!(%error, retry_ms, "the controller refused this broker's registration; retrying");
+                None
+            }
             other => {
-                warn!(answer = ?other, "broker registration failed; retrying");
+                warn!(answer = ?other, retry_ms, "broker registration failed; retrying");
                 None
             }
         }

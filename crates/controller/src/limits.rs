@@ -38,13 +38,29 @@ pub const RECORDS_PER_USER_OP_MAX: usize = 10_000;
 /// (Kafka's `MAX_ELECTIONS_PER_IMBALANCE`). Enforced by `Controller::rebalance_leaders`.
 pub const LEADER_REBALANCE_ELECTIONS_MAX: usize = 1_000;
 
-/// Bytes: a decision whose metadata entry would encode past this is committed as several entries
-/// when its records allow it (leader and ISR changes, then the broker's own record last, as
-/// Kafka's controller writes a fencing or a controlled shutdown); see `service::entries_of`.
-/// Half the quorum's bound on one entry: without the split a broker leading more than ~4,000
-/// partitions could be neither fenced nor shut down (each change is ~240 bytes).
+/// Bytes: most bytes one metadata entry of a decision may encode to. A decision larger than this
+/// is committed as a metadata transaction over several entries (`entries::entries_of`). Half the
+/// quorum's bound on one entry, so an AppendEntries of one full entry stays small next to
+/// `APPEND_ENTRIES_BYTES_MAX` (a leader and ISR change is ~240 bytes: ~2,000 per entry).
 pub const DECISION_ENTRY_BYTES_TARGET: usize = 512 * 1024;
+
+/// Bytes: most bytes one decision's records may encode to in all. Every node holds an open
+/// metadata transaction in its image (and its snapshot) until it ends, so a decision is bounded
+/// well inside a snapshot; one larger (over 250,000 partition changes) is refused with one error
+/// line and `millrace_controller_decisions_refused_total`. Enforced by `entries::entries_of`.
+pub const DECISION_BYTES_MAX: usize = 64 * 1024 * 1024;
+
+/// Milliseconds: first pause before a broker retries a registration that failed; doubled after
+/// each failure up to `REGISTRATION_RETRY_MS_MAX`. Enforced by `lifecycle`.
+pub const REGISTRATION_RETRY_MS_MIN: u64 = 200;
+
+/// Milliseconds: longest pause between two registration attempts, so a controller that keeps
+/// refusing is asked (and logged about) at most this often.
+pub const REGISTRATION_RETRY_MS_MAX: u64 = 2_000;
 
 const _: () = assert!(LEADER_REBALANCE_ELECTIONS_MAX <= RECORDS_PER_USER_OP_MAX);
 const _: () =
     assert!(2 * DECISION_ENTRY_BYTES_TARGET <= millrace_quorum::limits::ENTRY_PAYLOAD_BYTES_MAX);
+const _: () = assert!(DECISION_ENTRY_BYTES_TARGET < DECISION_BYTES_MAX);
+const _: () = assert!(2 * DECISION_BYTES_MAX <= millrace_quorum::limits::SNAPSHOT_BYTES_MAX);
+const _: () = assert!(REGISTRATION_RETRY_MS_MIN <= REGISTRATION_RETRY_MS_MAX);

@@ -16,6 +16,10 @@ pub enum ProposeError {
     /// Outcome unknown (leadership lost, timeout, shutdown): the entry may or may not commit.
     #[error("proposal outcome unknown: {0}")]
     Unknown(String),
+    /// Refused before it reached the log (too large): nothing was appended, and proposing the
+    /// same entry again cannot succeed.
+    #[error("proposal refused: {0}")]
+    Refused(String),
 }
 
 /// Why a call to another node failed.

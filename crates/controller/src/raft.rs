@@ -140,6 +140,9 @@ impl MetadataQuorum for RaftQuorum {
                         leader: leader.map(to_node),
                     })
                 }
+                Err(e @ millrace_quorum::ProposeError::TooLarge { .. }) => {
+                    Err(ProposeError::Refused(e.to_string()))
+                }
                 Err(e) => Err(ProposeError::Unknown(e.to_string())),
             }
         })

@@ -12,6 +12,11 @@
 //! **Invariant:** a request is answered only after its records are committed and applied here; if
 //! the outcome of a proposal is unknown, the answer says so (REQUEST_TIMED_OUT) and the next
 //! decision waits for a new barrier.
+//! **Invariant:** no entry exceeds `DECISION_ENTRY_BYTES_TARGET`: a larger decision (bootstrap
+//! included) is a metadata transaction over several entries (`entries.rs`); a transaction left
+//! open by a lost leadership or an unknown outcome is aborted at the next activation, before any
+//! decision. A decision that can never fit is answered with an error, logged once and counted
+//! (`millrace_controller_decisions_refused_total`), never retried here.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -20,9 +25,10 @@ use millrace_cluster::image::SharedImage;
 use millrace_cluster::records::{new_cluster_id, MetadataBatch, MetadataRecord};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+use tracing::{error, info, warn};
 
 use crate::controller::{Controller, ControllerConfig, Decision};
+use crate::entries::{activation_records, entries_of};
 use crate::limits::{
     CONTROLLER_QUEUE_MAX, CONTROLLER_TICK_MS, DECISION_ENTRY_BYTES_TARGET, PROPOSE_TIMEOUT_MS,
 };
@@ -170,45 +176,74 @@ impl DecisionLoop {
         self.commit(decision).await
     }
 
-    /// Commits the decision's records (if any) and returns its answer: one entry, or several in
-    /// order when it is too large for one and may be split (`entries_of`); the answer waits for
-    /// the last, and a failure stops the rest (the requester retries against the new image).
+    /// Commits the decision's records (if any) and returns its answer once the last of its
+    /// entries is committed (one entry, or a metadata transaction over several: `entries_of`). A
+    /// failure stops the rest: the requester retries against the image as it is, and an
+    /// unfinished transaction is aborted by the next activation.
     async fn commit(&mut self, decision: Decision) -> ControllerResponse {
-        if decision.records.is_empty() {
-            return decision.response;
-        }
-        let mut result = Ok(0);
-        for entry in entries_of(decision.records) {
-            result = self.propose(MetadataBatch::new(entry)).await;
-            if result.is_err() {
-                break;
-            }
-        }
-        match result {
-            Ok(offset) => {
+        match self.commit_records(decision.records).await {
+            Ok(None) => decision.response,
+            Ok(Some(offset)) => {
                 let mut response = decision.response;
                 if let ControllerResponse::Registered { broker_epoch } = &mut response {
+                    // The registration took effect at the decision's last entry.
                     if *broker_epoch < 0 {
                         *broker_epoch = i64::try_from(offset).unwrap_or(i64::MAX);
                     }
                 }
                 response
             }
-            Err(ProposeError::NotLeader { leader }) => {
-                self.active_term = None;
-                ControllerResponse::Error {
-                    error: ControllerError::NotController { leader },
+            Err(error) => ControllerResponse::Error { error },
+        }
+    }
+
+    /// Commits `records` as one decision; the offset of its last entry (`None`: nothing to
+    /// commit).
+    async fn commit_records(
+        &mut self,
+        records: Vec<MetadataRecord>,
+    ) -> Result<Option<u64>, ControllerError> {
+        if records.is_empty() {
+            return Ok(None);
+        }
+        let count = records.len();
+        let entries = match entries_of(records, DECISION_ENTRY_BYTES_TARGET) {
+            Ok(entries) => entries,
+            Err(e) => return Err(refused(count, &e.to_string())),
+        };
+        if entries.len() > 1 {
+            millrace_metrics::global()
+                .controller_metadata_transactions
+                .inc();
+            info!(
+                records = count,
+                entries = entries.len(),
+                "committing a large decision as a metadata transaction"
+            );
+        }
+        let mut offset = 0;
+        for entry in entries {
+            match self.propose(MetadataBatch::new(entry)).await {
+                Ok(o) => offset = o,
+                Err(ProposeError::NotLeader { leader }) => {
+                    self.active_term = None;
+                    return Err(ControllerError::NotController { leader });
                 }
-            }
-            Err(ProposeError::Unknown(reason)) => {
-                // The entry may still commit: the next decision must see it first.
-                self.active_term = None;
-                warn!(%reason, "metadata proposal outcome unknown");
-                ControllerResponse::Error {
-                    error: ControllerError::Timeout(reason),
+                Err(ProposeError::Unknown(reason)) => {
+                    // The entry may still commit: the next decision must see it first.
+                    self.active_term = None;
+                    warn!(%reason, "metadata proposal outcome unknown");
+                    return Err(ControllerError::Timeout(reason));
+                }
+                Err(ProposeError::Refused(reason)) => {
+                    // Not appended. Entries before it may have begun a transaction: a new
+                    // activation aborts it before the next decision.
+                    self.active_term = None;
+                    return Err(refused(count, &reason));
                 }
             }
         }
+        Ok(Some(offset))
     }
 
     async fn propose(&self, batch: MetadataBatch) -> Result<u64, ProposeError> {
@@ -236,6 +271,17 @@ impl DecisionLoop {
             warn!(error = %e, "could not commit the activation barrier");
             return false;
         }
+        let abort = activation_records(&self.image.current());
+        if !abort.is_empty() {
+            if let Err(e) = self.propose(MetadataBatch::new(abort)).await {
+                warn!(error = %e, "could not abort the metadata transaction left open");
+                return false;
+            }
+            millrace_metrics::global()
+                .controller_metadata_transactions_aborted
+                .inc();
+            warn!("aborted a metadata transaction that the previous controller did not end");
+        }
         let image = self.image.current();
         if image.cluster_id.is_none() {
             // Seeded records may carry the cluster id of a migrated data directory.
@@ -253,7 +299,9 @@ impl DecisionLoop {
                 .iter()
                 .filter(|r| matches!(r, MetadataRecord::Topic { .. }))
                 .count();
-            if let Err(e) = self.propose(MetadataBatch::new(records)).await {
+            // Committed like a decision: a migrated data directory of many partitions is a
+            // transaction of several entries.
+            if let Err(e) = self.commit_records(records).await {
                 warn!(error = %e, "could not commit the bootstrap records");
                 return false;
             }
@@ -266,109 +314,19 @@ impl DecisionLoop {
         true
     }
 }
-/// The entries one decision's records are committed in. One entry unless it would encode past
-/// `DECISION_ENTRY_BYTES_TARGET` and every record is a partition change or a broker's state
-/// change (fencing, unfencing, controlled shutdown, unregistration): then the partition changes
-/// fill entries in order and the broker records come last, so that no image shows a broker's new
-/// state before its partitions moved. Kafka's controller writes these non-atomically too. Topic
-/// creation and deletion, registration and bootstrap stay one entry whatever their size.
-fn entries_of(records: Vec<MetadataRecord>) -> Vec<Vec<MetadataRecord>> {
-    let sizes: Vec<usize> = records
-        .iter()
-        .map(|r| serde_json::to_vec(r).map_or(0, |v| v.len() + 1))
-        .collect();
-    let splittable = records.iter().all(|r| {
-        matches!(
-            r,
-            MetadataRecord::PartitionChange { .. }
-                | MetadataRecord::FenceBroker { .. }
-                | MetadataRecord::UnfenceBroker { .. }
-                | MetadataRecord::BeginControlledShutdown { .. }
-                | MetadataRecord::UnregisterBroker { .. }
-        )
-    });
-    if !splittable || sizes.iter().sum::<usize>() <= DECISION_ENTRY_BYTES_TARGET {
-        return vec![records];
-    }
-    let mut entries: Vec<Vec<MetadataRecord>> = Vec::new();
-    let mut current: Vec<MetadataRecord> = Vec::new();
-    let mut current_bytes = 0usize;
-    let mut broker_records = Vec::new();
-    for (record, size) in records.into_iter().zip(sizes) {
-        if !matches!(record, MetadataRecord::PartitionChange { .. }) {
-            broker_records.push(record);
-            continue;
-        }
-        if !current.is_empty() && current_bytes + size > DECISION_ENTRY_BYTES_TARGET {
-            entries.push(std::mem::take(&mut current));
-            current_bytes = 0;
-        }
-        current_bytes += size;
-        current.push(record);
-    }
-    current.extend(broker_records);
-    entries.push(current);
-    entries
-}
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn change(partition: i32) -> MetadataRecord {
-        millrace_cluster::records::PartitionChangeBuilder {
-            leader: Some(-1),
-            isr: Some(vec![2, 3]),
-            ..MetadataRecord::partition_change(uuid::Uuid::from_bytes([7; 16]), partition)
-        }
-        .build()
-    }
-
-    #[test]
-    fn a_large_fencing_is_split_with_the_fence_last() {
-        let fence = MetadataRecord::FenceBroker {
-            node_id: 1,
-            broker_epoch: 5,
-        };
-        let mut records = vec![fence.clone()];
-        records.extend((0..10_000).map(change));
-        let whole = MetadataBatch::new(records.clone()).encode().len();
-        assert!(whole > DECISION_ENTRY_BYTES_TARGET, "{whole} bytes");
-        let entries = entries_of(records);
-        assert!(entries.len() > 1, "{} entries", entries.len());
-        for e in &entries {
-            let bytes = MetadataBatch::new(e.clone()).encode().len();
-            assert!(
-                bytes <= DECISION_ENTRY_BYTES_TARGET + 64,
-                "entry of {bytes} bytes"
-            );
-        }
-        let flat: Vec<MetadataRecord> = entries.into_iter().flatten().collect();
-        assert_eq!(flat.last(), Some(&fence));
-        let partitions: Vec<i32> = flat
-            .iter()
-            .filter_map(|r| match r {
-                MetadataRecord::PartitionChange { partition, .. } => Some(*partition),
-                _ => None,
-            })
-            .collect();
-        assert_eq!(partitions, (0..10_000).collect::<Vec<_>>());
-    }
-
-    #[test]
-    fn small_or_atomic_decisions_stay_one_entry() {
-        let small = vec![
-            MetadataRecord::FenceBroker {
-                node_id: 1,
-                broker_epoch: 5,
-            },
-            change(0),
-        ];
-        assert_eq!(entries_of(small.clone()), vec![small]);
-        let mut big_removal: Vec<MetadataRecord> = (0..10_000).map(change).collect();
-        big_removal.push(MetadataRecord::RemoveTopic {
-            topic_id: uuid::Uuid::from_bytes([7; 16]),
-        });
-        assert_eq!(entries_of(big_removal).len(), 1);
-    }
+/// A decision that can never be committed: one error line and a count, then an answer the
+/// requester cannot mistake for a transient failure (Kafka's POLICY_VIOLATION for an "excessively
+/// large batch operation").
+fn refused(records: usize, reason: &str) -> ControllerError {
+    millrace_metrics::global()
+        .controller_decisions_refused
+        .inc();
+    error!(
+        records,
+        %reason, "controller decision refused: it cannot be committed to the metadata log"
+    );
+    ControllerError::PolicyViolation(format!(
+        "Unable to perform excessively large batch operation: {reason}"
+    ))
 }

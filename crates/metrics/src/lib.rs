@@ -95,6 +95,10 @@ pub struct Metrics {
     pub leader_elections: Counter,
     // ----- groups -----
     pub group_rebalances: Counter,
+    // ----- controller -----
+    pub controller_decisions_refused: Counter,
+    pub controller_metadata_transactions: Counter,
+    pub controller_metadata_transactions_aborted: Counter,
 }
 
 impl Default for Metrics {
@@ -129,6 +133,9 @@ impl Default for Metrics {
             isr_expands: Counter::default(),
             leader_elections: Counter::default(),
             group_rebalances: Counter::default(),
+            controller_decisions_refused: Counter::default(),
+            controller_metadata_transactions: Counter::default(),
+            controller_metadata_transactions_aborted: Counter::default(),
         }
     }
 }
@@ -251,6 +258,21 @@ impl Metrics {
             "group_rebalances",
             "Rebalances completed by groups this coordinator owns",
             self.group_rebalances.clone(),
+        );
+        registry.register(
+            "controller_decisions_refused",
+            "Controller decisions that could never be committed (too large for the metadata log) and were answered with an error",
+            self.controller_decisions_refused.clone(),
+        );
+        registry.register(
+            "controller_metadata_transactions",
+            "Controller decisions too large for one metadata entry, committed as a metadata transaction over several",
+            self.controller_metadata_transactions.clone(),
+        );
+        registry.register(
+            "controller_metadata_transactions_aborted",
+            "Metadata transactions this node aborted on becoming the active controller (its predecessor began and did not end them)",
+            self.controller_metadata_transactions_aborted.clone(),
         );
     }
 

@@ -2,7 +2,9 @@
 //! behaviour and the fault rate. Drawn from a stream of their own, so that a change to the
 //! simulation's logic does not change which cluster a seed builds.
 
-use crate::limits::{BROKERS_MAX, PARTITIONS_MAX};
+use millrace_controller::limits::DECISION_ENTRY_BYTES_TARGET;
+
+use crate::limits::{BROKERS_MAX, ENTRY_BYTES_SMALL_MAX, ENTRY_BYTES_SMALL_MIN, PARTITIONS_MAX};
 use crate::rng::Rng;
 
 /// A deliberately broken setting, to prove that the checks fire (a checker that never fires
@@ -59,6 +61,11 @@ pub struct SimConfig {
     /// `log.flush.policy=batch` the high watermark counts only durable log ends, so every committed
     /// record survives a power loss and the restarted broker may stay in the ELR.
     pub unclean_restarts: bool,
+    /// Bytes: the quorum's bound on one metadata entry. Most seeds use the controller's own
+    /// (`DECISION_ENTRY_BYTES_TARGET`); the rest a bound a few records wide, so that registrations,
+    /// fencings, elections and topic creation become metadata transactions of several entries
+    /// that a failover can cut (split by the service's own `entries_of`).
+    pub entry_bytes_max: usize,
     pub broken: Option<Broken>,
 }
 
@@ -104,6 +111,13 @@ impl SimConfig {
             metadata_delay_ms: (1, r.range(5, 80)),
             commit_latency_ms: (1, r.range(3, 30)),
             unclean_restarts: r.chance(100),
+            // Drawn last: the draws above keep building the clusters they built before.
+            entry_bytes_max: if r.chance(400) {
+                usize::try_from(r.range(ENTRY_BYTES_SMALL_MIN, ENTRY_BYTES_SMALL_MAX))
+                    .unwrap_or(DECISION_ENTRY_BYTES_TARGET)
+            } else {
+                DECISION_ENTRY_BYTES_TARGET
+            },
             broken: None,
         }
     }

@@ -99,3 +99,9 @@ pub const DRAIN_CHECK_MS: i64 = 250;
 /// before the run fails for lack of progress. Longer than a session timeout plus the slowest
 /// restart, so that a broker refused as a duplicate registration is back in time.
 pub const DRAIN_MAX_MS: i64 = 90_000;
+
+/// Bytes: the range a seed with a scaled-down metadata entry bound draws it from. The smallest
+/// must hold the largest record the simulation writes with both transaction markers (a
+/// `RegisterBroker` or `Topic` record, ~300 bytes); the largest holds a few partition changes.
+pub const ENTRY_BYTES_SMALL_MIN: i64 = 560;
+pub const ENTRY_BYTES_SMALL_MAX: i64 = 1_200;

@@ -5,15 +5,18 @@
 //! An entry commits after a seeded latency while the host is running and in touch with a
 //! majority of voters. The active controller is a real [`Controller`], driven as
 //! `ControllerService` drives it: one decision at a time on the committed image, its records
-//! committed as one entry before it answers and takes the next; ticks every
+//! committed before it answers and takes the next — as one entry, or split by the service's own
+//! [`entries_of`] into a metadata transaction of several when they exceed the seed's
+//! `entry_bytes_max` (which the quorum enforces on every entry); ticks every
 //! `CONTROLLER_TICK_MS` through the same queue.
 //!
 //! Failover (the host crashed, paused past the election timeout, cut from the majority, or a
 //! forced resignation): the proposals not yet committed are lost or survive (a random prefix,
-//! committed later by the next leader *without an answer*), queued requests are dropped (their
-//! brokers time out and retry), and after an election delay a new host runs a *fresh*
-//! `Controller` that commits a barrier entry and then calls `activate` — the service's
-//! activation, whose soft state (broker sessions) starts over.
+//! committed later by the next leader *without an answer*; a prefix that ends inside a
+//! transaction leaves it open), queued requests are dropped (their brokers time out and retry),
+//! and after an election delay a new host runs a *fresh* `Controller` that commits a barrier
+//! entry, aborts a transaction left open ([`activation_records`]) and then calls `activate` —
+//! the service's activation, whose soft state (broker sessions) starts over.
 //!
 //! Brokers send controller requests to the current host (they follow the quorum's leader as the
 //! client does); a request that reaches a node that is not the host is answered NOT_CONTROLLER.
@@ -25,7 +28,8 @@ use millrace_cluster::image::MetadataImage;
 use millrace_cluster::records::{MetadataBatch, MetadataRecord};
 use millrace_controller::limits::CONTROLLER_TICK_MS;
 use millrace_controller::{
-    Controller, ControllerConfig, ControllerError, ControllerRequest, ControllerResponse,
+    activation_records, entries_of, Controller, ControllerConfig, ControllerError,
+    ControllerRequest, ControllerResponse,
 };
 use uuid::Uuid;
 
@@ -54,6 +58,10 @@ struct Reply {
 enum Purpose {
     Barrier,
     Bootstrap,
+    /// The abort of a transaction the previous controller left open.
+    Abort,
+    /// An entry of a decision spread over several, other than its last.
+    Part,
     Decision {
         reply: Reply,
         response: ControllerResponse,
@@ -93,6 +101,9 @@ pub(crate) struct Quorum {
     activated: bool,
     busy: bool,
     uncommitted: VecDeque<Proposal>,
+    /// The later entries of the decision being committed: as in the service, each is proposed
+    /// once the one before it has committed.
+    unproposed: VecDeque<Proposal>,
     queue: VecDeque<Job>,
     tick_queued: bool,
     commit_scheduled: bool,
@@ -117,6 +128,7 @@ impl Quorum {
             activated: false,
             busy: false,
             uncommitted: VecDeque::new(),
+            unproposed: VecDeque::new(),
             queue: VecDeque::new(),
             tick_queued: false,
             commit_scheduled: false,
@@ -270,11 +282,46 @@ impl World {
         }
     }
 
+    /// Proposes one decision's records: one entry, or several (a metadata transaction) split as
+    /// the service splits them; the purpose goes with the last.
     fn propose(&mut self, records: Vec<MetadataRecord>, purpose: Purpose) {
-        self.quorum.uncommitted.push_back(Proposal {
-            batch: MetadataBatch::new(records),
-            purpose,
-        });
+        let entries = match entries_of(records, self.cfg.entry_bytes_max) {
+            Ok(entries) => entries,
+            Err(e) => {
+                self.fail(format!(
+                    "a decision could not be split into entries of {} bytes: {e}",
+                    self.cfg.entry_bytes_max
+                ));
+                return;
+            }
+        };
+        if entries.len() > 1 {
+            self.stats.metadata_transactions += 1;
+        }
+        let last = entries.len().saturating_sub(1);
+        let mut purpose = Some(purpose);
+        let mut proposals: VecDeque<Proposal> = entries
+            .into_iter()
+            .enumerate()
+            .map(|(i, entry)| Proposal {
+                batch: MetadataBatch::new(entry),
+                purpose: if i == last {
+                    purpose.take().unwrap_or(Purpose::Part)
+                } else {
+                    Purpose::Part
+                },
+            })
+            .collect();
+        let Some(first) = proposals.pop_front() else {
+            return;
+        };
+        self.quorum.unproposed = proposals;
+        self.enqueue(first);
+    }
+
+    /// Hands one entry to the quorum; it commits after a seeded latency.
+    fn enqueue(&mut self, proposal: Proposal) {
+        self.quorum.uncommitted.push_back(proposal);
         if !self.quorum.commit_scheduled {
             self.quorum.commit_scheduled = true;
             let latency = self
@@ -314,15 +361,68 @@ impl World {
     }
 
     fn commit_all(&mut self, host: i32) {
+        let mut next_entry = None;
         while let Some(p) = self.quorum.uncommitted.pop_front() {
+            let bytes = p.batch.encode().len();
+            if bytes > self.cfg.entry_bytes_max {
+                self.fail(format!(
+                    "an entry of {bytes} bytes exceeds the quorum's bound of {}",
+                    self.cfg.entry_bytes_max
+                ));
+                return;
+            }
             let offset = self.quorum.log.len() as u64 + 1;
+            if let Some(open) = self.quorum.image.transaction.as_ref() {
+                if p.batch
+                    .records
+                    .iter()
+                    .any(|r| matches!(r, MetadataRecord::BeginTransaction { .. }))
+                {
+                    // The image would drop the open one; no controller may rely on that.
+                    let what = format!(
+                        "the entry at offset {offset} begins a transaction inside \"{}\", left open at offset {}",
+                        open.name, open.start_offset
+                    );
+                    self.fail(what);
+                    return;
+                }
+            }
             self.quorum.image.apply_batch(offset, &p.batch);
             self.quorum.log.push(p.batch);
             self.stats.metadata_entries += 1;
             self.check_committed_image(offset);
+            // The barrier comes before the abort of what an earlier controller left open.
+            let ends_a_decision = !matches!(
+                p.purpose,
+                Purpose::Part | Purpose::Carried | Purpose::Barrier
+            );
+            if let Some(open) = self
+                .quorum
+                .image
+                .transaction
+                .as_ref()
+                .filter(|_| ends_a_decision)
+            {
+                // A whole decision is committed, yet a transaction is open: its records are held
+                // back with those of an earlier, unfinished decision (a controller that did not
+                // abort what its predecessor left open) and may never take effect.
+                let what = format!(
+                    "the entry at offset {offset} ends a decision inside the transaction \"{}\" left open at offset {}",
+                    open.name, open.start_offset
+                );
+                self.fail(what);
+                return;
+            }
             match p.purpose {
                 Purpose::Barrier => {
-                    if self.quorum.image.cluster_id.is_none() {
+                    let abort = activation_records(&self.quorum.image);
+                    if !abort.is_empty() {
+                        self.trace(|| format!("controller@{host}: {abort:?}"));
+                        self.quorum.uncommitted.push_back(Proposal {
+                            batch: MetadataBatch::new(abort),
+                            purpose: Purpose::Abort,
+                        });
+                    } else if self.quorum.image.cluster_id.is_none() {
                         let cluster_id = format!("sim-{:016x}", self.rng.next_u64());
                         self.trace(|| format!("controller@{host}: bootstrap {cluster_id}"));
                         self.quorum.uncommitted.push_back(Proposal {
@@ -336,6 +436,10 @@ impl World {
                     }
                 }
                 Purpose::Bootstrap => self.activate(host),
+                Purpose::Abort => {
+                    self.stats.transactions_aborted += 1;
+                    self.activate(host);
+                }
                 Purpose::Decision {
                     reply,
                     mut response,
@@ -349,8 +453,12 @@ impl World {
                     self.answer(host, reply, response);
                 }
                 Purpose::Tick => self.quorum.busy = false,
+                Purpose::Part => next_entry = self.quorum.unproposed.pop_front(),
                 Purpose::Carried => {}
             }
+        }
+        if let Some(p) = next_entry {
+            self.enqueue(p);
         }
         self.trace(|| format!("quorum: committed up to {}", self.quorum.log.len()));
         let ids: Vec<i32> = self.brokers.keys().copied().collect();
@@ -423,6 +531,16 @@ impl World {
         let n = q.uncommitted.len();
         let keep = usize::try_from(self.rng.range(0, n as i64)).unwrap_or(0);
         q.uncommitted.truncate(keep);
+        if !q.unproposed.is_empty()
+            || q.uncommitted
+                .back()
+                .is_some_and(|p| matches!(p.purpose, Purpose::Part))
+        {
+            // The controller goes between two entries of one decision: its transaction stays
+            // open until the next controller aborts it.
+            self.stats.decisions_cut += 1;
+        }
+        q.unproposed.clear();
         for p in &mut q.uncommitted {
             p.purpose = Purpose::Carried;
         }

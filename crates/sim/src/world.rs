@@ -121,6 +121,12 @@ pub struct Stats {
     pub preferred_elections: u64,
     pub deletions: u64,
     pub metadata_entries: u64,
+    /// Decisions committed as a metadata transaction of several entries.
+    pub metadata_transactions: u64,
+    /// Failovers whose surviving proposals ended inside such a transaction.
+    pub decisions_cut: u64,
+    /// Transactions left open that a new controller aborted.
+    pub transactions_aborted: u64,
     pub leader_changes: u64,
     pub produce_requests: u64,
     pub produce_refused: u64,
@@ -160,6 +166,9 @@ impl Stats {
         self.preferred_elections += o.preferred_elections;
         self.deletions += o.deletions;
         self.metadata_entries += o.metadata_entries;
+        self.metadata_transactions += o.metadata_transactions;
+        self.decisions_cut += o.decisions_cut;
+        self.transactions_aborted += o.transactions_aborted;
         self.leader_changes += o.leader_changes;
         self.produce_requests += o.produce_requests;
         self.produce_refused += o.produce_refused;
@@ -179,7 +188,8 @@ impl fmt::Display for Stats {
             "{} steps, {} s simulated, {} faults ({} crashes of which {} power losses losing {} \
              unsynced records, {} pauses of which {} past the session timeout, {} partitions, {} \
              controller failovers losing {} proposals, {} leader kills, {} controlled shutdowns, {} \
-             preferred elections, {} record deletions), {} metadata entries, {} leader changes, {} \
+             preferred elections, {} record deletions), {} metadata entries ({} transactions, {} \
+             cut by a failover, {} aborted), {} leader changes, {} \
              divergence truncations, {} out-of-range log restarts, {} produce requests ({} \
              refused), {} records acknowledged, {} messages ({} dropped), {} partitions offline at \
              the end",
@@ -199,6 +209,9 @@ impl fmt::Display for Stats {
             self.preferred_elections,
             self.deletions,
             self.metadata_entries,
+            self.metadata_transactions,
+            self.decisions_cut,
+            self.transactions_aborted,
             self.leader_changes,
             self.divergence_truncations,
             self.log_resets,

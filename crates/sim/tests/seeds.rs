@@ -49,3 +49,33 @@ fn recorded_seeds_pass() {
     }
     assert!(failed.is_empty(), "{}", failed.join("\n"));
 }
+
+/// (seed, the decision a failover cuts between two of its entries). Each runs with a scaled-down
+/// metadata entry bound, so its registrations and fencings are metadata transactions of several
+/// entries, and the active controller loses its quorum after the first entry of one of them: the
+/// next controller must abort the open transaction before deciding anything (without the abort,
+/// the next decision begins or ends inside it and the simulator's quorum fails the run).
+const CUT_DECISIONS: &[(u64, &str)] = &[
+    (
+        524,
+        "a fencing (FenceBroker and 3 partition changes), cut after its first entry",
+    ),
+    (651, "a fencing (FenceBroker and 4 partition changes)"),
+    (1475, "a fencing (FenceBroker and 3 partition changes)"),
+];
+
+#[test]
+fn a_controller_lost_between_two_entries_of_a_decision_leaves_nothing_half_done() {
+    for &(seed, what) in CUT_DECISIONS {
+        let outcome = run_seed(seed, false);
+        if let Some(f) = outcome.failure {
+            panic!("{f}\n  (this seed cuts {what})");
+        }
+        assert!(
+            outcome.stats.decisions_cut >= 1 && outcome.stats.transactions_aborted >= 1,
+            "seed {seed} no longer cuts a decision between two entries ({what}): {}; pick a new \
+             one with MILLRACE_SIM_SEEDS and the stats line of tests/sim.rs",
+            outcome.stats
+        );
+    }
+}
