@@ -44,11 +44,11 @@ use tracing::info;
 use uuid::Uuid;
 
 use crate::limits::{
-    LEADER_REBALANCE_ELECTIONS_MAX, PARTITIONS_PER_TOPIC_MAX, PRODUCER_ID_BLOCK_SIZE,
-    RECORDS_PER_USER_OP_MAX,
+    ISR_CHANGES_PER_REQUEST_MAX, LEADER_REBALANCE_ELECTIONS_MAX, PARTITIONS_PER_TOPIC_MAX,
+    PRODUCER_ID_BLOCK_SIZE, RECORDS_PER_USER_OP_MAX,
 };
 use crate::messages::{
-    ControllerError, ControllerRequest, ControllerResponse, CreatedTopic, ElectionType,
+    ControllerError, ControllerRequest, ControllerResponse, CreatedTopic, ElectionType, IsrChange,
     OngoingReassignment, PartitionsSpec, QuotaAlteration, ReassignTopicSpec, ScramUpsertion,
     TopicSpec,
 };
@@ -367,6 +367,11 @@ impl Controller {
                 partition_epoch,
                 &new_isr,
             ),
+            ControllerRequest::AlterPartitions {
+                node_id,
+                broker_epoch,
+                changes,
+            } => self.alter_partitions(image, node_id, broker_epoch, changes),
             ControllerRequest::ElectLeaders {
                 election,
                 partitions,
@@ -995,6 +1000,58 @@ impl Controller {
         Decision {
             records,
             response: ControllerResponse::AlterPartition { result: Ok(next) },
+        }
+    }
+
+    /// Several partitions' ISR changes from their leader, each decided against the same image as
+    /// `alter_partition` decides one (they name distinct partitions, so none sees another's
+    /// record); a partition named twice gets INVALID_REQUEST the second time.
+    fn alter_partitions(
+        &mut self,
+        image: &MetadataImage,
+        node_id: i32,
+        broker_epoch: i64,
+        changes: Vec<IsrChange>,
+    ) -> Decision {
+        if image.broker(node_id).map(|b| b.broker_epoch) != Some(broker_epoch) {
+            return Decision::error(ControllerError::StaleBrokerEpoch);
+        }
+        if changes.len() > ISR_CHANGES_PER_REQUEST_MAX {
+            return Decision::error(too_large());
+        }
+        let mut records = Vec::new();
+        let mut results = Vec::with_capacity(changes.len());
+        let mut seen = BTreeSet::new();
+        for c in changes {
+            if !seen.insert((c.topic_id, c.partition)) {
+                results.push(Err(ControllerError::InvalidRequest(format!(
+                    "partition {}-{} is named twice",
+                    c.topic_id, c.partition
+                ))));
+                continue;
+            }
+            let one = self.alter_partition(
+                image,
+                node_id,
+                broker_epoch,
+                c.topic_id,
+                c.partition,
+                c.leader_epoch,
+                c.partition_epoch,
+                &c.new_isr,
+            );
+            records.extend(one.records);
+            results.push(match one.response {
+                ControllerResponse::AlterPartition { result } => result,
+                ControllerResponse::Error { error } => Err(error),
+                other => Err(ControllerError::Internal(format!(
+                    "unexpected answer {other:?}"
+                ))),
+            });
+        }
+        Decision {
+            records,
+            response: ControllerResponse::AlterPartitions { results },
         }
     }
 

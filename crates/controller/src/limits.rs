@@ -33,6 +33,12 @@ pub const FAST_HEARTBEAT_MS: u64 = 50;
 /// `Controller::alter_partition_reassignments`.
 pub const RECORDS_PER_USER_OP_MAX: usize = 10_000;
 
+/// Partitions: most ISR changes one `AlterPartitions` request may carry (a broker sends more as
+/// several requests, one after another); more are refused as a whole with POLICY_VIOLATION. One
+/// change is a few hundred bytes, so a request stays far below `APP_RPC_BYTES_MAX`. Enforced by
+/// `Controller::alter_partitions` and the sender in `millrace-replication`.
+pub const ISR_CHANGES_PER_REQUEST_MAX: usize = 5_000;
+
 /// Partitions: most preferred-leader elections one automatic rebalance pass makes; a pass that
 /// reaches it runs again at the next tick instead of after `leader.imbalance.check.interval.seconds`
 /// (Kafka's `MAX_ELECTIONS_PER_IMBALANCE`). Enforced by `Controller::rebalance_leaders`.
@@ -64,3 +70,4 @@ const _: () =
 const _: () = assert!(DECISION_ENTRY_BYTES_TARGET < DECISION_BYTES_MAX);
 const _: () = assert!(2 * DECISION_BYTES_MAX <= millrace_quorum::limits::SNAPSHOT_BYTES_MAX);
 const _: () = assert!(REGISTRATION_RETRY_MS_MIN <= REGISTRATION_RETRY_MS_MAX);
+const _: () = assert!(ISR_CHANGES_PER_REQUEST_MAX <= RECORDS_PER_USER_OP_MAX);

@@ -98,6 +98,14 @@ pub enum ControllerRequest {
         /// (broker id, broker epoch or -1) of each proposed ISR member.
         new_isr: Vec<(i32, i64)>,
     },
+    /// [AlterPartition] ISR changes of several partitions the broker leads, each decided as
+    /// `AlterPartition` is, committed together (Kafka's AlterPartitionManager sends every pending
+    /// change in one request). At most `ISR_CHANGES_PER_REQUEST_MAX`.
+    AlterPartitions {
+        node_id: i32,
+        broker_epoch: i64,
+        changes: Vec<IsrChange>,
+    },
     /// [ElectLeaders] `None` = every partition.
     ElectLeaders {
         election: ElectionType,
@@ -110,6 +118,17 @@ pub enum ControllerRequest {
     ListPartitionReassignments {
         topics: Option<Vec<(String, Vec<i32>)>>,
     },
+}
+
+/// One partition's proposed ISR in an `AlterPartitions` request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IsrChange {
+    pub topic_id: Uuid,
+    pub partition: i32,
+    pub leader_epoch: i32,
+    pub partition_epoch: i32,
+    /// (broker id, broker epoch or -1) of each proposed ISR member.
+    pub new_isr: Vec<(i32, i64)>,
 }
 
 /// AlterPartitionReassignments for one topic.
@@ -206,6 +225,10 @@ pub enum ControllerResponse {
     },
     AlterPartition {
         result: Result<PartitionRegistration, ControllerError>,
+    },
+    /// Per change of an `AlterPartitions` request, in order.
+    AlterPartitions {
+        results: Vec<Result<PartitionRegistration, ControllerError>>,
     },
     ElectLeaders {
         results: Vec<((String, i32), Result<(), ControllerError>)>,

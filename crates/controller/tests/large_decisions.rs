@@ -16,7 +16,7 @@ use millrace_cluster::image::{MetadataImage, PartitionRegistration, SharedImage,
 use millrace_cluster::records::{MetadataBatch, MetadataRecord};
 use millrace_controller::limits::DECISION_ENTRY_BYTES_TARGET;
 use millrace_controller::messages::{
-    ElectionType, PartitionsSpec, QuotaAlteration, ReassignTopicSpec, TopicSpec,
+    ElectionType, IsrChange, PartitionsSpec, QuotaAlteration, ReassignTopicSpec, TopicSpec,
 };
 use millrace_controller::{
     CallError, ControllerConfig, ControllerError, ControllerRequest, ControllerResponse,
@@ -675,6 +675,57 @@ async fn reassigning_thousands_of_partitions_commits_in_several_entries() {
         .filter(|p| p.adding_replicas.contains(&4) || p.replicas.contains(&4))
         .count();
     assert_eq!(adding, usize::try_from(PARTITIONS).expect("positive"));
+}
+
+#[tokio::test]
+async fn a_leaders_batch_of_thousands_of_isr_changes_commits_in_several_entries() {
+    let h = Harness::start(&[], Vec::new()).await;
+    h.create_topic("big", 3 * PARTITIONS / 2, 3).await;
+    let image = h.image.current();
+    let topic = image.topic("big").expect("big");
+    // Broker 1 shrinks the ISR of every partition it leads to itself and one follower.
+    let changes: Vec<IsrChange> = topic
+        .partitions
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| p.leader == 1)
+        .map(|(i, p)| IsrChange {
+            topic_id: topic.topic_id,
+            partition: i32::try_from(i).expect("small"),
+            leader_epoch: p.leader_epoch,
+            partition_epoch: p.partition_epoch,
+            new_isr: p.isr.iter().take(2).map(|&b| (b, -1)).collect(),
+        })
+        .collect();
+    let led = changes.len();
+    assert!(led > 2_500, "{led}");
+    let mark = h.entries();
+    let response = h
+        .decide(ControllerRequest::AlterPartitions {
+            node_id: 1,
+            broker_epoch: h.epochs[&1],
+            changes,
+        })
+        .await;
+    let ControllerResponse::AlterPartitions { results } = response else {
+        panic!("{response:?}")
+    };
+    assert_eq!(results.len(), led);
+    assert!(
+        results.iter().all(Result::is_ok),
+        "{:?}",
+        results.iter().find(|r| r.is_err())
+    );
+    h.assert_split_since(mark, "AlterPartitions");
+    let image = h.image.current();
+    let shrunk = image
+        .topic("big")
+        .expect("big")
+        .partitions
+        .iter()
+        .filter(|p| p.leader == 1 && p.isr.len() == 2)
+        .count();
+    assert_eq!(shrunk, led);
 }
 
 fn acl(i: usize) -> StandardAcl {

@@ -8,6 +8,7 @@ pub mod client;
 pub mod divergence;
 pub mod fetch_session;
 pub mod fetcher;
+pub mod isr_changes;
 pub mod limits;
 pub mod manager;
 pub mod partition;

@@ -27,8 +27,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use millrace_cluster::config::BrokerConfig;
-use millrace_cluster::image::{MetadataImage, SharedImage, NO_LEADER};
-use millrace_controller::messages::ControllerError;
+use millrace_cluster::image::{MetadataImage, PartitionRegistration, SharedImage, NO_LEADER};
+use millrace_controller::limits::ISR_CHANGES_PER_REQUEST_MAX;
+use millrace_controller::messages::{ControllerError, IsrChange};
 use millrace_controller::{ControllerClient, ControllerRequest, ControllerResponse};
 use millrace_store::{
     AppendError, AppendInfo, Marker, PartitionLog, ReadError, ReadResult, ReadUpperBound, Records,
@@ -40,6 +41,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 use uuid::Uuid;
 
+use crate::isr_changes::{Batchable, IsrChangeQueue};
 use crate::partition::{FollowerFetchDecision, Partition, PartitionError};
 use crate::replica::{Action, AlterPartitionError, PartitionState, ReplicaConfig};
 use crate::store_log::StoreLog;
@@ -220,7 +222,25 @@ pub struct ReplicaManager {
     listeners: RwLock<Vec<LeadershipListener>>,
     /// The metadata offset of the last image applied to the replicas.
     applied: watch::Sender<u64>,
+    /// ISR changes proposed by partitions led here, sent in batches by `run_isr_change_sender`.
+    isr_changes: IsrChangeQueue<ProposedIsr>,
     pub(crate) stop: CancellationToken,
+}
+
+/// One leader's ISR proposal waiting for the controller.
+struct ProposedIsr {
+    hosted: Arc<HostedPartition>,
+    broker_epoch: i64,
+    change: IsrChange,
+}
+
+impl Batchable for ProposedIsr {
+    fn broker_epoch(&self) -> i64 {
+        self.broker_epoch
+    }
+    fn partition(&self) -> (Uuid, i32) {
+        (self.change.topic_id, self.change.partition)
+    }
 }
 
 fn now_ms() -> i64 {
@@ -228,6 +248,30 @@ fn now_ms() -> i64 {
         .duration_since(UNIX_EPOCH)
         .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
         .unwrap_or(0)
+}
+
+/// What one partition's answer in an `AlterPartitions` means to its replica machine.
+fn isr_change_result(
+    hosted: &HostedPartition,
+    result: Result<PartitionRegistration, ControllerError>,
+) -> Result<PartitionState, AlterPartitionError> {
+    match result {
+        Ok(reg) => Ok(PartitionState {
+            leader: reg.leader,
+            leader_epoch: reg.leader_epoch,
+            partition_epoch: reg.partition_epoch,
+            isr: reg.isr,
+            replicas: reg.replicas,
+        }),
+        Err(ControllerError::IneligibleReplica(reason)) => {
+            info!(partition = %hosted.tp, %reason, "ISR change refused: ineligible replica");
+            Err(AlterPartitionError::Ineligible)
+        }
+        Err(e) => {
+            info!(partition = %hosted.tp, error = %e, "ISR change refused");
+            Err(AlterPartitionError::Stale)
+        }
+    }
 }
 
 /// How often leaders check their ISR (shrink, expand retries).
@@ -255,6 +299,7 @@ impl ReplicaManager {
             current: AtomicBool::new(false),
             listeners: RwLock::new(Vec::new()),
             applied: watch::Sender::new(0),
+            isr_changes: IsrChangeQueue::default(),
             stop,
         });
         let weak = Arc::downgrade(&manager);
@@ -267,6 +312,8 @@ impl ReplicaManager {
             }));
         let ticker = Arc::clone(&manager);
         tokio::spawn(async move { ticker.run_isr_checks().await });
+        let sender = Arc::clone(&manager);
+        tokio::spawn(async move { sender.run_isr_change_sender().await });
         manager
     }
 
@@ -545,79 +592,74 @@ impl ReplicaManager {
                     partition_epoch,
                     isr,
                 } => {
-                    let manager = Arc::clone(self);
-                    let hosted = Arc::clone(hosted);
-                    let broker_epoch = self.broker_epoch.load(Ordering::SeqCst);
                     let _ = part;
-                    tokio::spawn(async move {
-                        manager
-                            .alter_partition(
-                                hosted,
-                                broker_epoch,
-                                leader_epoch,
-                                partition_epoch,
-                                isr,
-                            )
-                            .await;
+                    info!(partition = %hosted.tp, ?isr, leader_epoch, partition_epoch, "proposing ISR change");
+                    self.isr_changes.push(ProposedIsr {
+                        hosted: Arc::clone(hosted),
+                        broker_epoch: self.broker_epoch.load(Ordering::SeqCst),
+                        change: IsrChange {
+                            topic_id: hosted.topic_id,
+                            partition: hosted.tp.partition,
+                            leader_epoch,
+                            partition_epoch,
+                            new_isr: isr,
+                        },
                     });
                 }
             }
         }
     }
 
-    async fn alter_partition(
-        self: Arc<Self>,
-        hosted: Arc<HostedPartition>,
-        broker_epoch: i64,
-        leader_epoch: i32,
-        partition_epoch: i32,
-        isr: Vec<(i32, i64)>,
-    ) {
-        info!(partition = %hosted.tp, ?isr, leader_epoch, partition_epoch, "proposing ISR change");
-        let response = self
-            .controller
-            .request(
-                ControllerRequest::AlterPartition {
-                    node_id: self.config.node_id,
-                    broker_epoch,
-                    topic_id: hosted.topic_id,
-                    partition: hosted.tp.partition,
-                    leader_epoch,
-                    partition_epoch,
-                    new_isr: isr,
-                },
-                ALTER_PARTITION_TIMEOUT,
-            )
-            .await;
-        let result = match response {
-            ControllerResponse::AlterPartition { result: Ok(reg) } => Ok(PartitionState {
-                leader: reg.leader,
-                leader_epoch: reg.leader_epoch,
-                partition_epoch: reg.partition_epoch,
-                isr: reg.isr,
-                replicas: reg.replicas,
-            }),
-            ControllerResponse::AlterPartition {
-                result: Err(ControllerError::IneligibleReplica(reason)),
-            } => {
-                info!(partition = %hosted.tp, %reason, "ISR change refused: ineligible replica");
-                Err(AlterPartitionError::Ineligible)
+    /// Sends the ISR changes proposed here, every pending one in one request, one request at a
+    /// time (`isr_changes.rs`), and hands each partition its answer.
+    async fn run_isr_change_sender(self: Arc<Self>) {
+        loop {
+            let batch = tokio::select! {
+                _ = self.stop.cancelled() => return,
+                batch = self.isr_changes.next_batch(ISR_CHANGES_PER_REQUEST_MAX) => batch,
+            };
+            let Some(broker_epoch) = batch.first().map(|p| p.broker_epoch) else {
+                continue;
+            };
+            let response = self
+                .controller
+                .request(
+                    ControllerRequest::AlterPartitions {
+                        node_id: self.config.node_id,
+                        broker_epoch,
+                        changes: batch.iter().map(|p| p.change.clone()).collect(),
+                    },
+                    ALTER_PARTITION_TIMEOUT,
+                )
+                .await;
+            let results: Vec<Result<PartitionState, AlterPartitionError>> = match response {
+                ControllerResponse::AlterPartitions { results } if results.len() == batch.len() => {
+                    results
+                        .into_iter()
+                        .zip(&batch)
+                        .map(|(r, p)| isr_change_result(&p.hosted, r))
+                        .collect()
+                }
+                ControllerResponse::Error {
+                    error: ControllerError::StaleBrokerEpoch,
+                } => batch
+                    .iter()
+                    .map(|_| Err(AlterPartitionError::Stale))
+                    .collect(),
+                other => {
+                    warn!(changes = batch.len(), answer = ?other, "ISR changes not answered; will retry");
+                    batch
+                        .iter()
+                        .map(|_| Err(AlterPartitionError::Retriable))
+                        .collect()
+                }
+            };
+            for (p, result) in batch.into_iter().zip(results) {
+                let mut part = p.hosted.state.lock();
+                let actions = part.on_alter_partition(result, now_ms());
+                self.process(&p.hosted, &mut part, actions);
             }
-            ControllerResponse::AlterPartition { result: Err(e) } => {
-                info!(partition = %hosted.tp, error = %e, "ISR change refused");
-                Err(AlterPartitionError::Stale)
-            }
-            ControllerResponse::Error {
-                error: ControllerError::StaleBrokerEpoch,
-            } => Err(AlterPartitionError::Stale),
-            other => {
-                warn!(partition = %hosted.tp, answer = ?other, "ISR change not answered; will retry");
-                Err(AlterPartitionError::Retriable)
-            }
-        };
-        let mut part = hosted.state.lock();
-        let actions = part.on_alter_partition(result, now_ms());
-        self.process(&hosted, &mut part, actions);
+        }
     }
 
     /// The store made appended data of `tp` durable.

@@ -165,6 +165,40 @@ fn a_log_restarts_at_an_offset() {
 }
 
 #[test]
+fn an_empty_log_restarted_where_it_is_keeps_its_segment_and_drops_its_epochs() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let store = open(dir.path(), FlushPolicy::Never);
+    let log = store
+        .create_partition(&tp("t", 0), LogConfig::default(), ID)
+        .expect("create");
+    log.begin_leader_epoch(3).expect("epoch");
+    let segment = std::fs::read_dir(dir.path().join("t-0"))
+        .expect("dir")
+        .filter_map(Result::ok)
+        .find(|e| e.file_name().to_string_lossy().ends_with(".log"))
+        .expect("a segment")
+        .path();
+    // A handle on the segment: removed and recreated, its file would have no links left.
+    let held = std::fs::File::open(&segment).expect("open the segment");
+    log.truncate_fully_and_start_at(0).expect("restart");
+    assert_eq!(log.latest_leader_epoch(), None, "the epochs are gone");
+    assert_eq!((log.log_start_offset(), log.log_end_offset()), (0, 0));
+    let links = std::os::unix::fs::MetadataExt::nlink(&held.metadata().expect("fstat"));
+    assert_eq!(links, 1, "the segment file was kept, not replaced");
+    // It goes on as a follower.
+    log.append(batch(2, 0), 5).expect("append");
+    assert_eq!(
+        (log.log_end_offset(), log.latest_leader_epoch()),
+        (2, Some(5))
+    );
+    drop(log);
+    drop(store);
+    let store = open(dir.path(), FlushPolicy::Never);
+    let log = store.partition(&tp("t", 0)).expect("reopened");
+    assert_eq!(log.latest_leader_epoch(), Some(5));
+}
+
+#[test]
 fn the_durable_listener_hears_each_flushed_partition() {
     let dir = tempfile::tempdir().expect("tmp");
     let mut config = store_config(dir.path(), FlushPolicy::Batch);

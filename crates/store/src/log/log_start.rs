@@ -179,9 +179,28 @@ impl PartitionLog {
             }
             return Ok(());
         }
+        let lso = self.offsets.log_start();
+        if fully
+            && lso == offset
+            && inner.log_end_offset == offset
+            && inner.segments.len() == 1
+            && inner.segments.contains_key(&offset)
+        {
+            // Already empty at `offset` (a follower's empty replica told to start over where it
+            // is, as every replica of a restarted broker may be): only the epochs go. Removing
+            // and recreating the empty segment would cost its file operations and syncs, per
+            // partition, for nothing.
+            if inner.epochs.truncate_from_end(i64::MIN) {
+                let (version, entries) = inner.next_epochs();
+                self.write_epoch_checkpoint(version, &entries)?;
+            }
+            self.offsets
+                .high_watermark_atomic()
+                .fetch_max(offset, Ordering::SeqCst);
+            return Ok(());
+        }
         let config = self.config();
         let storage = &*self.shared.storage;
-        let lso = self.offsets.log_start();
         inner.generation += 1;
         // Nothing above the new end may be claimed as synced, even while the files change.
         self.offsets
