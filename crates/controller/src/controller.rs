@@ -5,14 +5,15 @@
 //!
 //! Where it sits: the service (`service.rs`) runs on the node that leads the metadata quorum; it
 //! feeds requests from brokers and ticks through [`Controller::handle`] / [`Controller::tick`] one
-//! at a time, commits the returned records as one log entry, waits until they are applied to the
+//! at a time, commits the returned records (one log entry, or a metadata transaction of several when
+//! they are large: `entries.rs`), waits until they are applied to the
 //! image, and only then answers and takes the next request. So every decision reads an image that
 //! already contains every earlier decision.
 //!
 //! Invariants it keeps (each with a test below or in `partition_change.rs`):
 //! - a fenced or shutting-down broker leads nothing and joins no ISR (KIP-841);
 //! - a broker whose session expired (`broker.session.timeout.ms` without a heartbeat) is fenced,
-//!   and its leaderships move in the same entry;
+//!   and its leaderships move in the same decision;
 //! - leader epochs only rise (a leader change always raises it; see `partition_change.rs`);
 //! - an AlterPartition is applied only if its leader epoch and partition epoch are current and
 //!   every new ISR member is active with the broker epoch the leader saw (KIP-903);
@@ -20,7 +21,7 @@
 //!   replica leaves before the target set holds every committed record (`partition_change.rs`);
 //! - the automatic leader rebalance (`auto.leader.rebalance.enable`) runs only in a tick that
 //!   decided nothing else, so its preferred elections never race another change of the same
-//!   partition within one entry.
+//!   partition within one decision.
 //!
 //! Pure: no I/O, no clock (time comes in as `now_ms`), randomness (topic ids) from an injected
 //! generator — so a seeded simulator can drive it.
@@ -58,7 +59,8 @@ use crate::placement;
 /// What one request or tick decided.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Decision {
-    /// Records to commit, as one entry (empty: nothing to commit).
+    /// Records to commit, as one decision: one entry, or a metadata transaction when they do not
+    /// fit one (`entries::entries_of`). Empty: nothing to commit.
     pub records: Vec<MetadataRecord>,
     /// The answer, to give once the records are committed. A `Registered` answer's broker epoch
     /// is the committed entry's offset; the service fills it in.
@@ -1142,7 +1144,7 @@ impl Controller {
 
     /// AlterPartitionReassignments as Kafka's `ReplicationControlManager`: per partition, a
     /// target starts (or replaces) a reassignment, `None` cancels the one in progress. The
-    /// records of every accepted partition commit as one entry.
+    /// records of every accepted partition commit as one decision.
     fn alter_partition_reassignments(
         &mut self,
         image: &MetadataImage,
@@ -1198,7 +1200,7 @@ impl Controller {
             ))
         })?;
         if touched.contains(&(topic.topic_id, index)) {
-            // Two changes of one partition in one entry would be computed from the same state.
+            // Two changes of one partition in one decision would be computed from the same state.
             // Only a mention that changed it counts: a refused one is checked on its own, as
             // Kafka checks every partition of the request.
             return Err(ControllerError::InvalidRequest(format!(
