@@ -442,6 +442,17 @@ mod tests {
             election: ElectionType::Unclean,
             partitions: Some(vec![("t".into(), 0), ("u".into(), 3)]),
         });
+        check_round_trip(ControllerRequest::AlterPartitions {
+            node_id: 2,
+            broker_epoch: 40,
+            changes: vec![IsrChange {
+                topic_id: Uuid::from_u128(9),
+                partition: 3,
+                leader_epoch: 1,
+                partition_epoch: 4,
+                new_isr: vec![(2, -1), (3, 17)],
+            }],
+        });
         check_round_trip(ControllerRequest::AlterPartitionReassignments {
             topics: vec![ReassignTopicSpec {
                 name: "t".into(),
