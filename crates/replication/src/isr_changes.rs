@@ -13,11 +13,19 @@
 //! later proposal for the same partition, or one made under another registration, waits for the
 //! next batch); proposals leave in the order they came. It does not send: the replica manager
 //! takes batches ([`IsrChangeQueue::next_batch`]) and answers each proposal's partition.
+//!
+//! Shared with the simulator, whose brokers batch the same way: [`take_batch`] (which proposals
+//! go together) and [`answers`] (what the controller's answer means to each).
 
 use std::collections::{BTreeSet, VecDeque};
 
+use millrace_cluster::image::PartitionRegistration;
+use millrace_controller::messages::ControllerError;
+use millrace_controller::ControllerResponse;
 use parking_lot::Mutex;
 use tokio::sync::Notify;
+
+use crate::replica::{AlterPartitionError, PartitionState};
 
 /// What the queue needs to know of a proposal to batch it.
 pub trait Batchable {
@@ -49,28 +57,9 @@ impl<T: Batchable> IsrChangeQueue<T> {
         self.wake.notify_one();
     }
 
-    /// Takes the next batch now: at most `max` proposals under the first one's broker epoch,
-    /// each partition once, in order; the rest stay queued. Empty when nothing is pending.
+    /// Takes the next batch now (see [`take_batch`]).
     pub fn take_batch(&self, max: usize) -> Vec<T> {
-        let mut pending = self.pending.lock();
-        let Some(epoch) = pending.front().map(Batchable::broker_epoch) else {
-            return Vec::new();
-        };
-        let mut batch = Vec::new();
-        let mut named = BTreeSet::new();
-        let mut left = VecDeque::with_capacity(pending.len());
-        while let Some(change) = pending.pop_front() {
-            if batch.len() < max
-                && change.broker_epoch() == epoch
-                && named.insert(change.partition())
-            {
-                batch.push(change);
-            } else {
-                left.push_back(change);
-            }
-        }
-        *pending = left;
-        batch
+        take_batch(&mut self.pending.lock(), max)
     }
 
     /// Waits until something is pending, then takes a batch (see `take_batch`).
@@ -91,6 +80,70 @@ impl<T: Batchable> IsrChangeQueue<T> {
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+}
+
+/// Takes the next batch from `pending`: at most `max` proposals under the first one's broker
+/// epoch, each partition once, in order; the rest stay. Empty when nothing is pending.
+pub fn take_batch<T: Batchable>(pending: &mut VecDeque<T>, max: usize) -> Vec<T> {
+    let Some(epoch) = pending.front().map(Batchable::broker_epoch) else {
+        return Vec::new();
+    };
+    let mut batch = Vec::new();
+    let mut named = BTreeSet::new();
+    let mut left = VecDeque::with_capacity(pending.len());
+    while let Some(change) = pending.pop_front() {
+        if batch.len() < max && change.broker_epoch() == epoch && named.insert(change.partition()) {
+            batch.push(change);
+        } else {
+            left.push_back(change);
+        }
+    }
+    *pending = left;
+    batch
+}
+
+/// What the controller's answer to an `AlterPartitions` request of `changes` changes means to each
+/// of them, in order: per change, the new registration, INELIGIBLE_REPLICA as `Ineligible` and any
+/// other refusal as `Stale` (the partition moved; the leader waits for the image); a stale broker
+/// epoch is `Stale` for all; no answer (a timeout, no controller, an answer that does not fit the
+/// request) is `Retriable` for all. The error of each refused change comes with it, for the log.
+pub fn answers(
+    response: ControllerResponse,
+    changes: usize,
+) -> Vec<(
+    Result<PartitionState, AlterPartitionError>,
+    Option<ControllerError>,
+)> {
+    match response {
+        ControllerResponse::AlterPartitions { results } if results.len() == changes => results
+            .into_iter()
+            .map(|r| match r {
+                Ok(reg) => (Ok(state_of(reg)), None),
+                Err(e @ ControllerError::IneligibleReplica(_)) => {
+                    (Err(AlterPartitionError::Ineligible), Some(e))
+                }
+                Err(e) => (Err(AlterPartitionError::Stale), Some(e)),
+            })
+            .collect(),
+        ControllerResponse::Error {
+            error: e @ ControllerError::StaleBrokerEpoch,
+        } => (0..changes)
+            .map(|_| (Err(AlterPartitionError::Stale), Some(e.clone())))
+            .collect(),
+        _ => (0..changes)
+            .map(|_| (Err(AlterPartitionError::Retriable), None))
+            .collect(),
+    }
+}
+
+fn state_of(reg: PartitionRegistration) -> PartitionState {
+    PartitionState {
+        leader: reg.leader,
+        leader_epoch: reg.leader_epoch,
+        partition_epoch: reg.partition_epoch,
+        isr: reg.isr,
+        replicas: reg.replicas,
     }
 }
 
@@ -142,6 +195,48 @@ mod tests {
         // Another broker epoch waits too.
         check(&[(5, 0), (6, 1), (5, 2)], 10, &[&[0, 2], &[1]]);
         check(&[], 10, &[&[]]);
+    }
+
+    #[test]
+    fn each_change_gets_its_own_answer_and_a_whole_failure_answers_all() {
+        let reg = PartitionRegistration::new(vec![1, 2]);
+        let kinds = |response, n| -> Vec<Result<(), AlterPartitionError>> {
+            answers(response, n)
+                .into_iter()
+                .map(|(r, _)| r.map(|_| ()))
+                .collect()
+        };
+        let per_change = ControllerResponse::AlterPartitions {
+            results: vec![
+                Ok(reg),
+                Err(ControllerError::IneligibleReplica("fenced".into())),
+                Err(ControllerError::InvalidUpdateVersion),
+            ],
+        };
+        assert_eq!(
+            kinds(per_change.clone(), 3),
+            vec![
+                Ok(()),
+                Err(AlterPartitionError::Ineligible),
+                Err(AlterPartitionError::Stale)
+            ]
+        );
+        // An answer that does not fit the request is no answer.
+        assert_eq!(
+            kinds(per_change, 2),
+            vec![Err(AlterPartitionError::Retriable); 2]
+        );
+        let stale = ControllerResponse::Error {
+            error: ControllerError::StaleBrokerEpoch,
+        };
+        assert_eq!(kinds(stale, 2), vec![Err(AlterPartitionError::Stale); 2]);
+        let timeout = ControllerResponse::Error {
+            error: ControllerError::Timeout("no answer".into()),
+        };
+        assert_eq!(
+            kinds(timeout, 2),
+            vec![Err(AlterPartitionError::Retriable); 2]
+        );
     }
 
     #[tokio::test]

@@ -27,10 +27,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use millrace_cluster::config::BrokerConfig;
-use millrace_cluster::image::{MetadataImage, PartitionRegistration, SharedImage, NO_LEADER};
+use millrace_cluster::image::{MetadataImage, SharedImage, NO_LEADER};
 use millrace_controller::limits::ISR_CHANGES_PER_REQUEST_MAX;
-use millrace_controller::messages::{ControllerError, IsrChange};
-use millrace_controller::{ControllerClient, ControllerRequest, ControllerResponse};
+use millrace_controller::messages::IsrChange;
+use millrace_controller::{ControllerClient, ControllerRequest};
 use millrace_store::{
     AppendError, AppendInfo, Marker, PartitionLog, ReadError, ReadResult, ReadUpperBound, Records,
     Store, StoreError, TopicId, TopicPartition,
@@ -41,7 +41,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 use uuid::Uuid;
 
-use crate::isr_changes::{Batchable, IsrChangeQueue};
+use crate::isr_changes::{self, Batchable, IsrChangeQueue};
 use crate::partition::{FollowerFetchDecision, Partition, PartitionError};
 use crate::replica::{Action, AlterPartitionError, PartitionState, ReplicaConfig};
 use crate::store_log::StoreLog;
@@ -248,30 +248,6 @@ fn now_ms() -> i64 {
         .duration_since(UNIX_EPOCH)
         .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
         .unwrap_or(0)
-}
-
-/// What one partition's answer in an `AlterPartitions` means to its replica machine.
-fn isr_change_result(
-    hosted: &HostedPartition,
-    result: Result<PartitionRegistration, ControllerError>,
-) -> Result<PartitionState, AlterPartitionError> {
-    match result {
-        Ok(reg) => Ok(PartitionState {
-            leader: reg.leader,
-            leader_epoch: reg.leader_epoch,
-            partition_epoch: reg.partition_epoch,
-            isr: reg.isr,
-            replicas: reg.replicas,
-        }),
-        Err(ControllerError::IneligibleReplica(reason)) => {
-            info!(partition = %hosted.tp, %reason, "ISR change refused: ineligible replica");
-            Err(AlterPartitionError::Ineligible)
-        }
-        Err(e) => {
-            info!(partition = %hosted.tp, error = %e, "ISR change refused");
-            Err(AlterPartitionError::Stale)
-        }
-    }
 }
 
 /// How often leaders check their ISR (shrink, expand retries).
@@ -632,29 +608,19 @@ impl ReplicaManager {
                     ALTER_PARTITION_TIMEOUT,
                 )
                 .await;
-            let results: Vec<Result<PartitionState, AlterPartitionError>> = match response {
-                ControllerResponse::AlterPartitions { results } if results.len() == batch.len() => {
-                    results
-                        .into_iter()
-                        .zip(&batch)
-                        .map(|(r, p)| isr_change_result(&p.hosted, r))
-                        .collect()
+            let results = isr_changes::answers(response.clone(), batch.len());
+            if results
+                .iter()
+                .all(|(r, _)| matches!(r, Err(AlterPartitionError::Retriable)))
+            {
+                warn!(changes = batch.len(), answer = ?response, "ISR changes not answered; will retry");
+            }
+            for (p, (_, refused)) in batch.iter().zip(&results) {
+                if let Some(error) = refused {
+                    info!(partition = %p.hosted.tp, %error, "ISR change refused");
                 }
-                ControllerResponse::Error {
-                    error: ControllerError::StaleBrokerEpoch,
-                } => batch
-                    .iter()
-                    .map(|_| Err(AlterPartitionError::Stale))
-                    .collect(),
-                other => {
-                    warn!(changes = batch.len(), answer = ?other, "ISR changes not answered; will retry");
-                    batch
-                        .iter()
-                        .map(|_| Err(AlterPartitionError::Retriable))
-                        .collect()
-                }
-            };
-            for (p, result) in batch.into_iter().zip(results) {
+            }
+            for (p, (result, _)) in batch.into_iter().zip(results) {
                 let mut part = p.hosted.state.lock();
                 let actions = part.on_alter_partition(result, now_ms());
                 self.process(&p.hosted, &mut part, actions);

@@ -17,10 +17,13 @@
 //! The logs live on the broker's "disk": they survive a crash through [`SimLog`]'s crash model,
 //! while everything else (the replica state machines, registrations, fetch state) is rebuilt.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 
 use millrace_cluster::image::MetadataImage;
+use millrace_controller::limits::ISR_CHANGES_PER_REQUEST_MAX;
+use millrace_controller::messages::IsrChange;
 use millrace_controller::{ControllerError, ControllerRequest, ControllerResponse};
+use millrace_replication::isr_changes::{self, Batchable};
 use millrace_replication::replica::AlterPartitionError;
 use millrace_replication::{
     Action, FollowerFetchDecision, Partition, PartitionError, PartitionState, ReplicaConfig,
@@ -69,11 +72,33 @@ pub(crate) struct Registration {
     pub fenced: bool,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum CallKind {
     Register,
-    Heartbeat { want_shutdown: bool },
-    AlterPartition { partition: i32 },
+    Heartbeat {
+        want_shutdown: bool,
+    },
+    /// One `AlterPartitions` request: its changes' partitions, in order.
+    AlterPartitions {
+        partitions: Vec<i32>,
+    },
+}
+
+/// One leader's ISR proposal waiting for the broker's next `AlterPartitions` request, batched as
+/// the real broker batches them (`millrace_replication::isr_changes`).
+#[derive(Debug, Clone)]
+pub(crate) struct ProposedIsr {
+    broker_epoch: i64,
+    change: IsrChange,
+}
+
+impl Batchable for ProposedIsr {
+    fn broker_epoch(&self) -> i64 {
+        self.broker_epoch
+    }
+    fn partition(&self) -> (Uuid, i32) {
+        (self.change.topic_id, self.change.partition)
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -137,6 +162,10 @@ pub(crate) struct Broker {
     fetchers: BTreeMap<i32, Fetcher>,
     parked: BTreeMap<u64, Parked>,
     calls: BTreeMap<u64, ControllerCall>,
+    /// ISR proposals not yet sent, and whether an `AlterPartitions` request is out (one at a
+    /// time, as the real broker sends them).
+    isr_pending: VecDeque<ProposedIsr>,
+    isr_in_flight: bool,
     next_id: u64,
     flush_scheduled: bool,
     metadata_scheduled: bool,
@@ -162,6 +191,8 @@ impl Broker {
             fetchers: BTreeMap::new(),
             parked: BTreeMap::new(),
             calls: BTreeMap::new(),
+            isr_pending: VecDeque::new(),
+            isr_in_flight: false,
             next_id: 1,
             flush_scheduled: false,
             metadata_scheduled: false,
@@ -199,30 +230,6 @@ fn error_code(e: PartitionError, log_start_offset: i64) -> PartitionErrorCode {
             PartitionErrorCode::OffsetOutOfRange { log_start_offset }
         }
         PartitionError::Storage => PartitionErrorCode::Storage,
-    }
-}
-
-/// The replica state machine's view of a controller answer to AlterPartition.
-fn alter_partition_result(
-    resp: &ControllerResponse,
-) -> Result<PartitionState, AlterPartitionError> {
-    match resp {
-        ControllerResponse::AlterPartition { result: Ok(reg) } => Ok(PartitionState {
-            leader: reg.leader,
-            leader_epoch: reg.leader_epoch,
-            partition_epoch: reg.partition_epoch,
-            isr: reg.isr.clone(),
-            replicas: reg.replicas.clone(),
-        }),
-        ControllerResponse::AlterPartition { result: Err(e) }
-        | ControllerResponse::Error { error: e } => match e {
-            ControllerError::IneligibleReplica(_) => Err(AlterPartitionError::Ineligible),
-            ControllerError::NotController { .. } | ControllerError::Timeout(_) => {
-                Err(AlterPartitionError::Retriable)
-            }
-            _ => Err(AlterPartitionError::Stale),
-        },
-        _ => Err(AlterPartitionError::Stale),
     }
 }
 
@@ -265,6 +272,8 @@ impl World {
         b.fetchers.clear();
         b.parked.clear();
         b.calls.clear();
+        b.isr_pending.clear();
+        b.isr_in_flight = false;
         b.flush_scheduled = false;
         b.metadata_scheduled = false;
         let mut unsynced = false;
@@ -319,6 +328,8 @@ impl World {
         b.fetchers.clear();
         b.parked.clear();
         b.calls.clear();
+        b.isr_pending.clear();
+        b.isr_in_flight = false;
         let mut lost = 0;
         for (h, torn) in b.hosted.values_mut().zip(torn) {
             h.purgatory.clear();
@@ -622,19 +633,47 @@ impl World {
                 };
                 self.schedule_heartbeat(id, delay);
             }
-            CallKind::AlterPartition { partition } => {
-                let result = alter_partition_result(&resp);
-                self.trace(|| {
-                    format!("broker {id}: p{partition} AlterPartition answered {result:?}")
-                });
+            CallKind::AlterPartitions { partitions } => {
+                if let Some(b) = self.brokers.get_mut(&id) {
+                    b.isr_in_flight = false;
+                }
                 let now = self.now;
-                let actions = match self.hosted_mut(id, partition) {
-                    Some(h) => h.partition.on_alter_partition(result, now),
-                    None => Vec::new(),
-                };
-                self.handle_actions(id, partition, actions);
+                let answers = isr_changes::answers(resp, partitions.len());
+                for (partition, (result, _)) in partitions.into_iter().zip(answers) {
+                    self.trace(|| {
+                        format!("broker {id}: p{partition} AlterPartition answered {result:?}")
+                    });
+                    let actions = match self.hosted_mut(id, partition) {
+                        Some(h) => h.partition.on_alter_partition(result, now),
+                        None => Vec::new(),
+                    };
+                    self.handle_actions(id, partition, actions);
+                }
+                self.send_isr_changes(id);
             }
         }
+    }
+
+    /// Sends the pending ISR proposals as one `AlterPartitions` request, unless one is out.
+    fn send_isr_changes(&mut self, id: i32) {
+        let Some(b) = self.brokers.get_mut(&id) else {
+            return;
+        };
+        if b.isr_in_flight {
+            return;
+        }
+        let batch = isr_changes::take_batch(&mut b.isr_pending, ISR_CHANGES_PER_REQUEST_MAX);
+        let Some(broker_epoch) = batch.first().map(|p| p.broker_epoch) else {
+            return;
+        };
+        b.isr_in_flight = true;
+        let partitions = batch.iter().map(|p| p.change.partition).collect();
+        let req = ControllerRequest::AlterPartitions {
+            node_id: id,
+            broker_epoch,
+            changes: batch.into_iter().map(|p| p.change).collect(),
+        };
+        self.controller_call(id, CallKind::AlterPartitions { partitions }, req);
     }
 
     fn finish_controlled_shutdown(&mut self, id: i32) {
@@ -801,16 +840,19 @@ impl World {
                 match (b.registration, topic_id) {
                     (Some(reg), Some(topic_id)) => {
                         self.trace(|| format!("broker {id}: p{p} proposes ISR {isr:?} (leader epoch {leader_epoch}, partition epoch {partition_epoch})"));
-                        let req = ControllerRequest::AlterPartition {
-                            node_id: id,
-                            broker_epoch: reg.broker_epoch,
-                            topic_id,
-                            partition: p,
-                            leader_epoch,
-                            partition_epoch,
-                            new_isr: isr,
-                        };
-                        self.controller_call(id, CallKind::AlterPartition { partition: p }, req);
+                        if let Some(b) = self.brokers.get_mut(&id) {
+                            b.isr_pending.push_back(ProposedIsr {
+                                broker_epoch: reg.broker_epoch,
+                                change: IsrChange {
+                                    topic_id,
+                                    partition: p,
+                                    leader_epoch,
+                                    partition_epoch,
+                                    new_isr: isr,
+                                },
+                            });
+                        }
+                        self.send_isr_changes(id);
                     }
                     _ => self.btimer(id, 0, BrokerTimer::AlterPartitionUnsent { partition: p }),
                 }

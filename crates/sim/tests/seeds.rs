@@ -56,12 +56,13 @@ fn recorded_seeds_pass() {
 /// next controller must abort the open transaction before deciding anything (without the abort,
 /// the next decision begins or ends inside it and the simulator's quorum fails the run).
 const CUT_DECISIONS: &[(u64, &str)] = &[
-    (
-        524,
-        "a fencing (FenceBroker and 3 partition changes), cut after its first entry",
-    ),
-    (651, "a fencing (FenceBroker and 4 partition changes)"),
+    (1471, "a fencing (FenceBroker and 3 partition changes)"),
     (1475, "a fencing (FenceBroker and 3 partition changes)"),
+    (
+        2371,
+        "a fencing (FenceBroker and 3 partition changes), then an unfencing (UnfenceBroker and 3 \
+         elections)",
+    ),
 ];
 
 #[test]
