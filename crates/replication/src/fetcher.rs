@@ -1,13 +1,10 @@
-//! Followers' fetchers (Kafka's `ReplicaFetcherThread`): one task per leader broker fetches every
-//! partition this broker follows from that leader, with one Fetch request at a time (v17:
-//! `replica_state` with our broker epoch, `last_fetched_epoch`, topic ids).
-//!
-//! Per answer and partition: a diverging epoch truncates our log (and the next fetch starts from
-//! the new end); records are appended as the leader stored them (offsets and leader epochs kept);
-//! an out-of-range offset below the leader's log start restarts our log there; the leader's HW,
-//! capped by our log end, becomes ours. The next fetch goes out only once everything appended is
-//! as durable as the flush policy promises, so the offset we fetch from — which is what the
-//! leader counts for its HW — is always durable here.
+//! Followers' fetchers (Kafka's `ReplicaFetcherThread`): one task per leader broker executes the
+//! replication driver's [`LeaderFetcher`] for every partition this broker follows from that
+//! leader — the driver decides when a fetch goes out and what each partition does with its answer
+//! ([`apply_answer`]: truncate a diverging log, append as the leader stored, restart behind the
+//! leader's log start, take the leader's HW); this task moves the bytes (Fetch v17 with our broker
+//! epoch, `last_fetched_epoch`, topic ids) and waits for appended records to become durable when
+//! the driver says so.
 //!
 //! Each fetcher keeps an incremental fetch session with its leader (KIP-227,
 //! [`crate::fetch_session`]): after the first full request, a request names only the partitions
@@ -18,19 +15,21 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
 use kafka_protocol::messages::fetch_request::{
     FetchPartition, FetchTopic, ForgottenTopic, ReplicaState,
 };
+use kafka_protocol::messages::fetch_response::PartitionData;
 use kafka_protocol::messages::{ApiKey, BrokerId, FetchRequest, FetchResponse};
-use millrace_store::TopicPartition;
 use tokio::sync::Notify;
-use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::client::BrokerConnection;
+use crate::driver::fetch::{apply_answer, FetchAnswer, FetchStep, Followed, LeaderFetcher};
 use crate::fetch_session::{FetchSessionClient, PartitionFetch, PartitionKey};
-use crate::manager::{HostedPartition, ReplicaManager};
+use crate::manager::{FetcherHandle, HostedPartition, ReplicaManager};
+use crate::partition::FetchPosition;
 
 /// The Fetch version followers send.
 pub const REPLICA_FETCH_VERSION: i16 = 17;
@@ -41,13 +40,14 @@ mod codes {
     pub const OFFSET_OUT_OF_RANGE: i16 = 1;
 }
 
-/// How long a partition whose fetch failed waits before it is fetched again.
-const PARTITION_BACKOFF: Duration = Duration::from_millis(200);
+/// How often an idle fetcher looks again without being woken.
+const IDLE_RECHECK: Duration = Duration::from_secs(1);
 
-/// A running fetcher.
-pub(crate) struct FetcherHandle {
-    wake: Arc<Notify>,
-    stop: CancellationToken,
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
 }
 
 impl ReplicaManager {
@@ -91,40 +91,53 @@ async fn run(
 ) {
     let mut conn: Option<BrokerConnection> = None;
     let mut session = FetchSessionClient::default();
-    let mut backoff_until: HashMap<TopicPartition, Instant> = HashMap::new();
+    let mut fetcher: LeaderFetcher<PartitionKey> = LeaderFetcher::new(leader);
+    let backoff_ms =
+        i64::try_from(manager.config.replica_fetch_backoff().as_millis()).unwrap_or(1_000);
     let client_id = format!("broker-{}-fetcher-{leader}", manager.node_id());
     loop {
         if stop.is_cancelled() {
             return;
         }
-        let now = Instant::now();
-        backoff_until.retain(|_, until| *until > now);
-        let partitions: Vec<Arc<HostedPartition>> = manager
+        let hosted: HashMap<PartitionKey, Arc<HostedPartition>> = manager
             .following(leader)
             .into_iter()
-            .filter(|h| !backoff_until.contains_key(&h.tp))
+            .map(|h| ((h.topic_id, h.tp.partition), h))
             .collect();
-        let mut wanted = Vec::new();
-        for hosted in &partitions {
-            let part = manager.lock_partition(hosted);
-            if let Some(pos) = part.fetch_position() {
-                if pos.leader == leader {
-                    wanted.push((Arc::clone(hosted), pos, part.log.0.log_start_offset()));
+        let followed: Vec<Followed<PartitionKey>> = hosted
+            .iter()
+            .filter_map(|(key, h)| {
+                let position = manager.lock_partition(h).partition.fetch_position()?;
+                Some(Followed {
+                    key: *key,
+                    position,
+                    unsynced: h.log.durable_offset() < h.log.log_end_offset(),
+                })
+            })
+            .collect();
+        let (fetch_id, partitions) = match fetcher.next(now_ms(), followed) {
+            FetchStep::Idle { retry_at_ms } => {
+                let wait = retry_at_ms.map_or(IDLE_RECHECK, |at| {
+                    Duration::from_millis(u64::try_from(at - now_ms()).unwrap_or(0))
+                });
+                pause(&stop, &wake, wait).await;
+                continue;
+            }
+            FetchStep::WaitDurable => {
+                // Fetch again only from a durable position.
+                for h in hosted.values() {
+                    if let Err(e) = h.log.wait_durable(h.log.log_end_offset()).await {
+                        warn!(partition = %h.tp, error = %e, "replicated records did not become durable");
+                    }
                 }
+                fetcher.on_durable();
+                continue;
             }
-        }
-        if wanted.is_empty() {
-            let pause = backoff_until
-                .values()
-                .min()
-                .map_or(Duration::from_secs(1), |u| u.saturating_duration_since(now));
-            tokio::select! {
-                _ = stop.cancelled() => return,
-                _ = wake.notified() => {}
-                _ = tokio::time::sleep(pause) => {}
-            }
-            continue;
-        }
+            FetchStep::Send {
+                fetch_id,
+                partitions,
+            } => (fetch_id, partitions),
+        };
         let connected = match conn.take() {
             Some(c) => Some(c),
             // (A failed request reset the session, so a new connection starts a new one.)
@@ -148,20 +161,23 @@ async fn run(
             },
         };
         let Some(mut c) = connected else {
-            pause(&stop, &wake, manager.config.replica_fetch_backoff()).await;
+            fetcher.on_failure(Some(fetch_id), now_ms(), backoff_ms);
             continue;
         };
         let max_bytes = manager.config.replica_fetch_max_bytes();
-        let state: Vec<(PartitionKey, PartitionFetch)> = wanted
+        let state: Vec<(PartitionKey, PartitionFetch)> = partitions
             .iter()
-            .map(|(hosted, pos, log_start)| {
+            .map(|(key, pos)| {
+                let log_start = hosted
+                    .get(key)
+                    .map_or(pos.fetch_offset, |h| h.log.log_start_offset());
                 (
-                    (hosted.topic_id, hosted.tp.partition),
+                    *key,
                     PartitionFetch {
                         fetch_offset: pos.fetch_offset,
                         current_leader_epoch: pos.leader_epoch,
                         last_fetched_epoch: pos.last_fetched_epoch,
-                        log_start_offset: *log_start,
+                        log_start_offset: log_start,
                         partition_max_bytes: max_bytes,
                     },
                 )
@@ -178,11 +194,14 @@ async fn run(
             Err(e) => {
                 debug!(leader, error = %e, "replica fetch failed");
                 session.reset();
-                pause(&stop, &wake, manager.config.replica_fetch_backoff()).await;
+                fetcher.on_failure(Some(fetch_id), now_ms(), backoff_ms);
                 continue;
             }
         };
         conn = Some(c);
+        let Some(sent) = fetcher.on_answer(fetch_id) else {
+            continue;
+        };
         session.on_response(response.error_code, response.session_id);
         if response.error_code != codes::NONE {
             debug!(
@@ -192,87 +211,59 @@ async fn run(
             );
             continue;
         }
-        let mut to_sync = Vec::new();
+        let sent: HashMap<PartitionKey, FetchPosition> = sent.into_iter().collect();
+        let mut appended = false;
         for topic in response.responses {
             for pd in topic.partitions {
-                let Some((hosted, pos, _)) = wanted.iter().find(|(h, _, _)| {
-                    h.topic_id == topic.topic_id && h.tp.partition == pd.partition_index
-                }) else {
+                let key = (topic.topic_id, pd.partition_index);
+                let (Some(h), Some(position)) = (hosted.get(&key), sent.get(&key)) else {
                     continue;
                 };
-                let mut part = manager.lock_partition(hosted);
-                // The state may have moved while the request was out: act only on the same epoch.
-                match part.fetch_position() {
-                    Some(p)
-                        if p.leader == leader
-                            && p.leader_epoch == pos.leader_epoch
-                            && p.fetch_offset == pos.fetch_offset => {}
-                    _ => continue,
+                let mut slot = manager.lock_partition(h);
+                let outcome = apply_answer(&mut slot.partition, position, answer_of(pd));
+                appended |= outcome.appended;
+                if outcome.back_off {
+                    fetcher.back_off_partition(key, now_ms());
                 }
-                match pd.error_code {
-                    codes::NONE => {
-                        if pd.diverging_epoch.epoch >= 0 || pd.diverging_epoch.end_offset >= 0 {
-                            match part.on_diverging_epoch(
-                                pd.diverging_epoch.epoch,
-                                pd.diverging_epoch.end_offset,
-                            ) {
-                                Ok(leo) => {
-                                    info!(partition = %hosted.tp, epoch = pd.diverging_epoch.epoch, end_offset = pd.diverging_epoch.end_offset, truncated_to = leo, "truncated a diverging log")
-                                }
-                                Err(e) => {
-                                    warn!(partition = %hosted.tp, error = ?e, "truncation failed")
-                                }
-                            }
-                            continue;
-                        }
-                        if let Some(records) = pd.records.filter(|r| !r.is_empty()) {
-                            match hosted.log.append_replicated(records) {
-                                Ok(_) => {
-                                    to_sync.push((Arc::clone(hosted), hosted.log.log_end_offset()))
-                                }
-                                Err(e) => {
-                                    warn!(partition = %hosted.tp, error = %e, "appending replicated records failed");
-                                    backoff_until.insert(
-                                        hosted.tp.clone(),
-                                        Instant::now() + PARTITION_BACKOFF,
-                                    );
-                                    continue;
-                                }
-                            }
-                        }
-                        let actions = part.on_leader_high_watermark(pd.high_watermark);
-                        manager.process(hosted, &mut part, actions);
-                        // The leader's log start moved (retention, DeleteRecords): follow it, up to
-                        // what this replica knows is committed (Kafka's
-                        // maybeIncrementLogStartOffset).
-                        let log = &hosted.log;
-                        if pd.log_start_offset > log.log_start_offset() {
-                            let to = pd.log_start_offset.min(log.high_watermark());
-                            if to > log.log_start_offset() {
-                                if let Err(e) = log.delete_records_before(to) {
-                                    warn!(partition = %hosted.tp, error = %e, "following the leader's log start failed");
-                                }
-                            }
-                        }
-                    }
-                    codes::OFFSET_OUT_OF_RANGE => {
-                        if let Err(e) = part.on_fetch_out_of_range(pd.log_start_offset) {
-                            warn!(partition = %hosted.tp, error = ?e, "restarting the log failed");
-                        }
-                        backoff_until.insert(hosted.tp.clone(), Instant::now() + PARTITION_BACKOFF);
-                    }
-                    code => {
-                        debug!(partition = %hosted.tp, code, "replica fetch error; waiting for metadata");
-                        backoff_until.insert(hosted.tp.clone(), Instant::now() + PARTITION_BACKOFF);
-                    }
+                if let Some((before, after)) = outcome.truncated {
+                    info!(partition = %h.tp, log_end_before = before, truncated_to = after, "truncated a diverging log");
                 }
+                if let Some(start) = outcome.restarted_at {
+                    info!(partition = %h.tp, log_start = start, "behind the leader's log start: log restarted there");
+                }
+                if let Some(failure) = &outcome.failure {
+                    warn!(partition = %h.tp, error = %failure, "replica fetch answer not applied");
+                }
+                manager.process(h, &mut slot, outcome.actions);
             }
         }
-        // Fetch again only from a durable position.
-        for (hosted, offset) in to_sync {
-            if let Err(e) = hosted.log.wait_durable(offset).await {
-                warn!(partition = %hosted.tp, error = %e, "replicated records did not become durable");
+        fetcher.answered(appended);
+    }
+}
+
+/// One partition's part of a Fetch response, as the driver reads it.
+fn answer_of(pd: PartitionData) -> FetchAnswer<Bytes> {
+    match pd.error_code {
+        codes::NONE if pd.diverging_epoch.epoch >= 0 || pd.diverging_epoch.end_offset >= 0 => {
+            FetchAnswer::Diverging {
+                epoch: pd.diverging_epoch.epoch,
+                end_offset: pd.diverging_epoch.end_offset,
             }
+        }
+        codes::NONE => FetchAnswer::Records {
+            records: pd.records.filter(|r| !r.is_empty()),
+            high_watermark: pd.high_watermark,
+            log_start_offset: pd.log_start_offset,
+        },
+        codes::OFFSET_OUT_OF_RANGE => FetchAnswer::OutOfRange {
+            log_start_offset: pd.log_start_offset,
+        },
+        code => {
+            debug!(
+                partition = pd.partition_index,
+                code, "replica fetch error; waiting for metadata"
+            );
+            FetchAnswer::Error
         }
     }
 }

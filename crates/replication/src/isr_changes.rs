@@ -11,92 +11,129 @@
 //!
 //! What it keeps: a batch names each partition at most once and carries one broker epoch (a
 //! later proposal for the same partition, or one made under another registration, waits for the
-//! next batch); proposals leave in the order they came. It does not send: the replica manager
-//! takes batches ([`IsrChangeQueue::next_batch`]) and answers each proposal's partition.
-//!
-//! Shared with the simulator, whose brokers batch the same way: [`take_batch`] (which proposals
-//! go together) and [`answers`] (what the controller's answer means to each).
+//! next batch); proposals leave in the order they came; one request is out at a time. It does not
+//! send: the broker's sender task and the simulator's brokers both execute
+//! [`IsrChangeSender`] (part of the replication driver, `driver/mod.rs`).
 
 use std::collections::{BTreeSet, VecDeque};
 
 use millrace_cluster::image::PartitionRegistration;
-use millrace_controller::messages::ControllerError;
-use millrace_controller::ControllerResponse;
-use parking_lot::Mutex;
-use tokio::sync::Notify;
+use millrace_controller::messages::{ControllerError, IsrChange};
+use millrace_controller::{ControllerRequest, ControllerResponse};
+use uuid::Uuid;
 
 use crate::replica::{AlterPartitionError, PartitionState};
 
-/// What the queue needs to know of a proposal to batch it.
-pub trait Batchable {
-    /// The broker epoch the proposal was made under (the request carries one).
-    fn broker_epoch(&self) -> i64;
+/// One leader's ISR change, proposed under a broker epoch (the request carries one).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Proposal {
+    pub broker_epoch: i64,
+    pub change: IsrChange,
+}
+
+impl Proposal {
     /// The partition, as (topic id, index).
-    fn partition(&self) -> (uuid::Uuid, i32);
+    pub fn partition(&self) -> (Uuid, i32) {
+        (self.change.topic_id, self.change.partition)
+    }
 }
 
-/// Pending ISR changes of this broker.
-pub struct IsrChangeQueue<T> {
-    pending: Mutex<VecDeque<T>>,
-    wake: Notify,
+/// What the controller's answer means to one change: the outcome for the replica, and the
+/// controller's error when it refused the change (for the log).
+pub type Answer = (
+    Result<PartitionState, AlterPartitionError>,
+    Option<ControllerError>,
+);
+
+/// This broker's ISR changes waiting for the controller; `T` is whatever the executor needs to
+/// hand each answer to its partition.
+#[derive(Debug)]
+pub struct IsrChangeSender<T> {
+    pending: VecDeque<(Proposal, T)>,
+    in_flight: Option<Vec<T>>,
 }
 
-impl<T: Batchable> Default for IsrChangeQueue<T> {
+impl<T> Default for IsrChangeSender<T> {
     fn default() -> Self {
         Self {
-            pending: Mutex::new(VecDeque::new()),
-            wake: Notify::new(),
+            pending: VecDeque::new(),
+            in_flight: None,
         }
     }
 }
 
-impl<T: Batchable> IsrChangeQueue<T> {
-    /// Queues a proposal and wakes the sender.
-    pub fn push(&self, change: T) {
-        self.pending.lock().push_back(change);
-        self.wake.notify_one();
+impl<T> IsrChangeSender<T> {
+    /// Queues a proposal.
+    pub fn propose(&mut self, proposal: Proposal, target: T) {
+        self.pending.push_back((proposal, target));
     }
 
-    /// Takes the next batch now (see [`take_batch`]).
-    pub fn take_batch(&self, max: usize) -> Vec<T> {
-        take_batch(&mut self.pending.lock(), max)
-    }
-
-    /// Waits until something is pending, then takes a batch (see `take_batch`).
-    pub async fn next_batch(&self, max: usize) -> Vec<T> {
-        loop {
-            let notified = self.wake.notified();
-            let batch = self.take_batch(max);
-            if !batch.is_empty() {
-                return batch;
-            }
-            notified.await;
+    /// The next `AlterPartitions` request of `node_id` (at most `max` changes, see
+    /// [`take_batch`]) unless one is out or nothing is pending.
+    pub fn next_request(&mut self, node_id: i32, max: usize) -> Option<ControllerRequest> {
+        if self.in_flight.is_some() {
+            return None;
         }
+        let batch = take_batch(&mut self.pending, max);
+        let broker_epoch = batch.first().map(|(p, _)| p.broker_epoch)?;
+        let mut changes = Vec::with_capacity(batch.len());
+        let mut targets = Vec::with_capacity(batch.len());
+        for (p, t) in batch {
+            changes.push(p.change);
+            targets.push(t);
+        }
+        self.in_flight = Some(targets);
+        Some(ControllerRequest::AlterPartitions {
+            node_id,
+            broker_epoch,
+            changes,
+        })
+    }
+
+    /// The request out was answered with `response` (or gave up: pass the error): each change's
+    /// target with its answer, in order ([`answers`]). Empty when no request was out.
+    pub fn on_response(&mut self, response: ControllerResponse) -> Vec<(T, Answer)> {
+        let Some(targets) = self.in_flight.take() else {
+            return Vec::new();
+        };
+        let answers = answers(response, targets.len());
+        targets.into_iter().zip(answers).collect()
+    }
+
+    /// A request is out.
+    pub fn in_flight(&self) -> bool {
+        self.in_flight.is_some()
+    }
+
+    /// Drops everything (the process stopped).
+    pub fn clear(&mut self) {
+        self.pending.clear();
+        self.in_flight = None;
     }
 
     pub fn len(&self) -> usize {
-        self.pending.lock().len()
+        self.pending.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.len() == 0
+        self.pending.is_empty()
     }
 }
 
 /// Takes the next batch from `pending`: at most `max` proposals under the first one's broker
 /// epoch, each partition once, in order; the rest stay. Empty when nothing is pending.
-pub fn take_batch<T: Batchable>(pending: &mut VecDeque<T>, max: usize) -> Vec<T> {
-    let Some(epoch) = pending.front().map(Batchable::broker_epoch) else {
+pub fn take_batch<T>(pending: &mut VecDeque<(Proposal, T)>, max: usize) -> Vec<(Proposal, T)> {
+    let Some(epoch) = pending.front().map(|(p, _)| p.broker_epoch) else {
         return Vec::new();
     };
     let mut batch = Vec::new();
     let mut named = BTreeSet::new();
     let mut left = VecDeque::with_capacity(pending.len());
-    while let Some(change) = pending.pop_front() {
-        if batch.len() < max && change.broker_epoch() == epoch && named.insert(change.partition()) {
-            batch.push(change);
+    while let Some((p, t)) = pending.pop_front() {
+        if batch.len() < max && p.broker_epoch == epoch && named.insert(p.partition()) {
+            batch.push((p, t));
         } else {
-            left.push_back(change);
+            left.push_back((p, t));
         }
     }
     *pending = left;
@@ -104,17 +141,17 @@ pub fn take_batch<T: Batchable>(pending: &mut VecDeque<T>, max: usize) -> Vec<T>
 }
 
 /// What the controller's answer to an `AlterPartitions` request of `changes` changes means to each
-/// of them, in order: per change, the new registration, INELIGIBLE_REPLICA as `Ineligible` and any
-/// other refusal as `Stale` (the partition moved; the leader waits for the image); a stale broker
-/// epoch is `Stale` for all; no answer (a timeout, no controller, an answer that does not fit the
-/// request) is `Retriable` for all. The error of each refused change comes with it, for the log.
-pub fn answers(
-    response: ControllerResponse,
-    changes: usize,
-) -> Vec<(
-    Result<PartitionState, AlterPartitionError>,
-    Option<ControllerError>,
-)> {
+/// of them, in order: per change, the new registration, INELIGIBLE_REPLICA as `Ineligible`, an
+/// internal error (the controller could not tell whether the change committed) as `Retriable`,
+/// and any other refusal as `Stale` (the partition moved; the leader waits for the image); a
+/// stale broker epoch is `Stale` for all; no answer (a timeout, no controller, an internal error,
+/// an answer that does not fit the request) is `Retriable` for all. The error of each refused
+/// change comes with it, for the log.
+///
+/// Why an internal error is `Retriable`, not `Stale`: `Stale` waits for metadata that says how the
+/// partition moved, and after an internal error nothing may have moved — the leader would wait
+/// for ever with its change pending (decision 0068).
+pub fn answers(response: ControllerResponse, changes: usize) -> Vec<Answer> {
     match response {
         ControllerResponse::AlterPartitions { results } if results.len() == changes => results
             .into_iter()
@@ -122,6 +159,9 @@ pub fn answers(
                 Ok(reg) => (Ok(state_of(reg)), None),
                 Err(e @ ControllerError::IneligibleReplica(_)) => {
                     (Err(AlterPartitionError::Ineligible), Some(e))
+                }
+                Err(e @ ControllerError::Internal(_)) => {
+                    (Err(AlterPartitionError::Retriable), Some(e))
                 }
                 Err(e) => (Err(AlterPartitionError::Stale), Some(e)),
             })
@@ -150,38 +190,33 @@ fn state_of(reg: PartitionRegistration) -> PartitionState {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use uuid::Uuid;
 
-    #[derive(Debug, Clone, Copy, PartialEq)]
-    struct Change {
-        epoch: i64,
-        partition: i32,
-        n: u32,
-    }
-
-    impl Batchable for Change {
-        fn broker_epoch(&self) -> i64 {
-            self.epoch
-        }
-        fn partition(&self) -> (Uuid, i32) {
-            (Uuid::nil(), self.partition)
+    fn proposal(epoch: i64, partition: i32) -> Proposal {
+        Proposal {
+            broker_epoch: epoch,
+            change: IsrChange {
+                topic_id: Uuid::nil(),
+                partition,
+                leader_epoch: 1,
+                partition_epoch: 1,
+                new_isr: vec![(1, -1), (2, -1)],
+            },
         }
     }
 
     fn check(queued: &[(i64, i32)], max: usize, expected: &[&[u32]]) {
-        let q = IsrChangeQueue::default();
+        let mut pending = VecDeque::new();
         for (n, &(epoch, partition)) in queued.iter().enumerate() {
-            q.push(Change {
-                epoch,
-                partition,
-                n: n as u32,
-            });
+            pending.push_back((proposal(epoch, partition), n as u32));
         }
         for want in expected {
-            let got: Vec<u32> = q.take_batch(max).iter().map(|c| c.n).collect();
+            let got: Vec<u32> = take_batch(&mut pending, max)
+                .iter()
+                .map(|(_, n)| *n)
+                .collect();
             assert_eq!(&got, want);
         }
-        assert!(q.is_empty());
+        assert!(pending.is_empty());
     }
 
     #[test]
@@ -211,14 +246,16 @@ mod tests {
                 Ok(reg),
                 Err(ControllerError::IneligibleReplica("fenced".into())),
                 Err(ControllerError::InvalidUpdateVersion),
+                Err(ControllerError::Internal("commit outcome unknown".into())),
             ],
         };
         assert_eq!(
-            kinds(per_change.clone(), 3),
+            kinds(per_change.clone(), 4),
             vec![
                 Ok(()),
                 Err(AlterPartitionError::Ineligible),
-                Err(AlterPartitionError::Stale)
+                Err(AlterPartitionError::Stale),
+                Err(AlterPartitionError::Retriable)
             ]
         );
         // An answer that does not fit the request is no answer.
@@ -230,32 +267,48 @@ mod tests {
             error: ControllerError::StaleBrokerEpoch,
         };
         assert_eq!(kinds(stale, 2), vec![Err(AlterPartitionError::Stale); 2]);
-        let timeout = ControllerResponse::Error {
-            error: ControllerError::Timeout("no answer".into()),
-        };
-        assert_eq!(
-            kinds(timeout, 2),
-            vec![Err(AlterPartitionError::Retriable); 2]
-        );
+        for error in [
+            ControllerError::Timeout("no answer".into()),
+            ControllerError::Internal("no quorum".into()),
+        ] {
+            assert_eq!(
+                kinds(ControllerResponse::Error { error }, 2),
+                vec![Err(AlterPartitionError::Retriable); 2]
+            );
+        }
     }
 
-    #[tokio::test]
-    async fn the_sender_wakes_for_a_proposal() {
-        let q = std::sync::Arc::new(IsrChangeQueue::default());
-        let waiting = tokio::spawn({
-            let q = std::sync::Arc::clone(&q);
-            async move { q.next_batch(10).await }
+    #[test]
+    fn one_request_out_at_a_time_and_its_answer_goes_to_each_target() {
+        let mut sender = IsrChangeSender::default();
+        assert!(sender.next_request(1, 10).is_none());
+        sender.propose(proposal(5, 0), "p0");
+        sender.propose(proposal(5, 1), "p1");
+        let Some(ControllerRequest::AlterPartitions {
+            node_id,
+            broker_epoch,
+            changes,
+        }) = sender.next_request(1, 10)
+        else {
+            panic!("a request");
+        };
+        assert_eq!((node_id, broker_epoch, changes.len()), (1, 5, 2));
+        sender.propose(proposal(5, 2), "p2");
+        assert!(sender.in_flight());
+        assert!(sender.next_request(1, 10).is_none(), "one request out");
+        let answered = sender.on_response(ControllerResponse::Error {
+            error: ControllerError::Timeout("no answer".into()),
         });
-        tokio::task::yield_now().await;
-        q.push(Change {
-            epoch: 1,
-            partition: 3,
-            n: 7,
-        });
-        let batch = tokio::time::timeout(std::time::Duration::from_secs(5), waiting)
-            .await
-            .expect("woken")
-            .expect("joined");
-        assert_eq!(batch.len(), 1);
+        let targets: Vec<&str> = answered.iter().map(|(t, _)| *t).collect();
+        assert_eq!(targets, vec!["p0", "p1"]);
+        assert!(answered
+            .iter()
+            .all(|(_, (r, _))| *r == Err(AlterPartitionError::Retriable)));
+        assert!(sender
+            .on_response(ControllerResponse::Error {
+                error: ControllerError::Timeout("late".into()),
+            })
+            .is_empty());
+        assert!(sender.next_request(1, 10).is_some(), "p2 goes next");
     }
 }

@@ -6,6 +6,7 @@
 
 pub mod client;
 pub mod divergence;
+pub mod driver;
 pub mod fetch_session;
 pub mod fetcher;
 pub mod isr_changes;
@@ -15,8 +16,9 @@ pub mod partition;
 pub mod replica;
 pub mod store_log;
 
+pub use driver::acks::AckError;
 pub use manager::{
-    AckError, AckWait, FollowerRead, HostedPartition, LeadershipChange, Progress, ReplicaError,
+    AckWait, FollowerRead, HostedPartition, LeadershipChange, Progress, ReplicaError,
     ReplicaManager, ReplicaManagerConfig,
 };
 pub use partition::{FetchPosition, FollowerFetchDecision, Partition, PartitionError, ReplicaLog};

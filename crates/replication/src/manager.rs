@@ -29,22 +29,26 @@ use bytes::Bytes;
 use millrace_cluster::config::BrokerConfig;
 use millrace_cluster::image::{MetadataImage, SharedImage, NO_LEADER};
 use millrace_controller::limits::ISR_CHANGES_PER_REQUEST_MAX;
-use millrace_controller::messages::IsrChange;
-use millrace_controller::{ControllerClient, ControllerRequest};
+use millrace_controller::ControllerClient;
 use millrace_store::{
     AppendError, AppendInfo, Marker, PartitionLog, ReadError, ReadResult, ReadUpperBound, Records,
     Store, StoreError, TopicId, TopicPartition,
 };
 use parking_lot::{Mutex, RwLock};
-use tokio::sync::watch;
+use tokio::sync::{oneshot, watch, Notify};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 use uuid::Uuid;
 
-use crate::isr_changes::{self, Batchable, IsrChangeQueue};
-use crate::partition::{FollowerFetchDecision, Partition, PartitionError};
+use crate::driver::acks::AckError;
+use crate::driver::{HostedReplica, LeadershipMove};
+use crate::isr_changes::IsrChangeSender;
+use crate::partition::{FollowerFetchDecision, PartitionError};
 use crate::replica::{Action, AlterPartitionError, PartitionState, ReplicaConfig};
 use crate::store_log::StoreLog;
+
+/// Where an `acks=all` wait gets its answer.
+type AckSender = oneshot::Sender<Result<(), AckError>>;
 
 /// Settings of the replica manager (Kafka's names in the docs of each field).
 #[derive(Debug, Clone)]
@@ -123,14 +127,14 @@ pub struct HostedPartition {
     pub tp: TopicPartition,
     pub topic_id: Uuid,
     pub log: Arc<PartitionLog>,
-    state: Mutex<Partition<StoreLog>>,
+    state: Mutex<HostedReplica<StoreLog, AckSender>>,
     progress: watch::Sender<Progress>,
 }
 
 impl HostedPartition {
     /// (leader, leader epoch) as this replica acts on them.
     pub fn leader(&self) -> Option<(i32, i32)> {
-        self.state.lock().replica().leader()
+        self.state.lock().partition.replica().leader()
     }
 
     pub fn progress(&self) -> watch::Receiver<Progress> {
@@ -140,23 +144,28 @@ impl HostedPartition {
     /// As leader: the start of this leader epoch (ListOffsets answers OFFSET_NOT_AVAILABLE for the
     /// latest offset until the HW reaches it).
     pub fn epoch_start_offset(&self) -> Option<i64> {
-        self.state.lock().replica().epoch_start_offset()
+        self.state.lock().partition.replica().epoch_start_offset()
     }
 
     /// As leader: replica set, ISR and follower progress, for the metrics.
     pub fn leader_health(&self) -> Option<crate::replica::LeaderHealth> {
-        self.state.lock().replica().leader_health()
+        self.state.lock().partition.replica().leader_health()
     }
 
     /// As leader: the committed ISR.
     pub fn isr(&self) -> Option<Vec<i32>> {
-        self.state.lock().replica().isr().map(<[i32]>::to_vec)
+        self.state
+            .lock()
+            .partition
+            .replica()
+            .isr()
+            .map(<[i32]>::to_vec)
     }
 
     pub fn check_leader(&self, current_leader_epoch: i32) -> Result<i32, PartitionError> {
         let state = self.state.lock();
-        let epoch = state.require_leader()?;
-        state.check_leader_epoch(current_leader_epoch)?;
+        let epoch = state.partition.require_leader()?;
+        state.partition.check_leader_epoch(current_leader_epoch)?;
         Ok(epoch)
     }
 }
@@ -174,19 +183,6 @@ pub enum ReplicaError {
     Read(#[from] ReadError),
     #[error(transparent)]
     Store(#[from] StoreError),
-}
-
-/// Why waiting for an acknowledgement failed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AckError {
-    /// REQUEST_TIMED_OUT: not replicated in time (the record may still commit).
-    Timeout,
-    /// NOT_LEADER_OR_FOLLOWER: leadership moved before the record committed.
-    NotLeader,
-    /// NOT_ENOUGH_REPLICAS_AFTER_APPEND
-    NotEnoughReplicasAfterAppend,
-    /// KAFKA_STORAGE_ERROR: the log went offline or was deleted.
-    Storage,
 }
 
 /// A leadership change of a hosted partition (the group coordinator loads and unloads
@@ -214,7 +210,7 @@ pub struct ReplicaManager {
     partitions: RwLock<HashMap<TopicPartition, Arc<HostedPartition>>>,
     /// Follower partitions by leader broker.
     pub(crate) following: RwLock<BTreeMap<i32, BTreeSet<TopicPartition>>>,
-    pub(crate) fetchers: Mutex<BTreeMap<i32, crate::fetcher::FetcherHandle>>,
+    pub(crate) fetchers: Mutex<BTreeMap<i32, FetcherHandle>>,
     /// This process's broker epoch (sent in replica fetches, KIP-903), -1 before registration.
     pub(crate) broker_epoch: AtomicI64,
     /// Whether the last applied image showed this process registered and unfenced.
@@ -223,24 +219,9 @@ pub struct ReplicaManager {
     /// The metadata offset of the last image applied to the replicas.
     applied: watch::Sender<u64>,
     /// ISR changes proposed by partitions led here, sent in batches by `run_isr_change_sender`.
-    isr_changes: IsrChangeQueue<ProposedIsr>,
+    isr_changes: Mutex<IsrChangeSender<Arc<HostedPartition>>>,
+    isr_changes_wake: Notify,
     pub(crate) stop: CancellationToken,
-}
-
-/// One leader's ISR proposal waiting for the controller.
-struct ProposedIsr {
-    hosted: Arc<HostedPartition>,
-    broker_epoch: i64,
-    change: IsrChange,
-}
-
-impl Batchable for ProposedIsr {
-    fn broker_epoch(&self) -> i64 {
-        self.broker_epoch
-    }
-    fn partition(&self) -> (Uuid, i32) {
-        (self.change.topic_id, self.change.partition)
-    }
 }
 
 fn now_ms() -> i64 {
@@ -275,7 +256,8 @@ impl ReplicaManager {
             current: AtomicBool::new(false),
             listeners: RwLock::new(Vec::new()),
             applied: watch::Sender::new(0),
-            isr_changes: IsrChangeQueue::default(),
+            isr_changes: Mutex::new(IsrChangeSender::default()),
+            isr_changes_wake: Notify::new(),
             stop,
         });
         let weak = Arc::downgrade(&manager);
@@ -365,64 +347,54 @@ impl ReplicaManager {
                         continue;
                     }
                 };
-                let leader = if p.leader == local && !current {
-                    NO_LEADER
-                } else {
-                    p.leader
-                };
                 let state = PartitionState {
-                    leader,
+                    leader: p.leader,
                     leader_epoch: p.leader_epoch,
                     partition_epoch: p.partition_epoch,
                     isr: p.isr.clone(),
                     replicas: p.replicas.clone(),
                 };
                 let config = self.replica_config(image, &topic.name);
-                let mut part = hosted.state.lock();
-                let was_leader = part.is_leader();
-                let old_epoch = part.replica().leader().map(|(_, e)| e);
-                match part.on_metadata(state, config, now) {
-                    Ok(actions) => self.process(&hosted, &mut part, actions),
+                let mut slot = hosted.state.lock();
+                let inactive = |b: i32| !image.is_active(b);
+                match slot.on_metadata(state, current, config, now, inactive) {
+                    Ok(outcome) => {
+                        if outcome.epoch_changed || outcome.leadership.is_some() {
+                            // Parked fetches answer now (NOT_LEADER_OR_FOLLOWER,
+                            // FENCED_LEADER_EPOCH, or the new leader's data), not at their deadline.
+                            hosted.log.wake_watchers();
+                        }
+                        match outcome.leadership {
+                            Some(LeadershipMove::Became { leader_epoch }) => {
+                                info!(partition = %tp, leader_epoch, "became leader");
+                                changes.push(LeadershipChange::Became {
+                                    tp: tp.clone(),
+                                    leader_epoch,
+                                    log: Arc::clone(&hosted.log),
+                                });
+                            }
+                            Some(LeadershipMove::Resigned) => {
+                                info!(partition = %tp, leader = p.leader, leader_epoch = p.leader_epoch, "resigned leadership");
+                                changes.push(LeadershipChange::Resigned { tp: tp.clone() });
+                            }
+                            None => {}
+                        }
+                        self.process(&hosted, &mut slot, outcome.actions);
+                    }
                     Err(e) => warn!(partition = %tp, error = ?e, "cannot apply partition state"),
                 }
-                let is_leader = part.is_leader();
-                if is_leader {
-                    let inactive: Vec<i32> = p
-                        .replicas
-                        .iter()
-                        .copied()
-                        .filter(|&b| b != local && !image.is_active(b))
-                        .collect();
-                    if !inactive.is_empty() {
-                        part.mark_ineligible(inactive);
-                    }
-                }
-                let (leader_now, epoch_now) = part.replica().leader().unwrap_or((NO_LEADER, -1));
+                let is_leader = slot.partition.is_leader();
+                let (leader_now, epoch_now) =
+                    slot.partition.replica().leader().unwrap_or((NO_LEADER, -1));
                 if !is_leader && leader_now >= 0 && leader_now != local {
                     following.entry(leader_now).or_default().insert(tp.clone());
                 }
                 hosted.progress.send_modify(|pr| {
                     pr.leader_epoch = epoch_now;
                     pr.is_leader = is_leader;
-                    pr.high_watermark = part.replica().high_watermark();
+                    pr.high_watermark = slot.partition.replica().high_watermark();
                 });
-                if was_leader != is_leader || old_epoch != Some(epoch_now) {
-                    // Parked fetches answer now (NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH, or
-                    // the new leader's data), not at their deadline.
-                    hosted.log.wake_watchers();
-                }
-                if is_leader && (!was_leader || old_epoch != Some(epoch_now)) {
-                    info!(partition = %tp, leader_epoch = epoch_now, "became leader");
-                    changes.push(LeadershipChange::Became {
-                        tp: tp.clone(),
-                        leader_epoch: epoch_now,
-                        log: Arc::clone(&hosted.log),
-                    });
-                } else if was_leader && !is_leader {
-                    info!(partition = %tp, leader = leader_now, leader_epoch = epoch_now, "resigned leadership");
-                    changes.push(LeadershipChange::Resigned { tp: tp.clone() });
-                }
-                drop(part);
+                drop(slot);
                 let log_config = self.config.broker.log_config(&topic.configs);
                 if hosted.log.config() != log_config {
                     hosted.log.update_config(log_config);
@@ -439,7 +411,14 @@ impl ReplicaManager {
             .collect();
         for hosted in gone {
             self.partitions.write().remove(&hosted.tp);
-            let was_leader = hosted.state.lock().is_leader();
+            let (was_leader, refused) = {
+                let mut slot = hosted.state.lock();
+                (
+                    slot.partition.is_leader(),
+                    slot.acks.fail_all(AckError::Storage),
+                )
+            };
+            deliver(refused);
             hosted.progress.send_modify(|p| p.is_leader = false);
             if was_leader {
                 changes.push(LeadershipChange::Resigned {
@@ -529,7 +508,7 @@ impl ReplicaManager {
             }
             None => self.store.create_partition(tp, config, id)?,
         };
-        let part = Partition::new(
+        let part = HostedReplica::new(
             self.config.node_id,
             StoreLog(Arc::clone(&log)),
             self.replica_config(image, &tp.topic),
@@ -551,79 +530,70 @@ impl ReplicaManager {
         Ok(hosted)
     }
 
-    /// Carries out the replica machine's actions.
+    /// Carries out the replica machine's actions through the driver (`HostedReplica::after`):
+    /// high watermark moves wake watchers, ISR changes go to the sender, released acks answer.
     pub(crate) fn process(
-        self: &Arc<Self>,
+        &self,
         hosted: &Arc<HostedPartition>,
-        part: &mut Partition<StoreLog>,
+        slot: &mut HostedReplica<StoreLog, AckSender>,
         actions: Vec<Action>,
     ) {
-        for action in actions {
-            match action {
-                Action::SetHighWatermark(hw) => {
-                    hosted.progress.send_modify(|p| p.high_watermark = hw);
-                }
-                Action::AlterPartition {
-                    leader_epoch,
-                    partition_epoch,
-                    isr,
-                } => {
-                    let _ = part;
-                    info!(partition = %hosted.tp, ?isr, leader_epoch, partition_epoch, "proposing ISR change");
-                    self.isr_changes.push(ProposedIsr {
-                        hosted: Arc::clone(hosted),
-                        broker_epoch: self.broker_epoch.load(Ordering::SeqCst),
-                        change: IsrChange {
-                            topic_id: hosted.topic_id,
-                            partition: hosted.tp.partition,
-                            leader_epoch,
-                            partition_epoch,
-                            new_isr: isr,
-                        },
-                    });
-                }
-            }
+        let broker_epoch = self.broker_epoch.load(Ordering::SeqCst);
+        let after = slot.after(
+            actions,
+            (hosted.topic_id, hosted.tp.partition),
+            (broker_epoch >= 0).then_some(broker_epoch),
+            now_ms(),
+        );
+        if let Some(hw) = after.high_watermark {
+            hosted.progress.send_modify(|p| p.high_watermark = hw);
         }
+        if !after.proposals.is_empty() {
+            let mut sender = self.isr_changes.lock();
+            for proposal in after.proposals {
+                let change = &proposal.change;
+                info!(partition = %hosted.tp, isr = ?change.new_isr, leader_epoch = change.leader_epoch, partition_epoch = change.partition_epoch, "proposing ISR change");
+                sender.propose(proposal, Arc::clone(hosted));
+            }
+            drop(sender);
+            self.isr_changes_wake.notify_one();
+        }
+        deliver(after.acks);
     }
 
     /// Sends the ISR changes proposed here, every pending one in one request, one request at a
     /// time (`isr_changes.rs`), and hands each partition its answer.
     async fn run_isr_change_sender(self: Arc<Self>) {
         loop {
-            let batch = tokio::select! {
-                _ = self.stop.cancelled() => return,
-                batch = self.isr_changes.next_batch(ISR_CHANGES_PER_REQUEST_MAX) => batch,
-            };
-            let Some(broker_epoch) = batch.first().map(|p| p.broker_epoch) else {
-                continue;
+            let woken = self.isr_changes_wake.notified();
+            let request = self
+                .isr_changes
+                .lock()
+                .next_request(self.config.node_id, ISR_CHANGES_PER_REQUEST_MAX);
+            let Some(request) = request else {
+                tokio::select! {
+                    _ = self.stop.cancelled() => return,
+                    _ = woken => continue,
+                }
             };
             let response = self
                 .controller
-                .request(
-                    ControllerRequest::AlterPartitions {
-                        node_id: self.config.node_id,
-                        broker_epoch,
-                        changes: batch.iter().map(|p| p.change.clone()).collect(),
-                    },
-                    ALTER_PARTITION_TIMEOUT,
-                )
+                .request(request, ALTER_PARTITION_TIMEOUT)
                 .await;
-            let results = isr_changes::answers(response.clone(), batch.len());
-            if results
+            let answered = self.isr_changes.lock().on_response(response.clone());
+            if answered
                 .iter()
-                .all(|(r, _)| matches!(r, Err(AlterPartitionError::Retriable)))
+                .all(|(_, (r, _))| matches!(r, Err(AlterPartitionError::Retriable)))
             {
-                warn!(changes = batch.len(), answer = ?response, "ISR changes not answered; will retry");
+                warn!(changes = answered.len(), answer = ?response, "ISR changes not answered; will retry");
             }
-            for (p, (_, refused)) in batch.iter().zip(&results) {
+            for (hosted, (result, refused)) in answered {
                 if let Some(error) = refused {
-                    info!(partition = %p.hosted.tp, %error, "ISR change refused");
+                    info!(partition = %hosted.tp, %error, "ISR change refused");
                 }
-            }
-            for (p, (result, _)) in batch.into_iter().zip(results) {
-                let mut part = p.hosted.state.lock();
-                let actions = part.on_alter_partition(result, now_ms());
-                self.process(&p.hosted, &mut part, actions);
+                let mut slot = hosted.state.lock();
+                let actions = slot.partition.on_alter_partition(result, now_ms());
+                self.process(&hosted, &mut slot, actions);
             }
         }
     }
@@ -633,12 +603,12 @@ impl ReplicaManager {
         let Some(hosted) = self.partition(tp) else {
             return;
         };
-        let mut part = hosted.state.lock();
-        if !part.is_leader() {
+        let mut slot = hosted.state.lock();
+        if !slot.partition.is_leader() {
             return;
         }
-        let actions = part.on_local_durable();
-        self.process(&hosted, &mut part, actions);
+        let actions = slot.partition.on_local_durable();
+        self.process(&hosted, &mut slot, actions);
     }
 
     async fn run_isr_checks(self: Arc<Self>) {
@@ -651,10 +621,15 @@ impl ReplicaManager {
             }
             let now = now_ms();
             for hosted in self.hosted() {
-                let mut part = hosted.state.lock();
-                if part.is_leader() {
-                    let actions = part.tick(now);
-                    self.process(&hosted, &mut part, actions);
+                let mut slot = hosted.state.lock();
+                let actions = if slot.partition.is_leader() {
+                    slot.partition.tick(now)
+                } else {
+                    Vec::new()
+                };
+                if !actions.is_empty() || !slot.acks.is_empty() {
+                    // (Also answers the acks=all waits whose deadline passed.)
+                    self.process(&hosted, &mut slot, actions);
                 }
             }
         }
@@ -717,8 +692,9 @@ impl ReplicaManager {
             .partition(tp)
             .ok_or_else(|| ReplicaError::UnknownPartition(tp.clone()))?;
         let acks_all = acks == -1;
-        let mut part = hosted.state.lock();
-        let epoch = part
+        let mut slot = hosted.state.lock();
+        let epoch = slot
+            .partition
             .check_append(acks_all)
             .map_err(ReplicaError::Partition)?;
         if leader_epoch.is_some_and(|e| e != epoch) {
@@ -730,10 +706,10 @@ impl ReplicaManager {
         let info = append(&hosted.log, epoch)?;
         if !info.duplicate {
             // Under `never` (or an already durable duplicate) the durable end moved here.
-            let actions = part.on_local_durable();
-            self.process(&hosted, &mut part, actions);
+            let actions = slot.partition.on_local_durable();
+            self.process(&hosted, &mut slot, actions);
         }
-        drop(part);
+        drop(slot);
         if !info.duplicate {
             hosted.log.wake_log_end_watchers();
         }
@@ -800,8 +776,9 @@ impl ReplicaManager {
         let eligible = image.broker(replica_id).is_some_and(|b| {
             b.is_active() && (replica_broker_epoch < 0 || b.broker_epoch == replica_broker_epoch)
         });
-        let mut part = hosted.state.lock();
-        let (decision, actions) = part
+        let mut slot = hosted.state.lock();
+        let (decision, actions) = slot
+            .partition
             .on_follower_fetch(
                 replica_id,
                 replica_broker_epoch,
@@ -812,8 +789,8 @@ impl ReplicaManager {
                 now_ms(),
             )
             .map_err(ReplicaError::Partition)?;
-        self.process(&hosted, &mut part, actions);
-        drop(part);
+        self.process(&hosted, &mut slot, actions);
+        drop(slot);
         let log = &hosted.log;
         match decision {
             FollowerFetchDecision::Diverging { epoch, end_offset } => Ok(FollowerRead {
@@ -876,9 +853,15 @@ impl ReplicaManager {
     pub(crate) fn lock_partition<'a>(
         &self,
         hosted: &'a HostedPartition,
-    ) -> parking_lot::MutexGuard<'a, Partition<StoreLog>> {
+    ) -> parking_lot::MutexGuard<'a, HostedReplica<StoreLog, AckSender>> {
         hosted.state.lock()
     }
+}
+
+/// A running fetcher task (`fetcher.rs`): how to wake it and how to stop it.
+pub(crate) struct FetcherHandle {
+    pub(crate) wake: Arc<Notify>,
+    pub(crate) stop: CancellationToken,
 }
 
 /// What an append waits for before its answer.
@@ -910,7 +893,17 @@ impl AckWait {
                 offset,
                 leader_epoch,
             } => {
-                let mut rx = hosted.progress();
+                let (tx, mut rx) = oneshot::channel();
+                let timeout_ms = i64::try_from(timeout.as_millis()).unwrap_or(i64::MAX);
+                let id = {
+                    let mut slot = hosted.state.lock();
+                    let now = now_ms();
+                    let id =
+                        slot.acks
+                            .add(tx, leader_epoch, offset, now.saturating_add(timeout_ms));
+                    deliver(slot.release_acks(now));
+                    id
+                };
                 let log = Arc::clone(&hosted.log);
                 // The log going offline (or deleted) ends the wait at once.
                 let failed = async move {
@@ -919,31 +912,25 @@ impl AckWait {
                     }
                     std::future::pending::<()>().await
                 };
-                let reached = tokio::time::timeout(timeout, async {
-                    tokio::select! {
-                        r = rx.wait_for(|p| {
-                            p.high_watermark >= offset || !p.is_leader || p.leader_epoch != leader_epoch
-                        }) => r.map(|p| *p).map_err(|_| AckError::Storage),
-                        _ = failed => Err(AckError::Storage),
-                    }
-                })
-                .await;
-                let progress = match reached {
-                    Ok(Ok(p)) => p,
-                    Ok(Err(e)) => return Err(e),
-                    Err(_) => return Err(AckError::Timeout),
+                let given_up = tokio::select! {
+                    answer = &mut rx => return answer.unwrap_or(Err(AckError::Storage)),
+                    _ = failed => AckError::Storage,
+                    _ = tokio::time::sleep(timeout) => AckError::Timeout,
                 };
-                if progress.high_watermark < offset {
-                    return Err(AckError::NotLeader);
+                // Take the wait back, unless the driver answered it meanwhile.
+                if hosted.state.lock().acks.remove(id).is_some() {
+                    return Err(given_up);
                 }
-                // Committed; Kafka still reports a shrink below min ISR that happened meanwhile.
-                let part = hosted.state.lock();
-                if part.replica().is_under_min_isr() && part.is_leader() {
-                    return Err(AckError::NotEnoughReplicasAfterAppend);
-                }
-                Ok(())
+                rx.try_recv().unwrap_or(Err(given_up))
             }
         }
+    }
+}
+
+/// Hands `acks=all` answers to their waiters (a waiter that gave up is gone; nothing to do).
+fn deliver(answers: Vec<(AckSender, Result<(), AckError>)>) {
+    for (waiter, result) in answers {
+        let _ = waiter.send(result);
     }
 }
 

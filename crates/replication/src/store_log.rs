@@ -2,8 +2,10 @@
 
 use std::sync::Arc;
 
+use bytes::Bytes;
 use millrace_store::PartitionLog;
 
+use crate::driver::fetch::FollowerLog;
 use crate::partition::ReplicaLog;
 
 /// A store partition log as replication sees it.
@@ -53,5 +55,27 @@ impl ReplicaLog for StoreLog {
         if offset > self.0.high_watermark() {
             self.0.set_high_watermark(offset);
         }
+    }
+}
+
+impl FollowerLog for StoreLog {
+    type Records = Bytes;
+
+    fn append_replicated(&self, _fetch_offset: i64, records: Bytes) -> Result<bool, String> {
+        self.0
+            .append_replicated(records)
+            .map(|_| true)
+            .map_err(|e| e.to_string())
+    }
+
+    fn follow_log_start(&self, offset: i64) -> Result<(), String> {
+        let to = offset.min(self.0.high_watermark());
+        if to > self.0.log_start_offset() {
+            self.0
+                .delete_records_before(to)
+                .map(|_| ())
+                .map_err(|e| e.to_string())?;
+        }
+        Ok(())
     }
 }

@@ -17,17 +17,19 @@
 //! The logs live on the broker's "disk": they survive a crash through [`SimLog`]'s crash model,
 //! while everything else (the replica state machines, registrations, fetch state) is rebuilt.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 
 use millrace_cluster::image::MetadataImage;
 use millrace_controller::limits::ISR_CHANGES_PER_REQUEST_MAX;
-use millrace_controller::messages::IsrChange;
 use millrace_controller::{ControllerError, ControllerRequest, ControllerResponse};
-use millrace_replication::isr_changes::{self, Batchable};
-use millrace_replication::replica::AlterPartitionError;
+use millrace_replication::driver::acks::AckError;
+use millrace_replication::driver::fetch::{
+    apply_answer, FetchAnswer, FetchStep, Followed, LeaderFetcher,
+};
+use millrace_replication::driver::HostedReplica;
+use millrace_replication::isr_changes::IsrChangeSender;
 use millrace_replication::{
-    Action, FollowerFetchDecision, Partition, PartitionError, PartitionState, ReplicaConfig,
-    ReplicaLog,
+    Action, FollowerFetchDecision, PartitionError, PartitionState, ReplicaConfig, ReplicaLog,
 };
 use uuid::Uuid;
 
@@ -62,7 +64,6 @@ pub(crate) enum BrokerTimer {
     FetchWake { park_id: u64 },
     ControllerRetry { req_id: u64 },
     ControllerDeadline { req_id: u64 },
-    AlterPartitionUnsent { partition: i32 },
 }
 
 /// This broker's registration as the controller answered it.
@@ -78,27 +79,8 @@ pub(crate) enum CallKind {
     Heartbeat {
         want_shutdown: bool,
     },
-    /// One `AlterPartitions` request: its changes' partitions, in order.
-    AlterPartitions {
-        partitions: Vec<i32>,
-    },
-}
-
-/// One leader's ISR proposal waiting for the broker's next `AlterPartitions` request, batched as
-/// the real broker batches them (`millrace_replication::isr_changes`).
-#[derive(Debug, Clone)]
-pub(crate) struct ProposedIsr {
-    broker_epoch: i64,
-    change: IsrChange,
-}
-
-impl Batchable for ProposedIsr {
-    fn broker_epoch(&self) -> i64 {
-        self.broker_epoch
-    }
-    fn partition(&self) -> (Uuid, i32) {
-        (self.change.topic_id, self.change.partition)
-    }
+    /// The `AlterPartitions` request the driver's ISR sender has out.
+    AlterPartitions,
 }
 
 #[derive(Debug, Clone)]
@@ -107,32 +89,21 @@ pub(crate) struct ControllerCall {
     req: ControllerRequest,
 }
 
-/// An `acks=all` produce waiting for the high watermark.
+/// An `acks=all` produce waiting for the high watermark (in the driver's `AckWaits`).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct PendingProduce {
+pub(crate) struct Waiter {
     req_id: u64,
     client: i32,
-    leader_epoch: i32,
     base: i64,
-    end: i64,
-    deadline: i64,
 }
 
-/// One hosted partition.
-#[derive(Debug)]
-pub(crate) struct Hosted {
-    pub partition: Partition<SimLog>,
-    /// The committed state last handed to the partition.
-    delivered: Option<PartitionState>,
-    purgatory: Vec<PendingProduce>,
-}
+/// One hosted partition: the replication driver's replica over a simulated log.
+pub(crate) type Hosted = HostedReplica<SimLog, Waiter>;
 
-/// Fetch state towards one leader broker.
-#[derive(Debug, Default, Clone, Copy)]
-struct Fetcher {
-    in_flight: Option<u64>,
-    waiting_durable: bool,
-    backoff_until: i64,
+/// What a fetch answer did, for the stats and the trace.
+enum FetchNote {
+    Truncated { p: i32, before: i64, after: i64 },
+    Restarted { p: i32, start: i64 },
 }
 
 /// A follower fetch held at the leader.
@@ -159,13 +130,12 @@ pub(crate) struct Broker {
     /// What the next registration says about the previous run.
     clean_shutdown: bool,
     pub hosted: BTreeMap<i32, Hosted>,
-    fetchers: BTreeMap<i32, Fetcher>,
+    /// The driver's fetch state per leader broker.
+    fetchers: BTreeMap<i32, LeaderFetcher<i32>>,
     parked: BTreeMap<u64, Parked>,
     calls: BTreeMap<u64, ControllerCall>,
-    /// ISR proposals not yet sent, and whether an `AlterPartitions` request is out (one at a
-    /// time, as the real broker sends them).
-    isr_pending: VecDeque<ProposedIsr>,
-    isr_in_flight: bool,
+    /// The driver's ISR change sender (targets: partition indexes).
+    isr_changes: IsrChangeSender<i32>,
     next_id: u64,
     flush_scheduled: bool,
     metadata_scheduled: bool,
@@ -191,8 +161,7 @@ impl Broker {
             fetchers: BTreeMap::new(),
             parked: BTreeMap::new(),
             calls: BTreeMap::new(),
-            isr_pending: VecDeque::new(),
-            isr_in_flight: false,
+            isr_changes: IsrChangeSender::default(),
             next_id: 1,
             flush_scheduled: false,
             metadata_scheduled: false,
@@ -272,17 +241,14 @@ impl World {
         b.fetchers.clear();
         b.parked.clear();
         b.calls.clear();
-        b.isr_pending.clear();
-        b.isr_in_flight = false;
+        b.isr_changes.clear();
         b.flush_scheduled = false;
         b.metadata_scheduled = false;
         let mut unsynced = false;
         for h in b.hosted.values_mut() {
             let log = std::mem::take(&mut h.partition.log);
             unsynced |= log.has_unsynced();
-            h.partition = Partition::new(id, log, config);
-            h.delivered = None;
-            h.purgatory.clear();
+            *h = Hosted::new(id, log, config);
         }
         let clean = b.clean_shutdown;
         self.trace(|| format!("broker {id}: started (clean_shutdown={clean})"));
@@ -328,11 +294,10 @@ impl World {
         b.fetchers.clear();
         b.parked.clear();
         b.calls.clear();
-        b.isr_pending.clear();
-        b.isr_in_flight = false;
+        b.isr_changes.clear();
         let mut lost = 0;
         for (h, torn) in b.hosted.values_mut().zip(torn) {
-            h.purgatory.clear();
+            h.acks = Default::default();
             let log = &h.partition.log;
             match crash {
                 Some(true) => lost += log.power_loss(torn),
@@ -373,6 +338,7 @@ impl World {
                         Some(h) if h.partition.is_leader() => h.partition.tick(now),
                         _ => Vec::new(),
                     };
+                    // (Also answers the acks=all waits whose deadline passed.)
                     self.handle_actions(id, p, actions);
                 }
                 self.btimer(id, REPLICA_TICK_MS, BrokerTimer::ReplicaTick);
@@ -388,19 +354,20 @@ impl World {
             BrokerTimer::Metadata => self.catch_up_metadata(id),
             BrokerTimer::FetchRetry { leader } => self.maybe_fetch(id, leader),
             BrokerTimer::FetchTimeout { leader, fetch_id } => {
+                let now = self.now;
                 let timed_out = match self
                     .brokers
                     .get_mut(&id)
                     .and_then(|b| b.fetchers.get_mut(&leader))
                 {
-                    Some(f) if f.in_flight == Some(fetch_id) => {
-                        f.in_flight = None;
+                    Some(f) if f.in_flight() == Some(fetch_id) => {
+                        f.on_failure(Some(fetch_id), now, FETCH_BACKOFF_MS);
                         true
                     }
                     _ => false,
                 };
                 if timed_out {
-                    self.maybe_fetch(id, leader);
+                    self.btimer(id, FETCH_BACKOFF_MS, BrokerTimer::FetchRetry { leader });
                 }
             }
             BrokerTimer::FetchWake { park_id } => {
@@ -424,16 +391,6 @@ impl World {
                     };
                     self.call_done(id, call.kind, resp);
                 }
-            }
-            BrokerTimer::AlterPartitionUnsent { partition } => {
-                let now = self.now;
-                let actions = match self.hosted_mut(id, partition) {
-                    Some(h) => h
-                        .partition
-                        .on_alter_partition(Err(AlterPartitionError::Retriable), now),
-                    None => Vec::new(),
-                };
-                self.handle_actions(id, partition, actions);
             }
         }
     }
@@ -633,13 +590,13 @@ impl World {
                 };
                 self.schedule_heartbeat(id, delay);
             }
-            CallKind::AlterPartitions { partitions } => {
-                if let Some(b) = self.brokers.get_mut(&id) {
-                    b.isr_in_flight = false;
-                }
+            CallKind::AlterPartitions => {
                 let now = self.now;
-                let answers = isr_changes::answers(resp, partitions.len());
-                for (partition, (result, _)) in partitions.into_iter().zip(answers) {
+                let answered = match self.brokers.get_mut(&id) {
+                    Some(b) => b.isr_changes.on_response(resp),
+                    None => Vec::new(),
+                };
+                for (partition, (result, _)) in answered {
                     self.trace(|| {
                         format!("broker {id}: p{partition} AlterPartition answered {result:?}")
                     });
@@ -654,26 +611,14 @@ impl World {
         }
     }
 
-    /// Sends the pending ISR proposals as one `AlterPartitions` request, unless one is out.
+    /// Sends the driver's next `AlterPartitions` request, unless one is out.
     fn send_isr_changes(&mut self, id: i32) {
         let Some(b) = self.brokers.get_mut(&id) else {
             return;
         };
-        if b.isr_in_flight {
-            return;
+        if let Some(req) = b.isr_changes.next_request(id, ISR_CHANGES_PER_REQUEST_MAX) {
+            self.controller_call(id, CallKind::AlterPartitions, req);
         }
-        let batch = isr_changes::take_batch(&mut b.isr_pending, ISR_CHANGES_PER_REQUEST_MAX);
-        let Some(broker_epoch) = batch.first().map(|p| p.broker_epoch) else {
-            return;
-        };
-        b.isr_in_flight = true;
-        let partitions = batch.iter().map(|p| p.change.partition).collect();
-        let req = ControllerRequest::AlterPartitions {
-            node_id: id,
-            broker_epoch,
-            changes: batch.into_iter().map(|p| p.change).collect(),
-        };
-        self.controller_call(id, CallKind::AlterPartitions { partitions }, req);
     }
 
     fn finish_controlled_shutdown(&mut self, id: i32) {
@@ -775,30 +720,22 @@ impl World {
             let Some(b) = self.brokers.get_mut(&id) else {
                 return;
             };
-            let h = b.hosted.entry(p).or_insert_with(|| Hosted {
-                partition: Partition::new(id, SimLog::default(), config),
-                delivered: None,
-                purgatory: Vec::new(),
-            });
-            if h.delivered.as_ref() == Some(&state) {
-                continue;
-            }
-            if state.leader == id && !current {
-                // Not this incarnation's to lead yet (BrokerLifecycle::is_current).
-                continue;
-            }
+            let image = &b.image;
+            let h = b
+                .hosted
+                .entry(p)
+                .or_insert_with(|| Hosted::new(id, SimLog::default(), config));
             let was = h.partition.replica().leader();
-            let result = h.partition.on_metadata(state.clone(), config, now);
-            h.delivered = Some(state);
+            let result = h.on_metadata(state, current, config, now, |r| !image.is_active(r));
             let is = h.partition.replica().leader();
             match result {
-                Ok(actions) => {
+                Ok(outcome) => {
                     if was != is {
                         self.trace(|| {
                             format!("broker {id}: p{p} now follows {is:?} (was {was:?})")
                         });
                     }
-                    self.handle_actions(id, p, actions);
+                    self.handle_actions(id, p, outcome.actions);
                 }
                 Err(e) => self.fail(format!("broker {id} p{p}: on_metadata failed: {e:?}")),
             }
@@ -824,79 +761,52 @@ impl World {
 
     // ---------------------------------------------------------------- partitions
 
-    /// Carries out what a partition asked for, then answers the produces it can.
+    /// Carries out what a partition asked for through the driver (`HostedReplica::after`): ISR
+    /// changes go to the broker's sender, released `acks=all` produces are answered.
     pub fn handle_actions(&mut self, id: i32, p: i32, actions: Vec<Action>) {
-        for action in actions {
-            if let Action::AlterPartition {
-                leader_epoch,
-                partition_epoch,
-                isr,
-            } = action
-            {
-                let Some(b) = self.brokers.get(&id) else {
-                    return;
-                };
-                let topic_id = b.image.topic(TOPIC).map(|t| t.topic_id);
-                match (b.registration, topic_id) {
-                    (Some(reg), Some(topic_id)) => {
-                        self.trace(|| format!("broker {id}: p{p} proposes ISR {isr:?} (leader epoch {leader_epoch}, partition epoch {partition_epoch})"));
-                        if let Some(b) = self.brokers.get_mut(&id) {
-                            b.isr_pending.push_back(ProposedIsr {
-                                broker_epoch: reg.broker_epoch,
-                                change: IsrChange {
-                                    topic_id,
-                                    partition: p,
-                                    leader_epoch,
-                                    partition_epoch,
-                                    new_isr: isr,
-                                },
-                            });
-                        }
-                        self.send_isr_changes(id);
-                    }
-                    _ => self.btimer(id, 0, BrokerTimer::AlterPartitionUnsent { partition: p }),
-                }
-            }
-        }
-        self.check_purgatory(id, p);
-    }
-
-    /// Answers the produces whose records the high watermark passed (or that cannot complete).
-    fn check_purgatory(&mut self, id: i32, p: i32) {
         let now = self.now;
-        let Some(h) = self.hosted_mut(id, p) else {
+        let Some(b) = self.brokers.get_mut(&id) else {
             return;
         };
-        if h.purgatory.is_empty() {
+        let topic_id = b.image.topic(TOPIC).map(|t| t.topic_id).unwrap_or_default();
+        let broker_epoch = b.registration.map(|r| r.broker_epoch);
+        let Some(h) = b.hosted.get_mut(&p) else {
             return;
+        };
+        let after = h.after(actions, (topic_id, p), broker_epoch, now);
+        let proposed = !after.proposals.is_empty();
+        let mut lines = Vec::new();
+        for proposal in after.proposals {
+            let c = &proposal.change;
+            lines.push(format!(
+                "broker {id}: p{p} proposes ISR {:?} (leader epoch {}, partition epoch {})",
+                c.new_isr, c.leader_epoch, c.partition_epoch
+            ));
+            b.isr_changes.propose(proposal, p);
         }
-        let leading = h
-            .partition
-            .is_leader()
-            .then(|| h.partition.replica().leader().map(|(_, e)| e))
-            .flatten();
-        let hw = h.partition.log.high_watermark();
-        let under_min_isr = h.partition.replica().is_under_min_isr();
-        let mut answers = Vec::new();
-        h.purgatory.retain(|pp| {
-            let result = if leading != Some(pp.leader_epoch) {
-                Err(PartitionErrorCode::NotLeaderOrFollower)
-            } else if hw >= pp.end {
-                if under_min_isr {
-                    Err(PartitionErrorCode::NotEnoughReplicasAfterAppend)
-                } else {
-                    Ok(pp.base)
+        for line in lines {
+            self.trace(|| line);
+        }
+        for (w, result) in after.acks {
+            let result = result.map(|()| w.base).map_err(|e| match e {
+                AckError::Timeout => PartitionErrorCode::RequestTimedOut,
+                AckError::NotLeader => PartitionErrorCode::NotLeaderOrFollower,
+                AckError::NotEnoughReplicasAfterAppend => {
+                    PartitionErrorCode::NotEnoughReplicasAfterAppend
                 }
-            } else if now >= pp.deadline {
-                Err(PartitionErrorCode::RequestTimedOut)
-            } else {
-                return true;
-            };
-            answers.push((pp.client, pp.req_id, result));
-            false
-        });
-        for (client, req_id, result) in answers {
-            self.send(id, client, Body::ProduceResponse { req_id, result });
+                AckError::Storage => PartitionErrorCode::Storage,
+            });
+            self.send(
+                id,
+                w.client,
+                Body::ProduceResponse {
+                    req_id: w.req_id,
+                    result,
+                },
+            );
+        }
+        if proposed {
+            self.send_isr_changes(id);
         }
     }
 
@@ -929,9 +839,9 @@ impl World {
         let waiting: Vec<i32> = b
             .fetchers
             .iter_mut()
-            .filter(|(_, f)| f.waiting_durable)
+            .filter(|(_, f)| f.waiting_durable())
             .map(|(l, f)| {
-                f.waiting_durable = false;
+                f.on_durable();
                 *l
             })
             .collect();
@@ -949,8 +859,8 @@ impl World {
 
     // ---------------------------------------------------------------- fetching
 
-    /// Sends the next fetch to `leader` unless one is outstanding, appended records are not yet
-    /// durable, or the fetcher backs off.
+    /// Sends the next fetch to `leader` when the driver's fetcher says so (none outstanding,
+    /// appended records durable, not backing off).
     pub fn maybe_fetch(&mut self, id: i32, leader: i32) {
         if leader == id || leader < 0 {
             return;
@@ -963,41 +873,50 @@ impl World {
         if !b.alive {
             return;
         }
-        let f = b.fetchers.entry(leader).or_default();
-        if f.in_flight.is_some() || f.waiting_durable || now < f.backoff_until {
-            return;
-        }
-        let mut parts = Vec::new();
-        let mut unsynced = false;
-        for (p, h) in &b.hosted {
-            let Some(pos) = h.partition.fetch_position() else {
-                continue;
-            };
-            if pos.leader != leader {
-                continue;
+        let followed: Vec<Followed<i32>> = b
+            .hosted
+            .iter()
+            .filter_map(|(p, h)| {
+                Some(Followed {
+                    key: *p,
+                    position: h.partition.fetch_position()?,
+                    unsynced: h.partition.log.has_unsynced(),
+                })
+            })
+            .collect();
+        let f = b.fetchers.entry(leader).or_insert_with(|| {
+            let f = LeaderFetcher::new(leader);
+            if fetch_before_durable {
+                f.fetch_before_durable()
+            } else {
+                f
             }
-            unsynced |= h.partition.log.has_unsynced();
-            parts.push(FetchPartition {
+        });
+        let (fetch_id, sent) = match f.next(now, followed) {
+            FetchStep::Send {
+                fetch_id,
+                partitions,
+            } => (fetch_id, partitions),
+            FetchStep::WaitDurable => {
+                self.schedule_flush(id);
+                return;
+            }
+            FetchStep::Idle { retry_at_ms } => {
+                if let Some(at) = retry_at_ms {
+                    self.btimer(id, (at - now).max(0), BrokerTimer::FetchRetry { leader });
+                }
+                return;
+            }
+        };
+        let parts: Vec<FetchPartition> = sent
+            .iter()
+            .map(|(p, pos)| FetchPartition {
                 partition: *p,
                 fetch_offset: pos.fetch_offset,
                 last_fetched_epoch: pos.last_fetched_epoch,
                 current_leader_epoch: pos.leader_epoch,
-            });
-        }
-        if parts.is_empty() {
-            return;
-        }
-        if unsynced && !fetch_before_durable {
-            if let Some(f) = b.fetchers.get_mut(&leader) {
-                f.waiting_durable = true;
-            }
-            self.schedule_flush(id);
-            return;
-        }
-        let fetch_id = b.next_id();
-        if let Some(f) = b.fetchers.get_mut(&leader) {
-            f.in_flight = Some(fetch_id);
-        }
+            })
+            .collect();
         let broker_epoch = b.registration.map_or(-1, |r| r.broker_epoch);
         self.trace(|| {
             let pos: Vec<String> = parts
@@ -1159,102 +1078,98 @@ impl World {
         }
     }
 
-    /// The follower's side of a fetch answer.
+    /// The follower's side of a fetch answer: each partition's part through the driver's
+    /// `apply_answer`.
     pub fn follower_fetch_response(&mut self, id: i32, leader: i32, resp: FetchResponse) {
-        let fetch_before_durable = self.cfg.broken == Some(Broken::FetchBeforeDurable);
+        let now = self.now;
         let Some(b) = self.brokers.get_mut(&id) else {
             return;
         };
-        match b.fetchers.get_mut(&leader) {
-            Some(f) if f.in_flight == Some(resp.fetch_id) => f.in_flight = None,
-            _ => return,
-        }
-        let n = resp.partitions.len();
-        let mut failed = 0;
+        let Some(f) = b.fetchers.get_mut(&leader) else {
+            return;
+        };
+        let Some(sent) = f.on_answer(resp.fetch_id) else {
+            return;
+        };
+        let sent: BTreeMap<i32, _> = sent.into_iter().collect();
         let mut appended = false;
         let mut acts = Vec::new();
-        let mut truncations = Vec::new();
-        let mut resets = Vec::new();
+        let mut notes = Vec::new();
         let mut storage_error = None;
         for (fp, result) in resp.partitions {
-            let Some(h) = b.hosted.get_mut(&fp.partition) else {
-                failed += 1;
+            let (Some(h), Some(position)) =
+                (b.hosted.get_mut(&fp.partition), sent.get(&fp.partition))
+            else {
                 continue;
             };
-            let Some(pos) = h.partition.fetch_position() else {
-                failed += 1;
-                continue;
-            };
-            if pos.leader != leader
-                || pos.leader_epoch != fp.current_leader_epoch
-                || pos.fetch_offset != fp.fetch_offset
-                || pos.last_fetched_epoch != fp.last_fetched_epoch
-            {
-                // Our state moved since this fetch was sent: its answer is stale.
-                continue;
-            }
-            match result {
+            let answer = match result {
                 FetchResult::Records {
                     records,
                     high_watermark,
                     log_start_offset,
-                } => {
-                    if !records.is_empty()
-                        && h.partition.log.append_replicated(fp.fetch_offset, &records)
-                    {
-                        appended = true;
-                    }
-                    acts.push((
-                        fp.partition,
-                        h.partition.on_leader_high_watermark(high_watermark),
-                    ));
-                    // Kafka's follower follows the leader's log start (never past its own HW).
-                    h.partition.log.delete_records_before(log_start_offset);
-                }
+                } => FetchAnswer::Records {
+                    records: (!records.is_empty()).then_some(records),
+                    high_watermark,
+                    log_start_offset,
+                },
                 FetchResult::Diverging { epoch, end_offset } => {
-                    let before = h.partition.log.log_end_offset();
-                    match h.partition.on_diverging_epoch(epoch, end_offset) {
-                        Ok(after) => {
-                            truncations.push((fp.partition, epoch, end_offset, before, after))
-                        }
-                        Err(e) => storage_error = Some(format!("{e:?}")),
-                    }
+                    FetchAnswer::Diverging { epoch, end_offset }
                 }
                 FetchResult::Error(PartitionErrorCode::OffsetOutOfRange { log_start_offset }) => {
-                    let before = h.partition.log.log_start_offset();
-                    if let Err(e) = h.partition.on_fetch_out_of_range(log_start_offset) {
-                        storage_error = Some(format!("{e:?}"));
-                    }
-                    if h.partition.log.log_start_offset() != before {
-                        resets.push((fp.partition, log_start_offset));
-                    }
+                    FetchAnswer::OutOfRange { log_start_offset }
                 }
-                FetchResult::Error(_) => failed += 1,
+                FetchResult::Error(_) => FetchAnswer::Error,
+            };
+            let outcome = apply_answer(&mut h.partition, position, answer);
+            appended |= outcome.appended;
+            if outcome.back_off {
+                if let Some(f) = b.fetchers.get_mut(&leader) {
+                    f.back_off_partition(fp.partition, now);
+                }
             }
+            if let Some(failure) = outcome.failure {
+                storage_error = Some(failure);
+            }
+            if let Some((before, after)) = outcome.truncated {
+                notes.push(FetchNote::Truncated {
+                    p: fp.partition,
+                    before,
+                    after,
+                });
+            }
+            if let Some(start) = outcome.restarted_at {
+                notes.push(FetchNote::Restarted {
+                    p: fp.partition,
+                    start,
+                });
+            }
+            acts.push((fp.partition, outcome.actions));
         }
-        if appended {
-            if let Some(f) = b.fetchers.get_mut(&leader) {
-                f.waiting_durable = !fetch_before_durable;
-            }
-        }
-        if failed == n && n > 0 {
-            if let Some(f) = b.fetchers.get_mut(&leader) {
-                f.backoff_until = self.now + FETCH_BACKOFF_MS;
-            }
-            self.btimer(id, FETCH_BACKOFF_MS, BrokerTimer::FetchRetry { leader });
+        if let Some(f) = b.fetchers.get_mut(&leader) {
+            f.answered(appended);
         }
         if let Some(e) = storage_error {
-            self.fail(format!("broker {id}: follower truncation failed: {e}"));
+            self.fail(format!(
+                "broker {id}: fetch answer from {leader} not applied: {e}"
+            ));
         }
-        for (p, start) in resets {
-            self.stats.log_resets += 1;
-            self.trace(|| {
-                format!("broker {id}: p{p} behind {leader}'s log start: log restarted at {start}")
-            });
-        }
-        for (p, epoch, end_offset, before, after) in truncations {
-            self.stats.divergence_truncations += 1;
-            self.trace(|| format!("broker {id}: p{p} diverging epoch {epoch} end {end_offset} from {leader}: log end {before} -> {after}"));
+        for note in notes {
+            match note {
+                FetchNote::Restarted { p, start } => {
+                    self.stats.log_resets += 1;
+                    self.trace(|| {
+                        format!("broker {id}: p{p} behind {leader}'s log start: log restarted at {start}")
+                    });
+                }
+                FetchNote::Truncated { p, before, after } => {
+                    self.stats.divergence_truncations += 1;
+                    self.trace(|| {
+                        format!(
+                            "broker {id}: p{p} diverges from {leader}: log end {before} -> {after}"
+                        )
+                    });
+                }
+            }
         }
         for (p, actions) in acts {
             self.handle_actions(id, p, actions);
@@ -1277,14 +1192,12 @@ impl World {
                 Err(e) => Err(error_code(e, 0)),
                 Ok(epoch) => {
                     let (base, end) = h.partition.log.append_as_leader(epoch, &values);
-                    h.purgatory.push(PendingProduce {
+                    let waiter = Waiter {
                         req_id,
                         client,
-                        leader_epoch: epoch,
                         base,
-                        end,
-                        deadline: now + PRODUCE_TIMEOUT_MS,
-                    });
+                    };
+                    h.acks.add(waiter, epoch, end, now + PRODUCE_TIMEOUT_MS);
                     Ok((epoch, base, end))
                 }
             },

@@ -66,6 +66,10 @@ pub struct SimConfig {
     /// fencings, elections and topic creation become metadata transactions of several entries
     /// that a failover can cut (split by the service's own `entries_of`).
     pub entry_bytes_max: usize,
+    /// How often (‰ of `AlterPartitions` requests, during the fault phase) the active controller
+    /// answers with an internal error: before deciding (nothing committed), after committing
+    /// (the broker cannot tell), or for the whole request.
+    pub alter_partition_internal_per_mille: u32,
     pub broken: Option<Broken>,
 }
 
@@ -117,6 +121,12 @@ impl SimConfig {
                     .unwrap_or(DECISION_ENTRY_BYTES_TARGET)
             } else {
                 DECISION_ENTRY_BYTES_TARGET
+            },
+            // Drawn after the entry bound, for the same reason.
+            alter_partition_internal_per_mille: if r.chance(300) {
+                r.range(50, 400) as u32
+            } else {
+                0
             },
             broken: None,
         }

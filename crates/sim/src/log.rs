@@ -25,6 +25,7 @@
 
 use std::cell::RefCell;
 
+use millrace_replication::driver::fetch::FollowerLog;
 use millrace_replication::ReplicaLog;
 
 /// One record: the leader epoch it was written in and its value (unique per run).
@@ -273,6 +274,19 @@ impl ReplicaLog for SimLog {
         let mut s = self.inner.borrow_mut();
         let (start, leo) = (s.start, s.leo());
         s.hw = s.hw.max(offset.clamp(start, leo));
+    }
+}
+
+impl FollowerLog for SimLog {
+    type Records = Vec<Record>;
+
+    fn append_replicated(&self, fetch_offset: i64, records: Vec<Record>) -> Result<bool, String> {
+        Ok(SimLog::append_replicated(self, fetch_offset, &records))
+    }
+
+    fn follow_log_start(&self, offset: i64) -> Result<(), String> {
+        self.delete_records_before(offset);
+        Ok(())
     }
 }
 

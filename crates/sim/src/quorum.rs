@@ -232,6 +232,13 @@ impl World {
             let Some(job) = self.quorum.queue.pop_front() else {
                 return;
             };
+            let internal = match &job {
+                Job::Request {
+                    req: ControllerRequest::AlterPartitions { changes, .. },
+                    ..
+                } => self.draw_internal_error(changes.len()),
+                _ => None,
+            };
             let q = &mut self.quorum;
             let Some(controller) = q.controller.as_mut() else {
                 return;
@@ -243,7 +250,17 @@ impl World {
                     } else {
                         String::new()
                     };
-                    let decision = controller.handle(&q.image, req, now);
+                    if let Some(InternalError::BeforeDeciding(response)) = internal {
+                        self.trace(|| {
+                            format!("controller@{host}: {summary} -> internal error (fault)")
+                        });
+                        self.answer(host, reply, response);
+                        continue;
+                    }
+                    let mut decision = controller.handle(&q.image, req, now);
+                    if let Some(InternalError::AfterDeciding(response)) = internal {
+                        decision.response = response;
+                    }
                     if decision.records.is_empty() {
                         self.trace(|| {
                             format!("controller@{host}: {summary} -> {:?}", decision.response)
@@ -280,6 +297,25 @@ impl World {
                 }
             }
         }
+    }
+
+    /// Whether the controller answers this `AlterPartitions` request of `changes` changes with
+    /// an internal error (the fault `alter_partition_internal_per_mille`), and how.
+    fn draw_internal_error(&mut self, changes: usize) -> Option<InternalError> {
+        let rate = self.cfg.alter_partition_internal_per_mille;
+        if rate == 0 || self.phase != crate::world::Phase::Faults || !self.rng.chance(rate) {
+            return None;
+        }
+        self.stats.alter_partition_internal_errors += 1;
+        let error = ControllerError::Internal("simulated internal error".into());
+        let per_change = ControllerResponse::AlterPartitions {
+            results: vec![Err(error.clone()); changes],
+        };
+        Some(match self.rng.below(3) {
+            0 => InternalError::BeforeDeciding(per_change),
+            1 => InternalError::AfterDeciding(per_change),
+            _ => InternalError::BeforeDeciding(ControllerResponse::Error { error }),
+        })
     }
 
     /// Proposes one decision's records: one entry, or several (a metadata transaction) split as
@@ -598,4 +634,12 @@ impl World {
         self.propose(Vec::new(), Purpose::Barrier);
         self.qtimer(CONTROLLER_TICK_MS as i64, QuorumTimer::Tick);
     }
+}
+
+/// How the controller fails an `AlterPartitions` request (a fault), with the answer it gives.
+enum InternalError {
+    /// Nothing was decided or committed.
+    BeforeDeciding(ControllerResponse),
+    /// The decision commits as usual; only the answer says it failed.
+    AfterDeciding(ControllerResponse),
 }

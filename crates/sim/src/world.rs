@@ -127,6 +127,8 @@ pub struct Stats {
     pub decisions_cut: u64,
     /// Transactions left open that a new controller aborted.
     pub transactions_aborted: u64,
+    /// `AlterPartitions` requests the controller answered with an internal error (a fault).
+    pub alter_partition_internal_errors: u64,
     pub leader_changes: u64,
     pub produce_requests: u64,
     pub produce_refused: u64,
@@ -169,6 +171,7 @@ impl Stats {
         self.metadata_transactions += o.metadata_transactions;
         self.decisions_cut += o.decisions_cut;
         self.transactions_aborted += o.transactions_aborted;
+        self.alter_partition_internal_errors += o.alter_partition_internal_errors;
         self.leader_changes += o.leader_changes;
         self.produce_requests += o.produce_requests;
         self.produce_refused += o.produce_refused;
@@ -189,7 +192,8 @@ impl fmt::Display for Stats {
              unsynced records, {} pauses of which {} past the session timeout, {} partitions, {} \
              controller failovers losing {} proposals, {} leader kills, {} controlled shutdowns, {} \
              preferred elections, {} record deletions), {} metadata entries ({} transactions, {} \
-             cut by a failover, {} aborted), {} leader changes, {} \
+             cut by a failover, {} aborted), {} AlterPartitions answered with an internal error, \
+             {} leader changes, {} \
              divergence truncations, {} out-of-range log restarts, {} produce requests ({} \
              refused), {} records acknowledged, {} messages ({} dropped), {} partitions offline at \
              the end",
@@ -212,6 +216,7 @@ impl fmt::Display for Stats {
             self.metadata_transactions,
             self.decisions_cut,
             self.transactions_aborted,
+            self.alter_partition_internal_errors,
             self.leader_changes,
             self.divergence_truncations,
             self.log_resets,
