@@ -19,11 +19,14 @@ The rules:
 - An edge A -> B exists when A's code names B through a `crate::`, `super::` or `self::` path: in a
   `use` (grouped `use crate::{a::X, b::{Y}}` included) or inline (`crate::b::f()`). A path maps to the
   longest module prefix that exists (`crate::a::b::T` is `a::b` if that module exists, else `a`).
-- Not edges: `mod x;` declarations, paths in comments (doc links included) and string literals, bare
-  relative paths (`child::f()` from the parent), references to oneself, and anything into or out of the
-  root module (lib.rs re-exports everything, so counting it would make every crate one cycle).
-- Test code does not count: items under `#[cfg(test)]` (`mod tests { .. }`, test-only `fn`s, `use`s),
-  files named tests.rs or under a tests/ directory inside src, and files declared `#[cfg(test)] mod x;`.
+- Not edges: `mod x;` declarations, `pub(in crate::a)` visibilities, paths in comments (doc links
+  included) and in string literals (a serde `with = "crate::m"` would be missed; there is none),
+  bare relative paths (`child::f()` from the parent), references to oneself, and anything into or
+  out of the root module (lib.rs re-exports everything, so counting it would make every crate one
+  cycle).
+- Test code does not count: items under exactly `#[cfg(test)]` (`mod tests { .. }`, test-only `fn`s,
+  `use`s; a `#[cfg(any(test, ..))]` item counts, as it builds outside tests too), files named
+  tests.rs or under a tests/ directory inside src, and files declared `#[cfg(test)] mod x;`.
 - A module's edge to its own ancestor is an edge like any other: a child using `super::T` while the
   parent uses `crate::parent::child::X` is a cycle.
 - ALLOWED_CYCLES (below) lists, per crate, modules that may form cycles among themselves; a cycle is
@@ -311,6 +314,7 @@ def scan_file(src: SourceFile) -> tuple[list[tuple[list[str], int]], list[str]]:
             and i + 1 < n
             and tokens[i + 1] == "::"
             and (i == 0 or tokens[i - 1] != "::")
+            and not (i >= 2 and tokens[i - 1] == "in" and tokens[i - 2] == "(")  # pub(in crate::a)
         ):
             scope = file_scope + [name for name, _ in inline]
             line = bisect.bisect_right(line_starts, offsets[i])
@@ -509,6 +513,7 @@ def self_test() -> int:
             "#[cfg(test)]\nuse crate::b::Other;\n"
             "#[cfg(test)]\npub(crate) fn only_in_tests() { crate::b::f(); }\n"
             "pub fn after_tests() { crate::c::deep::g(); }\n"
+            "pub(in crate::b) fn visible_in_b() {}\n"
         ),
         "b.rs": "use crate::a::A;\npub struct B;\npub fn f() {}\n",
         "c/mod.rs": "pub mod deep;\npub struct Helper;\nmod codes { pub use super::Helper; }\n#[cfg(test)]\nmod tests;\n",
