@@ -15,8 +15,9 @@
 //! size keys (`message.max.bytes`, `max.message.bytes`, `replica.fetch.max.bytes`,
 //! `socket.request.max.bytes`) stop at maxima tied to the store's `BATCH_BYTES_MAX`, and
 //! `queued.max.request.bytes` is finite and at least `socket.request.max.bytes` plus the reserve
-//! for small requests. The listener keys follow Kafka's rules in [`crate::listeners`], and
-//! `listener.name.<name>.<key>` overrides a [`LISTENER_CONFIGS`] key for one listener. Secrets
+//! for small requests. The listener keys follow Kafka's rules (`BrokerConfig`'s listener methods
+//! here; how a listener is written is [`crate::listeners`]), and `listener.name.<name>.<key>`
+//! overrides a [`LISTENER_CONFIGS`] key for one listener. Secrets
 //! (`ConfigType::Password`) are never shown by DescribeConfigs, as in Kafka.
 
 use std::collections::BTreeMap;
@@ -24,23 +25,16 @@ use std::time::Duration;
 
 use millrace_store::{CleanupPolicy, FlushPolicy, LogConfig, TimestampType};
 
+use crate::config_error::invalid;
+pub use crate::config_error::ConfigError;
 use crate::limits::{
     MESSAGE_MAX_BYTES_MAX, QUEUED_MAX_REQUEST_BYTES_MAX, REPLICA_FETCH_MAX_BYTES_MAX,
     SMALL_REQUEST_RESERVE_BYTES, SOCKET_REQUEST_MAX_BYTES_MAX,
 };
-
-/// Why a configuration was rejected. The message always names the key.
-#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
-pub enum ConfigError {
-    #[error("unknown config key '{0}'")]
-    UnknownKey(String),
-    #[error("invalid value '{value}' for config '{key}': {reason}")]
-    InvalidValue {
-        key: String,
-        value: String,
-        reason: String,
-    },
-}
+use crate::listeners::{
+    parse_listener_list, Listener, ListenerAddress, SecurityProtocol, LISTENERS_DEFAULT,
+    LISTENER_PREFIX, SECURITY_PROTOCOL_MAP_DEFAULT,
+};
 
 /// Where a config value came from, with Kafka's DescribeConfigs source codes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -71,7 +65,7 @@ pub enum ConfigType {
     CleanupPolicy,
     Str,
     /// A Kafka listener list (`NAME://host:port,...`); which protocols are served is checked
-    /// with the whole config ([`crate::listeners`]).
+    /// with the whole config ([`BrokerConfig::listeners`]).
     Listeners,
     /// A secret (a key, a password): validated as a string, never described.
     Password,
@@ -598,14 +592,6 @@ fn broker_chain(synonym: &'static str) -> &'static [&'static str] {
     }
 }
 
-pub(crate) fn invalid(key: &str, value: &str, reason: impl Into<String>) -> ConfigError {
-    ConfigError::InvalidValue {
-        key: key.to_string(),
-        value: value.to_string(),
-        reason: reason.into(),
-    }
-}
-
 /// Checks `value` against `ty`; the error names `key`.
 pub fn validate_value(key: &str, value: &str, ty: ConfigType) -> Result<(), ConfigError> {
     let v = value.trim();
@@ -1096,6 +1082,168 @@ impl BrokerConfig {
     }
 }
 
+/// Kafka's listener rules over a whole configuration (what a listener is, and how one is written,
+/// is `listeners.rs`):
+///
+/// - Each listener name maps to a security protocol through `listener.security.protocol.map` (by
+///   default each protocol's own name maps to itself), so `MTLS://…` with `MTLS:SSL` is a second
+///   TLS listener with its own settings.
+/// - `advertised.listeners` names a subset of the listeners; a listener it leaves out advertises
+///   its own address.
+/// - The inter-broker listener is `inter.broker.listener.name`, else the listener named after
+///   `security.inter.broker.protocol` (PLAINTEXT). Brokers replicate over PLAINTEXT only for now,
+///   so a cluster (`controller.quorum.voters` set) refuses any other inter-broker protocol.
+/// - Per-listener settings: `listener.name.<name>.<key>` (the name in lower case) overrides `<key>`
+///   for that listener only ([`BrokerConfig::listener_get`]).
+impl BrokerConfig {
+    /// `listener.security.protocol.map`: listener name (upper case) → protocol.
+    pub fn security_protocol_map(&self) -> Result<BTreeMap<String, SecurityProtocol>, ConfigError> {
+        let key = "listener.security.protocol.map";
+        let value = self.get(key).unwrap_or(SECURITY_PROTOCOL_MAP_DEFAULT);
+        let mut map = BTreeMap::new();
+        for entry in value.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+            let (name, protocol) = entry
+                .split_once(':')
+                .ok_or_else(|| invalid(key, value, format!("{entry}: expected NAME:PROTOCOL")))?;
+            let protocol = SecurityProtocol::parse(protocol).ok_or_else(|| {
+                invalid(
+                    key,
+                    value,
+                    format!("{entry}: unknown security protocol {protocol}"),
+                )
+            })?;
+            if map
+                .insert(name.trim().to_ascii_uppercase(), protocol)
+                .is_some()
+            {
+                return Err(invalid(key, value, format!("{name} appears twice")));
+            }
+        }
+        Ok(map)
+    }
+
+    /// The listeners to bind, in the order given, each with its security protocol.
+    pub fn listeners(&self) -> Result<Vec<Listener>, ConfigError> {
+        let key = "listeners";
+        let value = self.get(key).unwrap_or(LISTENERS_DEFAULT);
+        let map = self.security_protocol_map()?;
+        let addresses = parse_listener_list(key, value)?;
+        if addresses.is_empty() {
+            return Err(invalid(key, value, "no listener"));
+        }
+        let mut out = Vec::with_capacity(addresses.len());
+        for address in addresses {
+            let protocol = *map.get(&address.name).ok_or_else(|| {
+                invalid(
+                    key,
+                    value,
+                    format!(
+                        "listener {}: no security protocol for it in \
+                         listener.security.protocol.map",
+                        address.name
+                    ),
+                )
+            })?;
+            if address.port != 0
+                && out
+                    .iter()
+                    .any(|l: &Listener| l.address.port == address.port)
+            {
+                return Err(invalid(
+                    key,
+                    value,
+                    format!("port {} is used by two listeners", address.port),
+                ));
+            }
+            out.push(Listener { address, protocol });
+        }
+        Ok(out)
+    }
+
+    /// `advertised.listeners` as set (each a listener's name); listeners it leaves out advertise
+    /// their bound address.
+    pub fn advertised_listeners(&self) -> Result<Vec<ListenerAddress>, ConfigError> {
+        let key = "advertised.listeners";
+        let Some(value) = self.explicit(key) else {
+            return Ok(Vec::new());
+        };
+        let listeners = self.listeners()?;
+        let advertised = parse_listener_list(key, value)?;
+        for a in &advertised {
+            if !listeners.iter().any(|l| l.address.name == a.name) {
+                return Err(invalid(
+                    key,
+                    value,
+                    format!("{} is not a listener in 'listeners'", a.name),
+                ));
+            }
+            if a.host == "0.0.0.0" || a.host == "::" {
+                return Err(invalid(
+                    key,
+                    value,
+                    format!("{}: a wildcard address cannot be advertised", a.name),
+                ));
+            }
+        }
+        Ok(advertised)
+    }
+
+    /// The listener the brokers reach each other on.
+    pub fn inter_broker_listener(&self) -> Result<Listener, ConfigError> {
+        let listeners = self.listeners()?;
+        let (key, name) = match self.explicit("inter.broker.listener.name") {
+            Some(name) => (
+                "inter.broker.listener.name",
+                name.trim().to_ascii_uppercase(),
+            ),
+            None => (
+                "security.inter.broker.protocol",
+                self.get("security.inter.broker.protocol")
+                    .unwrap_or("PLAINTEXT")
+                    .trim()
+                    .to_ascii_uppercase(),
+            ),
+        };
+        let listener = listeners
+            .into_iter()
+            .find(|l| l.address.name == name)
+            .ok_or_else(|| {
+                invalid(
+                    key,
+                    &name,
+                    "must name a listener in 'listeners' (the brokers' own listener)",
+                )
+            })?;
+        if self.explicit("controller.quorum.voters").is_some()
+            && listener.protocol != SecurityProtocol::Plaintext
+        {
+            return Err(invalid(
+                key,
+                &name,
+                format!(
+                    "the inter-broker listener is {}; brokers replicate over PLAINTEXT only for now",
+                    listener.protocol.name()
+                ),
+            ));
+        }
+        Ok(listener)
+    }
+
+    /// A setting for one listener: `listener.name.<name>.<key>` if set, else `<key>` (set or
+    /// default), as Kafka resolves listener-prefixed configs.
+    pub fn listener_get(&self, listener: &str, key: &str) -> Option<&str> {
+        let prefixed = format!("{LISTENER_PREFIX}{}.{key}", listener.to_ascii_lowercase());
+        self.explicit(&prefixed).or_else(|| self.get(key))
+    }
+
+    /// Every listener rule at once; run when the config is built.
+    pub(crate) fn check_listeners(&self) -> Result<(), ConfigError> {
+        self.advertised_listeners()?;
+        self.inter_broker_listener()?;
+        Ok(())
+    }
+}
+
 /// IncrementalAlterConfigs operation (Kafka codes 0..=3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ConfigOp {
@@ -1532,6 +1680,126 @@ mod tests {
             "x"
         )])])
         .is_err());
+    }
+
+    fn config(pairs: &[(&str, &str)]) -> Result<BrokerConfig, ConfigError> {
+        let layer: BTreeMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        BrokerConfig::from_layers([&layer])
+    }
+
+    #[test]
+    fn listeners_map_names_to_protocols() {
+        let c = config(&[
+            (
+                "listeners",
+                "PLAINTEXT://127.0.0.1:9092,SSL://:9093,mtls://[::1]:9094",
+            ),
+            (
+                "listener.security.protocol.map",
+                "PLAINTEXT:PLAINTEXT,SSL:SSL,MTLS:SSL",
+            ),
+        ])
+        .unwrap();
+        let l = c.listeners().unwrap();
+        assert_eq!(l.len(), 3);
+        assert_eq!(l[1].address.host, "0.0.0.0");
+        assert_eq!(l[1].protocol, SecurityProtocol::Ssl);
+        assert_eq!(l[2].address.name, "MTLS");
+        assert_eq!(l[2].address.host, "::1");
+        assert_eq!(l[2].protocol, SecurityProtocol::Ssl);
+        assert_eq!(c.inter_broker_listener().unwrap().address.port, 9092);
+        assert_eq!(l[2].address.to_string(), "MTLS://[::1]:9094");
+    }
+
+    #[test]
+    fn bad_listener_sets_are_refused_naming_the_key() {
+        for (pairs, key) in [
+            (
+                vec![("listeners", "PLAINTEXT://h:1,PLAINTEXT://h:2")],
+                "listeners",
+            ),
+            (
+                vec![("listeners", "PLAINTEXT://h:1,SSL://h:1")],
+                "listeners",
+            ),
+            (
+                vec![("listeners", "PLAINTEXT://h:1,OTHER://h:2")],
+                "listeners",
+            ),
+            (vec![("listeners", "PLAINTEXT://h")], "listeners"),
+            (
+                vec![
+                    ("listeners", "PLAINTEXT://h:1"),
+                    ("advertised.listeners", "SSL://h:2"),
+                ],
+                "advertised.listeners",
+            ),
+            (
+                vec![
+                    ("listeners", "PLAINTEXT://h:1"),
+                    ("advertised.listeners", "PLAINTEXT://0.0.0.0:1"),
+                ],
+                "advertised.listeners",
+            ),
+            (
+                vec![("listeners", "SSL://h:1")],
+                "security.inter.broker.protocol",
+            ),
+            (
+                vec![
+                    ("listeners", "PLAINTEXT://h:1"),
+                    ("inter.broker.listener.name", "SSL"),
+                ],
+                "inter.broker.listener.name",
+            ),
+            (
+                vec![
+                    ("listeners", "PLAINTEXT://h:1,SSL://h:2"),
+                    ("inter.broker.listener.name", "SSL"),
+                    ("controller.quorum.voters", "1@h:3"),
+                ],
+                "inter.broker.listener.name",
+            ),
+            (
+                vec![("listener.security.protocol.map", "PLAINTEXT:TLS")],
+                "listener.security.protocol.map",
+            ),
+        ] {
+            let err = config(&pairs).expect_err(&format!("{pairs:?}")).to_string();
+            assert!(err.contains(&format!("'{key}'")), "{pairs:?}: {err}");
+        }
+        // A single-node broker may use its TLS listener as the "inter-broker" one.
+        config(&[
+            ("listeners", "SSL://h:1"),
+            ("inter.broker.listener.name", "SSL"),
+        ])
+        .unwrap();
+    }
+
+    #[test]
+    fn listener_prefixed_settings_override_for_that_listener_only() {
+        let c = config(&[
+            ("listeners", "PLAINTEXT://h:1,SSL://h:2,MTLS://h:3"),
+            (
+                "listener.security.protocol.map",
+                "PLAINTEXT:PLAINTEXT,SSL:SSL,MTLS:SSL",
+            ),
+            ("listener.name.mtls.ssl.client.auth", "required"),
+        ])
+        .unwrap();
+        assert_eq!(c.listener_get("MTLS", "ssl.client.auth"), Some("required"));
+        assert_eq!(c.listener_get("SSL", "ssl.client.auth"), Some("none"));
+        let err = config(&[("listener.name.mtls.ssl.client.auth", "sometimes")])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("listener.name.mtls.ssl.client.auth"), "{err}");
+        let err = config(&[("listener.name.mtls.num.partitions", "3")])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("unknown config key"), "{err}");
     }
 
     #[test]

@@ -38,11 +38,11 @@ use crate::acl::AclSet;
 use crate::config::TopicConfigs;
 use crate::listeners::ListenerAddress;
 use crate::quota::ClientQuotas;
+// The partition registration is the payload of the Partition record and what a PartitionChange
+// changes, so it lives with the records; these names stay here for existing paths.
 use crate::records::{MetadataBatch, MetadataRecord};
+pub use crate::records::{PartitionRegistration, NO_LEADER};
 use crate::scram::{ScramCredential, ScramMechanism};
-
-/// "No leader" in a partition registration (Kafka's -1).
-pub const NO_LEADER: i32 = -1;
 
 /// A registered broker.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -78,101 +78,6 @@ impl BrokerRegistration {
     /// May lead partitions and be in an ISR (KIP-841).
     pub fn is_active(&self) -> bool {
         !self.fenced && !self.in_controlled_shutdown
-    }
-}
-
-/// One partition's replica state.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PartitionRegistration {
-    /// Assigned replicas, preferred leader first.
-    pub replicas: Vec<i32>,
-    pub isr: Vec<i32>,
-    /// Eligible leader replicas (KIP-966): out of the ISR, but known to hold every committed record.
-    #[serde(default)]
-    pub elr: Vec<i32>,
-    /// KIP-966: the replicas last in the ELR when it emptied (the "last known leader" fallback).
-    #[serde(default)]
-    pub last_known_elr: Vec<i32>,
-    pub leader: i32,
-    pub leader_epoch: i32,
-    pub partition_epoch: i32,
-    /// Reassignment in progress: replicas being added / removed.
-    #[serde(default)]
-    pub adding_replicas: Vec<i32>,
-    #[serde(default)]
-    pub removing_replicas: Vec<i32>,
-}
-
-impl PartitionRegistration {
-    /// A new partition: every replica in the ISR, the first one leads, epochs 0.
-    pub fn new(replicas: Vec<i32>) -> Self {
-        let leader = replicas.first().copied().unwrap_or(NO_LEADER);
-        Self {
-            isr: replicas.clone(),
-            replicas,
-            elr: Vec::new(),
-            last_known_elr: Vec::new(),
-            leader,
-            leader_epoch: 0,
-            partition_epoch: 0,
-            adding_replicas: Vec::new(),
-            removing_replicas: Vec::new(),
-        }
-    }
-
-    pub fn has_leader(&self) -> bool {
-        self.leader != NO_LEADER
-    }
-
-    /// Applies a `PartitionChange` record (other records are ignored): set fields replace, every
-    /// change raises the partition epoch, a new leader (or a forced bump) the leader epoch.
-    pub fn apply_change(&mut self, record: &MetadataRecord) {
-        let MetadataRecord::PartitionChange {
-            leader,
-            isr,
-            elr,
-            last_known_elr,
-            replicas,
-            adding_replicas,
-            removing_replicas,
-            bump_leader_epoch,
-            ..
-        } = record
-        else {
-            return;
-        };
-        let mut leader_changed = *bump_leader_epoch;
-        if let Some(l) = leader {
-            leader_changed |= *l != self.leader;
-            self.leader = *l;
-        }
-        if let Some(v) = isr {
-            self.isr = v.clone();
-        }
-        if let Some(v) = elr {
-            self.elr = v.clone();
-        }
-        if let Some(v) = last_known_elr {
-            self.last_known_elr = v.clone();
-        }
-        if let Some(v) = replicas {
-            self.replicas = v.clone();
-        }
-        if let Some(v) = adding_replicas {
-            self.adding_replicas = v.clone();
-        }
-        if let Some(v) = removing_replicas {
-            self.removing_replicas = v.clone();
-        }
-        if leader_changed {
-            self.leader_epoch = self.leader_epoch.saturating_add(1);
-        }
-        self.partition_epoch = self.partition_epoch.saturating_add(1);
-    }
-
-    /// The preferred leader: the first assigned replica.
-    pub fn preferred_leader(&self) -> i32 {
-        self.replicas.first().copied().unwrap_or(NO_LEADER)
     }
 }
 

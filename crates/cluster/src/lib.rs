@@ -12,6 +12,7 @@
 
 pub mod acl;
 pub mod config;
+mod config_error;
 pub mod image;
 pub mod limits;
 pub mod listeners;

@@ -1,29 +1,24 @@
-//! Listeners: the addresses the broker accepts Kafka clients on, the security protocol of each,
-//! the addresses it advertises for them, and which one the brokers use among themselves — Kafka's
-//! `listeners`, `advertised.listeners`, `listener.security.protocol.map`,
-//! `inter.broker.listener.name` and `security.inter.broker.protocol`, with Kafka's rules:
+//! Listeners: the addresses the broker accepts Kafka clients on and the security protocol of each
+//! — what a listener is and how Kafka's `listeners` and `advertised.listeners` write one:
 //!
 //! - A listener is `NAME://host:port`; a bare `host:port` is the listener named `PLAINTEXT`. Names
 //!   compare in upper case and appear once. An empty host binds every interface.
-//! - Each name maps to a security protocol through `listener.security.protocol.map` (by default
-//!   each protocol's own name maps to itself), so `MTLS://…` with `MTLS:SSL` is a second TLS
-//!   listener with its own settings.
-//! - `advertised.listeners` names a subset of the listeners; a listener it leaves out advertises
-//!   its own address.
-//! - The inter-broker listener is `inter.broker.listener.name`, else the listener named after
-//!   `security.inter.broker.protocol` (PLAINTEXT). Brokers replicate over PLAINTEXT only for now,
-//!   so a cluster (`controller.quorum.voters` set) refuses any other inter-broker protocol.
-//! - Per-listener settings: `listener.name.<name>.<key>` (the name in lower case) overrides `<key>`
-//!   for that listener only ([`BrokerConfig::listener_get`]).
+//! - A listener name maps to a [`SecurityProtocol`] through `listener.security.protocol.map`
+//!   ([`SECURITY_PROTOCOL_MAP_DEFAULT`]); per-listener settings are `listener.name.<name>.<key>`
+//!   ([`LISTENER_PREFIX`]).
+//!
+//! Where it sits: below the configuration. The key registry (`config.rs`) checks listener lists
+//! with [`parse_listener_list`]; Kafka's rules over a whole configuration (the protocol map, the
+//! advertised subset, the inter-broker listener, listener-prefixed settings) are `BrokerConfig`'s
+//! listener methods, next to its other checks in `config.rs`. The metadata image and records
+//! carry [`ListenerAddress`]es for every broker.
 //!
 //! Every protocol is served: TLS by `frontend::tls`, SASL by `frontend::sasl`, whose settings are
 //! checked at start-up, so a listener never serves without the security it names.
 
-use std::collections::BTreeMap;
-
 use serde::{Deserialize, Serialize};
 
-use crate::config::{invalid, BrokerConfig, ConfigError};
+use crate::config_error::{invalid, ConfigError};
 
 /// The address of a listener when none is configured.
 pub const LISTENERS_DEFAULT: &str = "PLAINTEXT://127.0.0.1:9092";
@@ -175,278 +170,9 @@ pub fn with_plaintext_listener(list: Option<&str>, host_port: &str) -> String {
     entries.join(",")
 }
 
-impl BrokerConfig {
-    /// `listener.security.protocol.map`: listener name (upper case) → protocol.
-    pub fn security_protocol_map(&self) -> Result<BTreeMap<String, SecurityProtocol>, ConfigError> {
-        let key = "listener.security.protocol.map";
-        let value = self.get(key).unwrap_or(SECURITY_PROTOCOL_MAP_DEFAULT);
-        let mut map = BTreeMap::new();
-        for entry in value.split(',').map(str::trim).filter(|e| !e.is_empty()) {
-            let (name, protocol) = entry
-                .split_once(':')
-                .ok_or_else(|| invalid(key, value, format!("{entry}: expected NAME:PROTOCOL")))?;
-            let protocol = SecurityProtocol::parse(protocol).ok_or_else(|| {
-                invalid(
-                    key,
-                    value,
-                    format!("{entry}: unknown security protocol {protocol}"),
-                )
-            })?;
-            if map
-                .insert(name.trim().to_ascii_uppercase(), protocol)
-                .is_some()
-            {
-                return Err(invalid(key, value, format!("{name} appears twice")));
-            }
-        }
-        Ok(map)
-    }
-
-    /// The listeners to bind, in the order given, each with its security protocol.
-    pub fn listeners(&self) -> Result<Vec<Listener>, ConfigError> {
-        let key = "listeners";
-        let value = self.get(key).unwrap_or(LISTENERS_DEFAULT);
-        let map = self.security_protocol_map()?;
-        let addresses = parse_listener_list(key, value)?;
-        if addresses.is_empty() {
-            return Err(invalid(key, value, "no listener"));
-        }
-        let mut out = Vec::with_capacity(addresses.len());
-        for address in addresses {
-            let protocol = *map.get(&address.name).ok_or_else(|| {
-                invalid(
-                    key,
-                    value,
-                    format!(
-                        "listener {}: no security protocol for it in \
-                         listener.security.protocol.map",
-                        address.name
-                    ),
-                )
-            })?;
-            if address.port != 0
-                && out
-                    .iter()
-                    .any(|l: &Listener| l.address.port == address.port)
-            {
-                return Err(invalid(
-                    key,
-                    value,
-                    format!("port {} is used by two listeners", address.port),
-                ));
-            }
-            out.push(Listener { address, protocol });
-        }
-        Ok(out)
-    }
-
-    /// `advertised.listeners` as set (each a listener's name); listeners it leaves out advertise
-    /// their bound address.
-    pub fn advertised_listeners(&self) -> Result<Vec<ListenerAddress>, ConfigError> {
-        let key = "advertised.listeners";
-        let Some(value) = self.explicit(key) else {
-            return Ok(Vec::new());
-        };
-        let listeners = self.listeners()?;
-        let advertised = parse_listener_list(key, value)?;
-        for a in &advertised {
-            if !listeners.iter().any(|l| l.address.name == a.name) {
-                return Err(invalid(
-                    key,
-                    value,
-                    format!("{} is not a listener in 'listeners'", a.name),
-                ));
-            }
-            if a.host == "0.0.0.0" || a.host == "::" {
-                return Err(invalid(
-                    key,
-                    value,
-                    format!("{}: a wildcard address cannot be advertised", a.name),
-                ));
-            }
-        }
-        Ok(advertised)
-    }
-
-    /// The listener the brokers reach each other on.
-    pub fn inter_broker_listener(&self) -> Result<Listener, ConfigError> {
-        let listeners = self.listeners()?;
-        let (key, name) = match self.explicit("inter.broker.listener.name") {
-            Some(name) => (
-                "inter.broker.listener.name",
-                name.trim().to_ascii_uppercase(),
-            ),
-            None => (
-                "security.inter.broker.protocol",
-                self.get("security.inter.broker.protocol")
-                    .unwrap_or("PLAINTEXT")
-                    .trim()
-                    .to_ascii_uppercase(),
-            ),
-        };
-        let listener = listeners
-            .into_iter()
-            .find(|l| l.address.name == name)
-            .ok_or_else(|| {
-                invalid(
-                    key,
-                    &name,
-                    "must name a listener in 'listeners' (the brokers' own listener)",
-                )
-            })?;
-        if self.explicit("controller.quorum.voters").is_some()
-            && listener.protocol != SecurityProtocol::Plaintext
-        {
-            return Err(invalid(
-                key,
-                &name,
-                format!(
-                    "the inter-broker listener is {}; brokers replicate over PLAINTEXT only for now",
-                    listener.protocol.name()
-                ),
-            ));
-        }
-        Ok(listener)
-    }
-
-    /// A setting for one listener: `listener.name.<name>.<key>` if set, else `<key>` (set or
-    /// default), as Kafka resolves listener-prefixed configs.
-    pub fn listener_get(&self, listener: &str, key: &str) -> Option<&str> {
-        let prefixed = format!("{LISTENER_PREFIX}{}.{key}", listener.to_ascii_lowercase());
-        self.explicit(&prefixed).or_else(|| self.get(key))
-    }
-
-    /// Every listener rule at once; run when the config is built.
-    pub(crate) fn check_listeners(&self) -> Result<(), ConfigError> {
-        self.advertised_listeners()?;
-        self.inter_broker_listener()?;
-        Ok(())
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn config(pairs: &[(&str, &str)]) -> Result<BrokerConfig, ConfigError> {
-        let layer: BTreeMap<String, String> = pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        BrokerConfig::from_layers([&layer])
-    }
-
-    #[test]
-    fn listeners_map_names_to_protocols() {
-        let c = config(&[
-            (
-                "listeners",
-                "PLAINTEXT://127.0.0.1:9092,SSL://:9093,mtls://[::1]:9094",
-            ),
-            (
-                "listener.security.protocol.map",
-                "PLAINTEXT:PLAINTEXT,SSL:SSL,MTLS:SSL",
-            ),
-        ])
-        .unwrap();
-        let l = c.listeners().unwrap();
-        assert_eq!(l.len(), 3);
-        assert_eq!(l[1].address.host, "0.0.0.0");
-        assert_eq!(l[1].protocol, SecurityProtocol::Ssl);
-        assert_eq!(l[2].address.name, "MTLS");
-        assert_eq!(l[2].address.host, "::1");
-        assert_eq!(l[2].protocol, SecurityProtocol::Ssl);
-        assert_eq!(c.inter_broker_listener().unwrap().address.port, 9092);
-        assert_eq!(l[2].address.to_string(), "MTLS://[::1]:9094");
-    }
-
-    #[test]
-    fn bad_listener_sets_are_refused_naming_the_key() {
-        for (pairs, key) in [
-            (
-                vec![("listeners", "PLAINTEXT://h:1,PLAINTEXT://h:2")],
-                "listeners",
-            ),
-            (
-                vec![("listeners", "PLAINTEXT://h:1,SSL://h:1")],
-                "listeners",
-            ),
-            (
-                vec![("listeners", "PLAINTEXT://h:1,OTHER://h:2")],
-                "listeners",
-            ),
-            (vec![("listeners", "PLAINTEXT://h")], "listeners"),
-            (
-                vec![
-                    ("listeners", "PLAINTEXT://h:1"),
-                    ("advertised.listeners", "SSL://h:2"),
-                ],
-                "advertised.listeners",
-            ),
-            (
-                vec![
-                    ("listeners", "PLAINTEXT://h:1"),
-                    ("advertised.listeners", "PLAINTEXT://0.0.0.0:1"),
-                ],
-                "advertised.listeners",
-            ),
-            (
-                vec![("listeners", "SSL://h:1")],
-                "security.inter.broker.protocol",
-            ),
-            (
-                vec![
-                    ("listeners", "PLAINTEXT://h:1"),
-                    ("inter.broker.listener.name", "SSL"),
-                ],
-                "inter.broker.listener.name",
-            ),
-            (
-                vec![
-                    ("listeners", "PLAINTEXT://h:1,SSL://h:2"),
-                    ("inter.broker.listener.name", "SSL"),
-                    ("controller.quorum.voters", "1@h:3"),
-                ],
-                "inter.broker.listener.name",
-            ),
-            (
-                vec![("listener.security.protocol.map", "PLAINTEXT:TLS")],
-                "listener.security.protocol.map",
-            ),
-        ] {
-            let err = config(&pairs).expect_err(&format!("{pairs:?}")).to_string();
-            assert!(err.contains(&format!("'{key}'")), "{pairs:?}: {err}");
-        }
-        // A single-node broker may use its TLS listener as the "inter-broker" one.
-        config(&[
-            ("listeners", "SSL://h:1"),
-            ("inter.broker.listener.name", "SSL"),
-        ])
-        .unwrap();
-    }
-
-    #[test]
-    fn listener_prefixed_settings_override_for_that_listener_only() {
-        let c = config(&[
-            ("listeners", "PLAINTEXT://h:1,SSL://h:2,MTLS://h:3"),
-            (
-                "listener.security.protocol.map",
-                "PLAINTEXT:PLAINTEXT,SSL:SSL,MTLS:SSL",
-            ),
-            ("listener.name.mtls.ssl.client.auth", "required"),
-        ])
-        .unwrap();
-        assert_eq!(c.listener_get("MTLS", "ssl.client.auth"), Some("required"));
-        assert_eq!(c.listener_get("SSL", "ssl.client.auth"), Some("none"));
-        let err = config(&[("listener.name.mtls.ssl.client.auth", "sometimes")])
-            .unwrap_err()
-            .to_string();
-        assert!(err.contains("listener.name.mtls.ssl.client.auth"), "{err}");
-        let err = config(&[("listener.name.mtls.num.partitions", "3")])
-            .unwrap_err()
-            .to_string();
-        assert!(err.contains("unknown config key"), "{err}");
-    }
 
     #[test]
     fn the_plaintext_flag_replaces_or_adds_the_plaintext_listener() {

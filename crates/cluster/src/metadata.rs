@@ -48,10 +48,29 @@ pub enum MetadataError {
     #[error("metadata checkpoint {path} is corrupt: {reason}")]
     Corrupt { path: PathBuf, reason: String },
     #[error("{} is missing and the partition directories do not say unambiguously what it held: {reason}. Nothing was changed; restore the file from a backup, or move the partition directories that do not belong out of {}, then start again", path.display(), path.parent().map_or_else(String::new, |d| d.display().to_string()))]
-    Ambiguous {
-        path: PathBuf,
-        reason: crate::recover::RebuildError,
+    Ambiguous { path: PathBuf, reason: RebuildError },
+}
+
+/// Why the partition directories do not determine the image (decided by `recover.rs`; defined
+/// here because [`MetadataError::Ambiguous`] carries it).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum RebuildError {
+    #[error("topic '{topic}': its partitions carry different topic ids ({ids})")]
+    ConflictingTopicIds { topic: String, ids: String },
+    #[error("partition {partition} holds data but its config.json is missing or unreadable, so its retention settings are unknown")]
+    UnknownConfig { partition: String },
+    #[error(
+        "topic '{topic}': partitions {first} and {other} have different settings in config.json"
+    )]
+    ConflictingConfigs {
+        topic: String,
+        first: i32,
+        other: i32,
     },
+    #[error("topic '{topic}': partition {partition} is beyond the {PARTITIONS_PER_TOPIC_MAX} partitions a topic may have")]
+    TooManyPartitions { topic: String, partition: i32 },
+    #[error("cannot read {what}: {reason}")]
+    Unreadable { what: String, reason: String },
 }
 
 /// One topic as the cluster knows it.

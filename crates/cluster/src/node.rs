@@ -25,18 +25,11 @@ use crate::image::{
 use crate::metadata::{ClusterMetadata, MetadataError, METADATA_FILE};
 use crate::records::MetadataRecord;
 use crate::recover;
+// Defined with the rebuild, their only user here; kept under these paths.
+pub use crate::recover::{topic_id, PRODUCER_ID_BLOCK_SIZE};
 
 /// The metadata log's directory inside a data directory (Kafka's `__cluster_metadata-0`).
 pub const METADATA_LOG_DIR: &str = "__cluster_metadata";
-
-/// Producer ids handed to a broker per AllocateProducerIds (Kafka's controller hands out blocks of
-/// 1000 too). Also the unit of the rebuild gap (`recover.rs`).
-pub const PRODUCER_ID_BLOCK_SIZE: i64 = 1000;
-
-/// The store's form of a topic id.
-pub fn topic_id(id: uuid::Uuid) -> millrace_store::TopicId {
-    millrace_store::TopicId::from_bytes(id.into_bytes())
-}
 
 /// Whether the data directory has a metadata log already.
 pub fn has_metadata_log(data_dir: &Path) -> bool {

@@ -28,9 +28,14 @@ use millrace_store::{LogConfig, Store, TopicId, TopicPartition};
 use uuid::Uuid;
 
 use crate::config::{BrokerConfig, TopicConfigs};
+// The refusal is a `MetadataError::Ambiguous` reason, so it is defined with that error.
+pub use crate::metadata::RebuildError;
 use crate::metadata::{TopicMetadata, PARTITIONS_PER_TOPIC_MAX};
-use crate::node::PRODUCER_ID_BLOCK_SIZE;
 use crate::topic_name::validate_topic_name;
+
+/// Producer ids handed to a broker per AllocateProducerIds, in blocks of 1000 as Kafka's controller
+/// does (`millrace-controller` has its own constant of the same size): the unit of the rebuild gap.
+pub const PRODUCER_ID_BLOCK_SIZE: i64 = 1000;
 
 /// Producer ids: how far past the largest producer id found in any log a rebuilt image starts
 /// handing out ids (1,000 blocks). Ids handed out since the last one that reached a log are not
@@ -52,27 +57,6 @@ pub struct PartitionFacts {
     pub producer_id_max: Option<i64>,
 }
 
-/// Why the partition directories do not determine the image.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum RebuildError {
-    #[error("topic '{topic}': its partitions carry different topic ids ({ids})")]
-    ConflictingTopicIds { topic: String, ids: String },
-    #[error("partition {partition} holds data but its config.json is missing or unreadable, so its retention settings are unknown")]
-    UnknownConfig { partition: String },
-    #[error(
-        "topic '{topic}': partitions {first} and {other} have different settings in config.json"
-    )]
-    ConflictingConfigs {
-        topic: String,
-        first: i32,
-        other: i32,
-    },
-    #[error("topic '{topic}': partition {partition} is beyond the {PARTITIONS_PER_TOPIC_MAX} partitions a topic may have")]
-    TooManyPartitions { topic: String, partition: i32 },
-    #[error("cannot read {what}: {reason}")]
-    Unreadable { what: String, reason: String },
-}
-
 /// The image the partition directories determine.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RebuiltImage {
@@ -80,6 +64,11 @@ pub struct RebuiltImage {
     pub next_producer_id: i64,
     /// What was guessed, one line each (new topic ids, partitions created empty, skipped keys).
     pub notes: Vec<String>,
+}
+
+/// The store's form of a topic id.
+pub fn topic_id(id: uuid::Uuid) -> millrace_store::TopicId {
+    millrace_store::TopicId::from_bytes(id.into_bytes())
 }
 
 /// The facts of every partition directory in `data_dir`, read without changing anything.
@@ -238,7 +227,7 @@ pub fn rebuild_image(
                 let id = Uuid::new_v4();
                 notes.push(format!(
                     "topic '{name}' had no recorded topic id; it gets {}",
-                    crate::node::topic_id(id)
+                    topic_id(id)
                 ));
                 id
             }
