@@ -17,6 +17,7 @@ pub mod api;
 pub mod authz;
 pub mod blocking;
 pub mod connection;
+pub mod constant_time;
 pub mod dispatch;
 pub mod error_codes;
 pub mod fetch_session;
