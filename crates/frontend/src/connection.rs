@@ -36,13 +36,14 @@ use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use crate::dispatch::{dispatch, Pending};
+use crate::dispatch::dispatch;
 use crate::limits::{
     IN_FLIGHT_REQUESTS_PER_CONNECTION_MAX, TLS_FILE_READ_BYTES, TLS_HANDSHAKE_MS_MAX,
 };
 use crate::principal::{subject_name, PrincipalMapper};
 use crate::read_buffer::ReadAhead;
 use crate::request_memory::RequestMemory;
+use crate::respond::Pending;
 use crate::sasl::SaslSettings;
 use crate::session::Session;
 use crate::splice::Chunk;

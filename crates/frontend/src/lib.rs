@@ -1,31 +1,36 @@
 //! Millrace's Kafka front end: the connection loop, request decoding with `kafka-protocol`, the one
-//! table of advertised API versions, one module per API, and the one mapping from internal errors
-//! to Kafka error codes.
+//! table of served APIs ([`registry`], from which the advertised versions derive), one module per
+//! API, and the one mapping from internal errors to Kafka error codes.
 //!
 //! Data flow: [`server::run`] accepts connections; [`connection`] cuts length-prefixed frames, each
-//! paid for from the broker-wide [`request_memory`] budget, and keeps responses in request order; [`dispatch`] decodes the header, checks the version against
-//! [`versions`], decodes the body and calls the API module, which translates the request into calls
+//! paid for from the broker-wide [`request_memory`] budget, and keeps responses in request order; [`dispatch`] decodes the header, finds the API in
+//! [`registry`] and checks the version against what its [`handler::ApiHandler`] impl declares;
+//! [`respond`] decodes the body and calls the API module, which translates the request into calls
 //! on [`millrace_cluster::Cluster`] and [`millrace_store`] and builds the response.
 //!
 //! **Invariant:** this crate holds no state beyond a connection, except the fetch sessions
 //! ([`fetch_session`], KIP-227), which are a wire-protocol artifact; topics, logs, groups and
 //! committed offsets live in `cluster`, `store` and `groups`, which never see a Kafka wire type.
 //!
-//! Types to read first: [`BrokerContext`], [`dispatch::dispatch`], [`versions::ADVERTISED`].
+//! Types to read first: [`BrokerContext`], [`dispatch::dispatch`], [`handler::ApiHandler`],
+//! [`registry::APIS`].
 
 pub mod api;
 pub mod authz;
 pub mod blocking;
 pub mod connection;
+pub mod constant_time;
 pub mod dispatch;
 pub mod error_codes;
 pub mod fetch_session;
+pub mod handler;
 pub mod limits;
 pub mod principal;
 pub mod quota;
 pub mod read_buffer;
+pub mod registry;
 pub mod request_memory;
-pub mod response_errors;
+pub mod respond;
 pub mod sasl;
 pub mod scram;
 pub mod server;

@@ -26,6 +26,7 @@ use std::time::{Duration, Instant};
 use millrace_cluster::scram::{ScramCredential, ScramMechanism};
 use millrace_cluster::BrokerConfig;
 
+use crate::constant_time::constant_time_eq;
 use crate::error_codes::{
     ILLEGAL_SASL_STATE, SASL_AUTHENTICATION_FAILED, UNSUPPORTED_SASL_MECHANISM,
 };
@@ -237,15 +238,6 @@ impl SaslSettings {
             Err(INVALID_CREDENTIALS.to_string())
         }
     }
-}
-
-/// Whether `a` and `b` are equal, in time that depends on their lengths only.
-pub(crate) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    let mut diff = a.len() ^ b.len();
-    for (i, x) in b.iter().enumerate() {
-        diff |= usize::from(a.get(i).copied().unwrap_or(0) ^ x);
-    }
-    diff == 0
 }
 
 /// A JAAS line: `LoginModule flag key="value" key=value ...;` → (module, options). Values may

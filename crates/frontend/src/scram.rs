@@ -21,6 +21,8 @@ use base64::Engine;
 use millrace_cluster::scram::{ScramCredential, ScramMechanism, SCRAM_ITERATIONS_MIN};
 use ring::{digest, hmac, rand::SecureRandom};
 
+use crate::constant_time::constant_time_eq;
+
 /// Longest client message accepted (a user name and a nonce take a few dozen bytes; this bounds
 /// what an unauthenticated client can make the server keep).
 const SCRAM_CLIENT_MESSAGE_BYTES_MAX: usize = 4096;
@@ -276,7 +278,7 @@ pub fn finish(pending: &ScramPending, message: &[u8]) -> Result<(String, Vec<u8>
         .zip(&client_signature)
         .map(|(p, s)| p ^ s)
         .collect();
-    if !crate::sasl::constant_time_eq(&hash(m, &client_key), &credential.stored_key) {
+    if !constant_time_eq(&hash(m, &client_key), &credential.stored_key) {
         return Err(failed());
     }
     let server_signature = mac(m, &credential.server_key, auth_message.as_bytes());

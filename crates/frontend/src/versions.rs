@@ -1,127 +1,53 @@
-//! The one table of API keys and version ranges Millrace advertises in ApiVersions, and accepts.
+//! The API keys and version ranges Millrace advertises in ApiVersions, and accepts:
+//! [`ADVERTISED`], derived from [`crate::registry::APIS`] — each API's range is written once, in
+//! its module's [`crate::handler::ApiHandler`] impl.
 //!
 //! Ranges follow Kafka 4.1's (protocol-checklist §2.1), trimmed to what is implemented, and keep
 //! the exact versions old librdkafka looks for (§2.3): Produce 0 (gzip/snappy), Produce 3 + Fetch 4
 //! (MsgVer2), Produce 7 + Fetch 10 (zstd), FindCoordinator 0 (lz4), ListOffsets 1 (offsets by time),
 //! and for the balanced consumer OffsetCommit 2, OffsetFetch 1, JoinGroup/SyncGroup/Heartbeat/
-//! LeaveGroup 0.
+//! LeaveGroup 0 (the tests below check them).
 //! Produce v0-2 are advertised like Kafka 4 does but refused when they arrive (the connection is
-//! closed), since magic 0/1 message sets are gone.
+//! closed), since magic 0/1 message sets are gone (`SERVED_MIN` in `api/produce.rs`).
 
 use std::sync::OnceLock;
 
 use kafka_protocol::messages::ApiKey;
 
-/// An advertised (key, min, max).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ApiRange {
-    pub key: ApiKey,
-    pub min: i16,
-    pub max: i16,
-}
+pub use crate::handler::ApiRange;
+use crate::registry::{self, APIS};
 
-const fn range(key: ApiKey, min: i16, max: i16) -> ApiRange {
-    ApiRange { key, min, max }
-}
+/// Everything Millrace answers, in the order ApiVersions lists it. A key missing here closes the
+/// connection when it arrives.
+pub const ADVERTISED: &[ApiRange] = &ranges::<{ APIS.len() }>();
 
-/// Everything Millrace answers. A key missing here closes the connection when it arrives.
-pub const ADVERTISED: &[ApiRange] = &[
-    range(ApiKey::Produce, 0, 13),
-    range(ApiKey::Fetch, 4, 17),
-    range(ApiKey::ListOffsets, 1, 10),
-    range(ApiKey::Metadata, 0, 12),
-    range(ApiKey::FindCoordinator, 0, 6),
-    range(ApiKey::ApiVersions, 0, 4),
-    range(ApiKey::SaslHandshake, 0, 1),
-    range(ApiKey::SaslAuthenticate, 0, 2),
-    range(ApiKey::DescribeUserScramCredentials, 0, 0),
-    range(ApiKey::AlterUserScramCredentials, 0, 0),
-    range(ApiKey::DescribeClientQuotas, 0, 1),
-    range(ApiKey::AlterClientQuotas, 0, 1),
-    range(ApiKey::DescribeAcls, 1, 3),
-    range(ApiKey::CreateAcls, 1, 3),
-    range(ApiKey::DeleteAcls, 1, 3),
-    range(ApiKey::CreateTopics, 2, 7),
-    range(ApiKey::DeleteTopics, 1, 6),
-    range(ApiKey::CreatePartitions, 0, 3),
-    range(ApiKey::ElectLeaders, 0, 2),
-    range(ApiKey::AlterPartitionReassignments, 0, 0),
-    range(ApiKey::ListPartitionReassignments, 0, 0),
-    range(ApiKey::InitProducerId, 0, 5),
-    range(ApiKey::DescribeConfigs, 1, 4),
-    range(ApiKey::ListConfigResources, 0, 1),
-    range(ApiKey::AlterConfigs, 0, 2),
-    range(ApiKey::IncrementalAlterConfigs, 0, 1),
-    range(ApiKey::DeleteRecords, 0, 2),
-    range(ApiKey::OffsetForLeaderEpoch, 2, 4),
-    range(ApiKey::DescribeLogDirs, 1, 4),
-    range(ApiKey::DescribeProducers, 0, 0),
-    range(ApiKey::AddPartitionsToTxn, 0, 3),
-    range(ApiKey::AddOffsetsToTxn, 0, 4),
-    range(ApiKey::TxnOffsetCommit, 0, 4),
-    range(ApiKey::EndTxn, 0, 4),
-    range(ApiKey::WriteTxnMarkers, 1, 1),
-    range(ApiKey::DescribeTransactions, 0, 0),
-    range(ApiKey::ListTransactions, 0, 1),
-    range(ApiKey::DescribeTopicPartitions, 0, 0),
-    range(ApiKey::DescribeCluster, 0, 1),
-    range(ApiKey::OffsetCommit, 2, 9),
-    range(ApiKey::OffsetFetch, 1, 9),
-    range(ApiKey::JoinGroup, 0, 9),
-    range(ApiKey::Heartbeat, 0, 4),
-    range(ApiKey::LeaveGroup, 0, 5),
-    range(ApiKey::SyncGroup, 0, 5),
-    range(ApiKey::DescribeGroups, 0, 5),
-    range(ApiKey::ListGroups, 0, 5),
-    range(ApiKey::DeleteGroups, 0, 2),
-    range(ApiKey::OffsetDelete, 0, 0),
-    range(ApiKey::ConsumerGroupHeartbeat, 0, 1),
-    range(ApiKey::ConsumerGroupDescribe, 0, 1),
-];
-
-/// A feature as ApiVersions v3+ reports it (KIP-584): the levels this broker supports and the
-/// level finalized in the cluster.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Feature {
-    pub name: &'static str,
-    pub min: i16,
-    pub max: i16,
-    pub finalized: i16,
-}
-
-/// The features Millrace reports, with Kafka 4.1.1's levels for what it implements:
-/// `metadata.version` 27 (4.1-IV1, the protocol surface it speaks), `group.version` 1 (KIP-848
-/// consumer groups), `eligible.leader.replicas.version` 1 (KIP-966). Not reported:
-/// `transaction.version` (so that clients use transaction version 0: EndTxn ≤ v4 and explicit
-/// AddPartitionsToTxn; KIP-890 part 2 is not served yet),
-/// `kraft.version` (the controller quorum is Millrace's own, not KRaft's), `share.version`.
-pub const FEATURES: &[Feature] = &[
-    Feature {
-        name: "group.version",
+/// The ranges of the registry's entries, in its order.
+const fn ranges<const N: usize>() -> [ApiRange; N] {
+    let mut ranges = [ApiRange {
+        key: ApiKey::Produce,
         min: 0,
-        max: 1,
-        finalized: 1,
-    },
-    Feature {
-        name: "metadata.version",
-        min: 7,
-        max: 27,
-        finalized: 27,
-    },
-    Feature {
-        name: "eligible.leader.replicas.version",
-        min: 0,
-        max: 1,
-        finalized: 1,
-    },
-];
-
-/// Lowest Produce version that is actually served (magic 2 record batches).
-pub const PRODUCE_VERSION_SERVED_MIN: i16 = 3;
+        max: 0,
+    }; N];
+    let mut i = 0;
+    while i < N {
+        let api = &APIS[i];
+        ranges[i] = ApiRange {
+            key: api.key,
+            min: api.min,
+            max: api.max,
+        };
+        i += 1;
+    }
+    ranges
+}
 
 /// The advertised range of `key`, if it is served at all.
 pub fn advertised(key: ApiKey) -> Option<ApiRange> {
-    ADVERTISED.iter().copied().find(|r| r.key == key)
+    registry::find(key).map(|api| ApiRange {
+        key: api.key,
+        min: api.min,
+        max: api.max,
+    })
 }
 
 /// The API's name as Kafka spells it ("Produce", "Fetch"), for metric labels; "Unknown" for a key

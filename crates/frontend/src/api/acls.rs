@@ -16,7 +16,7 @@ use kafka_protocol::messages::delete_acls_response::{
 };
 use kafka_protocol::messages::describe_acls_response::{AclDescription, DescribeAclsResource};
 use kafka_protocol::messages::{
-    CreateAclsRequest, CreateAclsResponse, DeleteAclsRequest, DeleteAclsResponse,
+    ApiKey, CreateAclsRequest, CreateAclsResponse, DeleteAclsRequest, DeleteAclsResponse,
     DescribeAclsRequest, DescribeAclsResponse,
 };
 use kafka_protocol::protocol::StrBytes;
@@ -28,7 +28,78 @@ use millrace_controller::{ControllerError, ControllerRequest, ControllerResponse
 use super::{forward, str_bytes};
 use crate::authz::Authz;
 use crate::error_codes::{self, CLUSTER_AUTHORIZATION_FAILED, INVALID_REQUEST, SECURITY_DISABLED};
+use crate::handler::{ApiHandler, Call, Reply, Versions};
 use crate::BrokerContext;
+
+/// DescribeAcls: its key, versions, handler and error codes, for [`crate::registry`].
+pub struct DescribeAcls;
+
+impl ApiHandler for DescribeAcls {
+    const KEY: ApiKey = ApiKey::DescribeAcls;
+    const VERSIONS: Versions = 1..=3;
+    type Request = DescribeAclsRequest;
+    type Response = DescribeAclsResponse;
+
+    fn handle(call: Call<'_>, request: DescribeAclsRequest) -> Reply<DescribeAclsResponse> {
+        Reply::Now(describe(call.ctx, &call.authz, request))
+    }
+
+    fn for_each_error(response: &DescribeAclsResponse, f: &mut dyn FnMut(i16)) {
+        f(response.error_code);
+    }
+
+    fn throttle_time_ms(response: &mut DescribeAclsResponse) -> Option<&mut i32> {
+        Some(&mut response.throttle_time_ms)
+    }
+}
+
+/// CreateAcls: its key, versions, handler and error codes, for [`crate::registry`].
+pub struct CreateAcls;
+
+impl ApiHandler for CreateAcls {
+    const KEY: ApiKey = ApiKey::CreateAcls;
+    const VERSIONS: Versions = 1..=3;
+    type Request = CreateAclsRequest;
+    type Response = CreateAclsResponse;
+
+    fn handle(call: Call<'_>, request: CreateAclsRequest) -> Reply<CreateAclsResponse> {
+        Reply::later(create(call.ctx.clone(), call.authz, request))
+    }
+
+    fn for_each_error(response: &CreateAclsResponse, f: &mut dyn FnMut(i16)) {
+        for r in &response.results {
+            f(r.error_code);
+        }
+    }
+
+    fn throttle_time_ms(response: &mut CreateAclsResponse) -> Option<&mut i32> {
+        Some(&mut response.throttle_time_ms)
+    }
+}
+
+/// DeleteAcls: its key, versions, handler and error codes, for [`crate::registry`].
+pub struct DeleteAcls;
+
+impl ApiHandler for DeleteAcls {
+    const KEY: ApiKey = ApiKey::DeleteAcls;
+    const VERSIONS: Versions = 1..=3;
+    type Request = DeleteAclsRequest;
+    type Response = DeleteAclsResponse;
+
+    fn handle(call: Call<'_>, request: DeleteAclsRequest) -> Reply<DeleteAclsResponse> {
+        Reply::later(delete(call.ctx.clone(), call.authz, request))
+    }
+
+    fn for_each_error(response: &DeleteAclsResponse, f: &mut dyn FnMut(i16)) {
+        for r in &response.filter_results {
+            f(r.error_code);
+        }
+    }
+
+    fn throttle_time_ms(response: &mut DeleteAclsResponse) -> Option<&mut i32> {
+        Some(&mut response.throttle_time_ms)
+    }
+}
 
 const NO_AUTHORIZER: &str = "No Authorizer is configured on the broker";
 

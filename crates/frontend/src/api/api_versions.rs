@@ -1,6 +1,7 @@
-//! ApiVersions (key 18): the advertised table from [`crate::versions`].
+//! ApiVersions (key 18): the advertised table ([`crate::versions::ADVERTISED`], handed in as
+//! [`Call::advertised`]).
 //!
-//! v3+ reports the features of [`crate::versions::FEATURES`] as Kafka 4.1 does (KIP-584): the
+//! v3+ reports the features of [`FEATURES`] as Kafka 4.1 does (KIP-584): the
 //! supported ranges (v3 leaves out those whose minimum is 0, KIP-1022, as older clients reject a
 //! range starting at 0), the finalized levels, and as their epoch the offset of the metadata image.
 //! A version above ours gets the v0 body with UNSUPPORTED_VERSION plus our list so that the client
@@ -9,14 +10,76 @@
 use kafka_protocol::messages::api_versions_response::{
     ApiVersion, FinalizedFeatureKey, SupportedFeatureKey,
 };
-use kafka_protocol::messages::{ApiVersionsRequest, ApiVersionsResponse};
+use kafka_protocol::messages::{ApiKey, ApiVersionsRequest, ApiVersionsResponse};
 
 use super::str_bytes;
 use crate::error_codes::UNSUPPORTED_VERSION;
-use crate::versions::{ADVERTISED, FEATURES};
+use crate::handler::{ApiHandler, ApiRange, Call, Reply, Versions};
 
-fn api_keys() -> Vec<ApiVersion> {
-    ADVERTISED
+/// ApiVersions: its key, versions, handler and error codes, for [`crate::registry`].
+pub struct ApiVersions;
+
+impl ApiHandler for ApiVersions {
+    const KEY: ApiKey = ApiKey::ApiVersions;
+    const VERSIONS: Versions = 0..=4;
+    const BEFORE_AUTHENTICATION: bool = true;
+    const REQUEST_QUOTA_EXEMPT: bool = true;
+    type Request = ApiVersionsRequest;
+    type Response = ApiVersionsResponse;
+
+    fn handle(call: Call<'_>, request: ApiVersionsRequest) -> Reply<ApiVersionsResponse> {
+        let epoch = i64::try_from(call.ctx.cluster.image().offset).unwrap_or(i64::MAX);
+        Reply::Now(handle(request, call.version, epoch, call.advertised))
+    }
+
+    fn for_each_error(response: &ApiVersionsResponse, f: &mut dyn FnMut(i16)) {
+        f(response.error_code);
+    }
+
+    fn throttle_time_ms(response: &mut ApiVersionsResponse) -> Option<&mut i32> {
+        Some(&mut response.throttle_time_ms)
+    }
+}
+
+/// A feature as ApiVersions v3+ reports it (KIP-584): the levels this broker supports and the
+/// level finalized in the cluster.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Feature {
+    pub name: &'static str,
+    pub min: i16,
+    pub max: i16,
+    pub finalized: i16,
+}
+
+/// The features Millrace reports, with Kafka 4.1.1's levels for what it implements:
+/// `metadata.version` 27 (4.1-IV1, the protocol surface it speaks), `group.version` 1 (KIP-848
+/// consumer groups), `eligible.leader.replicas.version` 1 (KIP-966). Not reported:
+/// `transaction.version` (so that clients use transaction version 0: EndTxn ≤ v4 and explicit
+/// AddPartitionsToTxn; KIP-890 part 2 is not served yet),
+/// `kraft.version` (the controller quorum is Millrace's own, not KRaft's), `share.version`.
+pub const FEATURES: &[Feature] = &[
+    Feature {
+        name: "group.version",
+        min: 0,
+        max: 1,
+        finalized: 1,
+    },
+    Feature {
+        name: "metadata.version",
+        min: 7,
+        max: 27,
+        finalized: 27,
+    },
+    Feature {
+        name: "eligible.leader.replicas.version",
+        min: 0,
+        max: 1,
+        finalized: 1,
+    },
+];
+
+fn api_keys(advertised: &[ApiRange]) -> Vec<ApiVersion> {
+    advertised
         .iter()
         .map(|r| {
             ApiVersion::default()
@@ -33,8 +96,9 @@ pub fn handle(
     _request: ApiVersionsRequest,
     version: i16,
     features_epoch: i64,
+    advertised: &[ApiRange],
 ) -> ApiVersionsResponse {
-    let response = ApiVersionsResponse::default().with_api_keys(api_keys());
+    let response = ApiVersionsResponse::default().with_api_keys(api_keys(advertised));
     if version < 3 {
         return response;
     }
@@ -64,10 +128,10 @@ pub fn handle(
 }
 
 /// The answer to a version above ours, to be encoded at v0.
-pub fn unsupported_version_response() -> ApiVersionsResponse {
+pub fn unsupported_version_response(advertised: &[ApiRange]) -> ApiVersionsResponse {
     ApiVersionsResponse::default()
         .with_error_code(UNSUPPORTED_VERSION)
-        .with_api_keys(api_keys())
+        .with_api_keys(api_keys(advertised))
 }
 
 #[cfg(test)]
@@ -83,12 +147,12 @@ mod tests {
 
     #[test]
     fn features_as_kafka_41_reports_them() {
-        let old = handle(ApiVersionsRequest::default(), 2, 9);
+        let old = handle(ApiVersionsRequest::default(), 2, 9, &[]);
         assert!(old.supported_features.is_empty() && old.finalized_features.is_empty());
         // v3: KIP-1022 leaves out supported ranges that start at 0.
-        let v3 = handle(ApiVersionsRequest::default(), 3, 9);
+        let v3 = handle(ApiVersionsRequest::default(), 3, 9, &[]);
         assert_eq!(names(&v3), vec!["metadata.version".to_string()]);
-        let v4 = handle(ApiVersionsRequest::default(), 4, 9);
+        let v4 = handle(ApiVersionsRequest::default(), 4, 9, &[]);
         assert!(names(&v4).contains(&"group.version".to_string()));
         for r in [&v3, &v4] {
             assert_eq!(r.finalized_features_epoch, 9);

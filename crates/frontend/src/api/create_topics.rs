@@ -8,7 +8,7 @@ use std::sync::Arc;
 use kafka_protocol::messages::create_topics_response::{
     CreatableTopicConfigs, CreatableTopicResult,
 };
-use kafka_protocol::messages::{CreateTopicsRequest, CreateTopicsResponse};
+use kafka_protocol::messages::{ApiKey, CreateTopicsRequest, CreateTopicsResponse};
 use millrace_cluster::TopicConfigs;
 use millrace_controller::messages::{CreatedTopic, TopicSpec};
 use millrace_controller::{ControllerError, ControllerRequest, ControllerResponse};
@@ -19,7 +19,34 @@ use crate::error_codes::TOPIC_AUTHORIZATION_FAILED;
 use millrace_cluster::acl::AclOperation;
 
 use crate::error_codes::{self, INVALID_REQUEST};
+use crate::handler::{ApiHandler, Call, Reply, Versions};
 use crate::BrokerContext;
+
+/// CreateTopics: its key, versions, handler and error codes, for [`crate::registry`].
+pub struct CreateTopics;
+
+impl ApiHandler for CreateTopics {
+    const KEY: ApiKey = ApiKey::CreateTopics;
+    const VERSIONS: Versions = 2..=7;
+    type Request = CreateTopicsRequest;
+    type Response = CreateTopicsResponse;
+
+    fn handle(call: Call<'_>, request: CreateTopicsRequest) -> Reply<CreateTopicsResponse> {
+        Reply::later(handle(call.ctx.clone(), call.authz, request, call.version))
+    }
+
+    fn for_each_error(response: &CreateTopicsResponse, f: &mut dyn FnMut(i16)) {
+        // `topic_config_error_code` (a v5+ tagged field explaining why `configs` is missing) is
+        // not counted, as in Kafka's CreateTopicsResponse.errorCounts.
+        for topic in &response.topics {
+            f(topic.error_code);
+        }
+    }
+
+    fn throttle_time_ms(response: &mut CreateTopicsResponse) -> Option<&mut i32> {
+        Some(&mut response.throttle_time_ms)
+    }
+}
 
 /// First version whose result carries partitions, replication factor and configs.
 const DETAILS_VERSION_MIN: i16 = 5;
@@ -185,4 +212,32 @@ fn describe_configs(
                 .with_config_source(source as i8)
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use kafka_protocol::messages::create_topics_response::CreatableTopicResult;
+
+    use super::*;
+    use crate::api::topic_name;
+    use crate::error_codes::{
+        INVALID_REPLICATION_FACTOR, TOPIC_ALREADY_EXISTS, UNKNOWN_SERVER_ERROR,
+    };
+    use crate::handler::counted_errors;
+
+    #[test]
+    fn error_metrics_count_each_result_but_not_config_codes() {
+        let response = CreateTopicsResponse::default().with_topics(vec![
+            CreatableTopicResult::default()
+                .with_name(topic_name("a"))
+                .with_error_code(TOPIC_ALREADY_EXISTS),
+            CreatableTopicResult::default()
+                .with_name(topic_name("b"))
+                .with_topic_config_error_code(UNKNOWN_SERVER_ERROR),
+            CreatableTopicResult::default()
+                .with_name(topic_name("c"))
+                .with_error_code(INVALID_REPLICATION_FACTOR),
+        ]);
+        assert_eq!(counted_errors::<CreateTopics>(&response), vec![36, 38]);
+    }
 }

@@ -6,14 +6,41 @@ use std::sync::Arc;
 use kafka_protocol::messages::delete_records_response::{
     DeleteRecordsPartitionResult, DeleteRecordsTopicResult,
 };
-use kafka_protocol::messages::{DeleteRecordsRequest, DeleteRecordsResponse};
+use kafka_protocol::messages::{ApiKey, DeleteRecordsRequest, DeleteRecordsResponse};
 
 use crate::authz::Authz;
 use crate::error_codes::TOPIC_AUTHORIZATION_FAILED;
 use millrace_cluster::acl::AclOperation;
 
 use crate::error_codes::{self, NONE, OFFSET_OUT_OF_RANGE};
+use crate::handler::{ApiHandler, Call, Reply, Versions};
 use crate::BrokerContext;
+
+/// DeleteRecords: its key, versions, handler and error codes, for [`crate::registry`].
+pub struct DeleteRecords;
+
+impl ApiHandler for DeleteRecords {
+    const KEY: ApiKey = ApiKey::DeleteRecords;
+    const VERSIONS: Versions = 0..=2;
+    type Request = DeleteRecordsRequest;
+    type Response = DeleteRecordsResponse;
+
+    fn handle(call: Call<'_>, request: DeleteRecordsRequest) -> Reply<DeleteRecordsResponse> {
+        Reply::Now(handle(call.ctx, &call.authz, request, call.version))
+    }
+
+    fn for_each_error(response: &DeleteRecordsResponse, f: &mut dyn FnMut(i16)) {
+        for topic in &response.topics {
+            for partition in &topic.partitions {
+                f(partition.error_code);
+            }
+        }
+    }
+
+    fn throttle_time_ms(response: &mut DeleteRecordsResponse) -> Option<&mut i32> {
+        Some(&mut response.throttle_time_ms)
+    }
+}
 
 /// DeleteRecords' "up to the high watermark".
 const HIGH_WATERMARK: i64 = -1;

@@ -7,13 +7,45 @@ use std::sync::Arc;
 use kafka_protocol::messages::describe_producers_response::{
     PartitionResponse, ProducerState, TopicResponse,
 };
-use kafka_protocol::messages::{DescribeProducersRequest, DescribeProducersResponse, ProducerId};
+use kafka_protocol::messages::{
+    ApiKey, DescribeProducersRequest, DescribeProducersResponse, ProducerId,
+};
 
 use crate::authz::Authz;
 use crate::error_codes::TOPIC_AUTHORIZATION_FAILED;
 use millrace_cluster::acl::AclOperation;
 
+use crate::handler::{ApiHandler, Call, Reply, Versions};
 use crate::BrokerContext;
+
+/// DescribeProducers: its key, versions, handler and error codes, for [`crate::registry`].
+pub struct DescribeProducers;
+
+impl ApiHandler for DescribeProducers {
+    const KEY: ApiKey = ApiKey::DescribeProducers;
+    const VERSIONS: Versions = 0..=0;
+    type Request = DescribeProducersRequest;
+    type Response = DescribeProducersResponse;
+
+    fn handle(
+        call: Call<'_>,
+        request: DescribeProducersRequest,
+    ) -> Reply<DescribeProducersResponse> {
+        Reply::Now(handle(call.ctx, &call.authz, request, call.version))
+    }
+
+    fn for_each_error(response: &DescribeProducersResponse, f: &mut dyn FnMut(i16)) {
+        for topic in &response.topics {
+            for partition in &topic.partitions {
+                f(partition.error_code);
+            }
+        }
+    }
+
+    fn throttle_time_ms(response: &mut DescribeProducersResponse) -> Option<&mut i32> {
+        Some(&mut response.throttle_time_ms)
+    }
+}
 
 pub fn handle(
     ctx: &Arc<BrokerContext>,

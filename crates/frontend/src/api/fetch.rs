@@ -38,7 +38,9 @@ use kafka_protocol::messages::fetch_response::{
     AbortedTransaction, EpochEndOffset, FetchableTopicResponse, LeaderIdAndEpoch, NodeEndpoint,
     PartitionData,
 };
-use kafka_protocol::messages::{BrokerId, FetchRequest, FetchResponse, ProducerId, TopicName};
+use kafka_protocol::messages::{
+    ApiKey, BrokerId, FetchRequest, FetchResponse, ProducerId, TopicName,
+};
 use millrace_replication::ReplicaError;
 use millrace_store::{FileSlice, ReadError, Records, TopicPartition};
 use tokio::sync::Notify;
@@ -54,11 +56,58 @@ use crate::error_codes::{
     UNKNOWN_TOPIC_OR_PARTITION,
 };
 use crate::fetch_session::{Answered, FetchContext, SessionError, SessionPartition};
+use crate::handler::{ApiHandler, Call, Reply, Spliced, Versions};
 use crate::limits::{FETCH_RESPONSE_BYTES_MAX, FETCH_WAIT_MS_MAX};
 use crate::quota::{QuotaType, Throttle};
 use crate::splice;
 use crate::BrokerContext;
 use millrace_cluster::acl::AclOperation;
+
+/// Fetch: its key, versions, handler and error codes, for [`crate::registry`].
+pub struct Fetch;
+
+impl ApiHandler for Fetch {
+    const KEY: ApiKey = ApiKey::Fetch;
+    const VERSIONS: Versions = 4..=17;
+    type Request = FetchRequest;
+    type Response = FetchResponse;
+
+    fn handle(call: Call<'_>, request: FetchRequest) -> Reply<FetchResponse> {
+        let follower = request.replica_id.0 >= 0 || request.replica_state.replica_id.0 >= 0;
+        let quota = (!call.ctx.cluster.image().client_quotas.is_empty()).then(|| FetchQuota {
+            user: call.session.quota_user(),
+            client_id: call.client_id.to_string(),
+            throttle: call.session.throttle.clone(),
+        });
+        let response = handle(
+            call.ctx.clone(),
+            call.authz,
+            quota,
+            request,
+            call.version,
+            call.session.listener.clone(),
+        );
+        Reply::Spliced(Spliced {
+            response: Box::pin(response),
+            take_records: splice::take_records,
+            // A follower's fetches are not charged to a request quota (Kafka exempts them).
+            request_quota_exempt: follower,
+        })
+    }
+
+    fn for_each_error(response: &FetchResponse, f: &mut dyn FnMut(i16)) {
+        f(response.error_code);
+        for topic in &response.responses {
+            for partition in &topic.partitions {
+                f(partition.error_code);
+            }
+        }
+    }
+
+    fn throttle_time_ms(response: &mut FetchResponse) -> Option<&mut i32> {
+        Some(&mut response.throttle_time_ms)
+    }
+}
 
 /// First Fetch version with sessions (KIP-227).
 const SESSION_VERSION_MIN: i16 = 7;
@@ -713,4 +762,29 @@ fn now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+#[cfg(test)]
+mod tests {
+    use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
+    use kafka_protocol::protocol::StrBytes;
+
+    use super::*;
+    use crate::error_codes::{OFFSET_OUT_OF_RANGE, UNKNOWN_SERVER_ERROR};
+    use crate::handler::counted_errors;
+
+    #[test]
+    fn error_metrics_count_the_top_level_then_partitions() {
+        let response = FetchResponse::default()
+            .with_error_code(UNKNOWN_SERVER_ERROR)
+            .with_responses(vec![FetchableTopicResponse::default()
+                .with_topic(TopicName(StrBytes::from_static_str("t")))
+                .with_partitions(vec![
+                    PartitionData::default()
+                        .with_partition_index(0)
+                        .with_error_code(OFFSET_OUT_OF_RANGE),
+                    PartitionData::default().with_partition_index(1),
+                ])]);
+        assert_eq!(counted_errors::<Fetch>(&response), vec![-1, 1]);
+    }
 }

@@ -10,14 +10,45 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use kafka_protocol::messages::join_group_response::JoinGroupResponseMember;
-use kafka_protocol::messages::{JoinGroupRequest, JoinGroupResponse};
+use kafka_protocol::messages::{ApiKey, JoinGroupRequest, JoinGroupResponse};
 use millrace_groups::{JoinRequest, Protocol};
 
 use super::str_bytes;
 use crate::authz::Authz;
 use crate::error_codes::{self, GROUP_AUTHORIZATION_FAILED, NONE};
+use crate::handler::{ApiHandler, Call, Reply, Versions};
 use crate::BrokerContext;
 use millrace_cluster::acl::AclOperation;
+
+/// JoinGroup: its key, versions, handler and error codes, for [`crate::registry`].
+pub struct JoinGroup;
+
+impl ApiHandler for JoinGroup {
+    const KEY: ApiKey = ApiKey::JoinGroup;
+    const VERSIONS: Versions = 0..=9;
+    type Request = JoinGroupRequest;
+    type Response = JoinGroupResponse;
+
+    fn handle(call: Call<'_>, request: JoinGroupRequest) -> Reply<JoinGroupResponse> {
+        Reply::later(handle(
+            call.ctx,
+            &call.authz,
+            request,
+            call.version,
+            call.client_id,
+            call.session.peer,
+        ))
+    }
+
+    fn for_each_error(response: &JoinGroupResponse, f: &mut dyn FnMut(i16)) {
+        // Members carry no code of their own.
+        f(response.error_code);
+    }
+
+    fn throttle_time_ms(response: &mut JoinGroupResponse) -> Option<&mut i32> {
+        Some(&mut response.throttle_time_ms)
+    }
+}
 
 pub fn handle(
     ctx: &Arc<BrokerContext>,
@@ -103,5 +134,19 @@ pub fn handle(
             })
             .collect();
         response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error_codes::UNKNOWN_MEMBER_ID;
+    use crate::handler::counted_errors;
+
+    #[test]
+    fn error_metrics_count_its_code() {
+        let response = JoinGroupResponse::default().with_error_code(UNKNOWN_MEMBER_ID);
+        assert_eq!(counted_errors::<JoinGroup>(&response), vec![25]);
+        assert!(counted_errors::<JoinGroup>(&JoinGroupResponse::default()).is_empty());
     }
 }

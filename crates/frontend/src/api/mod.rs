@@ -1,5 +1,8 @@
-//! One module per Kafka API. Each takes the decoded request and the version, talks to
-//! `cluster`/`store`, and returns the response with only the fields that exist in that version.
+//! One module per Kafka API. Each implements [`crate::handler::ApiHandler`] (its key, versions,
+//! handler and error codes, registered with one line in [`crate::registry`]): it takes the decoded
+//! request and the version, talks to `cluster`/`store`, and returns the response with only the
+//! fields that exist in that version. Helper modules without an API of their own: `forward`
+//! (admin requests to the controller) and `leadership` (where a partition request belongs).
 
 pub mod acls;
 pub mod alter_configs;

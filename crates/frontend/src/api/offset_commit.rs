@@ -13,14 +13,41 @@ use std::sync::Arc;
 use kafka_protocol::messages::offset_commit_response::{
     OffsetCommitResponsePartition, OffsetCommitResponseTopic,
 };
-use kafka_protocol::messages::{OffsetCommitRequest, OffsetCommitResponse, TopicName};
+use kafka_protocol::messages::{ApiKey, OffsetCommitRequest, OffsetCommitResponse, TopicName};
 use millrace_groups::{CommitPartition, CommitRequest, GroupError};
 
 use crate::authz::Authz;
 use crate::error_codes::{self, ILLEGAL_GENERATION, NONE, UNKNOWN_TOPIC_OR_PARTITION};
 use crate::error_codes::{GROUP_AUTHORIZATION_FAILED, TOPIC_AUTHORIZATION_FAILED};
+use crate::handler::{ApiHandler, Call, Reply, Versions};
 use crate::BrokerContext;
 use millrace_cluster::acl::AclOperation;
+
+/// OffsetCommit: its key, versions, handler and error codes, for [`crate::registry`].
+pub struct OffsetCommit;
+
+impl ApiHandler for OffsetCommit {
+    const KEY: ApiKey = ApiKey::OffsetCommit;
+    const VERSIONS: Versions = 2..=9;
+    type Request = OffsetCommitRequest;
+    type Response = OffsetCommitResponse;
+
+    fn handle(call: Call<'_>, request: OffsetCommitRequest) -> Reply<OffsetCommitResponse> {
+        Reply::later(handle(call.ctx, &call.authz, request, call.version))
+    }
+
+    fn for_each_error(response: &OffsetCommitResponse, f: &mut dyn FnMut(i16)) {
+        for topic in &response.topics {
+            for partition in &topic.partitions {
+                f(partition.error_code);
+            }
+        }
+    }
+
+    fn throttle_time_ms(response: &mut OffsetCommitResponse) -> Option<&mut i32> {
+        Some(&mut response.throttle_time_ms)
+    }
+}
 
 /// A partition of the request: its index, and the error it gets without being committed.
 type Slot = (i32, Option<i16>);

@@ -24,7 +24,7 @@ use kafka_protocol::messages::produce_response::{
     BatchIndexAndErrorMessage, LeaderIdAndEpoch, NodeEndpoint, PartitionProduceResponse,
     TopicProduceResponse,
 };
-use kafka_protocol::messages::{BrokerId, ProduceRequest, ProduceResponse, TopicName};
+use kafka_protocol::messages::{ApiKey, BrokerId, ProduceRequest, ProduceResponse, TopicName};
 use millrace_replication::AckWait;
 use millrace_store::batch::{BatchHeader, BatchPrefix};
 use millrace_store::{FlushPolicy, TopicPartition};
@@ -38,9 +38,60 @@ use crate::error_codes::{
     INVALID_REQUIRED_ACKS, INVALID_TOPIC_EXCEPTION, TOPIC_AUTHORIZATION_FAILED,
     TRANSACTIONAL_ID_AUTHORIZATION_FAILED, UNKNOWN_TOPIC_ID, UNSUPPORTED_COMPRESSION_TYPE,
 };
+use crate::handler::{ApiHandler, Call, Reply, Versions};
 use crate::limits::PRODUCE_TIMEOUT_MS_MAX;
+use crate::quota::QuotaType;
 use crate::BrokerContext;
 use millrace_cluster::acl::AclOperation;
+
+/// Produce: its key, versions, handler and error codes, for [`crate::registry`].
+pub struct Produce;
+
+impl ApiHandler for Produce {
+    const KEY: ApiKey = ApiKey::Produce;
+    /// v0-2 are advertised as Kafka 4 does (librdkafka looks for v0 to use gzip/snappy).
+    const VERSIONS: Versions = 0..=13;
+    /// v0-2 carry magic 0/1 message sets, which are gone: a request below v3 closes the
+    /// connection.
+    const SERVED_MIN: i16 = 3;
+    type Request = ProduceRequest;
+    type Response = ProduceResponse;
+
+    fn handle(call: Call<'_>, request: ProduceRequest) -> Reply<ProduceResponse> {
+        let acks = request.acks;
+        // Kafka charges a produce request's whole size against `producer_byte_rate`.
+        let throttle = call.charge_quota(QuotaType::Produce, call.frame_bytes as f64);
+        let response = handle(
+            call.ctx,
+            call.authz,
+            request,
+            call.version,
+            call.session.listener.clone(),
+        );
+        let response = async move {
+            let mut response = response.await;
+            response.throttle_time_ms = throttle;
+            response
+        };
+        if acks == 0 {
+            Reply::unanswered(response)
+        } else {
+            Reply::later(response)
+        }
+    }
+
+    fn for_each_error(response: &ProduceResponse, f: &mut dyn FnMut(i16)) {
+        for topic in &response.responses {
+            for partition in &topic.partition_responses {
+                f(partition.error_code);
+            }
+        }
+    }
+
+    fn throttle_time_ms(response: &mut ProduceResponse) -> Option<&mut i32> {
+        Some(&mut response.throttle_time_ms)
+    }
+}
 
 /// Compression codec id of zstd (`BatchHeader::compression`).
 const CODEC_ZSTD: u8 = 4;
@@ -386,7 +437,26 @@ fn to_response(
 
 #[cfg(test)]
 mod tests {
+    use kafka_protocol::protocol::StrBytes;
+
     use super::*;
+    use crate::handler::counted_errors;
+
+    #[test]
+    fn error_metrics_count_only_the_failed_partition() {
+        let response =
+            ProduceResponse::default().with_responses(vec![TopicProduceResponse::default()
+                .with_name(TopicName(StrBytes::from_static_str("t")))
+                .with_partition_responses(vec![
+                    PartitionProduceResponse::default()
+                        .with_index(0)
+                        .with_error_code(error_codes::NONE),
+                    PartitionProduceResponse::default()
+                        .with_index(1)
+                        .with_error_code(error_codes::NOT_LEADER_OR_FOLLOWER),
+                ])]);
+        assert_eq!(counted_errors::<Produce>(&response), vec![6]);
+    }
 
     fn batch(magic: u8, codec: u8, body_len: usize) -> Vec<u8> {
         let mut b = vec![0u8; 61 + body_len];

@@ -12,17 +12,76 @@ use std::time::{Duration, Instant};
 
 use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{
-    SaslAuthenticateRequest, SaslAuthenticateResponse, SaslHandshakeRequest, SaslHandshakeResponse,
+    ApiKey, SaslAuthenticateRequest, SaslAuthenticateResponse, SaslHandshakeRequest,
+    SaslHandshakeResponse,
 };
 use tracing::info;
 
 use super::str_bytes;
-use crate::dispatch::Pending;
 use crate::error_codes::{ILLEGAL_SASL_STATE, SASL_AUTHENTICATION_FAILED};
+use crate::handler::{ApiHandler, Call, Reply, Versions};
+use crate::respond::Pending;
 use crate::sasl::Step;
 use crate::session::Session;
 use crate::splice::Chunk;
 use crate::BrokerContext;
+
+/// SaslHandshake: its key, versions, handler and error codes, for [`crate::registry`].
+pub struct SaslHandshake;
+
+impl ApiHandler for SaslHandshake {
+    const KEY: ApiKey = ApiKey::SaslHandshake;
+    /// v0 stays: librdkafka before 2.11.1 needs it advertised to use PLAIN at all.
+    const VERSIONS: Versions = 0..=1;
+    const BEFORE_AUTHENTICATION: bool = true;
+    const REQUEST_QUOTA_EXEMPT: bool = true;
+    type Request = SaslHandshakeRequest;
+    type Response = SaslHandshakeResponse;
+
+    fn handle(call: Call<'_>, request: SaslHandshakeRequest) -> Reply<SaslHandshakeResponse> {
+        Reply::Now(handshake(call.session, request, call.version))
+    }
+
+    fn for_each_error(response: &SaslHandshakeResponse, f: &mut dyn FnMut(i16)) {
+        f(response.error_code);
+    }
+
+    fn throttle_time_ms(_response: &mut SaslHandshakeResponse) -> Option<&mut i32> {
+        // The response has no throttle time.
+        None
+    }
+}
+
+/// SaslAuthenticate: its key, versions, handler and error codes, for [`crate::registry`].
+pub struct SaslAuthenticate;
+
+impl ApiHandler for SaslAuthenticate {
+    const KEY: ApiKey = ApiKey::SaslAuthenticate;
+    const VERSIONS: Versions = 0..=2;
+    const BEFORE_AUTHENTICATION: bool = true;
+    const REQUEST_QUOTA_EXEMPT: bool = true;
+    type Request = SaslAuthenticateRequest;
+    type Response = SaslAuthenticateResponse;
+
+    fn handle(call: Call<'_>, request: SaslAuthenticateRequest) -> Reply<SaslAuthenticateResponse> {
+        let (response, delay) = authenticate(call.ctx, call.session, request, call.version);
+        Reply::later(async move {
+            if !delay.is_zero() {
+                tokio::time::sleep(delay).await;
+            }
+            response
+        })
+    }
+
+    fn for_each_error(response: &SaslAuthenticateResponse, f: &mut dyn FnMut(i16)) {
+        f(response.error_code);
+    }
+
+    fn throttle_time_ms(_response: &mut SaslAuthenticateResponse) -> Option<&mut i32> {
+        // The response has no throttle time.
+        None
+    }
+}
 
 /// First SaslAuthenticate version with `session_lifetime_ms` (KIP-368).
 const SESSION_LIFETIME_VERSION_MIN: i16 = 1;

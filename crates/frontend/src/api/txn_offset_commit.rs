@@ -19,7 +19,9 @@ use std::sync::Arc;
 use kafka_protocol::messages::txn_offset_commit_response::{
     TxnOffsetCommitResponsePartition, TxnOffsetCommitResponseTopic,
 };
-use kafka_protocol::messages::{TopicName, TxnOffsetCommitRequest, TxnOffsetCommitResponse};
+use kafka_protocol::messages::{
+    ApiKey, TopicName, TxnOffsetCommitRequest, TxnOffsetCommitResponse,
+};
 use millrace_cluster::acl::AclOperation;
 use millrace_groups::{partition_for, CommitPartition, CommitRequest, GroupError, OFFSETS_TOPIC};
 use millrace_transactions::TxnError;
@@ -30,7 +32,34 @@ use crate::error_codes::{
     self, COORDINATOR_LOAD_IN_PROGRESS, GROUP_AUTHORIZATION_FAILED, INVALID_PRODUCER_EPOCH, NONE,
     TOPIC_AUTHORIZATION_FAILED, TRANSACTIONAL_ID_AUTHORIZATION_FAILED, UNKNOWN_TOPIC_OR_PARTITION,
 };
+use crate::handler::{ApiHandler, Call, Reply, Versions};
 use crate::BrokerContext;
+
+/// TxnOffsetCommit: its key, versions, handler and error codes, for [`crate::registry`].
+pub struct TxnOffsetCommit;
+
+impl ApiHandler for TxnOffsetCommit {
+    const KEY: ApiKey = ApiKey::TxnOffsetCommit;
+    const VERSIONS: Versions = 0..=4;
+    type Request = TxnOffsetCommitRequest;
+    type Response = TxnOffsetCommitResponse;
+
+    fn handle(call: Call<'_>, request: TxnOffsetCommitRequest) -> Reply<TxnOffsetCommitResponse> {
+        Reply::later(handle(call.ctx, &call.authz, request, call.version))
+    }
+
+    fn for_each_error(response: &TxnOffsetCommitResponse, f: &mut dyn FnMut(i16)) {
+        for topic in &response.topics {
+            for partition in &topic.partitions {
+                f(partition.error_code);
+            }
+        }
+    }
+
+    fn throttle_time_ms(response: &mut TxnOffsetCommitResponse) -> Option<&mut i32> {
+        Some(&mut response.throttle_time_ms)
+    }
+}
 
 /// A partition of the request: its index, and the error it gets without being committed.
 type Slot = (i32, Option<i16>);
