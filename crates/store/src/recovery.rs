@@ -38,20 +38,12 @@ fn io_err(what: impl std::fmt::Display, e: std::io::Error) -> StoreError {
     StoreError::io(what, e)
 }
 
-/// Loads (and if needed recovers) the partition in `dir`.
-pub(crate) fn load_partition(
-    shared: &Arc<StoreShared>,
-    tp: TopicPartition,
+/// The log segments in `dir` with their file sizes; deletes leftovers of interrupted operations
+/// (temporary, cleaned and deleted files, index files without their segment).
+fn discover_segments(
+    storage: &dyn crate::storage::Storage,
     dir: &Path,
-    ckpt: PartitionCheckpoints,
-    clean: bool,
-) -> Result<Arc<PartitionLog>, StoreError> {
-    let persisted_config = partition_dir::read_config(dir);
-    let config = persisted_config.clone().unwrap_or_default();
-    let storage = &*shared.storage;
-    crate::cleaner::finish_interrupted_swaps(storage, dir)?;
-
-    // Discover segments; delete leftovers of interrupted operations.
+) -> Result<BTreeMap<i64, u64>, StoreError> {
     let mut sizes: BTreeMap<i64, u64> = BTreeMap::new();
     let mut index_files = Vec::new();
     let entries =
@@ -87,6 +79,154 @@ pub(crate) fn load_partition(
                 .map_err(|e| io_err(format!("remove {}", path.display()), e))?;
         }
     }
+    Ok(sizes)
+}
+
+/// Deletes segment `base`'s log and index files (and forgets their open handles).
+fn remove_segment_files(shared: &StoreShared, dir: &Path, base: i64) -> Result<(), StoreError> {
+    for suffix in [LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX] {
+        let p = segment::segment_path(dir, base, suffix);
+        shared.cache.invalidate(&p);
+        shared
+            .storage
+            .remove_file(&p)
+            .map_err(|e| io_err(format!("remove {}", p.display()), e))?;
+    }
+    Ok(())
+}
+
+/// Producer snapshots past the log end describe a future that was lost: deletes them.
+fn remove_snapshots_past(
+    storage: &dyn crate::storage::Storage,
+    dir: &Path,
+    log_end_offset: i64,
+) -> Result<(), StoreError> {
+    for snap in list_snapshots(dir) {
+        if snap > log_end_offset {
+            let p = snapshot_path(dir, snap);
+            storage
+                .remove_file(&p)
+                .map_err(|e| io_err(format!("remove {}", p.display()), e))?;
+        }
+    }
+    Ok(())
+}
+
+/// What recovery learned about leader epochs from the batches it read.
+struct EpochEvidence {
+    first_base: i64,
+    log_end_offset: i64,
+    /// (leader epoch, base offset) of every batch read from `first_recovered_offset` on.
+    headers: Vec<(i32, i64)>,
+    first_recovered_offset: Option<i64>,
+}
+
+/// The leader epoch cache after recovery: the checkpointed one, with what recovery re-read
+/// replaced by the batch headers (rebuilt from every batch when the checkpoint is missing or
+/// corrupt), cut at the log end; rewritten only if recovery changed it.
+fn recover_epoch_cache(
+    shared: &StoreShared,
+    dir: &Path,
+    segments: &BTreeMap<i64, Segment>,
+    mut ev: EpochEvidence,
+) -> Result<LeaderEpochCache, StoreError> {
+    let stored = checkpoint::read_bounded(&dir.join(LEADER_EPOCH_FILE))
+        .ok()
+        .flatten()
+        .and_then(|b| checkpoint::decode_epochs(&b));
+    let stored_entries = stored.clone();
+    let mut epochs = match stored {
+        Some(entries) => LeaderEpochCache::from_entries(entries),
+        None if ev.log_end_offset > ev.first_base => {
+            // Missing or corrupt: rebuild from every batch header.
+            ev.headers.clear();
+            ev.first_recovered_offset = Some(ev.first_base);
+            for seg in segments.values() {
+                let file = shared
+                    .cache
+                    .get(&seg.log_path(dir), false)
+                    .map_err(|e| io_err("open segment", e))?;
+                segment::scan_batches(&file, 0, seg.size, seg.base_offset, i64::MIN, |_, h, _| {
+                    ev.headers.push((h.partition_leader_epoch, h.base_offset));
+                })
+                .map_err(|e| io_err("scan segment", e))?;
+            }
+            LeaderEpochCache::default()
+        }
+        None => LeaderEpochCache::default(),
+    };
+    if let Some(from) = ev.first_recovered_offset {
+        let begun: Vec<(i32, i64)> = epochs
+            .entries()
+            .iter()
+            .copied()
+            .filter(|(_, s)| *s >= from)
+            .collect();
+        epochs.truncate_from_end(from);
+        for (epoch, offset) in ev.headers {
+            epochs.assign(epoch, offset);
+        }
+        // An epoch a leader began at the log end has no batch to rebuild it from; it stays if
+        // the log still ends where it began (`begin_leader_epoch` wrote it before returning).
+        for (epoch, start) in begun {
+            if start == ev.log_end_offset {
+                epochs.assign(epoch, start);
+            }
+        }
+    }
+    epochs.truncate_past(ev.log_end_offset);
+    // Rewrite the checkpoint only if recovery changed it (saves an fsync per partition).
+    if stored_entries.as_deref() != Some(epochs.entries()) {
+        let bytes = checkpoint::encode_epochs(epochs.entries());
+        checkpoint::write_atomic(&*shared.storage, &dir.join(LEADER_EPOCH_FILE), &bytes).map_err(|e| {
+            io_err(
+                format!("write {}", dir.join(LEADER_EPOCH_FILE).display()),
+                e,
+            )
+        })?;
+    }
+
+    Ok(epochs)
+}
+
+/// Recovered sealed segments get fresh index files (the old ones may be stale).
+fn rewrite_recovered_indexes(
+    shared: &StoreShared,
+    dir: &Path,
+    segments: &BTreeMap<i64, Segment>,
+    recovered_bases: &[i64],
+    active_base: i64,
+) -> Result<(), StoreError> {
+    for base in recovered_bases.iter().filter(|b| **b != active_base) {
+        let Some(seg) = segments.get(base) else {
+            continue;
+        };
+        if let Some((index, time_index)) = seg.encoded_indexes() {
+            for (suffix, bytes) in [(INDEX_SUFFIX, index), (TIME_INDEX_SUFFIX, time_index)] {
+                let p = segment::segment_path(dir, *base, suffix);
+                shared.cache.invalidate(&p);
+                segment::write_index_file(&*shared.storage, &p, &bytes)
+                    .map_err(|e| io_err(format!("write {}", p.display()), e))?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Loads (and if needed recovers) the partition in `dir`.
+pub(crate) fn load_partition(
+    shared: &Arc<StoreShared>,
+    tp: TopicPartition,
+    dir: &Path,
+    ckpt: PartitionCheckpoints,
+    clean: bool,
+) -> Result<Arc<PartitionLog>, StoreError> {
+    let persisted_config = partition_dir::read_config(dir);
+    let config = persisted_config.clone().unwrap_or_default();
+    let storage = &*shared.storage;
+    crate::cleaner::finish_interrupted_swaps(storage, dir)?;
+
+    let mut sizes = discover_segments(storage, dir)?;
     let now = now_ms();
     if sizes.is_empty() {
         let base = ckpt.log_start_offset.unwrap_or(0).max(0);
@@ -177,13 +317,7 @@ pub(crate) fn load_partition(
     if let Some(cut) = cut_after {
         let doomed: Vec<i64> = segments.range(cut..).map(|(b, _)| *b).rev().collect();
         for base in doomed {
-            for suffix in [LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX] {
-                let p = segment::segment_path(dir, base, suffix);
-                shared.cache.invalidate(&p);
-                storage
-                    .remove_file(&p)
-                    .map_err(|e| io_err(format!("remove {}", p.display()), e))?;
-            }
+            remove_segment_files(shared, dir, base)?;
             segments.remove(&base);
         }
     }
@@ -201,20 +335,7 @@ pub(crate) fn load_partition(
                 .map_err(|e| io_err(format!("load {}", path.display()), e))?;
         }
     }
-    // Recovered sealed segments get fresh index files (the old ones may be stale).
-    for base in recovered_bases.iter().filter(|b| **b != active_base) {
-        let Some(seg) = segments.get(base) else {
-            continue;
-        };
-        if let Some((index, time_index)) = seg.encoded_indexes() {
-            for (suffix, bytes) in [(INDEX_SUFFIX, index), (TIME_INDEX_SUFFIX, time_index)] {
-                let p = segment::segment_path(dir, *base, suffix);
-                shared.cache.invalidate(&p);
-                segment::write_index_file(storage, &p, &bytes)
-                    .map_err(|e| io_err(format!("write {}", p.display()), e))?;
-            }
-        }
-    }
+    rewrite_recovered_indexes(shared, dir, &segments, &recovered_bases, active_base)?;
     let mut log_end_offset = segments.values().next_back().map_or(0, |s| s.next_offset);
     let mut first_base = segments.keys().next().copied().unwrap_or(0);
     let mut active_base = active_base;
@@ -228,13 +349,7 @@ pub(crate) fn load_partition(
         tracing::warn!(partition = %tp, log_start = checkpointed_start, log_end = log_end_offset, "log ends below its log start offset; starting it over at the log start offset");
         let doomed: Vec<i64> = segments.keys().rev().copied().collect();
         for base in doomed {
-            for suffix in [LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX] {
-                let p = segment::segment_path(dir, base, suffix);
-                shared.cache.invalidate(&p);
-                storage
-                    .remove_file(&p)
-                    .map_err(|e| io_err(format!("remove {}", p.display()), e))?;
-            }
+            remove_segment_files(shared, dir, base)?;
         }
         segments.clear();
         recovered_bases.clear();
@@ -255,72 +370,19 @@ pub(crate) fn load_partition(
     }
     let log_start_offset = checkpointed_start.min(log_end_offset);
 
-    // Leader epoch cache.
-    let stored = checkpoint::read_bounded(&dir.join(LEADER_EPOCH_FILE))
-        .ok()
-        .flatten()
-        .and_then(|b| checkpoint::decode_epochs(&b));
-    let stored_entries = stored.clone();
-    let mut epochs = match stored {
-        Some(entries) => LeaderEpochCache::from_entries(entries),
-        None if log_end_offset > first_base => {
-            // Missing or corrupt: rebuild from every batch header.
-            epoch_headers.clear();
-            first_recovered_offset = Some(first_base);
-            for seg in segments.values() {
-                let file = shared
-                    .cache
-                    .get(&seg.log_path(dir), false)
-                    .map_err(|e| io_err("open segment", e))?;
-                segment::scan_batches(&file, 0, seg.size, seg.base_offset, i64::MIN, |_, h, _| {
-                    epoch_headers.push((h.partition_leader_epoch, h.base_offset));
-                })
-                .map_err(|e| io_err("scan segment", e))?;
-            }
-            LeaderEpochCache::default()
-        }
-        None => LeaderEpochCache::default(),
-    };
-    if let Some(from) = first_recovered_offset {
-        let begun: Vec<(i32, i64)> = epochs
-            .entries()
-            .iter()
-            .copied()
-            .filter(|(_, s)| *s >= from)
-            .collect();
-        epochs.truncate_from_end(from);
-        for (epoch, offset) in epoch_headers {
-            epochs.assign(epoch, offset);
-        }
-        // An epoch a leader began at the log end has no batch to rebuild it from; it stays if
-        // the log still ends where it began (`begin_leader_epoch` wrote it before returning).
-        for (epoch, start) in begun {
-            if start == log_end_offset {
-                epochs.assign(epoch, start);
-            }
-        }
-    }
-    epochs.truncate_past(log_end_offset);
-    // Rewrite the checkpoint only if recovery changed it (saves an fsync per partition).
-    if stored_entries.as_deref() != Some(epochs.entries()) {
-        let bytes = checkpoint::encode_epochs(epochs.entries());
-        checkpoint::write_atomic(storage, &dir.join(LEADER_EPOCH_FILE), &bytes).map_err(|e| {
-            io_err(
-                format!("write {}", dir.join(LEADER_EPOCH_FILE).display()),
-                e,
-            )
-        })?;
-    }
+    let epochs = recover_epoch_cache(
+        shared,
+        dir,
+        &segments,
+        EpochEvidence {
+            first_base,
+            log_end_offset,
+            headers: epoch_headers,
+            first_recovered_offset,
+        },
+    )?;
 
-    // Producer snapshots past the log end describe a future that was lost.
-    for snap in list_snapshots(dir) {
-        if snap > log_end_offset {
-            let p = snapshot_path(dir, snap);
-            storage
-                .remove_file(&p)
-                .map_err(|e| io_err(format!("remove {}", p.display()), e))?;
-        }
-    }
+    remove_snapshots_past(storage, dir, log_end_offset)?;
     let recovery_point = if clean {
         log_end_offset
     } else {
