@@ -50,7 +50,6 @@
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::path::PathBuf;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -78,11 +77,10 @@ use crate::limits::{
 };
 use crate::records::{self, OffsetValue, RecordKey};
 use crate::replay::{self, ReplayError};
+use crate::reply::ready;
+pub use crate::reply::Reply;
 use crate::snapshot::{PartitionSnapshot, SnapshotStore};
 use crate::txn_offsets::TxnOffsets;
-
-/// A response that may complete later.
-pub type Reply<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
 
 /// The future of an append: `Ok` once the records are committed.
 type Committed = Reply<Result<(), GroupLogError>>;
@@ -1976,10 +1974,6 @@ fn log_transition(g: &Group, before: (GroupState, i32)) {
             "group state change"
         );
     }
-}
-
-fn ready<T: Send + 'static>(value: T) -> Reply<T> {
-    Box::pin(std::future::ready(value))
 }
 
 /// An encoded record: key and value (`None` = tombstone).
