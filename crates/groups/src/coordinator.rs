@@ -47,7 +47,7 @@
 //! Not here: wire types, sockets, topic existence checks (the front end asks the cluster), which
 //! broker leads what (the broker's replica manager says so through `become_leader`/`resign`).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -55,14 +55,13 @@ use std::sync::{Arc, Weak};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::{Bytes, BytesMut};
-use millrace_store::records::{self as store_records, BatchFields, Record};
 use millrace_store::PartitionLog;
 use parking_lot::{Condvar, Mutex};
 use tokio::sync::oneshot;
 use tracing::{debug, error, info, warn};
 
 use crate::consumer_group::{
-    ConsumerGroup, ConsumerGroupConfig, ConsumerGroupDescription, ConsumerGroupState, GroupRecord,
+    ConsumerGroup, ConsumerGroupConfig, ConsumerGroupDescription, ConsumerGroupState,
     HeartbeatRequest, HeartbeatResponse, TopicsView, JOIN_EPOCH,
 };
 use crate::error::GroupError;
@@ -81,6 +80,15 @@ use crate::reply::ready;
 pub use crate::reply::Reply;
 use crate::snapshot::{PartitionSnapshot, SnapshotStore};
 use crate::txn_offsets::TxnOffsets;
+
+use self::encode::{encode_batch, encode_group_records, group_tombstones, Encoded};
+pub use self::shard::PartitionStatus;
+use self::shard::{GroupEntry, Leadership, Led, Shard};
+
+mod encode;
+mod shard;
+#[cfg(test)]
+mod tests;
 
 /// The future of an append: `Ok` once the records are committed.
 type Committed = Reply<Result<(), GroupLogError>>;
@@ -101,19 +109,6 @@ pub struct CoordinatorConfig {
     pub offsets_retention_ms: i64,
     /// Where the sled snapshot lives; `None` = no snapshot.
     pub snapshot_dir: Option<PathBuf>,
-}
-
-/// Where a `__consumer_offsets` partition stands on this broker.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PartitionStatus {
-    /// Not led here (never was, or resigned): its groups get NOT_COORDINATOR.
-    NotLeader,
-    /// Led here in `leader_epoch`, replay running: COORDINATOR_LOAD_IN_PROGRESS.
-    Loading { leader_epoch: i32 },
-    /// Led here in `leader_epoch` and served.
-    Loaded { leader_epoch: i32 },
-    /// Led here in `leader_epoch`, but its replay failed: NOT_COORDINATOR until a newer epoch.
-    Failed { leader_epoch: i32 },
 }
 
 /// One partition of an OffsetCommit.
@@ -208,139 +203,6 @@ fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
-/// One group id's state. A group is a classic group, or (with `consumer` set) a KIP-848
-/// consumer group whose classic half stays Empty; either way `group` keeps the committed offsets.
-/// Both halves are written to the log (and the snapshot) as Kafka's records.
-struct GroupEntry {
-    group: Group,
-    consumer: Option<ConsumerGroup>,
-    joins: HashMap<String, oneshot::Sender<JoinResponse>>,
-    syncs: HashMap<String, oneshot::Sender<SyncResponse>>,
-}
-
-impl GroupEntry {
-    fn new(group: Group) -> Self {
-        Self {
-            group,
-            consumer: None,
-            joins: HashMap::new(),
-            syncs: HashMap::new(),
-        }
-    }
-
-    /// Whether any member (classic or consumer protocol) is in the group.
-    fn has_members(&self) -> bool {
-        !self.group.is_empty() || self.consumer.as_ref().is_some_and(|c| !c.is_empty())
-    }
-
-    /// A consumer group with members.
-    fn active_consumer(&self) -> Option<&ConsumerGroup> {
-        self.consumer.as_ref().filter(|c| !c.is_empty())
-    }
-}
-
-/// One leadership of a partition as this coordinator acts on it.
-#[derive(Clone)]
-struct Led {
-    leader_epoch: i32,
-    /// Which `become_leader` call this is (coordinator-wide counter): a replay, or a reply
-    /// waiting on a record, acts only while the shard still holds the same load.
-    load_id: u64,
-    log: Arc<PartitionLog>,
-}
-
-enum Leadership {
-    NotLeader,
-    Loading(Led),
-    Loaded(Led),
-    Failed { leader_epoch: i32 },
-}
-
-impl Leadership {
-    /// The leader epoch this broker leads (or tried to lead) the partition in.
-    fn leader_epoch(&self) -> Option<i32> {
-        match self {
-            Leadership::NotLeader => None,
-            Leadership::Loading(l) | Leadership::Loaded(l) => Some(l.leader_epoch),
-            Leadership::Failed { leader_epoch } => Some(*leader_epoch),
-        }
-    }
-
-    fn status(&self) -> PartitionStatus {
-        match self {
-            Leadership::NotLeader => PartitionStatus::NotLeader,
-            Leadership::Loading(l) => PartitionStatus::Loading {
-                leader_epoch: l.leader_epoch,
-            },
-            Leadership::Loaded(l) => PartitionStatus::Loaded {
-                leader_epoch: l.leader_epoch,
-            },
-            Leadership::Failed { leader_epoch } => PartitionStatus::Failed {
-                leader_epoch: *leader_epoch,
-            },
-        }
-    }
-
-    fn loaded(&self) -> Option<&Led> {
-        match self {
-            Leadership::Loaded(l) => Some(l),
-            _ => None,
-        }
-    }
-}
-
-struct Shard {
-    partition: i32,
-    leadership: Leadership,
-    /// While not leading: the lowest leader epoch a `become_leader` must name to load (the epoch
-    /// of the last resign, one above a failed load's).
-    epoch_floor: i32,
-    /// Set by every change, cleared when the snapshot is written.
-    dirty: bool,
-    groups: BTreeMap<String, GroupEntry>,
-    /// Offsets committed inside transactions not yet ended here.
-    txn: TxnOffsets,
-}
-
-impl Shard {
-    /// Drops the groups and returns their parked responders (to answer NOT_COORDINATOR).
-    fn unload(&mut self) -> Parked {
-        let mut parked = Parked::default();
-        self.txn = TxnOffsets::default();
-        for (_, mut entry) in std::mem::take(&mut self.groups) {
-            parked.joins.extend(entry.joins.drain());
-            parked.syncs.extend(entry.syncs.drain().map(|(_, tx)| tx));
-        }
-        self.dirty = false;
-        parked
-    }
-
-    fn load_id(&self) -> Option<u64> {
-        match &self.leadership {
-            Leadership::Loading(l) | Leadership::Loaded(l) => Some(l.load_id),
-            _ => None,
-        }
-    }
-}
-
-/// Parked JoinGroup/SyncGroup responders taken out of unloaded groups.
-#[derive(Default)]
-struct Parked {
-    joins: Vec<(String, oneshot::Sender<JoinResponse>)>,
-    syncs: Vec<oneshot::Sender<SyncResponse>>,
-}
-
-impl Parked {
-    fn answer(self, error: &GroupError) {
-        for (member_id, tx) in self.joins {
-            let _ = tx.send(JoinResponse::error(error.clone(), &member_id));
-        }
-        for tx in self.syncs {
-            let _ = tx.send(SyncResponse::error(error.clone()));
-        }
-    }
-}
-
 /// Replies to send once the group's metadata record (if one was written) is committed.
 #[derive(Default)]
 struct Deliveries {
@@ -399,44 +261,6 @@ impl Deliveries {
             }
         }
     }
-}
-
-/// Encodes `records` (key, value) as one uncompressed v2 batch with the store's codec: base offset
-/// 0 (the log assigns offsets), no producer id, every record stamped `timestamp_ms`.
-/// One uncompressed batch of `records`; `producer`: the producer id, epoch and base sequence of a
-/// transactional batch (TxnOffsetCommit), else none.
-fn encode_batch(
-    records: &[(Bytes, Option<Bytes>)],
-    timestamp_ms: i64,
-    producer: Option<(i64, i16, i32)>,
-) -> BytesMut {
-    let recs: Vec<Record> = records
-        .iter()
-        .enumerate()
-        .map(|(i, (key, value))| Record {
-            offset: i as i64,
-            timestamp: timestamp_ms,
-            key: Some(key.clone()),
-            value: value.clone(),
-            headers: Vec::new(),
-        })
-        .collect();
-    let fields = BatchFields {
-        base_offset: 0,
-        partition_leader_epoch: -1,
-        attributes: if producer.is_some() {
-            millrace_store::batch::ATTR_TRANSACTIONAL
-        } else {
-            0
-        },
-        last_offset_delta: i32::try_from(records.len().saturating_sub(1)).unwrap_or(i32::MAX),
-        base_timestamp: timestamp_ms,
-        max_timestamp: timestamp_ms,
-        producer_id: producer.map_or(-1, |p| p.0),
-        producer_epoch: producer.map_or(-1, |p| p.1),
-        base_sequence: producer.map_or(-1, |p| p.2),
-    };
-    store_records::encode_records(&fields, &recs)
 }
 
 /// A queued replay.
@@ -1976,49 +1800,6 @@ fn log_transition(g: &Group, before: (GroupState, i32)) {
     }
 }
 
-/// An encoded record: key and value (`None` = tombstone).
-type Encoded = (Bytes, Option<Bytes>);
-
-/// Encodes consumer group records for the log.
-fn encode_group_records(records: Vec<GroupRecord>) -> Vec<Encoded> {
-    records
-        .into_iter()
-        .filter_map(|(k, v)| {
-            let value = match &v {
-                None => None,
-                // Only consumer group values come here; anything else is skipped rather than
-                // written as a tombstone.
-                Some(v) => Some(records::encode_consumer_value(v)?),
-            };
-            Some((records::encode_key(&k), value))
-        })
-        .collect()
-}
-
-/// Tombstones for a group's offsets (when `with_offsets`) and its metadata.
-fn group_tombstones(g: &Group, with_offsets: bool) -> Vec<(Bytes, Option<Bytes>)> {
-    let mut out = Vec::new();
-    if with_offsets {
-        for (topic, partition) in g.offsets.keys() {
-            out.push((
-                records::encode_key(&RecordKey::Offset {
-                    group: g.id().to_string(),
-                    topic: topic.clone(),
-                    partition: *partition,
-                }),
-                None,
-            ));
-        }
-    }
-    out.push((
-        records::encode_key(&RecordKey::Group {
-            group: g.id().to_string(),
-        }),
-        None,
-    ));
-    out
-}
-
 /// The shard's latest value per key, as records, with the log offset they reflect (the batch mark
 /// is left for the caller to read from the log).
 fn materialize(shard: &Shard, log: &PartitionLog) -> PartitionSnapshot {
@@ -2055,6 +1836,3 @@ fn materialize(shard: &Shard, log: &PartitionLog) -> PartitionSnapshot {
         entries,
     }
 }
-
-#[cfg(test)]
-mod tests;

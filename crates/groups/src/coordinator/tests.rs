@@ -2,8 +2,14 @@
 //! without (or with a corrupt or foreign) sled snapshot. Leadership and commit semantics are
 //! tested through the public API in `tests/leadership.rs`.
 
+use std::time::Duration;
+
 use super::*;
+use crate::consumer_group::{HeartbeatRequest, TopicsView};
+use crate::group::{JoinRequest, SyncRequest};
 use crate::group_log::DurableGroupLog;
+use crate::records::{self, OffsetValue, RecordKey};
+use crate::snapshot::PartitionSnapshot;
 use millrace_store::{LogConfig, Store, StoreConfig, TopicPartition};
 
 const N: i32 = 3;
