@@ -2,9 +2,9 @@
 //! construction, so that the coordinator does not know whether a record is committed by one
 //! broker's fdatasync or by the high watermark passing it on every ISR member.
 //!
-//! Where it sits: [`crate::GroupCoordinator`] calls [`GroupLog::append`] under a shard lock, with
-//! the leader epoch it loaded the partition with, and awaits the returned future (without the lock)
-//! before answering. The broker implements it over the replica manager (`acks=all` append +
+//! Where it sits: the group coordinator (`GroupCoordinator`) calls [`GroupLog::append`] under a
+//! shard lock, with the leader epoch it loaded the partition with, and awaits the returned future
+//! (without the lock) before answering. The broker implements it over the replica manager (`acks=all` append +
 //! high-watermark wait); [`DurableGroupLog`] is the single-node implementation over store
 //! `PartitionLog`s, where committed = durable (on one node the high watermark follows durability).
 //!
@@ -18,7 +18,7 @@
 //! - the future resolves `Ok` only once the records are committed, and resolves (with an error)
 //!   in bounded time otherwise; dropping it cancels only the wait, never the append.
 //!
-//! Not here: error codes (the front end maps [`crate::GroupError`]), replication itself.
+//! Not here: error codes (the front end maps [`GroupError`]), replication itself.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -28,8 +28,8 @@ use bytes::BytesMut;
 use millrace_store::PartitionLog;
 use parking_lot::RwLock;
 
-use crate::coordinator::Reply;
 use crate::error::GroupError;
+use crate::reply::Reply;
 
 /// Why a `__consumer_offsets` append was refused or did not commit.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

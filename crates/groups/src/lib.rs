@@ -28,6 +28,7 @@ pub mod group_log;
 pub mod limits;
 pub mod records;
 mod replay;
+mod reply;
 pub mod snapshot;
 mod txn_offsets;
 

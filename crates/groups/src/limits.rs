@@ -1,7 +1,7 @@
 //! Limits of the group coordinator. Each is a named constant with its unit, why it exists and what
 //! enforces it. Operator-tunable bounds (`group.max.size`, `group.min.session.timeout.ms`,
 //! `group.max.session.timeout.ms`, `offset.metadata.max.bytes`) are broker configs carried in
-//! [`crate::CoordinatorConfig`]; these are the hard ceilings above them.
+//! the coordinator's `CoordinatorConfig`; these are the hard ceilings above them.
 
 /// Bytes of protocol metadata one member may send in a JoinGroup, summed over its protocols.
 /// A consumer's subscription is a few hundred bytes; Connect's is smaller. Enforced in
