@@ -650,6 +650,11 @@ const QUEUED_MAX_REQUEST_BYTES_DEFAULT: &str = "536870912";
 
 /// `delete`, `compact`, `compact,delete` (any order, spaces allowed). Kafka 4 also accepts an empty
 /// list, meaning neither.
+/// `v` within `min..=i32::MAX`.
+fn clamp_i32(v: i64, min: i32) -> i32 {
+    i32::try_from(v.clamp(i64::from(min), i64::from(i32::MAX))).unwrap_or(i32::MAX)
+}
+
 pub fn parse_cleanup_policy(v: &str) -> Option<CleanupPolicy> {
     let mut policy = CleanupPolicy {
         delete: false,
@@ -865,10 +870,45 @@ impl BrokerConfig {
         let fallback = QUEUED_MAX_REQUEST_BYTES_DEFAULT.parse().unwrap_or(i64::MAX);
         usize::try_from(self.long_or("queued.max.request.bytes", fallback)).unwrap_or(usize::MAX)
     }
-    /// `replica.fetch.max.bytes` (read by replication; validated today so that a config file
-    /// written for a cluster is checked at startup).
-    pub fn replica_fetch_max_bytes(&self) -> usize {
-        usize::try_from(self.long_or("replica.fetch.max.bytes", 1_048_576)).unwrap_or(0)
+    /// `replica.lag.time.max.ms` (30 s; at least 1 ms).
+    pub fn replica_lag_time_max_ms(&self) -> i64 {
+        self.long_or("replica.lag.time.max.ms", 30_000).max(1)
+    }
+    /// `replica.fetch.wait.max.ms` (500 ms; at most 30 s).
+    pub fn replica_fetch_wait_max_ms(&self) -> i32 {
+        i32::try_from(
+            self.long_or("replica.fetch.wait.max.ms", 500)
+                .clamp(0, 30_000),
+        )
+        .unwrap_or(500)
+    }
+    /// `replica.fetch.min.bytes` (1).
+    pub fn replica_fetch_min_bytes(&self) -> i32 {
+        clamp_i32(self.long_or("replica.fetch.min.bytes", 1), 0)
+    }
+    /// `replica.fetch.max.bytes` (1 MiB), per partition.
+    pub fn replica_fetch_max_bytes(&self) -> i32 {
+        clamp_i32(self.long_or("replica.fetch.max.bytes", 1_048_576), 1)
+    }
+    /// `replica.fetch.response.max.bytes` (10 MiB).
+    pub fn replica_fetch_response_max_bytes(&self) -> i32 {
+        clamp_i32(
+            self.long_or("replica.fetch.response.max.bytes", 10_485_760),
+            1,
+        )
+    }
+    /// `replica.socket.timeout.ms` (30 s; at least 1 ms).
+    pub fn replica_socket_timeout(&self) -> Duration {
+        Duration::from_millis(
+            u64::try_from(self.long_or("replica.socket.timeout.ms", 30_000).max(1))
+                .unwrap_or(30_000),
+        )
+    }
+    /// `replica.fetch.backoff.ms` (1 s).
+    pub fn replica_fetch_backoff(&self) -> Duration {
+        Duration::from_millis(
+            u64::try_from(self.long_or("replica.fetch.backoff.ms", 1_000).max(0)).unwrap_or(1_000),
+        )
     }
     pub fn max_connections(&self) -> usize {
         self.long_or("max.connections", i32::MAX as i64) as usize
@@ -1030,6 +1070,28 @@ impl BrokerConfig {
                 }
             })
             .collect()
+    }
+
+    /// A topic key's value: the topic's override, else the broker default (synonyms followed).
+    pub fn topic_value(&self, overrides: &TopicConfigs, key: &str) -> Option<String> {
+        overrides
+            .get(key)
+            .map(str::to_string)
+            .or_else(|| self.topic_default(key))
+    }
+
+    /// A topic's `min.insync.replicas` (at least 1) — the one place it is parsed.
+    pub fn min_insync_replicas(&self, overrides: &TopicConfigs) -> usize {
+        self.topic_value(overrides, "min.insync.replicas")
+            .and_then(|v| v.trim().parse::<usize>().ok())
+            .unwrap_or(1)
+            .max(1)
+    }
+
+    /// A topic's `unclean.leader.election.enable` — the one place it is parsed.
+    pub fn unclean_leader_election_enable(&self, overrides: &TopicConfigs) -> bool {
+        self.topic_value(overrides, "unclean.leader.election.enable")
+            .is_some_and(|v| v.trim().eq_ignore_ascii_case("true"))
     }
 
     /// The store's view of a topic: its overrides on top of the broker defaults.

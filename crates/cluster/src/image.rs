@@ -447,8 +447,8 @@ impl MetadataImage {
     }
 
     /// Encodes the whole image (the quorum's snapshot).
-    pub fn encode(&self) -> Vec<u8> {
-        serde_json::to_vec(self).unwrap_or_default()
+    pub fn encode(&self) -> Result<Vec<u8>, crate::records::EncodeError> {
+        Ok(serde_json::to_vec(self)?)
     }
 
     /// Decodes a snapshot made by [`MetadataImage::encode`].
@@ -626,7 +626,7 @@ mod tests {
     #[test]
     fn snapshot_round_trip_restores_the_topic_id_index() {
         let (image, id) = image_with_topic();
-        let back = MetadataImage::decode(&image.encode()).expect("decode");
+        let back = MetadataImage::decode(&image.encode().expect("encode")).expect("decode");
         assert_eq!(back, image);
         assert_eq!(back.topic_by_id(id).expect("by id").name, "t");
     }
@@ -670,7 +670,7 @@ mod tests {
             (&before.brokers, &before.topics)
         );
         assert_eq!(image.offset, 3);
-        let mut restored = MetadataImage::decode(&image.encode()).expect("decode");
+        let mut restored = MetadataImage::decode(&image.encode().expect("encode")).expect("decode");
         assert_eq!(restored, image);
         restored.apply_batch(4, &MetadataBatch::new(vec![MetadataRecord::EndTransaction]));
         assert!(restored.transaction.is_none());

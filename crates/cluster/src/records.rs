@@ -32,6 +32,12 @@ pub const METADATA_BATCH_VERSION: u16 = 1;
 /// about 1 MB; the quorum has its own, larger frame bound).
 pub const METADATA_BATCH_BYTES_MAX: usize = 16 * 1024 * 1024;
 
+/// A metadata structure that serde could not encode (a map key it cannot write, say): a bug,
+/// reported instead of encoding nothing.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot encode metadata: {0}")]
+pub struct EncodeError(#[from] serde_json::Error);
+
 /// The records of one controller decision.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct MetadataBatch {
@@ -47,9 +53,10 @@ impl MetadataBatch {
         }
     }
 
-    pub fn encode(&self) -> Vec<u8> {
-        // Serializing plain data structures with string keys cannot fail.
-        serde_json::to_vec(self).unwrap_or_default()
+    /// Encodes the batch for the metadata log. An error is never an empty entry: the caller
+    /// refuses the decision instead.
+    pub fn encode(&self) -> Result<Vec<u8>, EncodeError> {
+        Ok(serde_json::to_vec(self)?)
     }
 
     pub fn decode(bytes: &[u8]) -> Result<Self, String> {
@@ -399,7 +406,7 @@ mod tests {
                 .clone_with_leader(2)
                 .build(),
         ]);
-        let bytes = batch.encode();
+        let bytes = batch.encode().expect("encodes");
         assert_eq!(MetadataBatch::decode(&bytes), Ok(batch));
         assert!(MetadataBatch::decode(b"{not json").is_err());
         assert!(MetadataBatch::decode(br#"{"version":99,"records":[]}"#).is_err());

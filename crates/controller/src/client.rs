@@ -60,7 +60,15 @@ impl ControllerClient {
                 },
                 Some(l) => {
                     let left = deadline.saturating_duration_since(Instant::now());
-                    match self.quorum.call(l, req.encode(), left).await {
+                    let bytes = match req.encode() {
+                        Ok(bytes) => bytes,
+                        Err(e) => {
+                            return ControllerResponse::Error {
+                                error: ControllerError::Internal(e.to_string()),
+                            }
+                        }
+                    };
+                    match self.quorum.call(l, bytes, left).await {
                         Ok(bytes) => match ControllerResponse::decode(&bytes) {
                             Ok(r) => Some(r),
                             Err(e) => {

@@ -184,21 +184,13 @@ impl Controller {
     }
 
     fn min_isr(&self, topic: &TopicImage) -> usize {
-        topic
-            .configs
-            .get("min.insync.replicas")
-            .or_else(|| self.config.broker.get("min.insync.replicas"))
-            .and_then(|v| v.parse::<usize>().ok())
-            .unwrap_or(1)
-            .max(1)
+        self.config.broker.min_insync_replicas(&topic.configs)
     }
 
     fn unclean_allowed(&self, topic: &TopicImage) -> bool {
-        topic
-            .configs
-            .get("unclean.leader.election.enable")
-            .or_else(|| self.config.broker.get("unclean.leader.election.enable"))
-            .is_some_and(|v| v.trim().eq_ignore_ascii_case("true"))
+        self.config
+            .broker
+            .unclean_leader_election_enable(&topic.configs)
     }
 
     fn session_valid(&self, node_id: i32, now_ms: i64) -> bool {

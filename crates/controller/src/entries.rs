@@ -61,9 +61,11 @@ fn record_bytes(record: &MetadataRecord) -> usize {
     serde_json::to_vec(record).map_or(usize::MAX / 4, |v| v.len())
 }
 
-/// Encoded length of a batch of no records.
+/// Encoded length of a batch of no records (as `record_bytes`, a failure counts as too large).
 fn envelope_bytes() -> usize {
-    MetadataBatch::new(Vec::new()).encode().len()
+    MetadataBatch::new(Vec::new())
+        .encode()
+        .map_or(usize::MAX / 4, |v| v.len())
 }
 
 /// One entry being filled, with its exact encoded length.
@@ -195,7 +197,10 @@ mod tests {
     fn check(records: Vec<MetadataRecord>, max: usize) -> Vec<Vec<MetadataRecord>> {
         let entries = entries_of(records.clone(), max).expect("splits");
         for e in &entries {
-            let bytes = MetadataBatch::new(e.clone()).encode().len();
+            let bytes = MetadataBatch::new(e.clone())
+                .encode()
+                .expect("encodes")
+                .len();
             assert!(bytes <= max, "entry of {bytes} bytes > {max}");
             assert!(!e.is_empty());
         }
@@ -221,7 +226,10 @@ mod tests {
             broker_epoch: 5,
         }];
         records.extend((0..4).map(change));
-        let exact = MetadataBatch::new(records.clone()).encode().len();
+        let exact = MetadataBatch::new(records.clone())
+            .encode()
+            .expect("encodes")
+            .len();
         assert_eq!(check(records.clone(), exact).len(), 1);
         assert!(check(records, exact - 1).len() > 1);
         // The barrier: one empty entry.
@@ -235,7 +243,10 @@ mod tests {
             broker_epoch: 5,
         }];
         records.extend((0..10_000).map(change));
-        let whole = MetadataBatch::new(records.clone()).encode().len();
+        let whole = MetadataBatch::new(records.clone())
+            .encode()
+            .expect("encodes")
+            .len();
         let entries = check(records, 512 * 1024);
         // No entry but the last is less than nearly full.
         assert_eq!(entries.len(), whole.div_ceil(512 * 1024));

@@ -13,6 +13,7 @@ use millrace_cluster::acl::{AclFilter, StandardAcl};
 use millrace_cluster::config::{ConfigChange, ConfigOp, TopicConfigs};
 use millrace_cluster::image::PartitionRegistration;
 use millrace_cluster::listeners::ListenerAddress;
+use millrace_cluster::records::EncodeError;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
@@ -398,8 +399,8 @@ where
 
 impl ControllerRequest {
     /// Encodes for the controller listener.
-    pub fn encode(&self) -> Vec<u8> {
-        serde_json::to_vec(self).unwrap_or_default()
+    pub fn encode(&self) -> Result<Vec<u8>, EncodeError> {
+        Ok(serde_json::to_vec(self)?)
     }
 
     pub fn decode(bytes: &[u8]) -> Result<Self, String> {
@@ -408,8 +409,22 @@ impl ControllerRequest {
 }
 
 impl ControllerResponse {
-    pub fn encode(&self) -> Vec<u8> {
-        serde_json::to_vec(self).unwrap_or_default()
+    pub fn encode(&self) -> Result<Vec<u8>, EncodeError> {
+        Ok(serde_json::to_vec(self)?)
+    }
+
+    /// The bytes of this answer for the controller listener; one that cannot be encoded (a bug)
+    /// is logged and answered as an internal error instead of as nothing.
+    pub fn to_wire(&self) -> Vec<u8> {
+        match self.encode() {
+            Ok(bytes) => bytes,
+            Err(e) => {
+                tracing::error!(error = %e, "controller response not encodable; answering an internal error");
+                let error = ControllerError::Internal(e.to_string());
+                // An error carrying a string always encodes; empty bytes only if serde broke.
+                serde_json::to_vec(&ControllerResponse::Error { error }).unwrap_or_default()
+            }
+        }
     }
 
     pub fn decode(bytes: &[u8]) -> Result<Self, String> {
@@ -423,7 +438,7 @@ mod tests {
 
     /// Every forwarded request must decode on the controller as it was encoded on the broker.
     fn check_round_trip(request: ControllerRequest) {
-        let decoded = ControllerRequest::decode(&request.encode());
+        let decoded = ControllerRequest::decode(&request.encode().expect("encodes"));
         assert_eq!(decoded.as_ref(), Ok(&request), "{request:?}");
     }
 
@@ -510,7 +525,7 @@ mod tests {
             },
         ];
         for response in responses {
-            let decoded = ControllerResponse::decode(&response.encode());
+            let decoded = ControllerResponse::decode(&response.encode().expect("encodes"));
             assert_eq!(decoded.as_ref(), Ok(&response));
         }
     }

@@ -40,8 +40,8 @@ impl StateMachine for ImageStateMachine {
         Vec::new()
     }
 
-    fn snapshot(&self) -> Vec<u8> {
-        self.image.current().encode()
+    fn snapshot(&self) -> Result<Vec<u8>, String> {
+        self.image.current().encode().map_err(|e| e.to_string())
     }
 
     fn restore(&self, last_index: u64, snapshot: &[u8]) -> Result<(), String> {
@@ -81,7 +81,7 @@ impl RpcHandler for ControllerRpc {
                 ControllerResponse::Error {
                     error: ControllerError::NotController { leader: None },
                 }
-                .encode()
+                .to_wire()
             }),
         }
     }

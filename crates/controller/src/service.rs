@@ -110,7 +110,7 @@ impl ControllerService {
                 error: ControllerError::InvalidRequest(e),
             },
         };
-        response.encode()
+        response.to_wire()
     }
 }
 
@@ -248,7 +248,10 @@ impl DecisionLoop {
 
     async fn propose(&self, batch: MetadataBatch) -> Result<u64, ProposeError> {
         let timeout = Duration::from_millis(PROPOSE_TIMEOUT_MS);
-        match tokio::time::timeout(timeout, self.quorum.propose(batch.encode())).await {
+        let bytes = batch
+            .encode()
+            .map_err(|e| ProposeError::Refused(e.to_string()))?;
+        match tokio::time::timeout(timeout, self.quorum.propose(bytes)).await {
             Ok(result) => result,
             Err(_) => Err(ProposeError::Unknown(format!(
                 "not committed within {PROPOSE_TIMEOUT_MS} ms"

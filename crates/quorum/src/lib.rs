@@ -90,8 +90,8 @@ pub trait StateMachine: Send + Sync + 'static {
     /// deterministic and fast (in memory): it runs on the quorum's state-machine task.
     fn apply(&self, index: u64, payload: &[u8]) -> Vec<u8>;
     /// A snapshot of the whole state, after the last applied entry (at most
-    /// `limits::SNAPSHOT_BYTES_MAX` bytes).
-    fn snapshot(&self) -> Vec<u8>;
+    /// `limits::SNAPSHOT_BYTES_MAX` bytes); an error fails this snapshot (the log is kept).
+    fn snapshot(&self) -> Result<Vec<u8>, String>;
     /// Replaces the whole state with a snapshot taken at `last_index`. An error at start stops
     /// `Quorum::start`; an error while installing a leader's snapshot stops the node.
     fn restore(&self, last_index: u64, snapshot: &[u8]) -> Result<(), String>;

@@ -191,14 +191,16 @@ impl SmStore {
 /// Builds one snapshot from bytes taken while the state machine was at `meta.last_log_id`.
 pub struct SnapshotBuilder {
     meta: SnapshotMeta,
-    data: Vec<u8>,
+    /// The state machine's snapshot, or why it could not make one.
+    data: Result<Vec<u8>, String>,
     files: Arc<SnapshotFiles>,
 }
 
 impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
     async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError> {
         let err = |e: String| sm_err(ErrorSubject::Snapshot(None), ErrorVerb::Write, e);
-        let data = std::mem::take(&mut self.data);
+        let data = std::mem::replace(&mut self.data, Ok(Vec::new()))
+            .map_err(|e| err(format!("StateMachine::snapshot failed: {e}")))?;
         if data.len() > SNAPSHOT_BYTES_MAX {
             return Err(err(format!(
                 "snapshot of {} bytes exceeds SNAPSHOT_BYTES_MAX ({SNAPSHOT_BYTES_MAX})",

@@ -93,7 +93,7 @@ async fn run(
     let mut session = FetchSessionClient::default();
     let mut fetcher: LeaderFetcher<PartitionKey> = LeaderFetcher::new(leader);
     let backoff_ms =
-        i64::try_from(manager.config.replica_fetch_backoff().as_millis()).unwrap_or(1_000);
+        i64::try_from(manager.config.broker.replica_fetch_backoff().as_millis()).unwrap_or(1_000);
     let client_id = format!("broker-{}-fetcher-{leader}", manager.node_id());
     loop {
         if stop.is_cancelled() {
@@ -146,7 +146,7 @@ async fn run(
                     match BrokerConnection::connect(
                         &addr,
                         &client_id,
-                        manager.config.replica_socket_timeout(),
+                        manager.config.broker.replica_socket_timeout(),
                     )
                     .await
                     {
@@ -164,7 +164,7 @@ async fn run(
             fetcher.on_failure(Some(fetch_id), now_ms(), backoff_ms);
             continue;
         };
-        let max_bytes = manager.config.replica_fetch_max_bytes();
+        let max_bytes = manager.config.broker.replica_fetch_max_bytes();
         let state: Vec<(PartitionKey, PartitionFetch)> = partitions
             .iter()
             .map(|(key, pos)| {
@@ -184,7 +184,7 @@ async fn run(
             })
             .collect();
         let request = build_request(&manager, &state, session.next_request(&state));
-        let timeout = manager.config.replica_socket_timeout()
+        let timeout = manager.config.broker.replica_socket_timeout()
             + Duration::from_millis(u64::try_from(request.max_wait_ms.max(0)).unwrap_or(0));
         let response: FetchResponse = match c
             .send(ApiKey::Fetch, REPLICA_FETCH_VERSION, &request, timeout)
@@ -314,9 +314,9 @@ fn build_request(
                 .with_replica_id(BrokerId(manager.node_id()))
                 .with_replica_epoch(manager.broker_epoch.load(Ordering::SeqCst)),
         )
-        .with_max_wait_ms(manager.config.replica_fetch_wait_max_ms())
-        .with_min_bytes(manager.config.replica_fetch_min_bytes())
-        .with_max_bytes(manager.config.replica_fetch_response_max_bytes())
+        .with_max_wait_ms(manager.config.broker.replica_fetch_wait_max_ms())
+        .with_min_bytes(manager.config.broker.replica_fetch_min_bytes())
+        .with_max_bytes(manager.config.broker.replica_fetch_response_max_bytes())
         .with_isolation_level(0)
         .with_session_id(session.session_id)
         .with_session_epoch(session.session_epoch)

@@ -54,64 +54,11 @@ type AckSender = oneshot::Sender<Result<(), AckError>>;
 #[derive(Debug, Clone)]
 pub struct ReplicaManagerConfig {
     pub node_id: i32,
-    /// The broker config: topic config defaults, min.insync.replicas, replica.* settings.
+    /// The broker config (the registry): topic config defaults, min.insync.replicas, the
+    /// replica.* settings.
     pub broker: BrokerConfig,
     /// Test only: inter-broker addresses that replace the registered ones (node id → host:port).
     pub peer_addresses: BTreeMap<i32, String>,
-}
-
-impl ReplicaManagerConfig {
-    fn long(&self, key: &str, fallback: i64) -> i64 {
-        self.broker
-            .get(key)
-            .and_then(|v| v.trim().parse::<i64>().ok())
-            .unwrap_or(fallback)
-    }
-
-    /// replica.lag.time.max.ms (30 s)
-    pub fn replica_lag_time_max_ms(&self) -> i64 {
-        self.long("replica.lag.time.max.ms", 30_000).max(1)
-    }
-    /// replica.fetch.wait.max.ms (500 ms)
-    pub fn replica_fetch_wait_max_ms(&self) -> i32 {
-        i32::try_from(self.long("replica.fetch.wait.max.ms", 500).clamp(0, 30_000)).unwrap_or(500)
-    }
-    /// replica.fetch.min.bytes (1)
-    pub fn replica_fetch_min_bytes(&self) -> i32 {
-        i32::try_from(
-            self.long("replica.fetch.min.bytes", 1)
-                .clamp(0, i64::from(i32::MAX)),
-        )
-        .unwrap_or(1)
-    }
-    /// replica.fetch.max.bytes (1 MiB), per partition
-    pub fn replica_fetch_max_bytes(&self) -> i32 {
-        i32::try_from(
-            self.long("replica.fetch.max.bytes", 1_048_576)
-                .clamp(1, i64::from(i32::MAX)),
-        )
-        .unwrap_or(1_048_576)
-    }
-    /// replica.fetch.response.max.bytes (10 MiB)
-    pub fn replica_fetch_response_max_bytes(&self) -> i32 {
-        i32::try_from(
-            self.long("replica.fetch.response.max.bytes", 10_485_760)
-                .clamp(1, i64::from(i32::MAX)),
-        )
-        .unwrap_or(10_485_760)
-    }
-    /// replica.socket.timeout.ms (30 s)
-    pub fn replica_socket_timeout(&self) -> Duration {
-        Duration::from_millis(
-            u64::try_from(self.long("replica.socket.timeout.ms", 30_000).max(1)).unwrap_or(30_000),
-        )
-    }
-    /// replica.fetch.backoff.ms (1 s)
-    pub fn replica_fetch_backoff(&self) -> Duration {
-        Duration::from_millis(
-            u64::try_from(self.long("replica.fetch.backoff.ms", 1_000).max(0)).unwrap_or(1_000),
-        )
-    }
 }
 
 /// What a waiter on a partition watches.
@@ -306,20 +253,13 @@ impl ReplicaManager {
     }
 
     fn replica_config(&self, image: &MetadataImage, topic: &str) -> ReplicaConfig {
-        let min_isr = image
-            .topic(topic)
-            .and_then(|t| t.configs.get("min.insync.replicas").map(str::to_string))
-            .or_else(|| {
-                self.config
-                    .broker
-                    .get("min.insync.replicas")
-                    .map(str::to_string)
-            })
-            .and_then(|v| v.trim().parse::<usize>().ok())
-            .unwrap_or(1);
+        let min_insync_replicas = image.topic(topic).map_or_else(
+            || self.config.broker.min_insync_replicas(&Default::default()),
+            |t| self.config.broker.min_insync_replicas(&t.configs),
+        );
         ReplicaConfig {
-            replica_lag_time_max_ms: self.config.replica_lag_time_max_ms(),
-            min_insync_replicas: min_isr.max(1),
+            replica_lag_time_max_ms: self.config.broker.replica_lag_time_max_ms(),
+            min_insync_replicas,
         }
     }
 

@@ -399,7 +399,13 @@ impl World {
     fn commit_all(&mut self, host: i32) {
         let mut next_entry = None;
         while let Some(p) = self.quorum.uncommitted.pop_front() {
-            let bytes = p.batch.encode().len();
+            let bytes = match p.batch.encode() {
+                Ok(b) => b.len(),
+                Err(e) => {
+                    self.fail(format!("an entry could not be encoded: {e}"));
+                    return;
+                }
+            };
             if bytes > self.cfg.entry_bytes_max {
                 self.fail(format!(
                     "an entry of {bytes} bytes exceeds the quorum's bound of {}",

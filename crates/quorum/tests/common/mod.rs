@@ -46,14 +46,14 @@ impl StateMachine for RecordingSm {
         applied.push((index, payload.to_vec()));
         format!("applied:{index}").into_bytes()
     }
-    fn snapshot(&self) -> Vec<u8> {
+    fn snapshot(&self) -> Result<Vec<u8>, String> {
         let mut out = Vec::new();
         for (i, p) in self.applied.lock().iter() {
             out.extend_from_slice(&i.to_be_bytes());
             out.extend_from_slice(&(p.len() as u32).to_be_bytes());
             out.extend_from_slice(p);
         }
-        out
+        Ok(out)
     }
     fn restore(&self, _last_index: u64, mut snap: &[u8]) -> Result<(), String> {
         let mut entries = Vec::new();
