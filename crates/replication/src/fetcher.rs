@@ -21,6 +21,7 @@ use kafka_protocol::messages::fetch_request::{
 };
 use kafka_protocol::messages::fetch_response::PartitionData;
 use kafka_protocol::messages::{ApiKey, BrokerId, FetchRequest, FetchResponse};
+use millrace_cluster::config::BrokerConfig;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
@@ -183,7 +184,15 @@ async fn run(
                 )
             })
             .collect();
-        let request = build_request(&manager, &state, session.next_request(&state));
+        let replica = ReplicaState::default()
+            .with_replica_id(BrokerId(manager.node_id()))
+            .with_replica_epoch(manager.broker_epoch.load(Ordering::SeqCst));
+        let request = build_request(
+            replica,
+            &manager.config.broker,
+            &state,
+            session.next_request(&state),
+        );
         let timeout = manager.config.broker.replica_socket_timeout()
             + Duration::from_millis(u64::try_from(request.max_wait_ms.max(0)).unwrap_or(0));
         let response: FetchResponse = match c
@@ -270,7 +279,8 @@ fn answer_of(pd: PartitionData) -> FetchAnswer<Bytes> {
 
 /// The request for the partitions `session` says to send (all of them without a session).
 fn build_request(
-    manager: &ReplicaManager,
+    replica: ReplicaState,
+    config: &BrokerConfig,
     state: &[(PartitionKey, PartitionFetch)],
     session: crate::fetch_session::SessionRequest,
 ) -> FetchRequest {
@@ -309,14 +319,10 @@ fn build_request(
         }
     }
     FetchRequest::default()
-        .with_replica_state(
-            ReplicaState::default()
-                .with_replica_id(BrokerId(manager.node_id()))
-                .with_replica_epoch(manager.broker_epoch.load(Ordering::SeqCst)),
-        )
-        .with_max_wait_ms(manager.config.broker.replica_fetch_wait_max_ms())
-        .with_min_bytes(manager.config.broker.replica_fetch_min_bytes())
-        .with_max_bytes(manager.config.broker.replica_fetch_response_max_bytes())
+        .with_replica_state(replica)
+        .with_max_wait_ms(config.replica_fetch_wait_max_ms())
+        .with_min_bytes(config.replica_fetch_min_bytes())
+        .with_max_bytes(config.replica_fetch_response_max_bytes())
         .with_isolation_level(0)
         .with_session_id(session.session_id)
         .with_session_epoch(session.session_epoch)
@@ -329,5 +335,109 @@ async fn pause(stop: &CancellationToken, wake: &Notify, d: Duration) {
         _ = stop.cancelled() => {}
         _ = wake.notified() => {}
         _ = tokio::time::sleep(d) => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use kafka_protocol::messages::fetch_response::EpochEndOffset;
+    use uuid::Uuid;
+
+    use super::*;
+    use crate::fetch_session::SessionRequest;
+
+    fn fetch(offset: i64) -> PartitionFetch {
+        PartitionFetch {
+            fetch_offset: offset,
+            current_leader_epoch: 3,
+            last_fetched_epoch: 2,
+            log_start_offset: 0,
+            partition_max_bytes: 1024,
+        }
+    }
+
+    #[test]
+    fn a_request_names_what_the_session_sends_by_topic_and_forgets_the_rest() {
+        let (a, b) = (Uuid::from_u128(1), Uuid::from_u128(2));
+        let state = vec![
+            ((a, 0), fetch(10)),
+            ((b, 1), fetch(20)),
+            ((a, 2), fetch(30)),
+        ];
+        let session = SessionRequest {
+            session_id: 9,
+            session_epoch: 4,
+            send: vec![(a, 0), (b, 1), (a, 2)],
+            forget: vec![(b, 7)],
+        };
+        let replica = ReplicaState::default()
+            .with_replica_id(BrokerId(2))
+            .with_replica_epoch(11);
+        let r = build_request(replica, &BrokerConfig::default(), &state, session);
+        assert_eq!(r.replica_state.replica_id, BrokerId(2));
+        assert_eq!(r.replica_state.replica_epoch, 11);
+        assert_eq!((r.session_id, r.session_epoch), (9, 4));
+        assert_eq!(r.max_wait_ms, 500);
+        let topics: Vec<(Uuid, Vec<(i32, i64)>)> = r
+            .topics
+            .iter()
+            .map(|t| {
+                let parts = t
+                    .partitions
+                    .iter()
+                    .map(|p| (p.partition, p.fetch_offset))
+                    .collect();
+                (t.topic_id, parts)
+            })
+            .collect();
+        assert_eq!(
+            topics,
+            vec![(a, vec![(0, 10), (2, 30)]), (b, vec![(1, 20)])]
+        );
+        let p = &r.topics[0].partitions[0];
+        assert_eq!((p.current_leader_epoch, p.last_fetched_epoch), (3, 2));
+        assert_eq!(r.forgotten_topics_data.len(), 1);
+        assert_eq!(r.forgotten_topics_data[0].partitions, vec![7]);
+    }
+
+    #[test]
+    fn a_partitions_answer_is_read_as_the_driver_expects() {
+        let diverging = PartitionData::default()
+            .with_diverging_epoch(EpochEndOffset::default().with_epoch(2).with_end_offset(40));
+        assert!(matches!(
+            answer_of(diverging),
+            FetchAnswer::Diverging {
+                epoch: 2,
+                end_offset: 40
+            }
+        ));
+        let empty = PartitionData::default()
+            .with_high_watermark(5)
+            .with_log_start_offset(1)
+            .with_records(Some(Bytes::new()));
+        assert!(matches!(
+            answer_of(empty),
+            FetchAnswer::Records {
+                records: None,
+                high_watermark: 5,
+                log_start_offset: 1
+            }
+        ));
+        let out_of_range = PartitionData::default()
+            .with_error_code(codes::OFFSET_OUT_OF_RANGE)
+            .with_log_start_offset(100);
+        assert!(matches!(
+            answer_of(out_of_range),
+            FetchAnswer::OutOfRange {
+                log_start_offset: 100
+            }
+        ));
+        // NOT_LEADER_OR_FOLLOWER (6), FENCED_LEADER_EPOCH (74): wait for metadata.
+        for code in [6, 74] {
+            assert!(matches!(
+                answer_of(PartitionData::default().with_error_code(code)),
+                FetchAnswer::Error
+            ));
+        }
     }
 }

@@ -884,3 +884,6 @@ pub struct FollowerRead {
     /// (epoch, end offset) when the follower must truncate.
     pub diverging: Option<(i32, i64)>,
 }
+
+#[cfg(test)]
+mod tests;
