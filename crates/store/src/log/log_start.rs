@@ -105,14 +105,14 @@ impl PartitionLog {
                 .store(target, Ordering::SeqCst);
             inner.producers.remove_before(target);
         }
-        let lso = self.offsets.log_start();
+        let log_start = self.offsets.log_start();
         let mut deleted = 0;
         while deleted < RETENTION_SEGMENTS_PER_TICK {
             let mut bases = inner.segments.keys();
             let (Some(first), Some(next)) = (bases.next().copied(), bases.next().copied()) else {
                 break;
             };
-            if next > lso {
+            if next > log_start {
                 break;
             }
             inner.segments.remove(&first);
@@ -179,9 +179,9 @@ impl PartitionLog {
             }
             return Ok(());
         }
-        let lso = self.offsets.log_start();
+        let log_start = self.offsets.log_start();
         if fully
-            && lso == offset
+            && log_start == offset
             && inner.log_end_offset == offset
             && inner.segments.len() == 1
             && inner.segments.contains_key(&offset)
@@ -211,7 +211,7 @@ impl PartitionLog {
             inner.epochs.truncate_from_end(i64::MIN);
             inner.stage_epochs();
         }
-        let restarted = fully || offset <= lso;
+        let restarted = fully || offset <= log_start;
         if restarted {
             // Everything goes; start over at `offset` (Kafka's truncateFullyAndStartAt).
             let bases: Vec<i64> = inner.segments.keys().rev().copied().collect();
@@ -327,7 +327,7 @@ impl PartitionLog {
         config: &LogConfig,
     ) -> Result<ProducerStates, StoreError> {
         let leo = inner.log_end_offset;
-        let lso = self.offsets.log_start();
+        let log_start = self.offsets.log_start();
         let mut snaps = super::list_snapshots(&self.dir);
         snaps.sort_unstable();
         let mut state = ProducerStates::default();
@@ -381,7 +381,7 @@ impl PartitionLog {
             )
             .map_err(|e| StoreError::io(format!("scan {}", path.display()), e))?;
         }
-        state.remove_before(lso);
+        state.remove_before(log_start);
         Ok(state)
     }
 }

@@ -387,8 +387,8 @@ impl PartitionLog {
             let mut inner = log.inner.lock();
             let config = log.config.read().clone();
             inner.producers = log.rebuild_producer_state(&mut inner, &config)?;
-            let lso = log.offsets.log_start();
-            inner.cleaner_point = inner.cleaner_point.clamp(lso, inner.log_end_offset);
+            let log_start = log.offsets.log_start();
+            inner.cleaner_point = inner.cleaner_point.clamp(log_start, inner.log_end_offset);
         }
         if queue {
             log.enqueue_flush();

@@ -122,10 +122,10 @@ impl PartitionLog {
         let mut offset = fetch_offset;
         let mut reindexed = false;
         loop {
-            let (located, upper, hwm, lso, leo, stable, aborted) = {
+            let (located, upper, hwm, log_start, leo, stable, aborted) = {
                 let mut inner = self.inner.lock();
                 let leo = inner.log_end_offset;
-                let lso = self.offsets.log_start();
+                let log_start = self.offsets.log_start();
                 let hwm = self.offsets.high_watermark();
                 let stable = self.last_stable_locked(&mut inner);
                 let (upper, in_range) = match bound {
@@ -133,17 +133,17 @@ impl PartitionLog {
                     ReadUpperBound::LogEnd => (leo, leo),
                     ReadUpperBound::LastStable => (stable, hwm),
                 };
-                if fetch_offset < lso || fetch_offset > in_range {
+                if fetch_offset < log_start || fetch_offset > in_range {
                     return Err(ReadError::OffsetOutOfRange {
                         fetch_offset,
-                        log_start_offset: lso,
+                        log_start_offset: log_start,
                         log_end_offset: leo,
                     });
                 }
                 let empty = ReadResult {
                     records: Records::Memory(Bytes::new()),
                     high_watermark: hwm,
-                    log_start_offset: lso,
+                    log_start_offset: log_start,
                     log_end_offset: leo,
                     last_stable_offset: stable,
                     aborted_transactions: Vec::new(),
@@ -164,7 +164,7 @@ impl PartitionLog {
                 } else {
                     Vec::new()
                 };
-                (located, upper, hwm, lso, leo, stable, aborted)
+                (located, upper, hwm, log_start, leo, stable, aborted)
             };
             let seg_next = located.seg_next;
             let window = Window {
@@ -190,7 +190,7 @@ impl PartitionLog {
             let result = |records| ReadResult {
                 records,
                 high_watermark: hwm,
-                log_start_offset: lso,
+                log_start_offset: log_start,
                 log_end_offset: leo,
                 last_stable_offset: stable,
                 aborted_transactions: aborted.clone(),

@@ -11,7 +11,7 @@ impl PartitionLog {
     pub fn offset_for_timestamp(&self, ts: i64) -> Result<Option<(i64, i64)>, StoreError> {
         let mut inner = self.inner.lock();
         let config = self.config();
-        let lso = self.offsets.log_start();
+        let log_start = self.offsets.log_start();
         let bases: Vec<i64> = inner.segments.keys().copied().collect();
         for base in bases {
             let Some(seg) = inner.segments.get_mut(&base) else {
@@ -20,13 +20,13 @@ impl PartitionLog {
             self.ensure_loaded(seg, &config)?;
             let file = self.segment_file(seg, false)?;
             let path = seg.log_path(&self.dir);
-            if seg.max_timestamp < ts || seg.next_offset <= lso {
+            if seg.max_timestamp < ts || seg.next_offset <= log_start {
                 continue;
             }
             let Some((index, time_index)) = seg.indexes.as_ref() else {
                 continue;
             };
-            let start_offset = time_index.lookup(ts).max(lso);
+            let start_offset = time_index.lookup(ts).max(log_start);
             let start = u64::from(index.lookup(start_offset).position);
             let mut found: Option<(i64, i64)> = None;
             let mut decode_error: Option<String> = None;
@@ -40,7 +40,7 @@ impl PartitionLog {
                     if found.is_some()
                         || decode_error.is_some()
                         || h.max_timestamp < ts
-                        || h.last_offset() < lso
+                        || h.last_offset() < log_start
                     {
                         return;
                     }
@@ -48,7 +48,7 @@ impl PartitionLog {
                         Ok((_, recs)) => {
                             found = recs
                                 .iter()
-                                .find(|r| r.timestamp >= ts && r.offset >= lso)
+                                .find(|r| r.timestamp >= ts && r.offset >= log_start)
                                 .map(|r| (r.offset, r.timestamp));
                         }
                         Err(e) => decode_error = Some(e.to_string()),
@@ -70,7 +70,7 @@ impl PartitionLog {
     pub fn max_timestamp(&self) -> Result<Option<(i64, i64)>, StoreError> {
         let mut inner = self.inner.lock();
         let config = self.config();
-        let lso = self.offsets.log_start();
+        let log_start = self.offsets.log_start();
         let bases: Vec<i64> = inner.segments.keys().copied().collect();
         let mut best: Option<(i64, i64, i64)> = None; // (timestamp, batch base offset, segment)
         for base in bases {
@@ -79,7 +79,7 @@ impl PartitionLog {
             };
             self.ensure_loaded(seg, &config)?;
             if seg.size > 0
-                && seg.next_offset > lso
+                && seg.next_offset > log_start
                 && best.is_none_or(|(t, _, _)| seg.max_timestamp > t)
             {
                 best = Some((seg.max_timestamp, seg.offset_of_max_timestamp, base));
@@ -110,7 +110,7 @@ impl PartitionLog {
                 found = match records::decode_records(bytes) {
                     Ok((_, recs)) => recs
                         .iter()
-                        .find(|r| r.timestamp == max_ts && r.offset >= lso)
+                        .find(|r| r.timestamp == max_ts && r.offset >= log_start)
                         .map(|r| (r.offset, r.timestamp))
                         .or(Some((h.last_offset(), max_ts))),
                     Err(_) => Some((h.last_offset(), max_ts)),

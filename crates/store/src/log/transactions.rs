@@ -61,11 +61,11 @@ impl PartitionLog {
     /// of the oldest transaction still undecided below it.
     pub(super) fn last_stable_locked(&self, inner: &mut LogInner) -> i64 {
         let hwm = self.offsets.high_watermark();
-        let lso = inner
+        let last_stable = inner
             .producers
             .first_unstable_offset(hwm)
             .map_or(hwm, |first| first.min(hwm));
-        lso.max(self.offsets.log_start())
+        last_stable.max(self.offsets.log_start())
     }
 
     /// The aborted transactions a `read_committed` read of `[from, upper)` reports, in marker
