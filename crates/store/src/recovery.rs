@@ -178,12 +178,14 @@ fn recover_epoch_cache(
     // Rewrite the checkpoint only if recovery changed it (saves an fsync per partition).
     if stored_entries.as_deref() != Some(epochs.entries()) {
         let bytes = checkpoint::encode_epochs(epochs.entries());
-        checkpoint::write_atomic(&*shared.storage, &dir.join(LEADER_EPOCH_FILE), &bytes).map_err(|e| {
-            io_err(
-                format!("write {}", dir.join(LEADER_EPOCH_FILE).display()),
-                e,
-            )
-        })?;
+        checkpoint::write_atomic(&*shared.storage, &dir.join(LEADER_EPOCH_FILE), &bytes).map_err(
+            |e| {
+                io_err(
+                    format!("write {}", dir.join(LEADER_EPOCH_FILE).display()),
+                    e,
+                )
+            },
+        )?;
     }
 
     Ok(epochs)
