@@ -14,6 +14,8 @@
 //! strings are i16-length-prefixed UTF-8 (-1 = null), bytes are i32-length-prefixed.
 //! Layouts: apache/kafka `group-coordinator/src/main/resources/common/message/*.json`.
 
+use std::ops::RangeInclusive;
+
 use bytes::{BufMut, Bytes, BytesMut};
 
 use millrace_store::reader::{Reader, ReaderError};
@@ -378,13 +380,15 @@ pub fn decode_key(bytes: &[u8]) -> Result<Option<RecordKey>, RecordError> {
 pub fn decode_value(key: &RecordKey, bytes: &[u8]) -> Result<RecordValue, RecordError> {
     let mut r = Reader::with_long_varints(bytes);
     let version = r.i16()?;
-    let consumer = |what: &'static str| -> Result<(), RecordError> {
-        if version == CONSUMER_VALUE_VERSION {
+    let versions = |what: &'static str, read: RangeInclusive<i16>| -> Result<(), RecordError> {
+        if read.contains(&version) {
             Ok(())
         } else {
             Err(RecordError::UnsupportedVersion { what, version })
         }
     };
+    let consumer =
+        |what: &'static str| versions(what, CONSUMER_VALUE_VERSION..=CONSUMER_VALUE_VERSION);
     let value = match key {
         RecordKey::ConsumerGroup { .. } => {
             consumer("ConsumerGroupMetadataValue")?;
@@ -464,12 +468,7 @@ pub fn decode_value(key: &RecordKey, bytes: &[u8]) -> Result<RecordValue, Record
             })
         }
         RecordKey::Offset { .. } => {
-            if !(0..=3).contains(&version) {
-                return Err(RecordError::UnsupportedVersion {
-                    what: "OffsetCommitValue",
-                    version,
-                });
-            }
+            versions("OffsetCommitValue", 0..=3)?;
             let offset = r.i64()?;
             let leader_epoch = if version >= 3 { r.i32()? } else { -1 };
             let metadata = r.string()?;
@@ -484,12 +483,7 @@ pub fn decode_value(key: &RecordKey, bytes: &[u8]) -> Result<RecordValue, Record
             })
         }
         RecordKey::Group { .. } => {
-            if !(0..=3).contains(&version) {
-                return Err(RecordError::UnsupportedVersion {
-                    what: "GroupMetadataValue",
-                    version,
-                });
-            }
+            versions("GroupMetadataValue", 0..=3)?;
             let protocol_type = r.string()?;
             let generation = r.i32()?;
             let protocol = r.nullable_string(STRING_BYTES_MAX)?;
