@@ -14,7 +14,11 @@
 //! strings are i16-length-prefixed UTF-8 (-1 = null), bytes are i32-length-prefixed.
 //! Layouts: apache/kafka `group-coordinator/src/main/resources/common/message/*.json`.
 
+use std::ops::RangeInclusive;
+
 use bytes::{BufMut, Bytes, BytesMut};
+
+use millrace_store::reader::{Reader, ReaderError};
 
 use crate::limits::{RECORD_ARRAY_MAX, RECORD_BYTES_MAX};
 
@@ -344,7 +348,7 @@ pub fn encode_group_value(v: &GroupValue) -> Bytes {
 /// Decodes a key; `Ok(None)` for record types that classic groups do not use (KIP-848, share
 /// groups), which replay skips.
 pub fn decode_key(bytes: &[u8]) -> Result<Option<RecordKey>, RecordError> {
-    let mut r = Reader::new(bytes);
+    let mut r = Reader::with_long_varints(bytes);
     let key = match r.i16()? {
         0 | 1 => RecordKey::Offset {
             group: r.string()?,
@@ -374,15 +378,17 @@ pub fn decode_key(bytes: &[u8]) -> Result<Option<RecordKey>, RecordError> {
 
 /// Decodes the value that goes with `key`.
 pub fn decode_value(key: &RecordKey, bytes: &[u8]) -> Result<RecordValue, RecordError> {
-    let mut r = Reader::new(bytes);
+    let mut r = Reader::with_long_varints(bytes);
     let version = r.i16()?;
-    let consumer = |what: &'static str| -> Result<(), RecordError> {
-        if version == CONSUMER_VALUE_VERSION {
+    let versions = |what: &'static str, read: RangeInclusive<i16>| -> Result<(), RecordError> {
+        if read.contains(&version) {
             Ok(())
         } else {
             Err(RecordError::UnsupportedVersion { what, version })
         }
     };
+    let consumer =
+        |what: &'static str| versions(what, CONSUMER_VALUE_VERSION..=CONSUMER_VALUE_VERSION);
     let value = match key {
         RecordKey::ConsumerGroup { .. } => {
             consumer("ConsumerGroupMetadataValue")?;
@@ -408,18 +414,25 @@ pub fn decode_value(key: &RecordKey, bytes: &[u8]) -> Result<RecordValue, Record
         }
         RecordKey::ConsumerMember { .. } => {
             consumer("ConsumerGroupMemberMetadataValue")?;
-            let instance_id = r.compact_nullable_string()?;
-            let rack_id = r.compact_nullable_string()?;
-            let client_id = r.compact_nullable_string()?.unwrap_or_default();
-            let client_host = r.compact_nullable_string()?.unwrap_or_default();
+            let instance_id = r.compact_nullable_string(RECORD_BYTES_MAX)?;
+            let rack_id = r.compact_nullable_string(RECORD_BYTES_MAX)?;
+            let client_id = r
+                .compact_nullable_string(RECORD_BYTES_MAX)?
+                .unwrap_or_default();
+            let client_host = r
+                .compact_nullable_string(RECORD_BYTES_MAX)?
+                .unwrap_or_default();
             let count = r.compact_array_len()?;
             let mut subscribed_topic_names = Vec::with_capacity(count.min(1024));
             for _ in 0..count {
-                subscribed_topic_names.push(r.compact_nullable_string()?.unwrap_or_default());
+                subscribed_topic_names.push(
+                    r.compact_nullable_string(RECORD_BYTES_MAX)?
+                        .unwrap_or_default(),
+                );
             }
-            let subscribed_topic_regex = r.compact_nullable_string()?;
+            let subscribed_topic_regex = r.compact_nullable_string(RECORD_BYTES_MAX)?;
             let rebalance_timeout_ms = r.i32()?;
-            let server_assignor = r.compact_nullable_string()?;
+            let server_assignor = r.compact_nullable_string(RECORD_BYTES_MAX)?;
             r.tagged_fields()?;
             RecordValue::ConsumerMember(ConsumerMemberValue {
                 instance_id,
@@ -455,12 +468,7 @@ pub fn decode_value(key: &RecordKey, bytes: &[u8]) -> Result<RecordValue, Record
             })
         }
         RecordKey::Offset { .. } => {
-            if !(0..=3).contains(&version) {
-                return Err(RecordError::UnsupportedVersion {
-                    what: "OffsetCommitValue",
-                    version,
-                });
-            }
+            versions("OffsetCommitValue", 0..=3)?;
             let offset = r.i64()?;
             let leader_epoch = if version >= 3 { r.i32()? } else { -1 };
             let metadata = r.string()?;
@@ -475,23 +483,18 @@ pub fn decode_value(key: &RecordKey, bytes: &[u8]) -> Result<RecordValue, Record
             })
         }
         RecordKey::Group { .. } => {
-            if !(0..=3).contains(&version) {
-                return Err(RecordError::UnsupportedVersion {
-                    what: "GroupMetadataValue",
-                    version,
-                });
-            }
+            versions("GroupMetadataValue", 0..=3)?;
             let protocol_type = r.string()?;
             let generation = r.i32()?;
-            let protocol = r.nullable_string()?;
-            let leader = r.nullable_string()?;
+            let protocol = r.nullable_string(STRING_BYTES_MAX)?;
+            let leader = r.nullable_string(STRING_BYTES_MAX)?;
             let current_state_timestamp_ms = if version >= 2 { r.i64()? } else { -1 };
             let count = r.array_len()?;
             let mut members = Vec::with_capacity(count.min(1024));
             for _ in 0..count {
                 let member_id = r.string()?;
                 let group_instance_id = if version >= 3 {
-                    r.nullable_string()?
+                    r.nullable_string(STRING_BYTES_MAX)?
                 } else {
                     None
                 };
@@ -551,67 +554,32 @@ fn put_bytes(b: &mut BytesMut, bytes: &[u8]) {
     b.put_slice(bytes);
 }
 
-/// A bounds-checked cursor; every read fails cleanly on truncated or hostile input.
-struct Reader<'a> {
-    buf: &'a [u8],
+impl From<ReaderError> for RecordError {
+    fn from(e: ReaderError) -> Self {
+        match e {
+            ReaderError::Truncated => RecordError::Truncated,
+            ReaderError::BadLength(n) => RecordError::BadLength(n),
+            ReaderError::NotUtf8 => RecordError::NotUtf8,
+            ReaderError::Trailing(n) => RecordError::Trailing(n),
+        }
+    }
 }
 
-impl<'a> Reader<'a> {
-    fn new(buf: &'a [u8]) -> Self {
-        Self { buf }
-    }
+/// An i16-length string is bounded by its length alone.
+const STRING_BYTES_MAX: usize = i16::MAX as usize;
 
-    fn take(&mut self, n: usize) -> Result<&'a [u8], RecordError> {
-        if n > self.buf.len() {
-            return Err(RecordError::Truncated);
-        }
-        let (head, tail) = self.buf.split_at(n);
-        self.buf = tail;
-        Ok(head)
-    }
+/// The `__consumer_offsets` fields built from the store's primitive [`Reader`].
+trait ReadExt<'a> {
+    fn compact_array_len(&mut self) -> Result<usize, RecordError>;
+    fn tagged_fields(&mut self) -> Result<Option<&'a [u8]>, RecordError>;
+    fn uuid(&mut self) -> Result<uuid::Uuid, RecordError>;
+    fn topic_partitions(&mut self) -> Result<TopicPartitions, RecordError>;
+    fn string(&mut self) -> Result<String, RecordError>;
+    fn bytes(&mut self) -> Result<Bytes, RecordError>;
+    fn array_len(&mut self) -> Result<usize, RecordError>;
+}
 
-    fn i8(&mut self) -> Result<i8, RecordError> {
-        let b = self.take(1)?;
-        Ok(b[0] as i8)
-    }
-
-    fn uvarint(&mut self) -> Result<u64, RecordError> {
-        let mut v = 0u64;
-        for shift in (0..64).step_by(7) {
-            let b = self.take(1)?[0];
-            v |= u64::from(b & 0x7f) << shift;
-            if b & 0x80 == 0 {
-                return Ok(v);
-            }
-        }
-        Err(RecordError::BadLength(-1))
-    }
-
-    /// A compact length (uvarint n+1; `None` for 0 = null), bounded by `max`.
-    fn compact_len(&mut self, max: usize) -> Result<Option<usize>, RecordError> {
-        let n = self.uvarint()?;
-        if n == 0 {
-            return Ok(None);
-        }
-        let len = usize::try_from(n - 1).map_err(|_| RecordError::BadLength(-1))?;
-        if len > max {
-            return Err(RecordError::BadLength(
-                i64::try_from(len).unwrap_or(i64::MAX),
-            ));
-        }
-        Ok(Some(len))
-    }
-
-    fn compact_nullable_string(&mut self) -> Result<Option<String>, RecordError> {
-        let Some(len) = self.compact_len(RECORD_BYTES_MAX)? else {
-            return Ok(None);
-        };
-        let b = self.take(len)?;
-        String::from_utf8(b.to_vec())
-            .map(Some)
-            .map_err(|_| RecordError::NotUtf8)
-    }
-
+impl<'a> ReadExt<'a> for Reader<'a> {
     fn compact_array_len(&mut self) -> Result<usize, RecordError> {
         Ok(self.compact_len(RECORD_ARRAY_MAX)?.unwrap_or(0))
     }
@@ -642,10 +610,7 @@ impl<'a> Reader<'a> {
     }
 
     fn uuid(&mut self) -> Result<uuid::Uuid, RecordError> {
-        let b = self.take(16)?;
-        let mut a = [0u8; 16];
-        a.copy_from_slice(b);
-        Ok(uuid::Uuid::from_bytes(a))
+        Ok(uuid::Uuid::from_bytes(self.array()?))
     }
 
     fn topic_partitions(&mut self) -> Result<TopicPartitions, RecordError> {
@@ -664,36 +629,9 @@ impl<'a> Reader<'a> {
         Ok(out)
     }
 
-    fn i16(&mut self) -> Result<i16, RecordError> {
-        let b = self.take(2)?;
-        Ok(i16::from_be_bytes([b[0], b[1]]))
-    }
-
-    fn i32(&mut self) -> Result<i32, RecordError> {
-        let b = self.take(4)?;
-        Ok(i32::from_be_bytes([b[0], b[1], b[2], b[3]]))
-    }
-
-    fn i64(&mut self) -> Result<i64, RecordError> {
-        let b = self.take(8)?;
-        let mut a = [0u8; 8];
-        a.copy_from_slice(b);
-        Ok(i64::from_be_bytes(a))
-    }
-
-    fn nullable_string(&mut self) -> Result<Option<String>, RecordError> {
-        let len = self.i16()?;
-        if len < 0 {
-            return Ok(None);
-        }
-        let b = self.take(len as usize)?;
-        String::from_utf8(b.to_vec())
-            .map(Some)
-            .map_err(|_| RecordError::NotUtf8)
-    }
-
     fn string(&mut self) -> Result<String, RecordError> {
-        self.nullable_string()?.ok_or(RecordError::BadLength(-1))
+        self.nullable_string(STRING_BYTES_MAX)?
+            .ok_or(RecordError::BadLength(-1))
     }
 
     fn bytes(&mut self) -> Result<Bytes, RecordError> {
@@ -716,14 +654,6 @@ impl<'a> Reader<'a> {
             return Err(RecordError::BadLength(len.into()));
         }
         Ok(len as usize)
-    }
-
-    fn finish(&self) -> Result<(), RecordError> {
-        if self.buf.is_empty() {
-            Ok(())
-        } else {
-            Err(RecordError::Trailing(self.buf.len()))
-        }
     }
 }
 

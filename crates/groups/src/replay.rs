@@ -18,6 +18,7 @@
 use std::collections::BTreeMap;
 
 use bytes::Bytes;
+use millrace_store::batch_walk::{BatchWalk, Validation, WalkChecks};
 use millrace_store::records::{self as store_records, Record};
 use millrace_store::{PartitionLog, ReadUpperBound};
 use tracing::{debug, warn};
@@ -364,17 +365,20 @@ fn decode_batches(bytes: &[u8]) -> (Vec<Item>, Option<i64>, Vec<String>) {
     let mut out = Vec::new();
     let mut errors = Vec::new();
     let mut next = None;
-    let mut pos = 0usize;
-    while let Some(rest) = bytes.get(pos..).filter(|r| !r.is_empty()) {
-        let h = match millrace_store::batch::validate_stored(rest) {
-            Ok(h) => h,
+    let checks = WalkChecks {
+        validation: Validation::Stored,
+        batch_bytes_max: None,
+    };
+    let mut walk = BatchWalk::new(bytes, checks);
+    while let Some(walked) = walk.next() {
+        let (h, batch) = match walked {
+            Ok(w) => (w.header, w.bytes),
             Err(e) => {
-                errors.push(format!("batch at byte {pos}: {e}"));
+                errors.push(format!("batch at byte {}: {e}", walk.position()));
                 break;
             }
         };
         next = Some(h.next_offset());
-        let batch = rest.get(..h.total_size()).unwrap_or(&[]);
         if h.is_control() {
             if let Some(m) = millrace_store::parse_marker(batch, &h) {
                 out.push(Item::Marker {
@@ -402,7 +406,6 @@ fn decode_batches(bytes: &[u8]) -> (Vec<Item>, Option<i64>, Vec<String>) {
                 Err(e) => errors.push(format!("batch at offset {}: {e}", h.base_offset)),
             }
         }
-        pos += h.total_size();
     }
     (out, next, errors)
 }

@@ -14,20 +14,26 @@ pub(crate) struct IndexEntry {
     pub(crate) position: u32,
 }
 
-/// Sparse offset index of one segment.
+/// A sparse index of one segment, `E` one of its entries: at most `max_entries` of them, each
+/// one's offset within the segment's relative-offset range, both keys strictly growing (what
+/// "growing" means is the entry type's). The offset index is `SparseIndex<IndexEntry>`, the time
+/// index (`time_index.rs`) `SparseIndex<TimeEntry>`.
 #[derive(Debug, Clone)]
-pub(crate) struct OffsetIndex {
-    base_offset: i64,
-    entries: Vec<IndexEntry>,
-    max_entries: usize,
+pub(crate) struct SparseIndex<E> {
+    pub(crate) base_offset: i64,
+    pub(crate) entries: Vec<E>,
+    pub(crate) max_entries: usize,
 }
+
+/// Sparse offset index of one segment.
+pub(crate) type OffsetIndex = SparseIndex<IndexEntry>;
 
 /// Bytes per on-disk entry.
 pub(crate) const ENTRY_BYTES: usize = 8;
 
-impl OffsetIndex {
-    pub(crate) fn new(base_offset: i64, max_entries: usize) -> OffsetIndex {
-        OffsetIndex {
+impl<E: Copy> SparseIndex<E> {
+    pub(crate) fn new(base_offset: i64, max_entries: usize) -> SparseIndex<E> {
+        SparseIndex {
             base_offset,
             entries: Vec::new(),
             max_entries: max_entries.max(1),
@@ -38,26 +44,33 @@ impl OffsetIndex {
         self.entries.len() >= self.max_entries
     }
 
+    pub(crate) fn last(&self) -> Option<E> {
+        self.entries.last().copied()
+    }
+
+    /// Adds `entry`, at `offset`, if it grows past the last entry (`grows`), lies within the
+    /// segment's relative-offset range and there is room.
+    pub(crate) fn push_if(&mut self, offset: i64, entry: E, grows: impl FnOnce(&E) -> bool) {
+        let grows = self.entries.last().is_none_or(grows);
+        let rel_ok = offset >= self.base_offset
+            && offset - self.base_offset <= crate::limits::SEGMENT_RELATIVE_OFFSET_MAX;
+        if grows && rel_ok && !self.is_full() {
+            self.entries.push(entry);
+        }
+    }
+
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.entries.len()
     }
+}
 
-    pub(crate) fn last(&self) -> Option<IndexEntry> {
-        self.entries.last().copied()
-    }
-
+impl SparseIndex<IndexEntry> {
     /// Adds an entry; ignored unless both offset and position grow and the index has room.
     pub(crate) fn append(&mut self, offset: i64, position: u32) {
-        let grows = self
-            .entries
-            .last()
-            .is_none_or(|l| offset > l.offset && position > l.position);
-        let rel_ok = offset >= self.base_offset
-            && offset - self.base_offset <= crate::limits::SEGMENT_RELATIVE_OFFSET_MAX;
-        if grows && rel_ok && !self.is_full() {
-            self.entries.push(IndexEntry { offset, position });
-        }
+        self.push_if(offset, IndexEntry { offset, position }, |l| {
+            offset > l.offset && position > l.position
+        });
     }
 
     /// The entry with the largest offset <= `target`, or (base offset, 0).

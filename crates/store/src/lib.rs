@@ -8,7 +8,7 @@
 //! Read first: `Store` (this file), `log::PartitionLog`, `segment::Segment`, `recovery`.
 //!
 //! Module layers, each using only those before it (no cycles): file formats and parts (`batch`,
-//! `records`, `compression`, `checkpoint`, `partition_dir`, `index`, `time_index`,
+//! `batch_walk`, `reader`, `records`, `compression`, `checkpoint`, `partition_dir`, `index`, `time_index`,
 //! `leader_epoch`, `producer_state`, `segment`, `storage`, `file_cache`, `config`, `limits`,
 //! `error`) → `flusher`, `shared` → `log` (the one owner of a partition's state) → `recovery`,
 //! `retention`, `cleaner` (which call methods on the log) → `Store` (this file).
@@ -26,6 +26,7 @@
 //! partition map → partition → file cache → shared's locks; the flusher queue is a leaf.
 
 pub mod batch;
+pub mod batch_walk;
 mod checkpoint;
 mod cleaner;
 pub mod compression;
@@ -40,6 +41,7 @@ pub mod limits;
 mod log;
 mod partition_dir;
 mod producer_state;
+pub mod reader;
 pub mod records;
 mod recovery;
 mod retention;

@@ -6,6 +6,8 @@
 //! same points as offset index entries and once more when the segment is sealed, so the last
 //! entry holds the segment's largest timestamp (used by retention). Same I/O rules as `index.rs`.
 
+use crate::index::SparseIndex;
+
 /// One entry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct TimeEntry {
@@ -14,44 +16,17 @@ pub(crate) struct TimeEntry {
 }
 
 /// Sparse time index of one segment.
-#[derive(Debug, Clone)]
-pub(crate) struct TimeIndex {
-    base_offset: i64,
-    entries: Vec<TimeEntry>,
-    max_entries: usize,
-}
+pub(crate) type TimeIndex = SparseIndex<TimeEntry>;
 
 /// Bytes per on-disk entry.
 pub(crate) const ENTRY_BYTES: usize = 12;
 
-impl TimeIndex {
-    pub(crate) fn new(base_offset: i64, max_entries: usize) -> TimeIndex {
-        TimeIndex {
-            base_offset,
-            entries: Vec::new(),
-            max_entries: max_entries.max(1),
-        }
-    }
-
-    pub(crate) fn is_full(&self) -> bool {
-        self.entries.len() >= self.max_entries
-    }
-
-    pub(crate) fn last(&self) -> Option<TimeEntry> {
-        self.entries.last().copied()
-    }
-
+impl SparseIndex<TimeEntry> {
     /// Adds (timestamp, offset) if both grow and there is room.
     pub(crate) fn maybe_append(&mut self, timestamp: i64, offset: i64) {
-        let grows = self
-            .entries
-            .last()
-            .is_none_or(|l| timestamp > l.timestamp && offset >= l.offset);
-        let rel_ok = offset >= self.base_offset
-            && offset - self.base_offset <= crate::limits::SEGMENT_RELATIVE_OFFSET_MAX;
-        if grows && rel_ok && !self.is_full() {
-            self.entries.push(TimeEntry { timestamp, offset });
-        }
+        self.push_if(offset, TimeEntry { timestamp, offset }, |l| {
+            timestamp > l.timestamp && offset >= l.offset
+        });
     }
 
     /// Where to start scanning for the first record with timestamp >= `ts`: the offset of the last

@@ -33,7 +33,8 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
-use millrace_store::{batch::BatchHeader, records, Marker, PartitionLog, ReadUpperBound};
+use millrace_store::batch_walk::{BatchWalk, Validation, WalkChecks, WalkedBatch};
+use millrace_store::{records, Marker, PartitionLog, ReadUpperBound};
 use parking_lot::Mutex;
 use tracing::{debug, info, warn};
 
@@ -1009,17 +1010,22 @@ fn replay(log: &PartitionLog) -> Result<HashMap<String, TransactionLogValue>, St
         if bytes.is_empty() {
             break;
         }
-        let mut pos = 0usize;
         let before = offset;
-        while pos < bytes.len() {
-            let rest = bytes.get(pos..).unwrap_or(&[]);
-            let Ok(h) = BatchHeader::parse(rest) else {
+        // Header checks only (no magic, no CRC); a batch whose header does not parse, or that
+        // the read cut short, ends this read.
+        let checks = WalkChecks {
+            validation: Validation::Header,
+            batch_bytes_max: None,
+        };
+        for walked in BatchWalk::new(&bytes, checks) {
+            let Ok(WalkedBatch {
+                header: h,
+                bytes: batch,
+                ..
+            }) = walked
+            else {
                 break;
             };
-            let Some(batch) = rest.get(..h.total_size()) else {
-                break;
-            };
-            pos += h.total_size();
             offset = offset.max(h.next_offset());
             if h.is_control() {
                 continue;

@@ -34,6 +34,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use bytes::{BufMut, Bytes, BytesMut};
+use millrace_store::reader::{Reader, ReaderError};
 
 use crate::limits::{
     RECORD_BYTES_MAX, TAGGED_FIELDS_MAX, TOPIC_NAME_BYTES_MAX, TRANSACTIONAL_ID_BYTES_MAX,
@@ -267,7 +268,7 @@ pub fn decode_key(bytes: &[u8]) -> Result<String, RecordError> {
         });
     }
     let id = r
-        .string(TRANSACTIONAL_ID_BYTES_MAX)?
+        .nullable_string(TRANSACTIONAL_ID_BYTES_MAX)?
         .ok_or(RecordError::Null("TransactionalId"))?;
     r.finish()?;
     Ok(id)
@@ -357,103 +358,30 @@ fn i16_field(tag: u32, data: &[u8]) -> Result<i16, RecordError> {
         })
 }
 
-/// Reads Kafka's primitive types from a byte slice; every read checks that the bytes are there.
-struct Reader<'a> {
-    buf: &'a [u8],
+impl From<ReaderError> for RecordError {
+    fn from(e: ReaderError) -> Self {
+        match e {
+            ReaderError::Truncated => RecordError::Truncated,
+            ReaderError::BadLength(n) => RecordError::BadLength(n),
+            ReaderError::NotUtf8 => RecordError::NotUtf8,
+            ReaderError::Trailing(n) => RecordError::Trailing(n),
+        }
+    }
 }
 
-impl<'a> Reader<'a> {
-    fn new(buf: &'a [u8]) -> Self {
-        Self { buf }
-    }
+/// The `__transaction_state` fields built from the store's primitive [`Reader`].
+trait ReadExt<'a> {
+    fn array_len(&mut self, flexible: bool, max: usize) -> Result<Option<usize>, RecordError>;
+    fn partitions(&mut self, flexible: bool) -> Result<TxnPartitions, RecordError>;
+    fn tagged_count(&mut self) -> Result<usize, RecordError>;
+    fn tagged_field(&mut self) -> Result<(u32, &'a [u8]), RecordError>;
+}
 
-    fn take(&mut self, n: usize) -> Result<&'a [u8], RecordError> {
-        if n > self.buf.len() {
-            return Err(RecordError::Truncated);
-        }
-        let (head, tail) = self.buf.split_at(n);
-        self.buf = tail;
-        Ok(head)
-    }
-
-    fn array<const N: usize>(&mut self) -> Result<[u8; N], RecordError> {
-        let b = self.take(N)?;
-        <[u8; N]>::try_from(b).map_err(|_| RecordError::Truncated)
-    }
-
-    fn i8(&mut self) -> Result<i8, RecordError> {
-        Ok(i8::from_be_bytes(self.array()?))
-    }
-
-    fn i16(&mut self) -> Result<i16, RecordError> {
-        Ok(i16::from_be_bytes(self.array()?))
-    }
-
-    fn i32(&mut self) -> Result<i32, RecordError> {
-        Ok(i32::from_be_bytes(self.array()?))
-    }
-
-    fn i64(&mut self) -> Result<i64, RecordError> {
-        Ok(i64::from_be_bytes(self.array()?))
-    }
-
-    /// Kafka's unsigned varint: at most 5 bytes, at most u32::MAX.
-    fn uvarint(&mut self) -> Result<u32, RecordError> {
-        let mut v = 0u64;
-        for shift in (0..35).step_by(7) {
-            let b = self.array::<1>()?[0];
-            v |= u64::from(b & 0x7f) << shift;
-            if b & 0x80 == 0 {
-                return u32::try_from(v).map_err(|_| RecordError::BadLength(-1));
-            }
-        }
-        Err(RecordError::BadLength(-1))
-    }
-
-    fn utf8(&mut self, len: usize) -> Result<String, RecordError> {
-        let b = self.take(len)?;
-        std::str::from_utf8(b)
-            .map(str::to_owned)
-            .map_err(|_| RecordError::NotUtf8)
-    }
-
-    /// An i16-length string (negative = null), at most `max` bytes.
-    fn string(&mut self, max: usize) -> Result<Option<String>, RecordError> {
-        let len = self.i16()?;
-        let Ok(len) = usize::try_from(len) else {
-            return Ok(None);
-        };
-        if len > max {
-            return Err(RecordError::BadLength(len as i64));
-        }
-        self.utf8(len).map(Some)
-    }
-
-    /// A compact string (uvarint n+1, 0 = null), at most `max` bytes.
-    fn compact_string(&mut self, max: usize) -> Result<Option<String>, RecordError> {
-        let Some(len) = self.compact_len(max)? else {
-            return Ok(None);
-        };
-        self.utf8(len).map(Some)
-    }
-
-    /// A compact length (uvarint n+1; `None` for 0 = null), at most `max`.
-    fn compact_len(&mut self, max: usize) -> Result<Option<usize>, RecordError> {
-        let n = self.uvarint()?;
-        let Some(len) = n.checked_sub(1) else {
-            return Ok(None);
-        };
-        let len = usize::try_from(len).map_err(|_| RecordError::BadLength(len.into()))?;
-        if len > max {
-            return Err(RecordError::BadLength(len as i64));
-        }
-        Ok(Some(len))
-    }
-
+impl<'a> ReadExt<'a> for Reader<'a> {
     /// An array length (i32, negative = null; or compact), at most `max`.
     fn array_len(&mut self, flexible: bool, max: usize) -> Result<Option<usize>, RecordError> {
         if flexible {
-            return self.compact_len(max);
+            return Ok(self.compact_len(max)?);
         }
         let len = self.i32()?;
         let Ok(len) = usize::try_from(len) else {
@@ -474,9 +402,9 @@ impl<'a> Reader<'a> {
         let mut total = 0usize;
         for _ in 0..topics {
             let topic = if flexible {
-                self.compact_string(TOPIC_NAME_BYTES_MAX)?
+                self.compact_nullable_string(TOPIC_NAME_BYTES_MAX)?
             } else {
-                self.string(TOPIC_NAME_BYTES_MAX)?
+                self.nullable_string(TOPIC_NAME_BYTES_MAX)?
             }
             .ok_or(RecordError::Null("Topic"))?;
             let n = self
@@ -487,7 +415,7 @@ impl<'a> Reader<'a> {
                 return Err(RecordError::BadLength(total as i64));
             }
             // The ids must all be there before any is kept.
-            if n.saturating_mul(4) > self.buf.len() {
+            if n.saturating_mul(4) > self.remaining() {
                 return Err(RecordError::Truncated);
             }
             let ids = out.entry(topic).or_default();
@@ -510,23 +438,18 @@ impl<'a> Reader<'a> {
         usize::try_from(count)
             .ok()
             .filter(|c| *c <= TAGGED_FIELDS_MAX)
-            .ok_or(RecordError::BadLength(count.into()))
+            .ok_or(RecordError::BadLength(
+                i64::try_from(count).unwrap_or(i64::MAX),
+            ))
     }
 
     /// One tagged field: its tag and its bytes.
     fn tagged_field(&mut self) -> Result<(u32, &'a [u8]), RecordError> {
-        let tag = self.uvarint()?;
+        // Kafka's varints (`Reader::new`) are at most u32::MAX.
+        let tag = u32::try_from(self.uvarint()?).map_err(|_| RecordError::BadLength(-1))?;
         let size = self.uvarint()?;
-        let size = usize::try_from(size).map_err(|_| RecordError::BadLength(size.into()))?;
+        let size = usize::try_from(size).map_err(|_| RecordError::BadLength(-1))?;
         Ok((tag, self.take(size)?))
-    }
-
-    fn finish(&self) -> Result<(), RecordError> {
-        if self.buf.is_empty() {
-            Ok(())
-        } else {
-            Err(RecordError::Trailing(self.buf.len()))
-        }
     }
 }
 

@@ -12,6 +12,7 @@ use bytes::BytesMut;
 
 use super::{now_ms, AppendInfo, LogInner, PartitionLog};
 use crate::batch::{self, BatchError, BatchHeader};
+use crate::batch_walk::{BatchWalk, Validation, WalkChecks, WalkError, WalkedBatch};
 use crate::config::{FlushPolicy, LogConfig, TimestampType};
 use crate::control;
 use crate::error::{AppendError, StoreError};
@@ -52,6 +53,32 @@ fn record_rules(config: &LogConfig, now: i64) -> RecordRules {
     }
 }
 
+/// Walks the batches of one append with `checks` → (position, header) of each, `each` giving
+/// the header kept for a batch; a batch over `checks.batch_bytes_max` is `MessageTooLarge`, one
+/// that fails validation goes through `invalid`, and more than `BATCHES_PER_APPEND_MAX` batches
+/// are refused.
+pub(super) fn walk_append(
+    records: &[u8],
+    checks: WalkChecks,
+    invalid: fn(BatchError) -> AppendError,
+    mut each: impl FnMut(&WalkedBatch<'_>) -> Result<BatchHeader, AppendError>,
+) -> Result<Vec<(usize, BatchHeader)>, AppendError> {
+    let mut batches: Vec<(usize, BatchHeader)> = Vec::new();
+    for walked in BatchWalk::new(records, checks) {
+        let walked = walked.map_err(|e| match e {
+            WalkError::TooLarge { size, max } => AppendError::MessageTooLarge { size, max },
+            WalkError::Invalid(e) => invalid(e),
+        })?;
+        batches.push((walked.position, each(&walked)?));
+        if batches.len() > BATCHES_PER_APPEND_MAX {
+            return Err(AppendError::InvalidRecord(format!(
+                "more than {BATCHES_PER_APPEND_MAX} batches in one append"
+            )));
+        }
+    }
+    Ok(batches)
+}
+
 /// Validates every batch of a client's `records`: structure, CRC and size (`batch::validate`),
 /// then every record (`validator`) → (position, header) of each, the header's maxTimestamp being
 /// the largest record timestamp.
@@ -60,33 +87,17 @@ fn validate_batches(
     config: &LogConfig,
     now: i64,
 ) -> Result<Vec<(usize, BatchHeader)>, AppendError> {
-    let max = batch_bytes_max(config);
     let rules = record_rules(config, now);
-    let mut batches: Vec<(usize, BatchHeader)> = Vec::new();
-    let mut pos = 0usize;
-    while pos < records.len() {
-        let rest = records.get(pos..).unwrap_or(&[]);
+    let checks = WalkChecks {
+        validation: Validation::Client,
         // The size check comes first: a batch too large to accept must never be read whole.
-        if let Ok(h) = BatchHeader::parse(rest) {
-            if h.total_size() > max {
-                return Err(AppendError::MessageTooLarge {
-                    size: h.total_size(),
-                    max,
-                });
-            }
-        }
-        let mut h = batch::validate(rest).map_err(batch_error)?;
-        let checked =
-            validator::check_client_batch(rest.get(..h.total_size()).unwrap_or(&[]), &h, &rules)?;
-        h.max_timestamp = checked.max_timestamp;
-        batches.push((pos, h));
-        pos += h.total_size();
-        if batches.len() > BATCHES_PER_APPEND_MAX {
-            return Err(AppendError::InvalidRecord(format!(
-                "more than {BATCHES_PER_APPEND_MAX} batches in one append"
-            )));
-        }
-    }
+        batch_bytes_max: Some(batch_bytes_max(config)),
+    };
+    let batches = walk_append(records, checks, batch_error, |walked| {
+        let mut h = walked.header;
+        h.max_timestamp = validator::check_client_batch(walked.bytes, &h, &rules)?.max_timestamp;
+        Ok(h)
+    })?;
     if batches.is_empty() {
         return Err(AppendError::InvalidRecord("no record batch".into()));
     }

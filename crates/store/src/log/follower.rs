@@ -17,10 +17,12 @@
 
 use bytes::Bytes;
 
+use super::append::walk_append;
 use super::{now_ms, PartitionLog};
-use crate::batch::{self, BatchError, BatchHeader};
+use crate::batch::{BatchError, BatchHeader};
+use crate::batch_walk::{Validation, WalkChecks};
 use crate::error::{AppendError, StoreError};
-use crate::limits::{BATCHES_PER_APPEND_MAX, BATCH_BYTES_MAX};
+use crate::limits::BATCH_BYTES_MAX;
 
 /// What a follower append wrote.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,27 +43,11 @@ impl PartitionLog {
     pub fn append_replicated(&self, records: Bytes) -> Result<ReplicatedAppend, AppendError> {
         self.writable()?;
         let config = self.config();
-        let mut batches: Vec<(usize, BatchHeader)> = Vec::new();
-        let mut pos = 0usize;
-        while pos < records.len() {
-            let rest = records.get(pos..).unwrap_or(&[]);
-            if let Ok(h) = BatchHeader::parse(rest) {
-                if h.total_size() > BATCH_BYTES_MAX {
-                    return Err(AppendError::MessageTooLarge {
-                        size: h.total_size(),
-                        max: BATCH_BYTES_MAX,
-                    });
-                }
-            }
-            let h = batch::validate_stored(rest).map_err(structural)?;
-            batches.push((pos, h));
-            pos += h.total_size();
-            if batches.len() > BATCHES_PER_APPEND_MAX {
-                return Err(AppendError::InvalidRecord(format!(
-                    "more than {BATCHES_PER_APPEND_MAX} batches in one append"
-                )));
-            }
-        }
+        let checks = WalkChecks {
+            validation: Validation::Stored,
+            batch_bytes_max: Some(BATCH_BYTES_MAX),
+        };
+        let mut batches = walk_append(&records, checks, structural, |walked| Ok(walked.header))?;
         let mut inner = self.inner.lock();
         self.writable()?;
         let leo = inner.log_end_offset;
