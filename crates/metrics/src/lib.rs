@@ -146,134 +146,51 @@ pub fn global() -> &'static Metrics {
     METRICS.get_or_init(Metrics::default)
 }
 
+/// Registers each `name [Unit] => field: help` of `$m` in `$registry` (the unit is optional).
+macro_rules! register_metrics {
+    ($registry:ident, $m:ident, $($name:literal $([$unit:ident])? => $field:ident: $help:literal;)*) => {
+        $(register_metrics!(@one $registry, $name, $help, $m.$field $(, $unit)?);)*
+    };
+    (@one $registry:ident, $name:literal, $help:literal, $metric:expr) => {
+        $registry.register($name, $help, $metric.clone())
+    };
+    (@one $registry:ident, $name:literal, $help:literal, $metric:expr, $unit:ident) => {
+        $registry.register_with_unit($name, $help, Unit::$unit, $metric.clone())
+    };
+}
+
 impl Metrics {
     /// Registers every event metric in `registry` (expected to carry the `millrace` prefix).
     /// Counters get their `_total` suffix from the encoder.
     pub fn register(&self, registry: &mut Registry) {
-        registry.register(
-            "requests",
-            "Requests decoded, by API and version (Kafka RequestsPerSec)",
-            self.requests.clone(),
-        );
-        registry.register(
-            "request_errors",
-            "Non-zero error codes in responses, one per code, by API and Kafka error name (Kafka ErrorsPerSec)",
-            self.request_errors.clone(),
-        );
-        registry.register_with_unit(
-            "request_duration",
-            "Time from a request's arrival to its response being ready to write (Kafka TotalTimeMs)",
-            Unit::Seconds,
-            self.request_duration.clone(),
-        );
-        registry.register(
-            "requests_in_flight",
-            "Requests read and not yet answered, all connections",
-            self.requests_in_flight.clone(),
-        );
-        registry.register_with_unit(
-            "request_queue",
-            "Request bytes held against queued.max.request.bytes",
-            Unit::Bytes,
-            self.request_queue_bytes.clone(),
-        );
-        registry.register(
-            "connections",
-            "Open client connections",
-            self.connections.clone(),
-        );
-        registry.register(
-            "connections_accepted",
-            "Client connections accepted",
-            self.connections_accepted.clone(),
-        );
-        registry.register(
-            "connections_closed",
-            "Client connections closed",
-            self.connections_closed.clone(),
-        );
-        registry.register(
-            "connections_refused",
-            "Client connections refused at max.connections",
-            self.connections_refused.clone(),
-        );
-        registry.register(
-            "tls_handshake_failures",
-            "TLS handshakes that failed or timed out on TLS listeners (Kafka's failed-authentication-total for SSL)",
-            self.tls_handshake_failures.clone(),
-        );
-        registry.register(
-            "authentication_failures",
-            "SASL authentications refused (Kafka's failed-authentication-total)",
-            self.authentication_failures.clone(),
-        );
-        registry.register(
-            "topic_bytes_in",
-            "Record batch bytes appended as leader from producers (Kafka BytesInPerSec)",
-            self.topic_bytes_in.clone(),
-        );
-        registry.register(
-            "topic_records_in",
-            "Records appended as leader from producers (Kafka MessagesInPerSec)",
-            self.topic_records_in.clone(),
-        );
-        registry.register(
-            "topic_bytes_out",
-            "Record bytes returned to consumers (Kafka BytesOutPerSec)",
-            self.topic_bytes_out.clone(),
-        );
-        registry.register_with_unit(
-            "log_flush_duration",
-            "Duration of one flush round of the store (Kafka LogFlushRateAndTimeMs)",
-            Unit::Seconds,
-            self.log_flush_duration.clone(),
-        );
-        registry.register_with_unit(
-            "log_flush",
-            "Bytes made durable by one flush round of the store",
-            Unit::Bytes,
-            self.log_flush_bytes.clone(),
-        );
-        registry.register(
-            "log_flush_grouped",
-            "Flush rounds made durable by one syncfs of the data directory's file system",
-            self.log_flush_grouped.clone(),
-        );
-        registry.register(
-            "isr_shrinks",
-            "ISR shrinks of partitions led here (Kafka IsrShrinksPerSec)",
-            self.isr_shrinks.clone(),
-        );
-        registry.register(
-            "isr_expands",
-            "ISR expansions of partitions led here (Kafka IsrExpandsPerSec)",
-            self.isr_expands.clone(),
-        );
-        registry.register(
-            "leader_elections",
-            "Leaderships this broker took up",
-            self.leader_elections.clone(),
-        );
-        registry.register(
-            "group_rebalances",
-            "Rebalances completed by groups this coordinator owns",
-            self.group_rebalances.clone(),
-        );
-        registry.register(
-            "controller_decisions_refused",
-            "Controller decisions that could never be committed (too large for the metadata log) and were answered with an error",
-            self.controller_decisions_refused.clone(),
-        );
-        registry.register(
-            "controller_metadata_transactions",
-            "Controller decisions too large for one metadata entry, committed as a metadata transaction over several",
-            self.controller_metadata_transactions.clone(),
-        );
-        registry.register(
-            "controller_metadata_transactions_aborted",
-            "Metadata transactions this node aborted on becoming the active controller (its predecessor began and did not end them)",
-            self.controller_metadata_transactions_aborted.clone(),
-        );
+        // One line per metric: name [unit] => field: help. (A brace macro: rustfmt keeps the
+        // table as written.)
+        register_metrics! { registry, self,
+            "requests" => requests: "Requests decoded, by API and version (Kafka RequestsPerSec)";
+            "request_errors" => request_errors: "Non-zero error codes in responses, one per code, by API and Kafka error name (Kafka ErrorsPerSec)";
+            "request_duration" [Seconds] => request_duration: "Time from a request's arrival to its response being ready to write (Kafka TotalTimeMs)";
+            "requests_in_flight" => requests_in_flight: "Requests read and not yet answered, all connections";
+            "request_queue" [Bytes] => request_queue_bytes: "Request bytes held against queued.max.request.bytes";
+            "connections" => connections: "Open client connections";
+            "connections_accepted" => connections_accepted: "Client connections accepted";
+            "connections_closed" => connections_closed: "Client connections closed";
+            "connections_refused" => connections_refused: "Client connections refused at max.connections";
+            "tls_handshake_failures" => tls_handshake_failures: "TLS handshakes that failed or timed out on TLS listeners (Kafka's failed-authentication-total for SSL)";
+            "authentication_failures" => authentication_failures: "SASL authentications refused (Kafka's failed-authentication-total)";
+            "topic_bytes_in" => topic_bytes_in: "Record batch bytes appended as leader from producers (Kafka BytesInPerSec)";
+            "topic_records_in" => topic_records_in: "Records appended as leader from producers (Kafka MessagesInPerSec)";
+            "topic_bytes_out" => topic_bytes_out: "Record bytes returned to consumers (Kafka BytesOutPerSec)";
+            "log_flush_duration" [Seconds] => log_flush_duration: "Duration of one flush round of the store (Kafka LogFlushRateAndTimeMs)";
+            "log_flush" [Bytes] => log_flush_bytes: "Bytes made durable by one flush round of the store";
+            "log_flush_grouped" => log_flush_grouped: "Flush rounds made durable by one syncfs of the data directory's file system";
+            "isr_shrinks" => isr_shrinks: "ISR shrinks of partitions led here (Kafka IsrShrinksPerSec)";
+            "isr_expands" => isr_expands: "ISR expansions of partitions led here (Kafka IsrExpandsPerSec)";
+            "leader_elections" => leader_elections: "Leaderships this broker took up";
+            "group_rebalances" => group_rebalances: "Rebalances completed by groups this coordinator owns";
+            "controller_decisions_refused" => controller_decisions_refused: "Controller decisions that could never be committed (too large for the metadata log) and were answered with an error";
+            "controller_metadata_transactions" => controller_metadata_transactions: "Controller decisions too large for one metadata entry, committed as a metadata transaction over several";
+            "controller_metadata_transactions_aborted" => controller_metadata_transactions_aborted: "Metadata transactions this node aborted on becoming the active controller (its predecessor began and did not end them)";
+        }
     }
 
     /// Counts one produced batch set of `topic`.
