@@ -28,7 +28,7 @@ use millrace_controller::{ControllerError, ControllerRequest, ControllerResponse
 use super::{forward, str_bytes};
 use crate::authz::Authz;
 use crate::error_codes::{self, CLUSTER_AUTHORIZATION_FAILED, INVALID_REQUEST, SECURITY_DISABLED};
-use crate::handler::{ApiHandler, Call, Reply, Versions};
+use crate::handler::{response_fields, ApiHandler, Call, Reply, Versions};
 use crate::BrokerContext;
 
 /// DescribeAcls: its key, versions, handler and error codes, for [`crate::registry`].
@@ -43,15 +43,9 @@ impl ApiHandler for DescribeAcls {
     fn handle(call: Call<'_>, request: DescribeAclsRequest) -> Reply<DescribeAclsResponse> {
         Reply::Now(describe(call.ctx, &call.authz, request))
     }
-
-    fn for_each_error(response: &DescribeAclsResponse, f: &mut dyn FnMut(i16)) {
-        f(response.error_code);
-    }
-
-    fn throttle_time_ms(response: &mut DescribeAclsResponse) -> Option<&mut i32> {
-        Some(&mut response.throttle_time_ms)
-    }
 }
+
+response_fields!(DescribeAclsResponse: errors[error_code], throttle_time_ms);
 
 /// CreateAcls: its key, versions, handler and error codes, for [`crate::registry`].
 pub struct CreateAcls;
@@ -65,17 +59,9 @@ impl ApiHandler for CreateAcls {
     fn handle(call: Call<'_>, request: CreateAclsRequest) -> Reply<CreateAclsResponse> {
         Reply::later(create(call.ctx.clone(), call.authz, request))
     }
-
-    fn for_each_error(response: &CreateAclsResponse, f: &mut dyn FnMut(i16)) {
-        for r in &response.results {
-            f(r.error_code);
-        }
-    }
-
-    fn throttle_time_ms(response: &mut CreateAclsResponse) -> Option<&mut i32> {
-        Some(&mut response.throttle_time_ms)
-    }
 }
+
+response_fields!(CreateAclsResponse: errors[results[error_code]], throttle_time_ms);
 
 /// DeleteAcls: its key, versions, handler and error codes, for [`crate::registry`].
 pub struct DeleteAcls;
@@ -89,17 +75,9 @@ impl ApiHandler for DeleteAcls {
     fn handle(call: Call<'_>, request: DeleteAclsRequest) -> Reply<DeleteAclsResponse> {
         Reply::later(delete(call.ctx.clone(), call.authz, request))
     }
-
-    fn for_each_error(response: &DeleteAclsResponse, f: &mut dyn FnMut(i16)) {
-        for r in &response.filter_results {
-            f(r.error_code);
-        }
-    }
-
-    fn throttle_time_ms(response: &mut DeleteAclsResponse) -> Option<&mut i32> {
-        Some(&mut response.throttle_time_ms)
-    }
 }
+
+response_fields!(DeleteAclsResponse: errors[filter_results[error_code]], throttle_time_ms);
 
 const NO_AUTHORIZER: &str = "No Authorizer is configured on the broker";
 

@@ -25,7 +25,7 @@ use crate::authz::Authz;
 use millrace_cluster::acl::AclOperation;
 
 use crate::error_codes::{self, INVALID_CONFIG, INVALID_REQUEST, UNKNOWN_SERVER_ERROR};
-use crate::handler::{ApiHandler, Call, Reply, Versions};
+use crate::handler::{response_fields, ApiHandler, Call, Reply, Versions};
 use crate::limits::ADMIN_TIMEOUT_MS_MAX;
 use crate::BrokerContext;
 
@@ -41,17 +41,9 @@ impl ApiHandler for AlterConfigs {
     fn handle(call: Call<'_>, request: AlterConfigsRequest) -> Reply<AlterConfigsResponse> {
         Reply::later(handle(call.ctx.clone(), call.authz, request, call.version))
     }
-
-    fn for_each_error(response: &AlterConfigsResponse, f: &mut dyn FnMut(i16)) {
-        for resource in &response.responses {
-            f(resource.error_code);
-        }
-    }
-
-    fn throttle_time_ms(response: &mut AlterConfigsResponse) -> Option<&mut i32> {
-        Some(&mut response.throttle_time_ms)
-    }
 }
+
+response_fields!(AlterConfigsResponse: errors[responses[error_code]], throttle_time_ms);
 
 /// IncrementalAlterConfigs: its key, versions, handler and error codes, for [`crate::registry`].
 pub struct IncrementalAlterConfigs;
@@ -73,17 +65,9 @@ impl ApiHandler for IncrementalAlterConfigs {
             call.version,
         ))
     }
-
-    fn for_each_error(response: &IncrementalAlterConfigsResponse, f: &mut dyn FnMut(i16)) {
-        for resource in &response.responses {
-            f(resource.error_code);
-        }
-    }
-
-    fn throttle_time_ms(response: &mut IncrementalAlterConfigsResponse) -> Option<&mut i32> {
-        Some(&mut response.throttle_time_ms)
-    }
 }
+
+response_fields!(IncrementalAlterConfigsResponse: errors[responses[error_code]], throttle_time_ms);
 
 type Outcome = Result<(), (i16, String)>;
 

@@ -25,7 +25,7 @@ use crate::error_codes::CLUSTER_AUTHORIZATION_FAILED;
 use millrace_cluster::acl::AclOperation;
 
 use crate::error_codes::{self, KafkaError};
-use crate::handler::{ApiHandler, Call, Reply, Versions};
+use crate::handler::{response_fields, ApiHandler, Call, Reply, Versions};
 use crate::BrokerContext;
 
 /// AlterPartitionReassignments: its key, versions, handler and error codes, for [`crate::registry`].
@@ -43,20 +43,13 @@ impl ApiHandler for AlterPartitionReassignments {
     ) -> Reply<AlterPartitionReassignmentsResponse> {
         Reply::later(handle(call.ctx.clone(), call.authz, request, call.version))
     }
-
-    fn for_each_error(response: &AlterPartitionReassignmentsResponse, f: &mut dyn FnMut(i16)) {
-        f(response.error_code);
-        for topic in &response.responses {
-            for partition in &topic.partitions {
-                f(partition.error_code);
-            }
-        }
-    }
-
-    fn throttle_time_ms(response: &mut AlterPartitionReassignmentsResponse) -> Option<&mut i32> {
-        Some(&mut response.throttle_time_ms)
-    }
 }
+
+response_fields!(
+    AlterPartitionReassignmentsResponse:
+    errors[error_code, responses[partitions[error_code]]],
+    throttle_time_ms
+);
 
 pub async fn handle(
     ctx: Arc<BrokerContext>,

@@ -25,7 +25,7 @@ use crate::authz::Authz;
 use crate::error_codes::{
     self, CLUSTER_AUTHORIZATION_FAILED, INVALID_REQUEST, UNSUPPORTED_VERSION,
 };
-use crate::handler::{ApiHandler, Call, Reply, Versions};
+use crate::handler::{response_fields, ApiHandler, Call, Reply, Versions};
 use crate::BrokerContext;
 
 /// DescribeClientQuotas: its key, versions, handler and error codes, for [`crate::registry`].
@@ -43,15 +43,9 @@ impl ApiHandler for DescribeClientQuotas {
     ) -> Reply<DescribeClientQuotasResponse> {
         Reply::Now(describe(call.ctx, &call.authz, request))
     }
-
-    fn for_each_error(response: &DescribeClientQuotasResponse, f: &mut dyn FnMut(i16)) {
-        f(response.error_code);
-    }
-
-    fn throttle_time_ms(response: &mut DescribeClientQuotasResponse) -> Option<&mut i32> {
-        Some(&mut response.throttle_time_ms)
-    }
 }
+
+response_fields!(DescribeClientQuotasResponse: errors[error_code], throttle_time_ms);
 
 /// AlterClientQuotas: its key, versions, handler and error codes, for [`crate::registry`].
 pub struct AlterClientQuotas;
@@ -68,17 +62,9 @@ impl ApiHandler for AlterClientQuotas {
     ) -> Reply<AlterClientQuotasResponse> {
         Reply::later(alter(call.ctx.clone(), call.authz, request))
     }
-
-    fn for_each_error(response: &AlterClientQuotasResponse, f: &mut dyn FnMut(i16)) {
-        for e in &response.entries {
-            f(e.error_code);
-        }
-    }
-
-    fn throttle_time_ms(response: &mut AlterClientQuotasResponse) -> Option<&mut i32> {
-        Some(&mut response.throttle_time_ms)
-    }
 }
+
+response_fields!(AlterClientQuotasResponse: errors[entries[error_code]], throttle_time_ms);
 
 /// Kafka's entity types.
 const ENTITY_TYPES: &[&str] = &[ENTITY_USER, ENTITY_CLIENT_ID, ENTITY_IP];

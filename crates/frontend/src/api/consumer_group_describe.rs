@@ -21,7 +21,7 @@ use millrace_cluster::acl::AclOperation;
 use millrace_cluster::acl::ResourceType;
 
 use crate::error_codes;
-use crate::handler::{ApiHandler, Call, Reply, Versions};
+use crate::handler::{response_fields, ApiHandler, Call, Reply, Versions};
 use crate::BrokerContext;
 
 /// ConsumerGroupDescribe: its key, versions, handler and error codes, for [`crate::registry`].
@@ -39,17 +39,9 @@ impl ApiHandler for ConsumerGroupDescribe {
     ) -> Reply<ConsumerGroupDescribeResponse> {
         Reply::Now(handle(call.ctx, &call.authz, request, call.version))
     }
-
-    fn for_each_error(response: &ConsumerGroupDescribeResponse, f: &mut dyn FnMut(i16)) {
-        for group in &response.groups {
-            f(group.error_code);
-        }
-    }
-
-    fn throttle_time_ms(response: &mut ConsumerGroupDescribeResponse) -> Option<&mut i32> {
-        Some(&mut response.throttle_time_ms)
-    }
 }
+
+response_fields!(ConsumerGroupDescribeResponse: errors[groups[error_code]], throttle_time_ms);
 
 /// `authorized_operations` when the client did not ask for them.
 const AUTHORIZED_OPERATIONS_OMITTED: i32 = i32::MIN;

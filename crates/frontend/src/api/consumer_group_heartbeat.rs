@@ -23,7 +23,7 @@ use crate::error_codes::{GROUP_AUTHORIZATION_FAILED, TOPIC_AUTHORIZATION_FAILED}
 use millrace_cluster::acl::AclOperation;
 
 use crate::error_codes;
-use crate::handler::{ApiHandler, Call, Reply, Versions};
+use crate::handler::{response_fields, ApiHandler, Call, Reply, Versions};
 use crate::BrokerContext;
 
 /// ConsumerGroupHeartbeat: its key, versions, handler and error codes, for [`crate::registry`].
@@ -48,15 +48,9 @@ impl ApiHandler for ConsumerGroupHeartbeat {
             call.session.peer,
         ))
     }
-
-    fn for_each_error(response: &ConsumerGroupHeartbeatResponse, f: &mut dyn FnMut(i16)) {
-        f(response.error_code);
-    }
-
-    fn throttle_time_ms(response: &mut ConsumerGroupHeartbeatResponse) -> Option<&mut i32> {
-        Some(&mut response.throttle_time_ms)
-    }
 }
+
+response_fields!(ConsumerGroupHeartbeatResponse: errors[error_code], throttle_time_ms);
 
 /// Topics as the broker's metadata image has them, for the group coordinator.
 pub struct ImageTopics(pub Arc<MetadataImage>);

@@ -14,7 +14,7 @@ use crate::error_codes::TOPIC_AUTHORIZATION_FAILED;
 use millrace_cluster::acl::AclOperation;
 
 use crate::error_codes;
-use crate::handler::{ApiHandler, Call, Reply, Versions};
+use crate::handler::{response_fields, ApiHandler, Call, Reply, Versions};
 use crate::BrokerContext;
 
 /// CreatePartitions: its key, versions, handler and error codes, for [`crate::registry`].
@@ -29,17 +29,9 @@ impl ApiHandler for CreatePartitions {
     fn handle(call: Call<'_>, request: CreatePartitionsRequest) -> Reply<CreatePartitionsResponse> {
         Reply::later(handle(call.ctx.clone(), call.authz, request, call.version))
     }
-
-    fn for_each_error(response: &CreatePartitionsResponse, f: &mut dyn FnMut(i16)) {
-        for topic in &response.results {
-            f(topic.error_code);
-        }
-    }
-
-    fn throttle_time_ms(response: &mut CreatePartitionsResponse) -> Option<&mut i32> {
-        Some(&mut response.throttle_time_ms)
-    }
 }
+
+response_fields!(CreatePartitionsResponse: errors[results[error_code]], throttle_time_ms);
 
 pub async fn handle(
     ctx: Arc<BrokerContext>,

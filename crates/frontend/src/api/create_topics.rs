@@ -19,7 +19,7 @@ use crate::error_codes::TOPIC_AUTHORIZATION_FAILED;
 use millrace_cluster::acl::AclOperation;
 
 use crate::error_codes::{self, INVALID_REQUEST};
-use crate::handler::{ApiHandler, Call, Reply, Versions};
+use crate::handler::{response_fields, ApiHandler, Call, Reply, Versions};
 use crate::BrokerContext;
 
 /// CreateTopics: its key, versions, handler and error codes, for [`crate::registry`].
@@ -34,19 +34,11 @@ impl ApiHandler for CreateTopics {
     fn handle(call: Call<'_>, request: CreateTopicsRequest) -> Reply<CreateTopicsResponse> {
         Reply::later(handle(call.ctx.clone(), call.authz, request, call.version))
     }
-
-    fn for_each_error(response: &CreateTopicsResponse, f: &mut dyn FnMut(i16)) {
-        // `topic_config_error_code` (a v5+ tagged field explaining why `configs` is missing) is
-        // not counted, as in Kafka's CreateTopicsResponse.errorCounts.
-        for topic in &response.topics {
-            f(topic.error_code);
-        }
-    }
-
-    fn throttle_time_ms(response: &mut CreateTopicsResponse) -> Option<&mut i32> {
-        Some(&mut response.throttle_time_ms)
-    }
 }
+
+// `topic_config_error_code` (a v5+ tagged field explaining why `configs` is missing) is
+// not counted, as in Kafka's CreateTopicsResponse.errorCounts.
+response_fields!(CreateTopicsResponse: errors[topics[error_code]], throttle_time_ms);
 
 /// First version whose result carries partitions, replication factor and configs.
 const DETAILS_VERSION_MIN: i16 = 5;

@@ -11,7 +11,7 @@ use kafka_protocol::messages::{ApiKey, DeleteGroupsRequest, DeleteGroupsResponse
 use crate::authz::Authz;
 use crate::error_codes::GROUP_AUTHORIZATION_FAILED;
 use crate::error_codes::{self, NONE};
-use crate::handler::{ApiHandler, Call, Reply, Versions};
+use crate::handler::{response_fields, ApiHandler, Call, Reply, Versions};
 use crate::BrokerContext;
 use millrace_cluster::acl::AclOperation;
 
@@ -27,17 +27,9 @@ impl ApiHandler for DeleteGroups {
     fn handle(call: Call<'_>, request: DeleteGroupsRequest) -> Reply<DeleteGroupsResponse> {
         Reply::later(handle(call.ctx, &call.authz, request, call.version))
     }
-
-    fn for_each_error(response: &DeleteGroupsResponse, f: &mut dyn FnMut(i16)) {
-        for group in &response.results {
-            f(group.error_code);
-        }
-    }
-
-    fn throttle_time_ms(response: &mut DeleteGroupsResponse) -> Option<&mut i32> {
-        Some(&mut response.throttle_time_ms)
-    }
 }
+
+response_fields!(DeleteGroupsResponse: errors[results[error_code]], throttle_time_ms);
 
 pub fn handle(
     ctx: &Arc<BrokerContext>,

@@ -13,7 +13,7 @@ use crate::error_codes::TOPIC_AUTHORIZATION_FAILED;
 use millrace_cluster::acl::AclOperation;
 
 use crate::error_codes::{self, NONE, OFFSET_OUT_OF_RANGE};
-use crate::handler::{ApiHandler, Call, Reply, Versions};
+use crate::handler::{response_fields, ApiHandler, Call, Reply, Versions};
 use crate::BrokerContext;
 
 /// DeleteRecords: its key, versions, handler and error codes, for [`crate::registry`].
@@ -28,19 +28,9 @@ impl ApiHandler for DeleteRecords {
     fn handle(call: Call<'_>, request: DeleteRecordsRequest) -> Reply<DeleteRecordsResponse> {
         Reply::Now(handle(call.ctx, &call.authz, request, call.version))
     }
-
-    fn for_each_error(response: &DeleteRecordsResponse, f: &mut dyn FnMut(i16)) {
-        for topic in &response.topics {
-            for partition in &topic.partitions {
-                f(partition.error_code);
-            }
-        }
-    }
-
-    fn throttle_time_ms(response: &mut DeleteRecordsResponse) -> Option<&mut i32> {
-        Some(&mut response.throttle_time_ms)
-    }
 }
+
+response_fields!(DeleteRecordsResponse: errors[topics[partitions[error_code]]], throttle_time_ms);
 
 /// DeleteRecords' "up to the high watermark".
 const HIGH_WATERMARK: i64 = -1;

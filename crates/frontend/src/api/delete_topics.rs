@@ -14,7 +14,7 @@ use crate::error_codes::TOPIC_AUTHORIZATION_FAILED;
 use millrace_cluster::acl::AclOperation;
 
 use crate::error_codes::{self, INVALID_REQUEST, UNKNOWN_TOPIC_ID, UNKNOWN_TOPIC_OR_PARTITION};
-use crate::handler::{ApiHandler, Call, Reply, Versions};
+use crate::handler::{response_fields, ApiHandler, Call, Reply, Versions};
 use crate::BrokerContext;
 
 /// DeleteTopics: its key, versions, handler and error codes, for [`crate::registry`].
@@ -29,17 +29,9 @@ impl ApiHandler for DeleteTopics {
     fn handle(call: Call<'_>, request: DeleteTopicsRequest) -> Reply<DeleteTopicsResponse> {
         Reply::later(handle(call.ctx.clone(), call.authz, request, call.version))
     }
-
-    fn for_each_error(response: &DeleteTopicsResponse, f: &mut dyn FnMut(i16)) {
-        for topic in &response.responses {
-            f(topic.error_code);
-        }
-    }
-
-    fn throttle_time_ms(response: &mut DeleteTopicsResponse) -> Option<&mut i32> {
-        Some(&mut response.throttle_time_ms)
-    }
 }
+
+response_fields!(DeleteTopicsResponse: errors[responses[error_code]], throttle_time_ms);
 
 const TOPIC_STATES_VERSION_MIN: i16 = 6;
 

@@ -10,7 +10,7 @@ use crate::authz::Authz;
 use millrace_cluster::acl::AclOperation;
 use millrace_cluster::acl::{ResourceType, CLUSTER_RESOURCE_NAME};
 
-use crate::handler::{ApiHandler, Call, Reply, Versions};
+use crate::handler::{response_fields, ApiHandler, Call, Reply, Versions};
 use crate::BrokerContext;
 
 /// DescribeCluster: its key, versions, handler and error codes, for [`crate::registry`].
@@ -31,15 +31,9 @@ impl ApiHandler for DescribeCluster {
             &call.session.listener,
         ))
     }
-
-    fn for_each_error(response: &DescribeClusterResponse, f: &mut dyn FnMut(i16)) {
-        f(response.error_code);
-    }
-
-    fn throttle_time_ms(response: &mut DescribeClusterResponse) -> Option<&mut i32> {
-        Some(&mut response.throttle_time_ms)
-    }
 }
+
+response_fields!(DescribeClusterResponse: errors[error_code], throttle_time_ms);
 
 /// Kafka's endpoint type for brokers (v1+); 2 = controllers, which Millrace does not expose.
 const ENDPOINT_TYPE_BROKERS: i8 = 1;

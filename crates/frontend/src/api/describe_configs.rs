@@ -17,7 +17,7 @@ use crate::authz::Authz;
 use millrace_cluster::acl::AclOperation;
 
 use crate::error_codes::{INVALID_REQUEST, UNKNOWN_TOPIC_OR_PARTITION};
-use crate::handler::{ApiHandler, Call, Reply, Versions};
+use crate::handler::{response_fields, ApiHandler, Call, Reply, Versions};
 use crate::BrokerContext;
 
 /// DescribeConfigs: its key, versions, handler and error codes, for [`crate::registry`].
@@ -32,17 +32,9 @@ impl ApiHandler for DescribeConfigs {
     fn handle(call: Call<'_>, request: DescribeConfigsRequest) -> Reply<DescribeConfigsResponse> {
         Reply::Now(handle(call.ctx, &call.authz, request, call.version))
     }
-
-    fn for_each_error(response: &DescribeConfigsResponse, f: &mut dyn FnMut(i16)) {
-        for resource in &response.results {
-            f(resource.error_code);
-        }
-    }
-
-    fn throttle_time_ms(response: &mut DescribeConfigsResponse) -> Option<&mut i32> {
-        Some(&mut response.throttle_time_ms)
-    }
 }
+
+response_fields!(DescribeConfigsResponse: errors[results[error_code]], throttle_time_ms);
 
 pub const RESOURCE_TOPIC: i8 = 2;
 pub const RESOURCE_BROKER: i8 = 4;

@@ -9,7 +9,7 @@ use kafka_protocol::messages::{ApiKey, DescribeGroupsRequest, DescribeGroupsResp
 use super::str_bytes;
 use crate::authz::Authz;
 use crate::error_codes::GROUP_AUTHORIZATION_FAILED;
-use crate::handler::{ApiHandler, Call, Reply, Versions};
+use crate::handler::{response_fields, ApiHandler, Call, Reply, Versions};
 use millrace_cluster::acl::AclOperation;
 use millrace_cluster::acl::ResourceType;
 
@@ -25,18 +25,10 @@ impl ApiHandler for DescribeGroups {
     fn handle(call: Call<'_>, request: DescribeGroupsRequest) -> Reply<DescribeGroupsResponse> {
         Reply::Now(handle(call.ctx, &call.authz, request, call.version))
     }
-
-    fn for_each_error(response: &DescribeGroupsResponse, f: &mut dyn FnMut(i16)) {
-        // Members carry no code of their own.
-        for group in &response.groups {
-            f(group.error_code);
-        }
-    }
-
-    fn throttle_time_ms(response: &mut DescribeGroupsResponse) -> Option<&mut i32> {
-        Some(&mut response.throttle_time_ms)
-    }
 }
+
+// Members carry no code of their own.
+response_fields!(DescribeGroupsResponse: errors[groups[error_code]], throttle_time_ms);
 
 /// First version with `include_authorized_operations`.
 const AUTHORIZED_OPERATIONS_VERSION_MIN: i16 = 3;

@@ -15,7 +15,7 @@ use crate::authz::Authz;
 use crate::error_codes::CLUSTER_AUTHORIZATION_FAILED;
 use millrace_cluster::acl::AclOperation;
 
-use crate::handler::{ApiHandler, Call, Reply, Versions};
+use crate::handler::{response_fields, ApiHandler, Call, Reply, Versions};
 use crate::BrokerContext;
 
 /// DescribeLogDirs: its key, versions, handler and error codes, for [`crate::registry`].
@@ -30,19 +30,14 @@ impl ApiHandler for DescribeLogDirs {
     fn handle(call: Call<'_>, request: DescribeLogDirsRequest) -> Reply<DescribeLogDirsResponse> {
         Reply::Now(handle(call.ctx, &call.authz, request, call.version))
     }
-
-    fn for_each_error(response: &DescribeLogDirsResponse, f: &mut dyn FnMut(i16)) {
-        // The top-level code exists from v3 (it is 0 below that).
-        f(response.error_code);
-        for dir in &response.results {
-            f(dir.error_code);
-        }
-    }
-
-    fn throttle_time_ms(response: &mut DescribeLogDirsResponse) -> Option<&mut i32> {
-        Some(&mut response.throttle_time_ms)
-    }
 }
+
+// The top-level code exists from v3 (it is 0 below that).
+response_fields!(
+    DescribeLogDirsResponse:
+    errors[error_code, results[error_code]],
+    throttle_time_ms
+);
 
 pub fn handle(
     ctx: &Arc<BrokerContext>,

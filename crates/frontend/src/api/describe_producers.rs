@@ -15,7 +15,7 @@ use crate::authz::Authz;
 use crate::error_codes::TOPIC_AUTHORIZATION_FAILED;
 use millrace_cluster::acl::AclOperation;
 
-use crate::handler::{ApiHandler, Call, Reply, Versions};
+use crate::handler::{response_fields, ApiHandler, Call, Reply, Versions};
 use crate::BrokerContext;
 
 /// DescribeProducers: its key, versions, handler and error codes, for [`crate::registry`].
@@ -33,19 +33,13 @@ impl ApiHandler for DescribeProducers {
     ) -> Reply<DescribeProducersResponse> {
         Reply::Now(handle(call.ctx, &call.authz, request, call.version))
     }
-
-    fn for_each_error(response: &DescribeProducersResponse, f: &mut dyn FnMut(i16)) {
-        for topic in &response.topics {
-            for partition in &topic.partitions {
-                f(partition.error_code);
-            }
-        }
-    }
-
-    fn throttle_time_ms(response: &mut DescribeProducersResponse) -> Option<&mut i32> {
-        Some(&mut response.throttle_time_ms)
-    }
 }
+
+response_fields!(
+    DescribeProducersResponse:
+    errors[topics[partitions[error_code]]],
+    throttle_time_ms
+);
 
 pub fn handle(
     ctx: &Arc<BrokerContext>,

@@ -18,7 +18,7 @@ use crate::error_codes::TOPIC_AUTHORIZATION_FAILED;
 use millrace_cluster::acl::AclOperation;
 
 use crate::error_codes::UNKNOWN_TOPIC_OR_PARTITION;
-use crate::handler::{ApiHandler, Call, Reply, Versions};
+use crate::handler::{response_fields, ApiHandler, Call, Reply, Versions};
 use crate::BrokerContext;
 
 /// DescribeTopicPartitions: its key, versions, handler and error codes, for [`crate::registry`].
@@ -36,20 +36,13 @@ impl ApiHandler for DescribeTopicPartitions {
     ) -> Reply<DescribeTopicPartitionsResponse> {
         Reply::Now(handle(call.ctx, &call.authz, request, call.version))
     }
-
-    fn for_each_error(response: &DescribeTopicPartitionsResponse, f: &mut dyn FnMut(i16)) {
-        for topic in &response.topics {
-            f(topic.error_code);
-            for partition in &topic.partitions {
-                f(partition.error_code);
-            }
-        }
-    }
-
-    fn throttle_time_ms(response: &mut DescribeTopicPartitionsResponse) -> Option<&mut i32> {
-        Some(&mut response.throttle_time_ms)
-    }
 }
+
+response_fields!(
+    DescribeTopicPartitionsResponse:
+    errors[topics[error_code, partitions[error_code]]],
+    throttle_time_ms
+);
 
 /// Most partitions in one response, whatever the request asks (Kafka's
 /// `max.request.partition.size.limit` default).

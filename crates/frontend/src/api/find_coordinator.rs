@@ -36,7 +36,7 @@ use super::str_bytes;
 use crate::authz::Authz;
 use crate::error_codes::{COORDINATOR_NOT_AVAILABLE, INVALID_REQUEST, NONE};
 use crate::error_codes::{GROUP_AUTHORIZATION_FAILED, TRANSACTIONAL_ID_AUTHORIZATION_FAILED};
-use crate::handler::{ApiHandler, Call, Reply, Versions};
+use crate::handler::{ApiHandler, Call, Reply, ResponseFields, Versions};
 use crate::BrokerContext;
 use millrace_cluster::acl::AclOperation;
 
@@ -58,21 +58,23 @@ impl ApiHandler for FindCoordinator {
             &call.session.listener,
         ))
     }
+}
 
-    fn for_each_error(response: &FindCoordinatorResponse, f: &mut dyn FnMut(i16)) {
+impl ResponseFields for FindCoordinatorResponse {
+    fn for_each_error(&self, f: &mut dyn FnMut(i16)) {
         // As Kafka: v4+ carries one code per coordinator key and leaves the top level unused, so
         // the top-level code counts only when there are no per-key entries (v0-v3).
-        if response.coordinators.is_empty() {
-            f(response.error_code);
+        if self.coordinators.is_empty() {
+            f(self.error_code);
         } else {
-            for coordinator in &response.coordinators {
+            for coordinator in &self.coordinators {
                 f(coordinator.error_code);
             }
         }
     }
 
-    fn throttle_time_ms(response: &mut FindCoordinatorResponse) -> Option<&mut i32> {
-        Some(&mut response.throttle_time_ms)
+    fn throttle_time_ms(&mut self) -> Option<&mut i32> {
+        Some(&mut self.throttle_time_ms)
     }
 }
 

@@ -19,7 +19,7 @@ use millrace_cluster::acl::ResourceType;
 
 use super::transactions;
 use crate::error_codes::{self, INVALID_REQUEST};
-use crate::handler::{ApiHandler, Call, Reply, Versions};
+use crate::handler::{response_fields, ApiHandler, Call, Reply, Versions};
 use crate::BrokerContext;
 
 /// InitProducerId: its key, versions, handler and error codes, for [`crate::registry`].
@@ -34,15 +34,9 @@ impl ApiHandler for InitProducerId {
     fn handle(call: Call<'_>, request: InitProducerIdRequest) -> Reply<InitProducerIdResponse> {
         Reply::later(handle(call.ctx.clone(), call.authz, request, call.version))
     }
-
-    fn for_each_error(response: &InitProducerIdResponse, f: &mut dyn FnMut(i16)) {
-        f(response.error_code);
-    }
-
-    fn throttle_time_ms(response: &mut InitProducerIdResponse) -> Option<&mut i32> {
-        Some(&mut response.throttle_time_ms)
-    }
 }
+
+response_fields!(InitProducerIdResponse: errors[error_code], throttle_time_ms);
 
 /// First version that hears PRODUCER_FENCED (KIP-588).
 const FENCED_VERSION_MIN: i16 = 4;

@@ -16,7 +16,7 @@ use millrace_groups::{JoinRequest, Protocol};
 use super::str_bytes;
 use crate::authz::Authz;
 use crate::error_codes::{self, GROUP_AUTHORIZATION_FAILED, NONE};
-use crate::handler::{ApiHandler, Call, Reply, Versions};
+use crate::handler::{response_fields, ApiHandler, Call, Reply, Versions};
 use crate::BrokerContext;
 use millrace_cluster::acl::AclOperation;
 
@@ -39,16 +39,10 @@ impl ApiHandler for JoinGroup {
             call.session.peer,
         ))
     }
-
-    fn for_each_error(response: &JoinGroupResponse, f: &mut dyn FnMut(i16)) {
-        // Members carry no code of their own.
-        f(response.error_code);
-    }
-
-    fn throttle_time_ms(response: &mut JoinGroupResponse) -> Option<&mut i32> {
-        Some(&mut response.throttle_time_ms)
-    }
 }
+
+// Members carry no code of their own.
+response_fields!(JoinGroupResponse: errors[error_code], throttle_time_ms);
 
 pub fn handle(
     ctx: &Arc<BrokerContext>,

@@ -8,7 +8,7 @@ use kafka_protocol::messages::{ApiKey, LeaveGroupRequest, LeaveGroupResponse};
 
 use crate::authz::Authz;
 use crate::error_codes::{self, GROUP_AUTHORIZATION_FAILED, NONE};
-use crate::handler::{ApiHandler, Call, Reply, Versions};
+use crate::handler::{response_fields, ApiHandler, Call, Reply, Versions};
 use crate::BrokerContext;
 use millrace_cluster::acl::AclOperation;
 
@@ -24,19 +24,10 @@ impl ApiHandler for LeaveGroup {
     fn handle(call: Call<'_>, request: LeaveGroupRequest) -> Reply<LeaveGroupResponse> {
         Reply::Now(handle(call.ctx, &call.authz, request, call.version))
     }
-
-    fn for_each_error(response: &LeaveGroupResponse, f: &mut dyn FnMut(i16)) {
-        f(response.error_code);
-        // Per-member codes exist from v3 (batch leave).
-        for member in &response.members {
-            f(member.error_code);
-        }
-    }
-
-    fn throttle_time_ms(response: &mut LeaveGroupResponse) -> Option<&mut i32> {
-        Some(&mut response.throttle_time_ms)
-    }
 }
+
+// Per-member codes exist from v3 (batch leave).
+response_fields!(LeaveGroupResponse: errors[error_code, members[error_code]], throttle_time_ms);
 
 pub fn handle(
     ctx: &Arc<BrokerContext>,

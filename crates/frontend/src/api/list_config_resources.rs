@@ -18,7 +18,7 @@ use crate::error_codes::CLUSTER_AUTHORIZATION_FAILED;
 use millrace_cluster::acl::AclOperation;
 
 use crate::error_codes::UNSUPPORTED_VERSION;
-use crate::handler::{ApiHandler, Call, Reply, Versions};
+use crate::handler::{response_fields, ApiHandler, Call, Reply, Versions};
 use crate::BrokerContext;
 
 /// ListConfigResources: its key, versions, handler and error codes, for [`crate::registry`].
@@ -36,15 +36,9 @@ impl ApiHandler for ListConfigResources {
     ) -> Reply<ListConfigResourcesResponse> {
         Reply::Now(handle(call.ctx, &call.authz, request, call.version))
     }
-
-    fn for_each_error(response: &ListConfigResourcesResponse, f: &mut dyn FnMut(i16)) {
-        f(response.error_code);
-    }
-
-    fn throttle_time_ms(response: &mut ListConfigResourcesResponse) -> Option<&mut i32> {
-        Some(&mut response.throttle_time_ms)
-    }
 }
+
+response_fields!(ListConfigResourcesResponse: errors[error_code], throttle_time_ms);
 
 /// Config resource type of a client-metrics subscription (KIP-714).
 const RESOURCE_CLIENT_METRICS: i8 = 16;

@@ -11,7 +11,7 @@ use crate::authz::Authz;
 use millrace_cluster::acl::AclOperation;
 
 use crate::error_codes;
-use crate::handler::{ApiHandler, Call, Reply, Versions};
+use crate::handler::{response_fields, ApiHandler, Call, Reply, Versions};
 use crate::BrokerContext;
 
 /// ListGroups: its key, versions, handler and error codes, for [`crate::registry`].
@@ -26,15 +26,9 @@ impl ApiHandler for ListGroups {
     fn handle(call: Call<'_>, request: ListGroupsRequest) -> Reply<ListGroupsResponse> {
         Reply::Now(handle(call.ctx, &call.authz, request, call.version))
     }
-
-    fn for_each_error(response: &ListGroupsResponse, f: &mut dyn FnMut(i16)) {
-        f(response.error_code);
-    }
-
-    fn throttle_time_ms(response: &mut ListGroupsResponse) -> Option<&mut i32> {
-        Some(&mut response.throttle_time_ms)
-    }
 }
+
+response_fields!(ListGroupsResponse: errors[error_code], throttle_time_ms);
 
 pub fn handle(
     ctx: &Arc<BrokerContext>,

@@ -23,7 +23,7 @@ use super::leadership;
 use crate::authz::Authz;
 use crate::error_codes::TOPIC_AUTHORIZATION_FAILED;
 use crate::error_codes::{self, OFFSET_NOT_AVAILABLE, UNSUPPORTED_VERSION};
-use crate::handler::{ApiHandler, Call, Reply, Versions};
+use crate::handler::{response_fields, ApiHandler, Call, Reply, Versions};
 use crate::BrokerContext;
 use millrace_cluster::acl::AclOperation;
 
@@ -39,19 +39,9 @@ impl ApiHandler for ListOffsets {
     fn handle(call: Call<'_>, request: ListOffsetsRequest) -> Reply<ListOffsetsResponse> {
         Reply::Now(handle(call.ctx, &call.authz, request, call.version))
     }
-
-    fn for_each_error(response: &ListOffsetsResponse, f: &mut dyn FnMut(i16)) {
-        for topic in &response.topics {
-            for partition in &topic.partitions {
-                f(partition.error_code);
-            }
-        }
-    }
-
-    fn throttle_time_ms(response: &mut ListOffsetsResponse) -> Option<&mut i32> {
-        Some(&mut response.throttle_time_ms)
-    }
 }
+
+response_fields!(ListOffsetsResponse: errors[topics[partitions[error_code]]], throttle_time_ms);
 
 const LATEST: i64 = -1;
 const EARLIEST: i64 = -2;

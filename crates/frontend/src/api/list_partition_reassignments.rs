@@ -20,7 +20,7 @@ use crate::error_codes::CLUSTER_AUTHORIZATION_FAILED;
 use millrace_cluster::acl::AclOperation;
 
 use crate::error_codes;
-use crate::handler::{ApiHandler, Call, Reply, Versions};
+use crate::handler::{response_fields, ApiHandler, Call, Reply, Versions};
 use crate::BrokerContext;
 
 /// ListPartitionReassignments: its key, versions, handler and error codes, for [`crate::registry`].
@@ -38,16 +38,10 @@ impl ApiHandler for ListPartitionReassignments {
     ) -> Reply<ListPartitionReassignmentsResponse> {
         Reply::later(handle(call.ctx.clone(), call.authz, request, call.version))
     }
-
-    fn for_each_error(response: &ListPartitionReassignmentsResponse, f: &mut dyn FnMut(i16)) {
-        // Ongoing reassignments carry no code of their own.
-        f(response.error_code);
-    }
-
-    fn throttle_time_ms(response: &mut ListPartitionReassignmentsResponse) -> Option<&mut i32> {
-        Some(&mut response.throttle_time_ms)
-    }
 }
+
+// Ongoing reassignments carry no code of their own.
+response_fields!(ListPartitionReassignmentsResponse: errors[error_code], throttle_time_ms);
 
 pub async fn handle(
     ctx: Arc<BrokerContext>,

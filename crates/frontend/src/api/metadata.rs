@@ -35,7 +35,7 @@ use crate::error_codes::{
     self, INVALID_TOPIC_EXCEPTION, LEADER_NOT_AVAILABLE, TOPIC_ALREADY_EXISTS,
     TOPIC_AUTHORIZATION_FAILED, UNKNOWN_TOPIC_ID, UNKNOWN_TOPIC_OR_PARTITION,
 };
-use crate::handler::{ApiHandler, Call, Reply, Versions};
+use crate::handler::{response_fields, ApiHandler, Call, Reply, Versions};
 use crate::BrokerContext;
 use millrace_cluster::acl::{AclOperation, ResourceType, CLUSTER_RESOURCE_NAME};
 
@@ -57,22 +57,14 @@ impl ApiHandler for Metadata {
             call.session.listener.clone(),
         ))
     }
-
-    fn for_each_error(response: &MetadataResponse, f: &mut dyn FnMut(i16)) {
-        // The top-level code exists from v13 (it is 0 below that).
-        f(response.error_code);
-        for topic in &response.topics {
-            f(topic.error_code);
-            for partition in &topic.partitions {
-                f(partition.error_code);
-            }
-        }
-    }
-
-    fn throttle_time_ms(response: &mut MetadataResponse) -> Option<&mut i32> {
-        Some(&mut response.throttle_time_ms)
-    }
 }
+
+// The top-level code exists from v13 (it is 0 below that).
+response_fields!(
+    MetadataResponse:
+    errors[error_code, topics[error_code, partitions[error_code]]],
+    throttle_time_ms
+);
 
 /// Topics Kafka marks internal.
 pub const INTERNAL_TOPICS: &[&str] = &["__consumer_offsets", "__transaction_state"];

@@ -19,7 +19,7 @@ use millrace_groups::{CommitPartition, CommitRequest, GroupError};
 use crate::authz::Authz;
 use crate::error_codes::{self, ILLEGAL_GENERATION, NONE, UNKNOWN_TOPIC_OR_PARTITION};
 use crate::error_codes::{GROUP_AUTHORIZATION_FAILED, TOPIC_AUTHORIZATION_FAILED};
-use crate::handler::{ApiHandler, Call, Reply, Versions};
+use crate::handler::{response_fields, ApiHandler, Call, Reply, Versions};
 use crate::BrokerContext;
 use millrace_cluster::acl::AclOperation;
 
@@ -35,19 +35,9 @@ impl ApiHandler for OffsetCommit {
     fn handle(call: Call<'_>, request: OffsetCommitRequest) -> Reply<OffsetCommitResponse> {
         Reply::later(handle(call.ctx, &call.authz, request, call.version))
     }
-
-    fn for_each_error(response: &OffsetCommitResponse, f: &mut dyn FnMut(i16)) {
-        for topic in &response.topics {
-            for partition in &topic.partitions {
-                f(partition.error_code);
-            }
-        }
-    }
-
-    fn throttle_time_ms(response: &mut OffsetCommitResponse) -> Option<&mut i32> {
-        Some(&mut response.throttle_time_ms)
-    }
 }
+
+response_fields!(OffsetCommitResponse: errors[topics[partitions[error_code]]], throttle_time_ms);
 
 /// A partition of the request: its index, and the error it gets without being committed.
 type Slot = (i32, Option<i16>);

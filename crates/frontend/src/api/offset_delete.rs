@@ -13,7 +13,7 @@ use kafka_protocol::messages::{ApiKey, OffsetDeleteRequest, OffsetDeleteResponse
 use crate::authz::Authz;
 use crate::error_codes::{self, NONE};
 use crate::error_codes::{GROUP_AUTHORIZATION_FAILED, TOPIC_AUTHORIZATION_FAILED};
-use crate::handler::{ApiHandler, Call, Reply, Versions};
+use crate::handler::{response_fields, ApiHandler, Call, Reply, Versions};
 use crate::BrokerContext;
 use millrace_cluster::acl::AclOperation;
 
@@ -29,20 +29,13 @@ impl ApiHandler for OffsetDelete {
     fn handle(call: Call<'_>, request: OffsetDeleteRequest) -> Reply<OffsetDeleteResponse> {
         Reply::later(handle(call.ctx, &call.authz, request, call.version))
     }
-
-    fn for_each_error(response: &OffsetDeleteResponse, f: &mut dyn FnMut(i16)) {
-        f(response.error_code);
-        for topic in &response.topics {
-            for partition in &topic.partitions {
-                f(partition.error_code);
-            }
-        }
-    }
-
-    fn throttle_time_ms(response: &mut OffsetDeleteResponse) -> Option<&mut i32> {
-        Some(&mut response.throttle_time_ms)
-    }
 }
+
+response_fields!(
+    OffsetDeleteResponse:
+    errors[error_code, topics[partitions[error_code]]],
+    throttle_time_ms
+);
 
 pub fn handle(
     ctx: &Arc<BrokerContext>,

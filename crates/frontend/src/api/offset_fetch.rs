@@ -18,7 +18,7 @@ use super::{str_bytes, topic_name};
 use crate::authz::Authz;
 use crate::error_codes::UNSTABLE_OFFSET_COMMIT;
 use crate::error_codes::{self, GROUP_AUTHORIZATION_FAILED, NONE, TOPIC_AUTHORIZATION_FAILED};
-use crate::handler::{ApiHandler, Call, Reply, Versions};
+use crate::handler::{response_fields, ApiHandler, Call, Reply, Versions};
 use crate::BrokerContext;
 use millrace_cluster::acl::AclOperation;
 
@@ -34,30 +34,19 @@ impl ApiHandler for OffsetFetch {
     fn handle(call: Call<'_>, request: OffsetFetchRequest) -> Reply<OffsetFetchResponse> {
         Reply::Now(handle(call.ctx, &call.authz, request, call.version))
     }
-
-    fn for_each_error(response: &OffsetFetchResponse, f: &mut dyn FnMut(i16)) {
-        // v0-v7: one group, top-level code (v2+) and `topics`; v8+: `groups`, each with its own
-        // code and topics. A response fills one shape and leaves the other empty/zero.
-        f(response.error_code);
-        for topic in &response.topics {
-            for partition in &topic.partitions {
-                f(partition.error_code);
-            }
-        }
-        for group in &response.groups {
-            f(group.error_code);
-            for topic in &group.topics {
-                for partition in &topic.partitions {
-                    f(partition.error_code);
-                }
-            }
-        }
-    }
-
-    fn throttle_time_ms(response: &mut OffsetFetchResponse) -> Option<&mut i32> {
-        Some(&mut response.throttle_time_ms)
-    }
 }
+
+// v0-v7: one group, top-level code (v2+) and `topics`; v8+: `groups`, each with its own
+// code and topics. A response fills one shape and leaves the other empty/zero.
+response_fields!(
+    OffsetFetchResponse:
+    errors[
+        error_code,
+        topics[partitions[error_code]],
+        groups[error_code, topics[partitions[error_code]]],
+    ],
+    throttle_time_ms
+);
 
 /// Committed offsets per topic, and the topics named but not authorized (their partitions); or
 /// the group's error code.

@@ -16,7 +16,7 @@ use crate::authz::Authz;
 use crate::error_codes::TOPIC_AUTHORIZATION_FAILED;
 use millrace_cluster::acl::AclOperation;
 
-use crate::handler::{ApiHandler, Call, Reply, Versions};
+use crate::handler::{response_fields, ApiHandler, Call, Reply, Versions};
 use crate::BrokerContext;
 
 /// OffsetForLeaderEpoch: its key, versions, handler and error codes, for [`crate::registry`].
@@ -34,19 +34,13 @@ impl ApiHandler for OffsetForLeaderEpoch {
     ) -> Reply<OffsetForLeaderEpochResponse> {
         Reply::Now(handle(call.ctx, &call.authz, request, call.version))
     }
-
-    fn for_each_error(response: &OffsetForLeaderEpochResponse, f: &mut dyn FnMut(i16)) {
-        for topic in &response.topics {
-            for partition in &topic.partitions {
-                f(partition.error_code);
-            }
-        }
-    }
-
-    fn throttle_time_ms(response: &mut OffsetForLeaderEpochResponse) -> Option<&mut i32> {
-        Some(&mut response.throttle_time_ms)
-    }
 }
+
+response_fields!(
+    OffsetForLeaderEpochResponse:
+    errors[topics[partitions[error_code]]],
+    throttle_time_ms
+);
 
 /// Kafka's UNDEFINED_EPOCH / UNDEFINED_EPOCH_OFFSET.
 const UNDEFINED: i64 = -1;

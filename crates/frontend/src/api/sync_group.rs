@@ -11,7 +11,7 @@ use millrace_groups::SyncRequest;
 use super::str_bytes;
 use crate::authz::Authz;
 use crate::error_codes::{self, GROUP_AUTHORIZATION_FAILED, NONE};
-use crate::handler::{ApiHandler, Call, Reply, Versions};
+use crate::handler::{response_fields, ApiHandler, Call, Reply, Versions};
 use crate::BrokerContext;
 use millrace_cluster::acl::AclOperation;
 
@@ -27,15 +27,9 @@ impl ApiHandler for SyncGroup {
     fn handle(call: Call<'_>, request: SyncGroupRequest) -> Reply<SyncGroupResponse> {
         Reply::later(handle(call.ctx, &call.authz, request, call.version))
     }
-
-    fn for_each_error(response: &SyncGroupResponse, f: &mut dyn FnMut(i16)) {
-        f(response.error_code);
-    }
-
-    fn throttle_time_ms(response: &mut SyncGroupResponse) -> Option<&mut i32> {
-        Some(&mut response.throttle_time_ms)
-    }
 }
+
+response_fields!(SyncGroupResponse: errors[error_code], throttle_time_ms);
 
 pub fn handle(
     ctx: &Arc<BrokerContext>,

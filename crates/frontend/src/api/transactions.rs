@@ -39,7 +39,7 @@ use crate::error_codes::{
     TRANSACTIONAL_ID_AUTHORIZATION_FAILED, TRANSACTIONAL_ID_NOT_FOUND, UNKNOWN_SERVER_ERROR,
     UNKNOWN_TOPIC_OR_PARTITION,
 };
-use crate::handler::{ApiHandler, Call, Reply, Versions};
+use crate::handler::{response_fields, ApiHandler, Call, Reply, Versions};
 use crate::BrokerContext;
 
 /// AddPartitionsToTxn: its key, versions, handler and error codes, for [`crate::registry`].
@@ -62,20 +62,13 @@ impl ApiHandler for AddPartitionsToTxn {
             call.version,
         ))
     }
-
-    fn for_each_error(response: &AddPartitionsToTxnResponse, f: &mut dyn FnMut(i16)) {
-        f(response.error_code);
-        for topic in &response.results_by_topic_v3_and_below {
-            for partition in &topic.results_by_partition {
-                f(partition.partition_error_code);
-            }
-        }
-    }
-
-    fn throttle_time_ms(response: &mut AddPartitionsToTxnResponse) -> Option<&mut i32> {
-        Some(&mut response.throttle_time_ms)
-    }
 }
+
+response_fields!(
+    AddPartitionsToTxnResponse:
+    errors[error_code, results_by_topic_v3_and_below[results_by_partition[partition_error_code]]],
+    throttle_time_ms
+);
 
 /// AddOffsetsToTxn: its key, versions, handler and error codes, for [`crate::registry`].
 pub struct AddOffsetsToTxn;
@@ -94,15 +87,9 @@ impl ApiHandler for AddOffsetsToTxn {
             call.version,
         ))
     }
-
-    fn for_each_error(response: &AddOffsetsToTxnResponse, f: &mut dyn FnMut(i16)) {
-        f(response.error_code);
-    }
-
-    fn throttle_time_ms(response: &mut AddOffsetsToTxnResponse) -> Option<&mut i32> {
-        Some(&mut response.throttle_time_ms)
-    }
 }
+
+response_fields!(AddOffsetsToTxnResponse: errors[error_code], throttle_time_ms);
 
 /// EndTxn: its key, versions, handler and error codes, for [`crate::registry`].
 pub struct EndTxn;
@@ -116,15 +103,9 @@ impl ApiHandler for EndTxn {
     fn handle(call: Call<'_>, request: EndTxnRequest) -> Reply<EndTxnResponse> {
         Reply::later(end_txn(call.ctx.clone(), call.authz, request, call.version))
     }
-
-    fn for_each_error(response: &EndTxnResponse, f: &mut dyn FnMut(i16)) {
-        f(response.error_code);
-    }
-
-    fn throttle_time_ms(response: &mut EndTxnResponse) -> Option<&mut i32> {
-        Some(&mut response.throttle_time_ms)
-    }
 }
+
+response_fields!(EndTxnResponse: errors[error_code], throttle_time_ms);
 
 /// DescribeTransactions: its key, versions, handler and error codes, for [`crate::registry`].
 pub struct DescribeTransactions;
@@ -141,17 +122,13 @@ impl ApiHandler for DescribeTransactions {
     ) -> Reply<DescribeTransactionsResponse> {
         Reply::Now(describe_transactions(call.ctx, &call.authz, request))
     }
-
-    fn for_each_error(response: &DescribeTransactionsResponse, f: &mut dyn FnMut(i16)) {
-        for state in &response.transaction_states {
-            f(state.error_code);
-        }
-    }
-
-    fn throttle_time_ms(response: &mut DescribeTransactionsResponse) -> Option<&mut i32> {
-        Some(&mut response.throttle_time_ms)
-    }
 }
+
+response_fields!(
+    DescribeTransactionsResponse:
+    errors[transaction_states[error_code]],
+    throttle_time_ms
+);
 
 /// ListTransactions: its key, versions, handler and error codes, for [`crate::registry`].
 pub struct ListTransactions;
@@ -170,15 +147,9 @@ impl ApiHandler for ListTransactions {
             call.version,
         ))
     }
-
-    fn for_each_error(response: &ListTransactionsResponse, f: &mut dyn FnMut(i16)) {
-        f(response.error_code);
-    }
-
-    fn throttle_time_ms(response: &mut ListTransactionsResponse) -> Option<&mut i32> {
-        Some(&mut response.throttle_time_ms)
-    }
 }
+
+response_fields!(ListTransactionsResponse: errors[error_code], throttle_time_ms);
 
 /// OPERATION_NOT_ATTEMPTED: the request failed on another of its partitions.
 const OPERATION_NOT_ATTEMPTED: i16 = 55;

@@ -32,7 +32,7 @@ use crate::error_codes::{
     self, COORDINATOR_LOAD_IN_PROGRESS, GROUP_AUTHORIZATION_FAILED, INVALID_PRODUCER_EPOCH, NONE,
     TOPIC_AUTHORIZATION_FAILED, TRANSACTIONAL_ID_AUTHORIZATION_FAILED, UNKNOWN_TOPIC_OR_PARTITION,
 };
-use crate::handler::{ApiHandler, Call, Reply, Versions};
+use crate::handler::{response_fields, ApiHandler, Call, Reply, Versions};
 use crate::BrokerContext;
 
 /// TxnOffsetCommit: its key, versions, handler and error codes, for [`crate::registry`].
@@ -47,19 +47,9 @@ impl ApiHandler for TxnOffsetCommit {
     fn handle(call: Call<'_>, request: TxnOffsetCommitRequest) -> Reply<TxnOffsetCommitResponse> {
         Reply::later(handle(call.ctx, &call.authz, request, call.version))
     }
-
-    fn for_each_error(response: &TxnOffsetCommitResponse, f: &mut dyn FnMut(i16)) {
-        for topic in &response.topics {
-            for partition in &topic.partitions {
-                f(partition.error_code);
-            }
-        }
-    }
-
-    fn throttle_time_ms(response: &mut TxnOffsetCommitResponse) -> Option<&mut i32> {
-        Some(&mut response.throttle_time_ms)
-    }
 }
+
+response_fields!(TxnOffsetCommitResponse: errors[topics[partitions[error_code]]], throttle_time_ms);
 
 /// A partition of the request: its index, and the error it gets without being committed.
 type Slot = (i32, Option<i16>);

@@ -25,7 +25,7 @@ use crate::error_codes::CLUSTER_AUTHORIZATION_FAILED;
 use millrace_cluster::acl::AclOperation;
 
 use crate::error_codes::{self, DUPLICATE_RESOURCE, RESOURCE_NOT_FOUND};
-use crate::handler::{ApiHandler, Call, Reply, Versions};
+use crate::handler::{response_fields, ApiHandler, Call, Reply, Versions};
 use crate::scram::derive_keys;
 use crate::BrokerContext;
 
@@ -44,18 +44,13 @@ impl ApiHandler for DescribeUserScramCredentials {
     ) -> Reply<DescribeUserScramCredentialsResponse> {
         Reply::Now(describe(call.ctx, &call.authz, request))
     }
-
-    fn for_each_error(response: &DescribeUserScramCredentialsResponse, f: &mut dyn FnMut(i16)) {
-        f(response.error_code);
-        for r in &response.results {
-            f(r.error_code);
-        }
-    }
-
-    fn throttle_time_ms(response: &mut DescribeUserScramCredentialsResponse) -> Option<&mut i32> {
-        Some(&mut response.throttle_time_ms)
-    }
 }
+
+response_fields!(
+    DescribeUserScramCredentialsResponse:
+    errors[error_code, results[error_code]],
+    throttle_time_ms
+);
 
 /// AlterUserScramCredentials: its key, versions, handler and error codes, for [`crate::registry`].
 pub struct AlterUserScramCredentials;
@@ -72,17 +67,9 @@ impl ApiHandler for AlterUserScramCredentials {
     ) -> Reply<AlterUserScramCredentialsResponse> {
         Reply::later(alter(call.ctx.clone(), call.authz, request))
     }
-
-    fn for_each_error(response: &AlterUserScramCredentialsResponse, f: &mut dyn FnMut(i16)) {
-        for r in &response.results {
-            f(r.error_code);
-        }
-    }
-
-    fn throttle_time_ms(response: &mut AlterUserScramCredentialsResponse) -> Option<&mut i32> {
-        Some(&mut response.throttle_time_ms)
-    }
 }
+
+response_fields!(AlterUserScramCredentialsResponse: errors[results[error_code]], throttle_time_ms);
 
 pub async fn alter(
     ctx: Arc<BrokerContext>,

@@ -28,7 +28,7 @@ use millrace_store::{Marker, TopicPartition};
 
 use crate::authz::Authz;
 use crate::error_codes::{self, CLUSTER_AUTHORIZATION_FAILED, NONE};
-use crate::handler::{ApiHandler, Call, Reply, Versions};
+use crate::handler::{response_fields, ApiHandler, Call, Reply, Versions};
 use crate::BrokerContext;
 
 /// WriteTxnMarkers: its key, versions, handler and error codes, for [`crate::registry`].
@@ -43,22 +43,14 @@ impl ApiHandler for WriteTxnMarkers {
     fn handle(call: Call<'_>, request: WriteTxnMarkersRequest) -> Reply<WriteTxnMarkersResponse> {
         Reply::later(handle(call.ctx, &call.authz, request))
     }
-
-    fn for_each_error(response: &WriteTxnMarkersResponse, f: &mut dyn FnMut(i16)) {
-        for marker in &response.markers {
-            for topic in &marker.topics {
-                for partition in &topic.partitions {
-                    f(partition.error_code);
-                }
-            }
-        }
-    }
-
-    fn throttle_time_ms(_response: &mut WriteTxnMarkersResponse) -> Option<&mut i32> {
-        // Inter-broker only, and Kafka exempts it from quotas.
-        None
-    }
 }
+
+// Inter-broker only, and Kafka exempts it from quotas.
+response_fields!(
+    WriteTxnMarkersResponse:
+    errors[markers[topics[partitions[error_code]]]],
+    no throttle_time_ms
+);
 
 /// How long the markers of one request may take to reach the in-sync replicas (Kafka waits
 /// `request.timeout.ms`, 30 s by default). A coordinator sending WriteTxnMarkers must wait longer
