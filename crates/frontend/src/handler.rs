@@ -68,6 +68,48 @@ pub trait ApiHandler {
     fn handle(call: Call<'_>, request: Self::Request) -> Reply<Self::Response>;
 }
 
+/// Declares a Kafka API served the common way: a unit struct named after the API and its
+/// `ApiKey` variant, the versions advertised, the request type (the response type is the one
+/// `kafka-protocol` pairs with it), and what [`ApiHandler::handle`] does, as a closure of the
+/// [`Call`] and the request — usually a call of the module's own `handle`:
+///
+/// ```ignore
+/// api_handler! {
+///     /// Heartbeat: its key, versions and handler, for [`crate::registry`].
+///     Heartbeat, versions 0..=4, HeartbeatRequest,
+///     |call, request| Reply::Now(handle(call.ctx, &call.authz, request, call.version))
+/// }
+/// ```
+///
+/// An API that sets `SERVED_MIN`, `BEFORE_AUTHENTICATION` or `REQUEST_QUOTA_EXEMPT`, or does more
+/// than one call in `handle`, implements [`ApiHandler`] by hand.
+macro_rules! api_handler {
+    (
+        $(#[$doc:meta])*
+        $name:ident, versions $versions:expr, $request:ty,
+        |$call:ident, $req:ident| $handle:expr $(,)?
+    ) => {
+        $(#[$doc])*
+        pub struct $name;
+
+        impl $crate::handler::ApiHandler for $name {
+            const KEY: ::kafka_protocol::messages::ApiKey =
+                ::kafka_protocol::messages::ApiKey::$name;
+            const VERSIONS: $crate::handler::Versions = $versions;
+            type Request = $request;
+            type Response = <$request as ::kafka_protocol::protocol::Request>::Response;
+
+            fn handle(
+                $call: $crate::handler::Call<'_>,
+                $req: $request,
+            ) -> $crate::handler::Reply<Self::Response> {
+                $handle
+            }
+        }
+    };
+}
+pub(crate) use api_handler;
+
 /// Where a response carries its error codes and its throttle time. Implemented for each response
 /// type by one [`response_fields!`] line in its API's module (by hand only where a rule decides
 /// which codes count, FindCoordinator's).

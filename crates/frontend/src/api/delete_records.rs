@@ -6,28 +6,20 @@ use std::sync::Arc;
 use kafka_protocol::messages::delete_records_response::{
     DeleteRecordsPartitionResult, DeleteRecordsTopicResult,
 };
-use kafka_protocol::messages::{ApiKey, DeleteRecordsRequest, DeleteRecordsResponse};
+use kafka_protocol::messages::{DeleteRecordsRequest, DeleteRecordsResponse};
 
 use crate::authz::Authz;
 use crate::error_codes::TOPIC_AUTHORIZATION_FAILED;
 use millrace_cluster::acl::AclOperation;
 
 use crate::error_codes::{self, NONE, OFFSET_OUT_OF_RANGE};
-use crate::handler::{response_fields, ApiHandler, Call, Reply, Versions};
+use crate::handler::{api_handler, response_fields, Reply};
 use crate::BrokerContext;
 
-/// DeleteRecords: its key, versions, handler and error codes, for [`crate::registry`].
-pub struct DeleteRecords;
-
-impl ApiHandler for DeleteRecords {
-    const KEY: ApiKey = ApiKey::DeleteRecords;
-    const VERSIONS: Versions = 0..=2;
-    type Request = DeleteRecordsRequest;
-    type Response = DeleteRecordsResponse;
-
-    fn handle(call: Call<'_>, request: DeleteRecordsRequest) -> Reply<DeleteRecordsResponse> {
-        Reply::Now(handle(call.ctx, &call.authz, request, call.version))
-    }
+api_handler! {
+    /// DeleteRecords: its key, versions, handler and error codes, for [`crate::registry`].
+    DeleteRecords, versions 0..=2, DeleteRecordsRequest,
+    |call, request| Reply::Now(handle(call.ctx, &call.authz, request, call.version)),
 }
 
 response_fields!(DeleteRecordsResponse: errors[topics[partitions[error_code]]], throttle_time_ms);

@@ -3,34 +3,22 @@
 use std::sync::Arc;
 
 use kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
-use kafka_protocol::messages::{ApiKey, BrokerId, DescribeClusterRequest, DescribeClusterResponse};
+use kafka_protocol::messages::{BrokerId, DescribeClusterRequest, DescribeClusterResponse};
 
 use super::str_bytes;
 use crate::authz::Authz;
 use millrace_cluster::acl::AclOperation;
 use millrace_cluster::acl::{ResourceType, CLUSTER_RESOURCE_NAME};
 
-use crate::handler::{response_fields, ApiHandler, Call, Reply, Versions};
+use crate::handler::{api_handler, response_fields, Reply};
 use crate::BrokerContext;
 
-/// DescribeCluster: its key, versions, handler and error codes, for [`crate::registry`].
-pub struct DescribeCluster;
-
-impl ApiHandler for DescribeCluster {
-    const KEY: ApiKey = ApiKey::DescribeCluster;
-    const VERSIONS: Versions = 0..=1;
-    type Request = DescribeClusterRequest;
-    type Response = DescribeClusterResponse;
-
-    fn handle(call: Call<'_>, request: DescribeClusterRequest) -> Reply<DescribeClusterResponse> {
-        Reply::Now(handle(
-            call.ctx,
-            &call.authz,
-            request,
-            call.version,
-            &call.session.listener,
-        ))
-    }
+api_handler! {
+    /// DescribeCluster: its key, versions, handler and error codes, for [`crate::registry`].
+    DescribeCluster, versions 0..=1, DescribeClusterRequest,
+    |call, request| {
+        Reply::Now(handle(call.ctx, &call.authz, request, call.version, &call.session.listener))
+    },
 }
 
 response_fields!(DescribeClusterResponse: errors[error_code], throttle_time_ms);

@@ -7,32 +7,19 @@ use std::sync::Arc;
 use kafka_protocol::messages::describe_producers_response::{
     PartitionResponse, ProducerState, TopicResponse,
 };
-use kafka_protocol::messages::{
-    ApiKey, DescribeProducersRequest, DescribeProducersResponse, ProducerId,
-};
+use kafka_protocol::messages::{DescribeProducersRequest, DescribeProducersResponse, ProducerId};
 
 use crate::authz::Authz;
 use crate::error_codes::TOPIC_AUTHORIZATION_FAILED;
 use millrace_cluster::acl::AclOperation;
 
-use crate::handler::{response_fields, ApiHandler, Call, Reply, Versions};
+use crate::handler::{api_handler, response_fields, Reply};
 use crate::BrokerContext;
 
-/// DescribeProducers: its key, versions, handler and error codes, for [`crate::registry`].
-pub struct DescribeProducers;
-
-impl ApiHandler for DescribeProducers {
-    const KEY: ApiKey = ApiKey::DescribeProducers;
-    const VERSIONS: Versions = 0..=0;
-    type Request = DescribeProducersRequest;
-    type Response = DescribeProducersResponse;
-
-    fn handle(
-        call: Call<'_>,
-        request: DescribeProducersRequest,
-    ) -> Reply<DescribeProducersResponse> {
-        Reply::Now(handle(call.ctx, &call.authz, request, call.version))
-    }
+api_handler! {
+    /// DescribeProducers: its key, versions, handler and error codes, for [`crate::registry`].
+    DescribeProducers, versions 0..=0, DescribeProducersRequest,
+    |call, request| Reply::Now(handle(call.ctx, &call.authz, request, call.version)),
 }
 
 response_fields!(

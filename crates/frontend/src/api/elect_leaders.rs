@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use kafka_protocol::messages::elect_leaders_response::{PartitionResult, ReplicaElectionResult};
-use kafka_protocol::messages::{ApiKey, ElectLeadersRequest, ElectLeadersResponse};
+use kafka_protocol::messages::{ElectLeadersRequest, ElectLeadersResponse};
 use millrace_controller::messages::ElectionType;
 use millrace_controller::{ControllerError, ControllerRequest, ControllerResponse};
 
@@ -22,21 +22,13 @@ use crate::error_codes::CLUSTER_AUTHORIZATION_FAILED;
 use millrace_cluster::acl::AclOperation;
 
 use crate::error_codes::{self, KafkaError, INVALID_REQUEST, NONE};
-use crate::handler::{response_fields, ApiHandler, Call, Reply, Versions};
+use crate::handler::{api_handler, response_fields, Reply};
 use crate::BrokerContext;
 
-/// ElectLeaders: its key, versions, handler and error codes, for [`crate::registry`].
-pub struct ElectLeaders;
-
-impl ApiHandler for ElectLeaders {
-    const KEY: ApiKey = ApiKey::ElectLeaders;
-    const VERSIONS: Versions = 0..=2;
-    type Request = ElectLeadersRequest;
-    type Response = ElectLeadersResponse;
-
-    fn handle(call: Call<'_>, request: ElectLeadersRequest) -> Reply<ElectLeadersResponse> {
-        Reply::later(handle(call.ctx.clone(), call.authz, request, call.version))
-    }
+api_handler! {
+    /// ElectLeaders: its key, versions, handler and error codes, for [`crate::registry`].
+    ElectLeaders, versions 0..=2, ElectLeadersRequest,
+    |call, request| Reply::later(handle(call.ctx.clone(), call.authz, request, call.version)),
 }
 
 // The top-level code exists from v1 (it is 0 in v0).

@@ -23,7 +23,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kafka_protocol::messages::find_coordinator_response::Coordinator;
-use kafka_protocol::messages::{ApiKey, BrokerId, FindCoordinatorRequest, FindCoordinatorResponse};
+use kafka_protocol::messages::{BrokerId, FindCoordinatorRequest, FindCoordinatorResponse};
 use kafka_protocol::protocol::StrBytes;
 use millrace_cluster::image::NO_LEADER;
 use millrace_controller::messages::TopicSpec;
@@ -36,28 +36,16 @@ use super::str_bytes;
 use crate::authz::Authz;
 use crate::error_codes::{COORDINATOR_NOT_AVAILABLE, INVALID_REQUEST, NONE};
 use crate::error_codes::{GROUP_AUTHORIZATION_FAILED, TRANSACTIONAL_ID_AUTHORIZATION_FAILED};
-use crate::handler::{ApiHandler, Call, Reply, ResponseFields, Versions};
+use crate::handler::{api_handler, Reply, ResponseFields};
 use crate::BrokerContext;
 use millrace_cluster::acl::AclOperation;
 
-/// FindCoordinator: its key, versions, handler and error codes, for [`crate::registry`].
-pub struct FindCoordinator;
-
-impl ApiHandler for FindCoordinator {
-    const KEY: ApiKey = ApiKey::FindCoordinator;
-    const VERSIONS: Versions = 0..=6;
-    type Request = FindCoordinatorRequest;
-    type Response = FindCoordinatorResponse;
-
-    fn handle(call: Call<'_>, request: FindCoordinatorRequest) -> Reply<FindCoordinatorResponse> {
-        Reply::Now(handle(
-            call.ctx,
-            &call.authz,
-            request,
-            call.version,
-            &call.session.listener,
-        ))
-    }
+api_handler! {
+    /// FindCoordinator: its key, versions, handler and error codes, for [`crate::registry`].
+    FindCoordinator, versions 0..=6, FindCoordinatorRequest,
+    |call, request| {
+        Reply::Now(handle(call.ctx, &call.authz, request, call.version, &call.session.listener))
+    },
 }
 
 impl ResponseFields for FindCoordinatorResponse {

@@ -22,7 +22,7 @@ use std::time::Duration;
 use kafka_protocol::messages::metadata_response::{
     MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
 };
-use kafka_protocol::messages::{ApiKey, BrokerId, MetadataRequest, MetadataResponse};
+use kafka_protocol::messages::{BrokerId, MetadataRequest, MetadataResponse};
 use millrace_cluster::image::{MetadataImage, TopicImage};
 use millrace_cluster::validate_topic_name;
 use millrace_controller::messages::TopicSpec;
@@ -35,28 +35,17 @@ use crate::error_codes::{
     self, INVALID_TOPIC_EXCEPTION, LEADER_NOT_AVAILABLE, TOPIC_ALREADY_EXISTS,
     TOPIC_AUTHORIZATION_FAILED, UNKNOWN_TOPIC_ID, UNKNOWN_TOPIC_OR_PARTITION,
 };
-use crate::handler::{response_fields, ApiHandler, Call, Reply, Versions};
+use crate::handler::{api_handler, response_fields, Reply};
 use crate::BrokerContext;
 use millrace_cluster::acl::{AclOperation, ResourceType, CLUSTER_RESOURCE_NAME};
 
-/// Metadata: its key, versions, handler and error codes, for [`crate::registry`].
-pub struct Metadata;
-
-impl ApiHandler for Metadata {
-    const KEY: ApiKey = ApiKey::Metadata;
-    const VERSIONS: Versions = 0..=12;
-    type Request = MetadataRequest;
-    type Response = MetadataResponse;
-
-    fn handle(call: Call<'_>, request: MetadataRequest) -> Reply<MetadataResponse> {
-        Reply::later(handle(
-            call.ctx.clone(),
-            call.authz,
-            request,
-            call.version,
-            call.session.listener.clone(),
-        ))
-    }
+api_handler! {
+    /// Metadata: its key, versions, handler and error codes, for [`crate::registry`].
+    Metadata, versions 0..=12, MetadataRequest,
+    |call, request| {
+        let listener = call.session.listener.clone();
+        Reply::later(handle(call.ctx.clone(), call.authz, request, call.version, listener))
+    },
 }
 
 // The top-level code exists from v13 (it is 0 below that).

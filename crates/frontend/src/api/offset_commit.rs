@@ -13,28 +13,20 @@ use std::sync::Arc;
 use kafka_protocol::messages::offset_commit_response::{
     OffsetCommitResponsePartition, OffsetCommitResponseTopic,
 };
-use kafka_protocol::messages::{ApiKey, OffsetCommitRequest, OffsetCommitResponse, TopicName};
+use kafka_protocol::messages::{OffsetCommitRequest, OffsetCommitResponse, TopicName};
 use millrace_groups::{CommitPartition, CommitRequest, GroupError};
 
 use crate::authz::Authz;
 use crate::error_codes::{self, ILLEGAL_GENERATION, NONE, UNKNOWN_TOPIC_OR_PARTITION};
 use crate::error_codes::{GROUP_AUTHORIZATION_FAILED, TOPIC_AUTHORIZATION_FAILED};
-use crate::handler::{response_fields, ApiHandler, Call, Reply, Versions};
+use crate::handler::{api_handler, response_fields, Reply};
 use crate::BrokerContext;
 use millrace_cluster::acl::AclOperation;
 
-/// OffsetCommit: its key, versions, handler and error codes, for [`crate::registry`].
-pub struct OffsetCommit;
-
-impl ApiHandler for OffsetCommit {
-    const KEY: ApiKey = ApiKey::OffsetCommit;
-    const VERSIONS: Versions = 2..=9;
-    type Request = OffsetCommitRequest;
-    type Response = OffsetCommitResponse;
-
-    fn handle(call: Call<'_>, request: OffsetCommitRequest) -> Reply<OffsetCommitResponse> {
-        Reply::later(handle(call.ctx, &call.authz, request, call.version))
-    }
+api_handler! {
+    /// OffsetCommit: its key, versions, handler and error codes, for [`crate::registry`].
+    OffsetCommit, versions 2..=9, OffsetCommitRequest,
+    |call, request| Reply::later(handle(call.ctx, &call.authz, request, call.version)),
 }
 
 response_fields!(OffsetCommitResponse: errors[topics[partitions[error_code]]], throttle_time_ms);

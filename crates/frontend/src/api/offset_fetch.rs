@@ -11,29 +11,21 @@ use kafka_protocol::messages::offset_fetch_response::{
     OffsetFetchResponseGroup, OffsetFetchResponsePartition, OffsetFetchResponsePartitions,
     OffsetFetchResponseTopic, OffsetFetchResponseTopics,
 };
-use kafka_protocol::messages::{ApiKey, GroupId, OffsetFetchRequest, OffsetFetchResponse};
+use kafka_protocol::messages::{GroupId, OffsetFetchRequest, OffsetFetchResponse};
 use millrace_groups::{CommittedOffset, FetchTopics, GroupError};
 
 use super::{str_bytes, topic_name};
 use crate::authz::Authz;
 use crate::error_codes::UNSTABLE_OFFSET_COMMIT;
 use crate::error_codes::{self, GROUP_AUTHORIZATION_FAILED, NONE, TOPIC_AUTHORIZATION_FAILED};
-use crate::handler::{response_fields, ApiHandler, Call, Reply, Versions};
+use crate::handler::{api_handler, response_fields, Reply};
 use crate::BrokerContext;
 use millrace_cluster::acl::AclOperation;
 
-/// OffsetFetch: its key, versions, handler and error codes, for [`crate::registry`].
-pub struct OffsetFetch;
-
-impl ApiHandler for OffsetFetch {
-    const KEY: ApiKey = ApiKey::OffsetFetch;
-    const VERSIONS: Versions = 1..=9;
-    type Request = OffsetFetchRequest;
-    type Response = OffsetFetchResponse;
-
-    fn handle(call: Call<'_>, request: OffsetFetchRequest) -> Reply<OffsetFetchResponse> {
-        Reply::Now(handle(call.ctx, &call.authz, request, call.version))
-    }
+api_handler! {
+    /// OffsetFetch: its key, versions, handler and error codes, for [`crate::registry`].
+    OffsetFetch, versions 1..=9, OffsetFetchRequest,
+    |call, request| Reply::Now(handle(call.ctx, &call.authz, request, call.version)),
 }
 
 // v0-v7: one group, top-level code (v2+) and `topics`; v8+: `groups`, each with its own

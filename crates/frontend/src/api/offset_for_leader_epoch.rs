@@ -8,7 +8,7 @@ use std::sync::Arc;
 use kafka_protocol::messages::offset_for_leader_epoch_response::{
     EpochEndOffset, OffsetForLeaderTopicResult,
 };
-use kafka_protocol::messages::{ApiKey, OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse};
+use kafka_protocol::messages::{OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse};
 use millrace_store::TopicPartition;
 
 use super::leadership;
@@ -16,24 +16,13 @@ use crate::authz::Authz;
 use crate::error_codes::TOPIC_AUTHORIZATION_FAILED;
 use millrace_cluster::acl::AclOperation;
 
-use crate::handler::{response_fields, ApiHandler, Call, Reply, Versions};
+use crate::handler::{api_handler, response_fields, Reply};
 use crate::BrokerContext;
 
-/// OffsetForLeaderEpoch: its key, versions, handler and error codes, for [`crate::registry`].
-pub struct OffsetForLeaderEpoch;
-
-impl ApiHandler for OffsetForLeaderEpoch {
-    const KEY: ApiKey = ApiKey::OffsetForLeaderEpoch;
-    const VERSIONS: Versions = 2..=4;
-    type Request = OffsetForLeaderEpochRequest;
-    type Response = OffsetForLeaderEpochResponse;
-
-    fn handle(
-        call: Call<'_>,
-        request: OffsetForLeaderEpochRequest,
-    ) -> Reply<OffsetForLeaderEpochResponse> {
-        Reply::Now(handle(call.ctx, &call.authz, request, call.version))
-    }
+api_handler! {
+    /// OffsetForLeaderEpoch: its key, versions, handler and error codes, for [`crate::registry`].
+    OffsetForLeaderEpoch, versions 2..=4, OffsetForLeaderEpochRequest,
+    |call, request| Reply::Now(handle(call.ctx, &call.authz, request, call.version)),
 }
 
 response_fields!(

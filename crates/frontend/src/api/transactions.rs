@@ -21,7 +21,7 @@ use kafka_protocol::messages::describe_transactions_response::{TopicData, Transa
 use kafka_protocol::messages::list_transactions_response::TransactionState as ListedTransaction;
 use kafka_protocol::messages::{
     AddOffsetsToTxnRequest, AddOffsetsToTxnResponse, AddPartitionsToTxnRequest,
-    AddPartitionsToTxnResponse, ApiKey, DescribeTransactionsRequest, DescribeTransactionsResponse,
+    AddPartitionsToTxnResponse, DescribeTransactionsRequest, DescribeTransactionsResponse,
     EndTxnRequest, EndTxnResponse, ListTransactionsRequest, ListTransactionsResponse, ProducerId,
     TransactionalId,
 };
@@ -39,29 +39,15 @@ use crate::error_codes::{
     TRANSACTIONAL_ID_AUTHORIZATION_FAILED, TRANSACTIONAL_ID_NOT_FOUND, UNKNOWN_SERVER_ERROR,
     UNKNOWN_TOPIC_OR_PARTITION,
 };
-use crate::handler::{response_fields, ApiHandler, Call, Reply, Versions};
+use crate::handler::{api_handler, response_fields, Reply};
 use crate::BrokerContext;
 
-/// AddPartitionsToTxn: its key, versions, handler and error codes, for [`crate::registry`].
-pub struct AddPartitionsToTxn;
-
-impl ApiHandler for AddPartitionsToTxn {
-    const KEY: ApiKey = ApiKey::AddPartitionsToTxn;
-    const VERSIONS: Versions = 0..=3;
-    type Request = AddPartitionsToTxnRequest;
-    type Response = AddPartitionsToTxnResponse;
-
-    fn handle(
-        call: Call<'_>,
-        request: AddPartitionsToTxnRequest,
-    ) -> Reply<AddPartitionsToTxnResponse> {
-        Reply::later(add_partitions_to_txn(
-            call.ctx.clone(),
-            call.authz,
-            request,
-            call.version,
-        ))
-    }
+api_handler! {
+    /// AddPartitionsToTxn: its key, versions, handler and error codes, for [`crate::registry`].
+    AddPartitionsToTxn, versions 0..=3, AddPartitionsToTxnRequest,
+    |call, request| {
+        Reply::later(add_partitions_to_txn(call.ctx.clone(), call.authz, request, call.version))
+    },
 }
 
 response_fields!(
@@ -70,58 +56,28 @@ response_fields!(
     throttle_time_ms
 );
 
-/// AddOffsetsToTxn: its key, versions, handler and error codes, for [`crate::registry`].
-pub struct AddOffsetsToTxn;
-
-impl ApiHandler for AddOffsetsToTxn {
-    const KEY: ApiKey = ApiKey::AddOffsetsToTxn;
-    const VERSIONS: Versions = 0..=4;
-    type Request = AddOffsetsToTxnRequest;
-    type Response = AddOffsetsToTxnResponse;
-
-    fn handle(call: Call<'_>, request: AddOffsetsToTxnRequest) -> Reply<AddOffsetsToTxnResponse> {
-        Reply::later(add_offsets_to_txn(
-            call.ctx.clone(),
-            call.authz,
-            request,
-            call.version,
-        ))
-    }
+api_handler! {
+    /// AddOffsetsToTxn: its key, versions, handler and error codes, for [`crate::registry`].
+    AddOffsetsToTxn, versions 0..=4, AddOffsetsToTxnRequest,
+    |call, request| {
+        Reply::later(add_offsets_to_txn(call.ctx.clone(), call.authz, request, call.version))
+    },
 }
 
 response_fields!(AddOffsetsToTxnResponse: errors[error_code], throttle_time_ms);
 
-/// EndTxn: its key, versions, handler and error codes, for [`crate::registry`].
-pub struct EndTxn;
-
-impl ApiHandler for EndTxn {
-    const KEY: ApiKey = ApiKey::EndTxn;
-    const VERSIONS: Versions = 0..=4;
-    type Request = EndTxnRequest;
-    type Response = EndTxnResponse;
-
-    fn handle(call: Call<'_>, request: EndTxnRequest) -> Reply<EndTxnResponse> {
-        Reply::later(end_txn(call.ctx.clone(), call.authz, request, call.version))
-    }
+api_handler! {
+    /// EndTxn: its key, versions, handler and error codes, for [`crate::registry`].
+    EndTxn, versions 0..=4, EndTxnRequest,
+    |call, request| Reply::later(end_txn(call.ctx.clone(), call.authz, request, call.version)),
 }
 
 response_fields!(EndTxnResponse: errors[error_code], throttle_time_ms);
 
-/// DescribeTransactions: its key, versions, handler and error codes, for [`crate::registry`].
-pub struct DescribeTransactions;
-
-impl ApiHandler for DescribeTransactions {
-    const KEY: ApiKey = ApiKey::DescribeTransactions;
-    const VERSIONS: Versions = 0..=0;
-    type Request = DescribeTransactionsRequest;
-    type Response = DescribeTransactionsResponse;
-
-    fn handle(
-        call: Call<'_>,
-        request: DescribeTransactionsRequest,
-    ) -> Reply<DescribeTransactionsResponse> {
-        Reply::Now(describe_transactions(call.ctx, &call.authz, request))
-    }
+api_handler! {
+    /// DescribeTransactions: its key, versions, handler and error codes, for [`crate::registry`].
+    DescribeTransactions, versions 0..=0, DescribeTransactionsRequest,
+    |call, request| Reply::Now(describe_transactions(call.ctx, &call.authz, request)),
 }
 
 response_fields!(
@@ -130,23 +86,10 @@ response_fields!(
     throttle_time_ms
 );
 
-/// ListTransactions: its key, versions, handler and error codes, for [`crate::registry`].
-pub struct ListTransactions;
-
-impl ApiHandler for ListTransactions {
-    const KEY: ApiKey = ApiKey::ListTransactions;
-    const VERSIONS: Versions = 0..=1;
-    type Request = ListTransactionsRequest;
-    type Response = ListTransactionsResponse;
-
-    fn handle(call: Call<'_>, request: ListTransactionsRequest) -> Reply<ListTransactionsResponse> {
-        Reply::Now(list_transactions(
-            call.ctx,
-            &call.authz,
-            request,
-            call.version,
-        ))
-    }
+api_handler! {
+    /// ListTransactions: its key, versions, handler and error codes, for [`crate::registry`].
+    ListTransactions, versions 0..=1, ListTransactionsRequest,
+    |call, request| Reply::Now(list_transactions(call.ctx, &call.authz, request, call.version)),
 }
 
 response_fields!(ListTransactionsResponse: errors[error_code], throttle_time_ms);

@@ -19,9 +19,7 @@ use std::sync::Arc;
 use kafka_protocol::messages::txn_offset_commit_response::{
     TxnOffsetCommitResponsePartition, TxnOffsetCommitResponseTopic,
 };
-use kafka_protocol::messages::{
-    ApiKey, TopicName, TxnOffsetCommitRequest, TxnOffsetCommitResponse,
-};
+use kafka_protocol::messages::{TopicName, TxnOffsetCommitRequest, TxnOffsetCommitResponse};
 use millrace_cluster::acl::AclOperation;
 use millrace_groups::{partition_for, CommitPartition, CommitRequest, GroupError, OFFSETS_TOPIC};
 use millrace_transactions::TxnError;
@@ -32,21 +30,13 @@ use crate::error_codes::{
     self, COORDINATOR_LOAD_IN_PROGRESS, GROUP_AUTHORIZATION_FAILED, INVALID_PRODUCER_EPOCH, NONE,
     TOPIC_AUTHORIZATION_FAILED, TRANSACTIONAL_ID_AUTHORIZATION_FAILED, UNKNOWN_TOPIC_OR_PARTITION,
 };
-use crate::handler::{response_fields, ApiHandler, Call, Reply, Versions};
+use crate::handler::{api_handler, response_fields, Reply};
 use crate::BrokerContext;
 
-/// TxnOffsetCommit: its key, versions, handler and error codes, for [`crate::registry`].
-pub struct TxnOffsetCommit;
-
-impl ApiHandler for TxnOffsetCommit {
-    const KEY: ApiKey = ApiKey::TxnOffsetCommit;
-    const VERSIONS: Versions = 0..=4;
-    type Request = TxnOffsetCommitRequest;
-    type Response = TxnOffsetCommitResponse;
-
-    fn handle(call: Call<'_>, request: TxnOffsetCommitRequest) -> Reply<TxnOffsetCommitResponse> {
-        Reply::later(handle(call.ctx, &call.authz, request, call.version))
-    }
+api_handler! {
+    /// TxnOffsetCommit: its key, versions, handler and error codes, for [`crate::registry`].
+    TxnOffsetCommit, versions 0..=4, TxnOffsetCommitRequest,
+    |call, request| Reply::later(handle(call.ctx, &call.authz, request, call.version)),
 }
 
 response_fields!(TxnOffsetCommitResponse: errors[topics[partitions[error_code]]], throttle_time_ms);

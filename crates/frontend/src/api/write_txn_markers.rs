@@ -18,9 +18,7 @@ use tokio::time::Instant;
 use kafka_protocol::messages::write_txn_markers_response::{
     WritableTxnMarkerPartitionResult, WritableTxnMarkerResult, WritableTxnMarkerTopicResult,
 };
-use kafka_protocol::messages::{
-    ApiKey, TopicName, WriteTxnMarkersRequest, WriteTxnMarkersResponse,
-};
+use kafka_protocol::messages::{TopicName, WriteTxnMarkersRequest, WriteTxnMarkersResponse};
 use kafka_protocol::protocol::StrBytes;
 use millrace_cluster::acl::AclOperation;
 use millrace_groups::OFFSETS_TOPIC;
@@ -28,21 +26,13 @@ use millrace_store::{Marker, TopicPartition};
 
 use crate::authz::Authz;
 use crate::error_codes::{self, CLUSTER_AUTHORIZATION_FAILED, NONE};
-use crate::handler::{response_fields, ApiHandler, Call, Reply, Versions};
+use crate::handler::{api_handler, response_fields, Reply};
 use crate::BrokerContext;
 
-/// WriteTxnMarkers: its key, versions, handler and error codes, for [`crate::registry`].
-pub struct WriteTxnMarkers;
-
-impl ApiHandler for WriteTxnMarkers {
-    const KEY: ApiKey = ApiKey::WriteTxnMarkers;
-    const VERSIONS: Versions = 1..=1;
-    type Request = WriteTxnMarkersRequest;
-    type Response = WriteTxnMarkersResponse;
-
-    fn handle(call: Call<'_>, request: WriteTxnMarkersRequest) -> Reply<WriteTxnMarkersResponse> {
-        Reply::later(handle(call.ctx, &call.authz, request))
-    }
+api_handler! {
+    /// WriteTxnMarkers: its key, versions, handler and error codes, for [`crate::registry`].
+    WriteTxnMarkers, versions 1..=1, WriteTxnMarkersRequest,
+    |call, request| Reply::later(handle(call.ctx, &call.authz, request)),
 }
 
 // Inter-broker only, and Kafka exempts it from quotas.
