@@ -8,8 +8,8 @@ use kafka_protocol::messages::delete_records_response::{
 };
 use kafka_protocol::messages::{DeleteRecordsRequest, DeleteRecordsResponse};
 
+use super::leadership;
 use crate::authz::Authz;
-use crate::error_codes::TOPIC_AUTHORIZATION_FAILED;
 use millrace_cluster::acl::AclOperation;
 
 use crate::error_codes::{self, NONE, OFFSET_OUT_OF_RANGE};
@@ -45,19 +45,9 @@ pub fn handle(
                 .map(|p| {
                     let out = DeleteRecordsPartitionResult::default()
                         .with_partition_index(p.partition_index);
-                    if !allowed {
-                        return out
-                            .with_low_watermark(-1)
-                            .with_error_code(TOPIC_AUTHORIZATION_FAILED);
-                    }
-                    let tp = millrace_store::TopicPartition::new(&name, p.partition_index);
-                    let log = match super::leadership::leader_replica(ctx, &tp, -1) {
-                        Ok(hosted) => std::sync::Arc::clone(&hosted.log),
-                        Err(refusal) => {
-                            return out
-                                .with_low_watermark(-1)
-                                .with_error_code(refusal.error.code)
-                        }
+                    let log = match leadership::led_log(ctx, allowed, &name, p.partition_index) {
+                        Ok(log) => log,
+                        Err(code) => return out.with_low_watermark(-1).with_error_code(code),
                     };
                     let high_watermark = log.high_watermark();
                     let target = if p.offset == HIGH_WATERMARK {

@@ -9,8 +9,8 @@ use kafka_protocol::messages::describe_producers_response::{
 };
 use kafka_protocol::messages::{DescribeProducersRequest, DescribeProducersResponse, ProducerId};
 
+use super::leadership;
 use crate::authz::Authz;
-use crate::error_codes::TOPIC_AUTHORIZATION_FAILED;
 use millrace_cluster::acl::AclOperation;
 
 use crate::handler::{api_handler, response_fields, Reply};
@@ -45,13 +45,9 @@ pub fn handle(
                 .iter()
                 .map(|&p| {
                     let out = PartitionResponse::default().with_partition_index(p);
-                    if !allowed {
-                        return out.with_error_code(TOPIC_AUTHORIZATION_FAILED);
-                    }
-                    let tp = millrace_store::TopicPartition::new(&name, p);
-                    let log = match super::leadership::leader_replica(ctx, &tp, -1) {
-                        Ok(hosted) => std::sync::Arc::clone(&hosted.log),
-                        Err(refusal) => return out.with_error_code(refusal.error.code),
+                    let log = match leadership::led_log(ctx, allowed, &name, p) {
+                        Ok(log) => log,
+                        Err(code) => return out.with_error_code(code),
                     };
                     let producers = log
                         .producer_states()
