@@ -89,6 +89,23 @@ fn fields(o: &Option<CommittedOffset>) -> (i64, i32, String) {
     }
 }
 
+/// A v1-v7 topic whose every partition gets `code` and no offset.
+fn refused_topic(topic: &str, partitions: Vec<i32>, code: i16) -> OffsetFetchResponseTopic {
+    let partitions = partitions
+        .into_iter()
+        .map(|index| {
+            OffsetFetchResponsePartition::default()
+                .with_partition_index(index)
+                .with_committed_offset(-1)
+                .with_metadata(Some(str_bytes("")))
+                .with_error_code(code)
+        })
+        .collect();
+    OffsetFetchResponseTopic::default()
+        .with_name(topic_name(topic))
+        .with_partitions(partitions)
+}
+
 pub fn handle(
     ctx: &Arc<BrokerContext>,
     authz: &Authz,
@@ -140,20 +157,7 @@ pub fn handle(
     }) {
         Ok((found, denied)) => {
             let denied = denied.into_iter().map(|(topic, partitions)| {
-                OffsetFetchResponseTopic::default()
-                    .with_name(topic_name(&topic))
-                    .with_partitions(
-                        partitions
-                            .into_iter()
-                            .map(|index| {
-                                OffsetFetchResponsePartition::default()
-                                    .with_partition_index(index)
-                                    .with_committed_offset(-1)
-                                    .with_metadata(Some(str_bytes("")))
-                                    .with_error_code(TOPIC_AUTHORIZATION_FAILED)
-                            })
-                            .collect(),
-                    )
+                refused_topic(&topic, partitions, TOPIC_AUTHORIZATION_FAILED)
             });
             let stable = version >= 7 && request.require_stable;
             let topics = found
@@ -201,22 +205,7 @@ pub fn handle(
             let topics = topics
                 .unwrap_or_default()
                 .into_iter()
-                .map(|(topic, partitions)| {
-                    OffsetFetchResponseTopic::default()
-                        .with_name(topic_name(&topic))
-                        .with_partitions(
-                            partitions
-                                .into_iter()
-                                .map(|index| {
-                                    OffsetFetchResponsePartition::default()
-                                        .with_partition_index(index)
-                                        .with_committed_offset(-1)
-                                        .with_metadata(Some(str_bytes("")))
-                                        .with_error_code(code)
-                                })
-                                .collect(),
-                        )
-                })
+                .map(|(topic, partitions)| refused_topic(&topic, partitions, code))
                 .collect();
             OffsetFetchResponse::default().with_topics(topics)
         }
