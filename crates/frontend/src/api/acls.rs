@@ -76,14 +76,11 @@ pub async fn create(
     authz: Authz,
     request: CreateAclsRequest,
 ) -> CreateAclsResponse {
-    let refuse = |code: i16, message: &str| {
+    if let Err((code, message)) = admitted(&authz, AclOperation::Alter) {
         let result = AclCreationResult::default()
             .with_error_code(code)
             .with_error_message(Some(str_bytes(message)));
-        CreateAclsResponse::default().with_results(vec![result; request.creations.len()])
-    };
-    if let Err((code, message)) = admitted(&authz, AclOperation::Alter) {
-        return refuse(code, message);
+        return CreateAclsResponse::default().with_results(vec![result; request.creations.len()]);
     }
     // The broker's own checks first; the rest go to the controller, which checks them again.
     let acls: Vec<Result<StandardAcl, String>> = request
