@@ -1,7 +1,7 @@
 //! What an API module implements to be served: [`ApiHandler`], one impl per Kafka API, which
 //! declares in one place the API key, the versions served, the request and response types
 //! (`kafka-protocol`'s) and how a request is handled; and [`ResponseFields`], one
-//! [`response_fields!`] line per response type next to it, which says where the response carries
+//! `response_fields!` line per response type next to it, which says where the response carries
 //! error codes and the throttle time.
 //!
 //! Data flow: [`crate::dispatch`] finds the API's entry in [`crate::registry`] (one registration
@@ -111,7 +111,7 @@ macro_rules! api_handler {
 pub(crate) use api_handler;
 
 /// Where a response carries its error codes and its throttle time. Implemented for each response
-/// type by one [`response_fields!`] line in its API's module (by hand only where a rule decides
+/// type by one `response_fields!` line in its API's module (by hand only where a rule decides
 /// which codes count, FindCoordinator's).
 pub trait ResponseFields {
     /// Calls `f` with every error code the response carries — the top-level code and each
