@@ -1,7 +1,8 @@
 //! What an API module implements to be served: [`ApiHandler`], one impl per Kafka API, which
 //! declares in one place the API key, the versions served, the request and response types
-//! (`kafka-protocol`'s), how a request is handled, and where its response carries error codes and
-//! the throttle time.
+//! (`kafka-protocol`'s) and how a request is handled; and [`ResponseFields`], one
+//! `response_fields!` line per response type next to it, which says where the response carries
+//! error codes and the throttle time.
 //!
 //! Data flow: [`crate::dispatch`] finds the API's entry in [`crate::registry`] (one registration
 //! line per impl), [`crate::respond`] decodes the body into [`ApiHandler::Request`] and calls
@@ -60,22 +61,121 @@ pub trait ApiHandler {
     /// The decoded request, at the version of the request header.
     type Request: Decodable;
     /// The response, encoded at the request's version.
-    type Response: Encodable + Send + 'static;
+    type Response: Encodable + ResponseFields + Send + 'static;
 
     /// Handles one request: what must happen in request order happens here; the answer, now or
     /// later.
     fn handle(call: Call<'_>, request: Self::Request) -> Reply<Self::Response>;
+}
 
-    /// Calls `f` with every error code `response` carries — the top-level code and each
+/// Declares a Kafka API served the common way: a unit struct named after the API and its
+/// `ApiKey` variant, the versions advertised, the request type (the response type is the one
+/// `kafka-protocol` pairs with it), and what [`ApiHandler::handle`] does, as a closure of the
+/// [`Call`] and the request — usually a call of the module's own `handle`:
+///
+/// ```ignore
+/// api_handler! {
+///     /// Heartbeat: its key, versions and handler, for [`crate::registry`].
+///     Heartbeat, versions 0..=4, HeartbeatRequest,
+///     |call, request| Reply::Now(handle(call.ctx, &call.authz, request, call.version))
+/// }
+/// ```
+///
+/// An API that sets `SERVED_MIN`, `BEFORE_AUTHENTICATION` or `REQUEST_QUOTA_EXEMPT`, or does more
+/// than one call in `handle`, implements [`ApiHandler`] by hand.
+macro_rules! api_handler {
+    (
+        $(#[$doc:meta])*
+        $name:ident, versions $versions:expr, $request:ty,
+        |$call:ident, $req:ident| $handle:expr $(,)?
+    ) => {
+        $(#[$doc])*
+        pub struct $name;
+
+        impl $crate::handler::ApiHandler for $name {
+            const KEY: ::kafka_protocol::messages::ApiKey =
+                ::kafka_protocol::messages::ApiKey::$name;
+            const VERSIONS: $crate::handler::Versions = $versions;
+            type Request = $request;
+            type Response = <$request as ::kafka_protocol::protocol::Request>::Response;
+
+            fn handle(
+                $call: $crate::handler::Call<'_>,
+                $req: $request,
+            ) -> $crate::handler::Reply<Self::Response> {
+                $handle
+            }
+        }
+    };
+}
+pub(crate) use api_handler;
+
+/// Where a response carries its error codes and its throttle time. Implemented for each response
+/// type by one `response_fields!` line in its API's module (by hand only where a rule decides
+/// which codes count, FindCoordinator's).
+pub trait ResponseFields {
+    /// Calls `f` with every error code the response carries — the top-level code and each
     /// per-topic, per-partition, per-group or per-member one — as Kafka's
     /// `AbstractResponse.errorCounts()` counts them, for the request-error metrics (Kafka's
     /// ErrorsPerSec). NONE may be passed; the caller skips it.
-    fn for_each_error(response: &Self::Response, f: &mut dyn FnMut(i16));
+    fn for_each_error(&self, f: &mut dyn FnMut(i16));
 
     /// The response's `throttle_time_ms`, where a client quota's throttle goes; `None` for a
     /// response without one.
-    fn throttle_time_ms(response: &mut Self::Response) -> Option<&mut i32>;
+    fn throttle_time_ms(&mut self) -> Option<&mut i32>;
 }
+
+/// Implements [`ResponseFields`] for a response type from where its error codes sit and whether
+/// it has a `throttle_time_ms`. In `errors[...]`, a field name is an error code at that level and
+/// `list[...]` visits each element of `list` with what the brackets hold, in the order written
+/// (the order Kafka's `errorCounts()` visits them):
+///
+/// ```ignore
+/// response_fields!(HeartbeatResponse: errors[error_code], throttle_time_ms);
+/// response_fields!(MetadataResponse: errors[error_code, topics[error_code, partitions[error_code]]], throttle_time_ms);
+/// response_fields!(SaslHandshakeResponse: errors[error_code], no throttle_time_ms);
+/// ```
+macro_rules! response_fields {
+    ($response:ty: errors[$($errors:tt)*], throttle_time_ms) => {
+        impl $crate::handler::ResponseFields for $response {
+            fn for_each_error(&self, f: &mut dyn FnMut(i16)) {
+                $crate::handler::visit_errors!(self, f; $($errors)*);
+            }
+
+            fn throttle_time_ms(&mut self) -> Option<&mut i32> {
+                Some(&mut self.throttle_time_ms)
+            }
+        }
+    };
+    ($response:ty: errors[$($errors:tt)*], no throttle_time_ms) => {
+        impl $crate::handler::ResponseFields for $response {
+            fn for_each_error(&self, f: &mut dyn FnMut(i16)) {
+                $crate::handler::visit_errors!(self, f; $($errors)*);
+            }
+
+            fn throttle_time_ms(&mut self) -> Option<&mut i32> {
+                None
+            }
+        }
+    };
+}
+pub(crate) use response_fields;
+
+/// [`response_fields!`]'s walk: calls `$f` with each code that `$errors` names in `$node`.
+macro_rules! visit_errors {
+    ($node:expr, $f:ident;) => {};
+    ($node:expr, $f:ident; $list:ident[$($inner:tt)*] $(, $($rest:tt)*)?) => {
+        for item in &$node.$list {
+            $crate::handler::visit_errors!(item, $f; $($inner)*);
+        }
+        $crate::handler::visit_errors!($node, $f; $($($rest)*)?);
+    };
+    ($node:expr, $f:ident; $code:ident $(, $($rest:tt)*)?) => {
+        $f($node.$code);
+        $crate::handler::visit_errors!($node, $f; $($($rest)*)?);
+    };
+}
+pub(crate) use visit_errors;
 
 /// What a handler gets besides its request.
 pub struct Call<'a> {
@@ -152,14 +252,58 @@ pub struct Spliced<R> {
 }
 
 /// The error codes of `response` that the request-error metrics count (every one but NONE), in
-/// the order [`ApiHandler::for_each_error`] visits them.
+/// the order [`ResponseFields::for_each_error`] visits them.
 #[cfg(test)]
 pub(crate) fn counted_errors<H: ApiHandler>(response: &H::Response) -> Vec<i16> {
     let mut codes = Vec::new();
-    H::for_each_error(response, &mut |code| {
+    response.for_each_error(&mut |code| {
         if code != crate::error_codes::NONE {
             codes.push(code);
         }
     });
     codes
+}
+
+#[cfg(test)]
+mod tests {
+    use kafka_protocol::messages::metadata_response::{
+        MetadataResponsePartition, MetadataResponseTopic,
+    };
+    use kafka_protocol::messages::{MetadataResponse, SaslHandshakeResponse};
+
+    use super::ResponseFields;
+
+    fn codes(response: &impl ResponseFields) -> Vec<i16> {
+        let mut codes = Vec::new();
+        response.for_each_error(&mut |code| codes.push(code));
+        codes
+    }
+
+    #[test]
+    fn response_fields_visits_nested_codes_in_order() {
+        let topic = |code: i16, partitions: &[i16]| {
+            MetadataResponseTopic::default()
+                .with_error_code(code)
+                .with_partitions(
+                    partitions
+                        .iter()
+                        .map(|&p| MetadataResponsePartition::default().with_error_code(p))
+                        .collect(),
+                )
+        };
+        let mut response = MetadataResponse::default()
+            .with_error_code(1)
+            .with_topics(vec![topic(2, &[3, 4]), topic(5, &[6])])
+            .with_throttle_time_ms(7);
+        // Each topic's code, then its partitions', as Kafka's MetadataResponse.errorCounts.
+        assert_eq!(codes(&response), vec![1, 2, 3, 4, 5, 6]);
+        assert_eq!(response.throttle_time_ms().copied(), Some(7));
+    }
+
+    #[test]
+    fn response_fields_without_throttle_time() {
+        let mut response = SaslHandshakeResponse::default().with_error_code(33);
+        assert_eq!(codes(&response), vec![33]);
+        assert!(response.throttle_time_ms().is_none());
+    }
 }

@@ -22,7 +22,7 @@ use tokio::task::JoinHandle;
 use millrace_metrics::{ApiErrorLabels, ApiLabels};
 
 use crate::error_codes::{error_name, NONE};
-use crate::handler::{ApiHandler, Call, Reply, Spliced};
+use crate::handler::{ApiHandler, Call, Reply, ResponseFields, Spliced};
 use crate::quota::{QuotaType, Throttle};
 use crate::splice::{self, Chunk};
 use crate::BrokerContext;
@@ -94,7 +94,7 @@ fn decode<T: Decodable>(buf: &mut Bytes, route: Route) -> Result<T, String> {
 
 /// Raises the response's throttle time to `ms` (the larger of two throttles wins).
 fn throttle<H: ApiHandler>(response: &mut H::Response, ms: i32) {
-    if let Some(throttle_time_ms) = H::throttle_time_ms(response) {
+    if let Some(throttle_time_ms) = ResponseFields::throttle_time_ms(response) {
         *throttle_time_ms = (*throttle_time_ms).max(ms);
     }
 }
@@ -191,7 +191,7 @@ fn observe<H: ApiHandler>(route: Route, response: Option<&H::Response>) {
         })
         .observe(route.started.elapsed().as_secs_f64());
     if let Some(response) = response {
-        H::for_each_error(response, &mut |code| {
+        response.for_each_error(&mut |code| {
             if code != NONE {
                 metrics
                     .request_errors

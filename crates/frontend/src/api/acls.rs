@@ -16,7 +16,7 @@ use kafka_protocol::messages::delete_acls_response::{
 };
 use kafka_protocol::messages::describe_acls_response::{AclDescription, DescribeAclsResource};
 use kafka_protocol::messages::{
-    ApiKey, CreateAclsRequest, CreateAclsResponse, DeleteAclsRequest, DeleteAclsResponse,
+    CreateAclsRequest, CreateAclsResponse, DeleteAclsRequest, DeleteAclsResponse,
     DescribeAclsRequest, DescribeAclsResponse,
 };
 use kafka_protocol::protocol::StrBytes;
@@ -28,78 +28,32 @@ use millrace_controller::{ControllerError, ControllerRequest, ControllerResponse
 use super::{forward, str_bytes};
 use crate::authz::Authz;
 use crate::error_codes::{self, CLUSTER_AUTHORIZATION_FAILED, INVALID_REQUEST, SECURITY_DISABLED};
-use crate::handler::{ApiHandler, Call, Reply, Versions};
+use crate::handler::{api_handler, response_fields, Reply};
 use crate::BrokerContext;
 
-/// DescribeAcls: its key, versions, handler and error codes, for [`crate::registry`].
-pub struct DescribeAcls;
-
-impl ApiHandler for DescribeAcls {
-    const KEY: ApiKey = ApiKey::DescribeAcls;
-    const VERSIONS: Versions = 1..=3;
-    type Request = DescribeAclsRequest;
-    type Response = DescribeAclsResponse;
-
-    fn handle(call: Call<'_>, request: DescribeAclsRequest) -> Reply<DescribeAclsResponse> {
-        Reply::Now(describe(call.ctx, &call.authz, request))
-    }
-
-    fn for_each_error(response: &DescribeAclsResponse, f: &mut dyn FnMut(i16)) {
-        f(response.error_code);
-    }
-
-    fn throttle_time_ms(response: &mut DescribeAclsResponse) -> Option<&mut i32> {
-        Some(&mut response.throttle_time_ms)
-    }
+api_handler! {
+    /// DescribeAcls: its key, versions, handler and error codes, for [`crate::registry`].
+    DescribeAcls, versions 1..=3, DescribeAclsRequest,
+    |call, request| Reply::Now(describe(call.ctx, &call.authz, request)),
 }
 
-/// CreateAcls: its key, versions, handler and error codes, for [`crate::registry`].
-pub struct CreateAcls;
+response_fields!(DescribeAclsResponse: errors[error_code], throttle_time_ms);
 
-impl ApiHandler for CreateAcls {
-    const KEY: ApiKey = ApiKey::CreateAcls;
-    const VERSIONS: Versions = 1..=3;
-    type Request = CreateAclsRequest;
-    type Response = CreateAclsResponse;
-
-    fn handle(call: Call<'_>, request: CreateAclsRequest) -> Reply<CreateAclsResponse> {
-        Reply::later(create(call.ctx.clone(), call.authz, request))
-    }
-
-    fn for_each_error(response: &CreateAclsResponse, f: &mut dyn FnMut(i16)) {
-        for r in &response.results {
-            f(r.error_code);
-        }
-    }
-
-    fn throttle_time_ms(response: &mut CreateAclsResponse) -> Option<&mut i32> {
-        Some(&mut response.throttle_time_ms)
-    }
+api_handler! {
+    /// CreateAcls: its key, versions, handler and error codes, for [`crate::registry`].
+    CreateAcls, versions 1..=3, CreateAclsRequest,
+    |call, request| Reply::later(create(call.ctx.clone(), call.authz, request)),
 }
 
-/// DeleteAcls: its key, versions, handler and error codes, for [`crate::registry`].
-pub struct DeleteAcls;
+response_fields!(CreateAclsResponse: errors[results[error_code]], throttle_time_ms);
 
-impl ApiHandler for DeleteAcls {
-    const KEY: ApiKey = ApiKey::DeleteAcls;
-    const VERSIONS: Versions = 1..=3;
-    type Request = DeleteAclsRequest;
-    type Response = DeleteAclsResponse;
-
-    fn handle(call: Call<'_>, request: DeleteAclsRequest) -> Reply<DeleteAclsResponse> {
-        Reply::later(delete(call.ctx.clone(), call.authz, request))
-    }
-
-    fn for_each_error(response: &DeleteAclsResponse, f: &mut dyn FnMut(i16)) {
-        for r in &response.filter_results {
-            f(r.error_code);
-        }
-    }
-
-    fn throttle_time_ms(response: &mut DeleteAclsResponse) -> Option<&mut i32> {
-        Some(&mut response.throttle_time_ms)
-    }
+api_handler! {
+    /// DeleteAcls: its key, versions, handler and error codes, for [`crate::registry`].
+    DeleteAcls, versions 1..=3, DeleteAclsRequest,
+    |call, request| Reply::later(delete(call.ctx.clone(), call.authz, request)),
 }
+
+response_fields!(DeleteAclsResponse: errors[filter_results[error_code]], throttle_time_ms);
 
 const NO_AUTHORIZER: &str = "No Authorizer is configured on the broker";
 
@@ -122,14 +76,11 @@ pub async fn create(
     authz: Authz,
     request: CreateAclsRequest,
 ) -> CreateAclsResponse {
-    let refuse = |code: i16, message: &str| {
+    if let Err((code, message)) = admitted(&authz, AclOperation::Alter) {
         let result = AclCreationResult::default()
             .with_error_code(code)
             .with_error_message(Some(str_bytes(message)));
-        CreateAclsResponse::default().with_results(vec![result; request.creations.len()])
-    };
-    if let Err((code, message)) = admitted(&authz, AclOperation::Alter) {
-        return refuse(code, message);
+        return CreateAclsResponse::default().with_results(vec![result; request.creations.len()]);
     }
     // The broker's own checks first; the rest go to the controller, which checks them again.
     let acls: Vec<Result<StandardAcl, String>> = request

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use kafka_protocol::messages::{
     alter_configs_response, incremental_alter_configs_response, AlterConfigsRequest,
-    AlterConfigsResponse, ApiKey, IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse,
+    AlterConfigsResponse, IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse,
 };
 use kafka_protocol::protocol::StrBytes;
 use millrace_cluster::TopicConfigs;
@@ -25,65 +25,27 @@ use crate::authz::Authz;
 use millrace_cluster::acl::AclOperation;
 
 use crate::error_codes::{self, INVALID_CONFIG, INVALID_REQUEST, UNKNOWN_SERVER_ERROR};
-use crate::handler::{ApiHandler, Call, Reply, Versions};
+use crate::handler::{api_handler, response_fields, Reply};
 use crate::limits::ADMIN_TIMEOUT_MS_MAX;
 use crate::BrokerContext;
 
-/// AlterConfigs: its key, versions, handler and error codes, for [`crate::registry`].
-pub struct AlterConfigs;
-
-impl ApiHandler for AlterConfigs {
-    const KEY: ApiKey = ApiKey::AlterConfigs;
-    const VERSIONS: Versions = 0..=2;
-    type Request = AlterConfigsRequest;
-    type Response = AlterConfigsResponse;
-
-    fn handle(call: Call<'_>, request: AlterConfigsRequest) -> Reply<AlterConfigsResponse> {
-        Reply::later(handle(call.ctx.clone(), call.authz, request, call.version))
-    }
-
-    fn for_each_error(response: &AlterConfigsResponse, f: &mut dyn FnMut(i16)) {
-        for resource in &response.responses {
-            f(resource.error_code);
-        }
-    }
-
-    fn throttle_time_ms(response: &mut AlterConfigsResponse) -> Option<&mut i32> {
-        Some(&mut response.throttle_time_ms)
-    }
+api_handler! {
+    /// AlterConfigs: its key, versions, handler and error codes, for [`crate::registry`].
+    AlterConfigs, versions 0..=2, AlterConfigsRequest,
+    |call, request| Reply::later(handle(call.ctx.clone(), call.authz, request, call.version)),
 }
 
-/// IncrementalAlterConfigs: its key, versions, handler and error codes, for [`crate::registry`].
-pub struct IncrementalAlterConfigs;
+response_fields!(AlterConfigsResponse: errors[responses[error_code]], throttle_time_ms);
 
-impl ApiHandler for IncrementalAlterConfigs {
-    const KEY: ApiKey = ApiKey::IncrementalAlterConfigs;
-    const VERSIONS: Versions = 0..=1;
-    type Request = IncrementalAlterConfigsRequest;
-    type Response = IncrementalAlterConfigsResponse;
-
-    fn handle(
-        call: Call<'_>,
-        request: IncrementalAlterConfigsRequest,
-    ) -> Reply<IncrementalAlterConfigsResponse> {
-        Reply::later(handle_incremental(
-            call.ctx.clone(),
-            call.authz,
-            request,
-            call.version,
-        ))
-    }
-
-    fn for_each_error(response: &IncrementalAlterConfigsResponse, f: &mut dyn FnMut(i16)) {
-        for resource in &response.responses {
-            f(resource.error_code);
-        }
-    }
-
-    fn throttle_time_ms(response: &mut IncrementalAlterConfigsResponse) -> Option<&mut i32> {
-        Some(&mut response.throttle_time_ms)
-    }
+api_handler! {
+    /// IncrementalAlterConfigs: its key, versions, handler and error codes, for [`crate::registry`].
+    IncrementalAlterConfigs, versions 0..=1, IncrementalAlterConfigsRequest,
+    |call, request| {
+        Reply::later(handle_incremental(call.ctx.clone(), call.authz, request, call.version))
+    },
 }
+
+response_fields!(IncrementalAlterConfigsResponse: errors[responses[error_code]], throttle_time_ms);
 
 type Outcome = Result<(), (i16, String)>;
 

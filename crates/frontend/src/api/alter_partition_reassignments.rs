@@ -14,7 +14,7 @@ use kafka_protocol::messages::alter_partition_reassignments_response::{
     ReassignablePartitionResponse, ReassignableTopicResponse,
 };
 use kafka_protocol::messages::{
-    AlterPartitionReassignmentsRequest, AlterPartitionReassignmentsResponse, ApiKey,
+    AlterPartitionReassignmentsRequest, AlterPartitionReassignmentsResponse,
 };
 use millrace_controller::messages::{PartitionResults, ReassignTopicSpec};
 use millrace_controller::{ControllerError, ControllerRequest, ControllerResponse};
@@ -25,38 +25,20 @@ use crate::error_codes::CLUSTER_AUTHORIZATION_FAILED;
 use millrace_cluster::acl::AclOperation;
 
 use crate::error_codes::{self, KafkaError};
-use crate::handler::{ApiHandler, Call, Reply, Versions};
+use crate::handler::{api_handler, response_fields, Reply};
 use crate::BrokerContext;
 
-/// AlterPartitionReassignments: its key, versions, handler and error codes, for [`crate::registry`].
-pub struct AlterPartitionReassignments;
-
-impl ApiHandler for AlterPartitionReassignments {
-    const KEY: ApiKey = ApiKey::AlterPartitionReassignments;
-    const VERSIONS: Versions = 0..=0;
-    type Request = AlterPartitionReassignmentsRequest;
-    type Response = AlterPartitionReassignmentsResponse;
-
-    fn handle(
-        call: Call<'_>,
-        request: AlterPartitionReassignmentsRequest,
-    ) -> Reply<AlterPartitionReassignmentsResponse> {
-        Reply::later(handle(call.ctx.clone(), call.authz, request, call.version))
-    }
-
-    fn for_each_error(response: &AlterPartitionReassignmentsResponse, f: &mut dyn FnMut(i16)) {
-        f(response.error_code);
-        for topic in &response.responses {
-            for partition in &topic.partitions {
-                f(partition.error_code);
-            }
-        }
-    }
-
-    fn throttle_time_ms(response: &mut AlterPartitionReassignmentsResponse) -> Option<&mut i32> {
-        Some(&mut response.throttle_time_ms)
-    }
+api_handler! {
+    /// AlterPartitionReassignments: its key, versions, handler and error codes, for [`crate::registry`].
+    AlterPartitionReassignments, versions 0..=0, AlterPartitionReassignmentsRequest,
+    |call, request| Reply::later(handle(call.ctx.clone(), call.authz, request, call.version)),
 }
+
+response_fields!(
+    AlterPartitionReassignmentsResponse:
+    errors[error_code, responses[partitions[error_code]]],
+    throttle_time_ms
+);
 
 pub async fn handle(
     ctx: Arc<BrokerContext>,

@@ -14,7 +14,7 @@ use kafka_protocol::messages::{ApiKey, ApiVersionsRequest, ApiVersionsResponse};
 
 use super::str_bytes;
 use crate::error_codes::UNSUPPORTED_VERSION;
-use crate::handler::{ApiHandler, ApiRange, Call, Reply, Versions};
+use crate::handler::{response_fields, ApiHandler, ApiRange, Call, Reply, Versions};
 
 /// ApiVersions: its key, versions, handler and error codes, for [`crate::registry`].
 pub struct ApiVersions;
@@ -31,15 +31,9 @@ impl ApiHandler for ApiVersions {
         let epoch = i64::try_from(call.ctx.cluster.image().offset).unwrap_or(i64::MAX);
         Reply::Now(handle(request, call.version, epoch, call.advertised))
     }
-
-    fn for_each_error(response: &ApiVersionsResponse, f: &mut dyn FnMut(i16)) {
-        f(response.error_code);
-    }
-
-    fn throttle_time_ms(response: &mut ApiVersionsResponse) -> Option<&mut i32> {
-        Some(&mut response.throttle_time_ms)
-    }
 }
+
+response_fields!(ApiVersionsResponse: errors[error_code], throttle_time_ms);
 
 /// A feature as ApiVersions v3+ reports it (KIP-584): the levels this broker supports and the
 /// level finalized in the cluster.

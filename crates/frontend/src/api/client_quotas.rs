@@ -12,7 +12,7 @@ use kafka_protocol::messages::alter_client_quotas_response::{
 };
 use kafka_protocol::messages::describe_client_quotas_response::{EntityData, EntryData, ValueData};
 use kafka_protocol::messages::{
-    AlterClientQuotasRequest, AlterClientQuotasResponse, ApiKey, DescribeClientQuotasRequest,
+    AlterClientQuotasRequest, AlterClientQuotasResponse, DescribeClientQuotasRequest,
     DescribeClientQuotasResponse,
 };
 use millrace_cluster::acl::AclOperation;
@@ -25,60 +25,24 @@ use crate::authz::Authz;
 use crate::error_codes::{
     self, CLUSTER_AUTHORIZATION_FAILED, INVALID_REQUEST, UNSUPPORTED_VERSION,
 };
-use crate::handler::{ApiHandler, Call, Reply, Versions};
+use crate::handler::{api_handler, response_fields, Reply};
 use crate::BrokerContext;
 
-/// DescribeClientQuotas: its key, versions, handler and error codes, for [`crate::registry`].
-pub struct DescribeClientQuotas;
-
-impl ApiHandler for DescribeClientQuotas {
-    const KEY: ApiKey = ApiKey::DescribeClientQuotas;
-    const VERSIONS: Versions = 0..=1;
-    type Request = DescribeClientQuotasRequest;
-    type Response = DescribeClientQuotasResponse;
-
-    fn handle(
-        call: Call<'_>,
-        request: DescribeClientQuotasRequest,
-    ) -> Reply<DescribeClientQuotasResponse> {
-        Reply::Now(describe(call.ctx, &call.authz, request))
-    }
-
-    fn for_each_error(response: &DescribeClientQuotasResponse, f: &mut dyn FnMut(i16)) {
-        f(response.error_code);
-    }
-
-    fn throttle_time_ms(response: &mut DescribeClientQuotasResponse) -> Option<&mut i32> {
-        Some(&mut response.throttle_time_ms)
-    }
+api_handler! {
+    /// DescribeClientQuotas: its key, versions, handler and error codes, for [`crate::registry`].
+    DescribeClientQuotas, versions 0..=1, DescribeClientQuotasRequest,
+    |call, request| Reply::Now(describe(call.ctx, &call.authz, request)),
 }
 
-/// AlterClientQuotas: its key, versions, handler and error codes, for [`crate::registry`].
-pub struct AlterClientQuotas;
+response_fields!(DescribeClientQuotasResponse: errors[error_code], throttle_time_ms);
 
-impl ApiHandler for AlterClientQuotas {
-    const KEY: ApiKey = ApiKey::AlterClientQuotas;
-    const VERSIONS: Versions = 0..=1;
-    type Request = AlterClientQuotasRequest;
-    type Response = AlterClientQuotasResponse;
-
-    fn handle(
-        call: Call<'_>,
-        request: AlterClientQuotasRequest,
-    ) -> Reply<AlterClientQuotasResponse> {
-        Reply::later(alter(call.ctx.clone(), call.authz, request))
-    }
-
-    fn for_each_error(response: &AlterClientQuotasResponse, f: &mut dyn FnMut(i16)) {
-        for e in &response.entries {
-            f(e.error_code);
-        }
-    }
-
-    fn throttle_time_ms(response: &mut AlterClientQuotasResponse) -> Option<&mut i32> {
-        Some(&mut response.throttle_time_ms)
-    }
+api_handler! {
+    /// AlterClientQuotas: its key, versions, handler and error codes, for [`crate::registry`].
+    AlterClientQuotas, versions 0..=1, AlterClientQuotasRequest,
+    |call, request| Reply::later(alter(call.ctx.clone(), call.authz, request)),
 }
+
+response_fields!(AlterClientQuotasResponse: errors[entries[error_code]], throttle_time_ms);
 
 /// Kafka's entity types.
 const ENTITY_TYPES: &[&str] = &[ENTITY_USER, ENTITY_CLIENT_ID, ENTITY_IP];

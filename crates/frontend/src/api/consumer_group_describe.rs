@@ -8,9 +8,7 @@ use std::sync::Arc;
 use kafka_protocol::messages::consumer_group_describe_response::{
     Assignment, DescribedGroup, Member, TopicPartitions,
 };
-use kafka_protocol::messages::{
-    ApiKey, ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse,
-};
+use kafka_protocol::messages::{ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse};
 use millrace_cluster::image::MetadataImage;
 use millrace_groups::GroupError;
 
@@ -21,35 +19,16 @@ use millrace_cluster::acl::AclOperation;
 use millrace_cluster::acl::ResourceType;
 
 use crate::error_codes;
-use crate::handler::{ApiHandler, Call, Reply, Versions};
+use crate::handler::{api_handler, response_fields, Reply};
 use crate::BrokerContext;
 
-/// ConsumerGroupDescribe: its key, versions, handler and error codes, for [`crate::registry`].
-pub struct ConsumerGroupDescribe;
-
-impl ApiHandler for ConsumerGroupDescribe {
-    const KEY: ApiKey = ApiKey::ConsumerGroupDescribe;
-    const VERSIONS: Versions = 0..=1;
-    type Request = ConsumerGroupDescribeRequest;
-    type Response = ConsumerGroupDescribeResponse;
-
-    fn handle(
-        call: Call<'_>,
-        request: ConsumerGroupDescribeRequest,
-    ) -> Reply<ConsumerGroupDescribeResponse> {
-        Reply::Now(handle(call.ctx, &call.authz, request, call.version))
-    }
-
-    fn for_each_error(response: &ConsumerGroupDescribeResponse, f: &mut dyn FnMut(i16)) {
-        for group in &response.groups {
-            f(group.error_code);
-        }
-    }
-
-    fn throttle_time_ms(response: &mut ConsumerGroupDescribeResponse) -> Option<&mut i32> {
-        Some(&mut response.throttle_time_ms)
-    }
+api_handler! {
+    /// ConsumerGroupDescribe: its key, versions, handler and error codes, for [`crate::registry`].
+    ConsumerGroupDescribe, versions 0..=1, ConsumerGroupDescribeRequest,
+    |call, request| Reply::Now(handle(call.ctx, &call.authz, request, call.version)),
 }
+
+response_fields!(ConsumerGroupDescribeResponse: errors[groups[error_code]], throttle_time_ms);
 
 /// `authorized_operations` when the client did not ask for them.
 const AUTHORIZED_OPERATIONS_OMITTED: i32 = i32::MIN;

@@ -11,9 +11,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use kafka_protocol::messages::consumer_group_heartbeat_response::{Assignment, TopicPartitions};
-use kafka_protocol::messages::{
-    ApiKey, ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse,
-};
+use kafka_protocol::messages::{ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse};
 use millrace_cluster::image::MetadataImage;
 use millrace_groups::{ConsumerHeartbeatRequest, TopicInfo, TopicsView};
 
@@ -23,40 +21,19 @@ use crate::error_codes::{GROUP_AUTHORIZATION_FAILED, TOPIC_AUTHORIZATION_FAILED}
 use millrace_cluster::acl::AclOperation;
 
 use crate::error_codes;
-use crate::handler::{ApiHandler, Call, Reply, Versions};
+use crate::handler::{api_handler, response_fields, Reply};
 use crate::BrokerContext;
 
-/// ConsumerGroupHeartbeat: its key, versions, handler and error codes, for [`crate::registry`].
-pub struct ConsumerGroupHeartbeat;
-
-impl ApiHandler for ConsumerGroupHeartbeat {
-    const KEY: ApiKey = ApiKey::ConsumerGroupHeartbeat;
-    const VERSIONS: Versions = 0..=1;
-    type Request = ConsumerGroupHeartbeatRequest;
-    type Response = ConsumerGroupHeartbeatResponse;
-
-    fn handle(
-        call: Call<'_>,
-        request: ConsumerGroupHeartbeatRequest,
-    ) -> Reply<ConsumerGroupHeartbeatResponse> {
-        Reply::later(handle(
-            call.ctx,
-            &call.authz,
-            request,
-            call.version,
-            call.client_id,
-            call.session.peer,
-        ))
-    }
-
-    fn for_each_error(response: &ConsumerGroupHeartbeatResponse, f: &mut dyn FnMut(i16)) {
-        f(response.error_code);
-    }
-
-    fn throttle_time_ms(response: &mut ConsumerGroupHeartbeatResponse) -> Option<&mut i32> {
-        Some(&mut response.throttle_time_ms)
-    }
+api_handler! {
+    /// ConsumerGroupHeartbeat: its key, versions, handler and error codes, for [`crate::registry`].
+    ConsumerGroupHeartbeat, versions 0..=1, ConsumerGroupHeartbeatRequest,
+    |call, request| {
+        let peer = call.session.peer;
+        Reply::later(handle(call.ctx, &call.authz, request, call.version, call.client_id, peer))
+    },
 }
+
+response_fields!(ConsumerGroupHeartbeatResponse: errors[error_code], throttle_time_ms);
 
 /// Topics as the broker's metadata image has them, for the group coordinator.
 pub struct ImageTopics(pub Arc<MetadataImage>);

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
-use kafka_protocol::messages::{ApiKey, CreatePartitionsRequest, CreatePartitionsResponse};
+use kafka_protocol::messages::{CreatePartitionsRequest, CreatePartitionsResponse};
 use millrace_controller::messages::PartitionsSpec;
 use millrace_controller::{ControllerError, ControllerRequest, ControllerResponse};
 
@@ -14,32 +14,16 @@ use crate::error_codes::TOPIC_AUTHORIZATION_FAILED;
 use millrace_cluster::acl::AclOperation;
 
 use crate::error_codes;
-use crate::handler::{ApiHandler, Call, Reply, Versions};
+use crate::handler::{api_handler, response_fields, Reply};
 use crate::BrokerContext;
 
-/// CreatePartitions: its key, versions, handler and error codes, for [`crate::registry`].
-pub struct CreatePartitions;
-
-impl ApiHandler for CreatePartitions {
-    const KEY: ApiKey = ApiKey::CreatePartitions;
-    const VERSIONS: Versions = 0..=3;
-    type Request = CreatePartitionsRequest;
-    type Response = CreatePartitionsResponse;
-
-    fn handle(call: Call<'_>, request: CreatePartitionsRequest) -> Reply<CreatePartitionsResponse> {
-        Reply::later(handle(call.ctx.clone(), call.authz, request, call.version))
-    }
-
-    fn for_each_error(response: &CreatePartitionsResponse, f: &mut dyn FnMut(i16)) {
-        for topic in &response.results {
-            f(topic.error_code);
-        }
-    }
-
-    fn throttle_time_ms(response: &mut CreatePartitionsResponse) -> Option<&mut i32> {
-        Some(&mut response.throttle_time_ms)
-    }
+api_handler! {
+    /// CreatePartitions: its key, versions, handler and error codes, for [`crate::registry`].
+    CreatePartitions, versions 0..=3, CreatePartitionsRequest,
+    |call, request| Reply::later(handle(call.ctx.clone(), call.authz, request, call.version)),
 }
+
+response_fields!(CreatePartitionsResponse: errors[results[error_code]], throttle_time_ms);
 
 pub async fn handle(
     ctx: Arc<BrokerContext>,

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use kafka_protocol::messages::create_topics_response::{
     CreatableTopicConfigs, CreatableTopicResult,
 };
-use kafka_protocol::messages::{ApiKey, CreateTopicsRequest, CreateTopicsResponse};
+use kafka_protocol::messages::{CreateTopicsRequest, CreateTopicsResponse};
 use millrace_cluster::TopicConfigs;
 use millrace_controller::messages::{CreatedTopic, TopicSpec};
 use millrace_controller::{ControllerError, ControllerRequest, ControllerResponse};
@@ -19,34 +19,18 @@ use crate::error_codes::TOPIC_AUTHORIZATION_FAILED;
 use millrace_cluster::acl::AclOperation;
 
 use crate::error_codes::{self, INVALID_REQUEST};
-use crate::handler::{ApiHandler, Call, Reply, Versions};
+use crate::handler::{api_handler, response_fields, Reply};
 use crate::BrokerContext;
 
-/// CreateTopics: its key, versions, handler and error codes, for [`crate::registry`].
-pub struct CreateTopics;
-
-impl ApiHandler for CreateTopics {
-    const KEY: ApiKey = ApiKey::CreateTopics;
-    const VERSIONS: Versions = 2..=7;
-    type Request = CreateTopicsRequest;
-    type Response = CreateTopicsResponse;
-
-    fn handle(call: Call<'_>, request: CreateTopicsRequest) -> Reply<CreateTopicsResponse> {
-        Reply::later(handle(call.ctx.clone(), call.authz, request, call.version))
-    }
-
-    fn for_each_error(response: &CreateTopicsResponse, f: &mut dyn FnMut(i16)) {
-        // `topic_config_error_code` (a v5+ tagged field explaining why `configs` is missing) is
-        // not counted, as in Kafka's CreateTopicsResponse.errorCounts.
-        for topic in &response.topics {
-            f(topic.error_code);
-        }
-    }
-
-    fn throttle_time_ms(response: &mut CreateTopicsResponse) -> Option<&mut i32> {
-        Some(&mut response.throttle_time_ms)
-    }
+api_handler! {
+    /// CreateTopics: its key, versions, handler and error codes, for [`crate::registry`].
+    CreateTopics, versions 2..=7, CreateTopicsRequest,
+    |call, request| Reply::later(handle(call.ctx.clone(), call.authz, request, call.version)),
 }
+
+// `topic_config_error_code` (a v5+ tagged field explaining why `configs` is missing) is
+// not counted, as in Kafka's CreateTopicsResponse.errorCounts.
+response_fields!(CreateTopicsResponse: errors[topics[error_code]], throttle_time_ms);
 
 /// First version whose result carries partitions, replication factor and configs.
 const DETAILS_VERSION_MIN: i16 = 5;

@@ -6,38 +6,22 @@ use std::future::Future;
 use std::sync::Arc;
 
 use kafka_protocol::messages::delete_groups_response::DeletableGroupResult;
-use kafka_protocol::messages::{ApiKey, DeleteGroupsRequest, DeleteGroupsResponse};
+use kafka_protocol::messages::{DeleteGroupsRequest, DeleteGroupsResponse};
 
 use crate::authz::Authz;
 use crate::error_codes::GROUP_AUTHORIZATION_FAILED;
 use crate::error_codes::{self, NONE};
-use crate::handler::{ApiHandler, Call, Reply, Versions};
+use crate::handler::{api_handler, response_fields, Reply};
 use crate::BrokerContext;
 use millrace_cluster::acl::AclOperation;
 
-/// DeleteGroups: its key, versions, handler and error codes, for [`crate::registry`].
-pub struct DeleteGroups;
-
-impl ApiHandler for DeleteGroups {
-    const KEY: ApiKey = ApiKey::DeleteGroups;
-    const VERSIONS: Versions = 0..=2;
-    type Request = DeleteGroupsRequest;
-    type Response = DeleteGroupsResponse;
-
-    fn handle(call: Call<'_>, request: DeleteGroupsRequest) -> Reply<DeleteGroupsResponse> {
-        Reply::later(handle(call.ctx, &call.authz, request, call.version))
-    }
-
-    fn for_each_error(response: &DeleteGroupsResponse, f: &mut dyn FnMut(i16)) {
-        for group in &response.results {
-            f(group.error_code);
-        }
-    }
-
-    fn throttle_time_ms(response: &mut DeleteGroupsResponse) -> Option<&mut i32> {
-        Some(&mut response.throttle_time_ms)
-    }
+api_handler! {
+    /// DeleteGroups: its key, versions, handler and error codes, for [`crate::registry`].
+    DeleteGroups, versions 0..=2, DeleteGroupsRequest,
+    |call, request| Reply::later(handle(call.ctx, &call.authz, request, call.version)),
 }
+
+response_fields!(DeleteGroupsResponse: errors[results[error_code]], throttle_time_ms);
 
 pub fn handle(
     ctx: &Arc<BrokerContext>,

@@ -6,41 +6,23 @@ use std::sync::Arc;
 use kafka_protocol::messages::delete_records_response::{
     DeleteRecordsPartitionResult, DeleteRecordsTopicResult,
 };
-use kafka_protocol::messages::{ApiKey, DeleteRecordsRequest, DeleteRecordsResponse};
+use kafka_protocol::messages::{DeleteRecordsRequest, DeleteRecordsResponse};
 
+use super::leadership;
 use crate::authz::Authz;
-use crate::error_codes::TOPIC_AUTHORIZATION_FAILED;
 use millrace_cluster::acl::AclOperation;
 
 use crate::error_codes::{self, NONE, OFFSET_OUT_OF_RANGE};
-use crate::handler::{ApiHandler, Call, Reply, Versions};
+use crate::handler::{api_handler, response_fields, Reply};
 use crate::BrokerContext;
 
-/// DeleteRecords: its key, versions, handler and error codes, for [`crate::registry`].
-pub struct DeleteRecords;
-
-impl ApiHandler for DeleteRecords {
-    const KEY: ApiKey = ApiKey::DeleteRecords;
-    const VERSIONS: Versions = 0..=2;
-    type Request = DeleteRecordsRequest;
-    type Response = DeleteRecordsResponse;
-
-    fn handle(call: Call<'_>, request: DeleteRecordsRequest) -> Reply<DeleteRecordsResponse> {
-        Reply::Now(handle(call.ctx, &call.authz, request, call.version))
-    }
-
-    fn for_each_error(response: &DeleteRecordsResponse, f: &mut dyn FnMut(i16)) {
-        for topic in &response.topics {
-            for partition in &topic.partitions {
-                f(partition.error_code);
-            }
-        }
-    }
-
-    fn throttle_time_ms(response: &mut DeleteRecordsResponse) -> Option<&mut i32> {
-        Some(&mut response.throttle_time_ms)
-    }
+api_handler! {
+    /// DeleteRecords: its key, versions, handler and error codes, for [`crate::registry`].
+    DeleteRecords, versions 0..=2, DeleteRecordsRequest,
+    |call, request| Reply::Now(handle(call.ctx, &call.authz, request, call.version)),
 }
+
+response_fields!(DeleteRecordsResponse: errors[topics[partitions[error_code]]], throttle_time_ms);
 
 /// DeleteRecords' "up to the high watermark".
 const HIGH_WATERMARK: i64 = -1;
@@ -63,19 +45,9 @@ pub fn handle(
                 .map(|p| {
                     let out = DeleteRecordsPartitionResult::default()
                         .with_partition_index(p.partition_index);
-                    if !allowed {
-                        return out
-                            .with_low_watermark(-1)
-                            .with_error_code(TOPIC_AUTHORIZATION_FAILED);
-                    }
-                    let tp = millrace_store::TopicPartition::new(&name, p.partition_index);
-                    let log = match super::leadership::leader_replica(ctx, &tp, -1) {
-                        Ok(hosted) => std::sync::Arc::clone(&hosted.log),
-                        Err(refusal) => {
-                            return out
-                                .with_low_watermark(-1)
-                                .with_error_code(refusal.error.code)
-                        }
+                    let log = match leadership::led_log(ctx, allowed, &name, p.partition_index) {
+                        Ok(log) => log,
+                        Err(code) => return out.with_low_watermark(-1).with_error_code(code),
                     };
                     let high_watermark = log.high_watermark();
                     let target = if p.offset == HIGH_WATERMARK {

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use kafka_protocol::messages::delete_topics_response::DeletableTopicResult;
-use kafka_protocol::messages::{ApiKey, DeleteTopicsRequest, DeleteTopicsResponse};
+use kafka_protocol::messages::{DeleteTopicsRequest, DeleteTopicsResponse};
 use millrace_controller::{ControllerError, ControllerRequest, ControllerResponse};
 use uuid::Uuid;
 
@@ -14,32 +14,16 @@ use crate::error_codes::TOPIC_AUTHORIZATION_FAILED;
 use millrace_cluster::acl::AclOperation;
 
 use crate::error_codes::{self, INVALID_REQUEST, UNKNOWN_TOPIC_ID, UNKNOWN_TOPIC_OR_PARTITION};
-use crate::handler::{ApiHandler, Call, Reply, Versions};
+use crate::handler::{api_handler, response_fields, Reply};
 use crate::BrokerContext;
 
-/// DeleteTopics: its key, versions, handler and error codes, for [`crate::registry`].
-pub struct DeleteTopics;
-
-impl ApiHandler for DeleteTopics {
-    const KEY: ApiKey = ApiKey::DeleteTopics;
-    const VERSIONS: Versions = 1..=6;
-    type Request = DeleteTopicsRequest;
-    type Response = DeleteTopicsResponse;
-
-    fn handle(call: Call<'_>, request: DeleteTopicsRequest) -> Reply<DeleteTopicsResponse> {
-        Reply::later(handle(call.ctx.clone(), call.authz, request, call.version))
-    }
-
-    fn for_each_error(response: &DeleteTopicsResponse, f: &mut dyn FnMut(i16)) {
-        for topic in &response.responses {
-            f(topic.error_code);
-        }
-    }
-
-    fn throttle_time_ms(response: &mut DeleteTopicsResponse) -> Option<&mut i32> {
-        Some(&mut response.throttle_time_ms)
-    }
+api_handler! {
+    /// DeleteTopics: its key, versions, handler and error codes, for [`crate::registry`].
+    DeleteTopics, versions 1..=6, DeleteTopicsRequest,
+    |call, request| Reply::later(handle(call.ctx.clone(), call.authz, request, call.version)),
 }
+
+response_fields!(DeleteTopicsResponse: errors[responses[error_code]], throttle_time_ms);
 
 const TOPIC_STATES_VERSION_MIN: i16 = 6;
 

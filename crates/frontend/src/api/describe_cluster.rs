@@ -3,43 +3,25 @@
 use std::sync::Arc;
 
 use kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
-use kafka_protocol::messages::{ApiKey, BrokerId, DescribeClusterRequest, DescribeClusterResponse};
+use kafka_protocol::messages::{BrokerId, DescribeClusterRequest, DescribeClusterResponse};
 
 use super::str_bytes;
 use crate::authz::Authz;
 use millrace_cluster::acl::AclOperation;
 use millrace_cluster::acl::{ResourceType, CLUSTER_RESOURCE_NAME};
 
-use crate::handler::{ApiHandler, Call, Reply, Versions};
+use crate::handler::{api_handler, response_fields, Reply};
 use crate::BrokerContext;
 
-/// DescribeCluster: its key, versions, handler and error codes, for [`crate::registry`].
-pub struct DescribeCluster;
-
-impl ApiHandler for DescribeCluster {
-    const KEY: ApiKey = ApiKey::DescribeCluster;
-    const VERSIONS: Versions = 0..=1;
-    type Request = DescribeClusterRequest;
-    type Response = DescribeClusterResponse;
-
-    fn handle(call: Call<'_>, request: DescribeClusterRequest) -> Reply<DescribeClusterResponse> {
-        Reply::Now(handle(
-            call.ctx,
-            &call.authz,
-            request,
-            call.version,
-            &call.session.listener,
-        ))
-    }
-
-    fn for_each_error(response: &DescribeClusterResponse, f: &mut dyn FnMut(i16)) {
-        f(response.error_code);
-    }
-
-    fn throttle_time_ms(response: &mut DescribeClusterResponse) -> Option<&mut i32> {
-        Some(&mut response.throttle_time_ms)
-    }
+api_handler! {
+    /// DescribeCluster: its key, versions, handler and error codes, for [`crate::registry`].
+    DescribeCluster, versions 0..=1, DescribeClusterRequest,
+    |call, request| {
+        Reply::Now(handle(call.ctx, &call.authz, request, call.version, &call.session.listener))
+    },
 }
+
+response_fields!(DescribeClusterResponse: errors[error_code], throttle_time_ms);
 
 /// Kafka's endpoint type for brokers (v1+); 2 = controllers, which Millrace does not expose.
 const ENDPOINT_TYPE_BROKERS: i8 = 1;

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use kafka_protocol::messages::describe_configs_response::{
     DescribeConfigsResourceResult, DescribeConfigsResult, DescribeConfigsSynonym,
 };
-use kafka_protocol::messages::{ApiKey, DescribeConfigsRequest, DescribeConfigsResponse};
+use kafka_protocol::messages::{DescribeConfigsRequest, DescribeConfigsResponse};
 use millrace_cluster::ConfigEntry;
 
 use super::str_bytes;
@@ -17,32 +17,16 @@ use crate::authz::Authz;
 use millrace_cluster::acl::AclOperation;
 
 use crate::error_codes::{INVALID_REQUEST, UNKNOWN_TOPIC_OR_PARTITION};
-use crate::handler::{ApiHandler, Call, Reply, Versions};
+use crate::handler::{api_handler, response_fields, Reply};
 use crate::BrokerContext;
 
-/// DescribeConfigs: its key, versions, handler and error codes, for [`crate::registry`].
-pub struct DescribeConfigs;
-
-impl ApiHandler for DescribeConfigs {
-    const KEY: ApiKey = ApiKey::DescribeConfigs;
-    const VERSIONS: Versions = 1..=4;
-    type Request = DescribeConfigsRequest;
-    type Response = DescribeConfigsResponse;
-
-    fn handle(call: Call<'_>, request: DescribeConfigsRequest) -> Reply<DescribeConfigsResponse> {
-        Reply::Now(handle(call.ctx, &call.authz, request, call.version))
-    }
-
-    fn for_each_error(response: &DescribeConfigsResponse, f: &mut dyn FnMut(i16)) {
-        for resource in &response.results {
-            f(resource.error_code);
-        }
-    }
-
-    fn throttle_time_ms(response: &mut DescribeConfigsResponse) -> Option<&mut i32> {
-        Some(&mut response.throttle_time_ms)
-    }
+api_handler! {
+    /// DescribeConfigs: its key, versions, handler and error codes, for [`crate::registry`].
+    DescribeConfigs, versions 1..=4, DescribeConfigsRequest,
+    |call, request| Reply::Now(handle(call.ctx, &call.authz, request, call.version)),
 }
+
+response_fields!(DescribeConfigsResponse: errors[results[error_code]], throttle_time_ms);
 
 pub const RESOURCE_TOPIC: i8 = 2;
 pub const RESOURCE_BROKER: i8 = 4;

@@ -4,39 +4,23 @@
 use std::sync::Arc;
 
 use kafka_protocol::messages::describe_groups_response::{DescribedGroup, DescribedGroupMember};
-use kafka_protocol::messages::{ApiKey, DescribeGroupsRequest, DescribeGroupsResponse};
+use kafka_protocol::messages::{DescribeGroupsRequest, DescribeGroupsResponse};
 
 use super::str_bytes;
 use crate::authz::Authz;
 use crate::error_codes::GROUP_AUTHORIZATION_FAILED;
-use crate::handler::{ApiHandler, Call, Reply, Versions};
+use crate::handler::{api_handler, response_fields, Reply};
 use millrace_cluster::acl::AclOperation;
 use millrace_cluster::acl::ResourceType;
 
-/// DescribeGroups: its key, versions, handler and error codes, for [`crate::registry`].
-pub struct DescribeGroups;
-
-impl ApiHandler for DescribeGroups {
-    const KEY: ApiKey = ApiKey::DescribeGroups;
-    const VERSIONS: Versions = 0..=5;
-    type Request = DescribeGroupsRequest;
-    type Response = DescribeGroupsResponse;
-
-    fn handle(call: Call<'_>, request: DescribeGroupsRequest) -> Reply<DescribeGroupsResponse> {
-        Reply::Now(handle(call.ctx, &call.authz, request, call.version))
-    }
-
-    fn for_each_error(response: &DescribeGroupsResponse, f: &mut dyn FnMut(i16)) {
-        // Members carry no code of their own.
-        for group in &response.groups {
-            f(group.error_code);
-        }
-    }
-
-    fn throttle_time_ms(response: &mut DescribeGroupsResponse) -> Option<&mut i32> {
-        Some(&mut response.throttle_time_ms)
-    }
+api_handler! {
+    /// DescribeGroups: its key, versions, handler and error codes, for [`crate::registry`].
+    DescribeGroups, versions 0..=5, DescribeGroupsRequest,
+    |call, request| Reply::Now(handle(call.ctx, &call.authz, request, call.version)),
 }
+
+// Members carry no code of their own.
+response_fields!(DescribeGroupsResponse: errors[groups[error_code]], throttle_time_ms);
 
 /// First version with `include_authorized_operations`.
 const AUTHORIZED_OPERATIONS_VERSION_MIN: i16 = 3;

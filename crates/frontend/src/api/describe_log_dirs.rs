@@ -8,41 +8,28 @@ use std::sync::Arc;
 use kafka_protocol::messages::describe_log_dirs_response::{
     DescribeLogDirsPartition, DescribeLogDirsResult, DescribeLogDirsTopic,
 };
-use kafka_protocol::messages::{ApiKey, DescribeLogDirsRequest, DescribeLogDirsResponse};
+use kafka_protocol::messages::{DescribeLogDirsRequest, DescribeLogDirsResponse};
 
 use super::{str_bytes, topic_name};
 use crate::authz::Authz;
 use crate::error_codes::CLUSTER_AUTHORIZATION_FAILED;
 use millrace_cluster::acl::AclOperation;
 
-use crate::handler::{ApiHandler, Call, Reply, Versions};
+use crate::handler::{api_handler, response_fields, Reply};
 use crate::BrokerContext;
 
-/// DescribeLogDirs: its key, versions, handler and error codes, for [`crate::registry`].
-pub struct DescribeLogDirs;
-
-impl ApiHandler for DescribeLogDirs {
-    const KEY: ApiKey = ApiKey::DescribeLogDirs;
-    const VERSIONS: Versions = 1..=4;
-    type Request = DescribeLogDirsRequest;
-    type Response = DescribeLogDirsResponse;
-
-    fn handle(call: Call<'_>, request: DescribeLogDirsRequest) -> Reply<DescribeLogDirsResponse> {
-        Reply::Now(handle(call.ctx, &call.authz, request, call.version))
-    }
-
-    fn for_each_error(response: &DescribeLogDirsResponse, f: &mut dyn FnMut(i16)) {
-        // The top-level code exists from v3 (it is 0 below that).
-        f(response.error_code);
-        for dir in &response.results {
-            f(dir.error_code);
-        }
-    }
-
-    fn throttle_time_ms(response: &mut DescribeLogDirsResponse) -> Option<&mut i32> {
-        Some(&mut response.throttle_time_ms)
-    }
+api_handler! {
+    /// DescribeLogDirs: its key, versions, handler and error codes, for [`crate::registry`].
+    DescribeLogDirs, versions 1..=4, DescribeLogDirsRequest,
+    |call, request| Reply::Now(handle(call.ctx, &call.authz, request, call.version)),
 }
+
+// The top-level code exists from v3 (it is 0 below that).
+response_fields!(
+    DescribeLogDirsResponse:
+    errors[error_code, results[error_code]],
+    throttle_time_ms
+);
 
 pub fn handle(
     ctx: &Arc<BrokerContext>,

@@ -7,45 +7,26 @@ use std::sync::Arc;
 use kafka_protocol::messages::describe_producers_response::{
     PartitionResponse, ProducerState, TopicResponse,
 };
-use kafka_protocol::messages::{
-    ApiKey, DescribeProducersRequest, DescribeProducersResponse, ProducerId,
-};
+use kafka_protocol::messages::{DescribeProducersRequest, DescribeProducersResponse, ProducerId};
 
+use super::leadership;
 use crate::authz::Authz;
-use crate::error_codes::TOPIC_AUTHORIZATION_FAILED;
 use millrace_cluster::acl::AclOperation;
 
-use crate::handler::{ApiHandler, Call, Reply, Versions};
+use crate::handler::{api_handler, response_fields, Reply};
 use crate::BrokerContext;
 
-/// DescribeProducers: its key, versions, handler and error codes, for [`crate::registry`].
-pub struct DescribeProducers;
-
-impl ApiHandler for DescribeProducers {
-    const KEY: ApiKey = ApiKey::DescribeProducers;
-    const VERSIONS: Versions = 0..=0;
-    type Request = DescribeProducersRequest;
-    type Response = DescribeProducersResponse;
-
-    fn handle(
-        call: Call<'_>,
-        request: DescribeProducersRequest,
-    ) -> Reply<DescribeProducersResponse> {
-        Reply::Now(handle(call.ctx, &call.authz, request, call.version))
-    }
-
-    fn for_each_error(response: &DescribeProducersResponse, f: &mut dyn FnMut(i16)) {
-        for topic in &response.topics {
-            for partition in &topic.partitions {
-                f(partition.error_code);
-            }
-        }
-    }
-
-    fn throttle_time_ms(response: &mut DescribeProducersResponse) -> Option<&mut i32> {
-        Some(&mut response.throttle_time_ms)
-    }
+api_handler! {
+    /// DescribeProducers: its key, versions, handler and error codes, for [`crate::registry`].
+    DescribeProducers, versions 0..=0, DescribeProducersRequest,
+    |call, request| Reply::Now(handle(call.ctx, &call.authz, request, call.version)),
 }
+
+response_fields!(
+    DescribeProducersResponse:
+    errors[topics[partitions[error_code]]],
+    throttle_time_ms
+);
 
 pub fn handle(
     ctx: &Arc<BrokerContext>,
@@ -64,13 +45,9 @@ pub fn handle(
                 .iter()
                 .map(|&p| {
                     let out = PartitionResponse::default().with_partition_index(p);
-                    if !allowed {
-                        return out.with_error_code(TOPIC_AUTHORIZATION_FAILED);
-                    }
-                    let tp = millrace_store::TopicPartition::new(&name, p);
-                    let log = match super::leadership::leader_replica(ctx, &tp, -1) {
-                        Ok(hosted) => std::sync::Arc::clone(&hosted.log),
-                        Err(refusal) => return out.with_error_code(refusal.error.code),
+                    let log = match leadership::led_log(ctx, allowed, &name, p) {
+                        Ok(log) => log,
+                        Err(code) => return out.with_error_code(code),
                     };
                     let producers = log
                         .producer_states()

@@ -8,7 +8,7 @@ use kafka_protocol::messages::describe_topic_partitions_response::{
     Cursor, DescribeTopicPartitionsResponsePartition, DescribeTopicPartitionsResponseTopic,
 };
 use kafka_protocol::messages::{
-    ApiKey, BrokerId, DescribeTopicPartitionsRequest, DescribeTopicPartitionsResponse,
+    BrokerId, DescribeTopicPartitionsRequest, DescribeTopicPartitionsResponse,
 };
 
 use super::metadata::INTERNAL_TOPICS;
@@ -18,38 +18,20 @@ use crate::error_codes::TOPIC_AUTHORIZATION_FAILED;
 use millrace_cluster::acl::AclOperation;
 
 use crate::error_codes::UNKNOWN_TOPIC_OR_PARTITION;
-use crate::handler::{ApiHandler, Call, Reply, Versions};
+use crate::handler::{api_handler, response_fields, Reply};
 use crate::BrokerContext;
 
-/// DescribeTopicPartitions: its key, versions, handler and error codes, for [`crate::registry`].
-pub struct DescribeTopicPartitions;
-
-impl ApiHandler for DescribeTopicPartitions {
-    const KEY: ApiKey = ApiKey::DescribeTopicPartitions;
-    const VERSIONS: Versions = 0..=0;
-    type Request = DescribeTopicPartitionsRequest;
-    type Response = DescribeTopicPartitionsResponse;
-
-    fn handle(
-        call: Call<'_>,
-        request: DescribeTopicPartitionsRequest,
-    ) -> Reply<DescribeTopicPartitionsResponse> {
-        Reply::Now(handle(call.ctx, &call.authz, request, call.version))
-    }
-
-    fn for_each_error(response: &DescribeTopicPartitionsResponse, f: &mut dyn FnMut(i16)) {
-        for topic in &response.topics {
-            f(topic.error_code);
-            for partition in &topic.partitions {
-                f(partition.error_code);
-            }
-        }
-    }
-
-    fn throttle_time_ms(response: &mut DescribeTopicPartitionsResponse) -> Option<&mut i32> {
-        Some(&mut response.throttle_time_ms)
-    }
+api_handler! {
+    /// DescribeTopicPartitions: its key, versions, handler and error codes, for [`crate::registry`].
+    DescribeTopicPartitions, versions 0..=0, DescribeTopicPartitionsRequest,
+    |call, request| Reply::Now(handle(call.ctx, &call.authz, request, call.version)),
 }
+
+response_fields!(
+    DescribeTopicPartitionsResponse:
+    errors[topics[error_code, partitions[error_code]]],
+    throttle_time_ms
+);
 
 /// Most partitions in one response, whatever the request asks (Kafka's
 /// `max.request.partition.size.limit` default).

@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use kafka_protocol::messages::elect_leaders_response::{PartitionResult, ReplicaElectionResult};
-use kafka_protocol::messages::{ApiKey, ElectLeadersRequest, ElectLeadersResponse};
+use kafka_protocol::messages::{ElectLeadersRequest, ElectLeadersResponse};
 use millrace_controller::messages::ElectionType;
 use millrace_controller::{ControllerError, ControllerRequest, ControllerResponse};
 
@@ -22,36 +22,21 @@ use crate::error_codes::CLUSTER_AUTHORIZATION_FAILED;
 use millrace_cluster::acl::AclOperation;
 
 use crate::error_codes::{self, KafkaError, INVALID_REQUEST, NONE};
-use crate::handler::{ApiHandler, Call, Reply, Versions};
+use crate::handler::{api_handler, response_fields, Reply};
 use crate::BrokerContext;
 
-/// ElectLeaders: its key, versions, handler and error codes, for [`crate::registry`].
-pub struct ElectLeaders;
-
-impl ApiHandler for ElectLeaders {
-    const KEY: ApiKey = ApiKey::ElectLeaders;
-    const VERSIONS: Versions = 0..=2;
-    type Request = ElectLeadersRequest;
-    type Response = ElectLeadersResponse;
-
-    fn handle(call: Call<'_>, request: ElectLeadersRequest) -> Reply<ElectLeadersResponse> {
-        Reply::later(handle(call.ctx.clone(), call.authz, request, call.version))
-    }
-
-    fn for_each_error(response: &ElectLeadersResponse, f: &mut dyn FnMut(i16)) {
-        // The top-level code exists from v1 (it is 0 in v0).
-        f(response.error_code);
-        for topic in &response.replica_election_results {
-            for partition in &topic.partition_result {
-                f(partition.error_code);
-            }
-        }
-    }
-
-    fn throttle_time_ms(response: &mut ElectLeadersResponse) -> Option<&mut i32> {
-        Some(&mut response.throttle_time_ms)
-    }
+api_handler! {
+    /// ElectLeaders: its key, versions, handler and error codes, for [`crate::registry`].
+    ElectLeaders, versions 0..=2, ElectLeadersRequest,
+    |call, request| Reply::later(handle(call.ctx.clone(), call.authz, request, call.version)),
 }
+
+// The top-level code exists from v1 (it is 0 in v0).
+response_fields!(
+    ElectLeadersResponse:
+    errors[error_code, replica_election_results[partition_result[error_code]]],
+    throttle_time_ms
+);
 
 /// First version with `election_type` and the top-level `error_code`.
 const ELECTION_TYPE_VERSION_MIN: i16 = 1;

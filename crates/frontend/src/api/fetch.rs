@@ -56,7 +56,7 @@ use crate::error_codes::{
     UNKNOWN_TOPIC_OR_PARTITION,
 };
 use crate::fetch_session::{Answered, FetchContext, SessionError, SessionPartition};
-use crate::handler::{ApiHandler, Call, Reply, Spliced, Versions};
+use crate::handler::{response_fields, ApiHandler, Call, Reply, Spliced, Versions};
 use crate::limits::{FETCH_RESPONSE_BYTES_MAX, FETCH_WAIT_MS_MAX};
 use crate::quota::{QuotaType, Throttle};
 use crate::splice;
@@ -94,20 +94,13 @@ impl ApiHandler for Fetch {
             request_quota_exempt: follower,
         })
     }
-
-    fn for_each_error(response: &FetchResponse, f: &mut dyn FnMut(i16)) {
-        f(response.error_code);
-        for topic in &response.responses {
-            for partition in &topic.partitions {
-                f(partition.error_code);
-            }
-        }
-    }
-
-    fn throttle_time_ms(response: &mut FetchResponse) -> Option<&mut i32> {
-        Some(&mut response.throttle_time_ms)
-    }
 }
+
+response_fields!(
+    FetchResponse:
+    errors[error_code, responses[partitions[error_code]]],
+    throttle_time_ms
+);
 
 /// First Fetch version with sessions (KIP-227).
 const SESSION_VERSION_MIN: i16 = 7;

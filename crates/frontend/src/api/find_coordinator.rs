@@ -23,7 +23,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kafka_protocol::messages::find_coordinator_response::Coordinator;
-use kafka_protocol::messages::{ApiKey, BrokerId, FindCoordinatorRequest, FindCoordinatorResponse};
+use kafka_protocol::messages::{BrokerId, FindCoordinatorRequest, FindCoordinatorResponse};
 use kafka_protocol::protocol::StrBytes;
 use millrace_cluster::image::NO_LEADER;
 use millrace_controller::messages::TopicSpec;
@@ -36,43 +36,33 @@ use super::str_bytes;
 use crate::authz::Authz;
 use crate::error_codes::{COORDINATOR_NOT_AVAILABLE, INVALID_REQUEST, NONE};
 use crate::error_codes::{GROUP_AUTHORIZATION_FAILED, TRANSACTIONAL_ID_AUTHORIZATION_FAILED};
-use crate::handler::{ApiHandler, Call, Reply, Versions};
+use crate::handler::{api_handler, Reply, ResponseFields};
 use crate::BrokerContext;
 use millrace_cluster::acl::AclOperation;
 
-/// FindCoordinator: its key, versions, handler and error codes, for [`crate::registry`].
-pub struct FindCoordinator;
+api_handler! {
+    /// FindCoordinator: its key, versions, handler and error codes, for [`crate::registry`].
+    FindCoordinator, versions 0..=6, FindCoordinatorRequest,
+    |call, request| {
+        Reply::Now(handle(call.ctx, &call.authz, request, call.version, &call.session.listener))
+    },
+}
 
-impl ApiHandler for FindCoordinator {
-    const KEY: ApiKey = ApiKey::FindCoordinator;
-    const VERSIONS: Versions = 0..=6;
-    type Request = FindCoordinatorRequest;
-    type Response = FindCoordinatorResponse;
-
-    fn handle(call: Call<'_>, request: FindCoordinatorRequest) -> Reply<FindCoordinatorResponse> {
-        Reply::Now(handle(
-            call.ctx,
-            &call.authz,
-            request,
-            call.version,
-            &call.session.listener,
-        ))
-    }
-
-    fn for_each_error(response: &FindCoordinatorResponse, f: &mut dyn FnMut(i16)) {
+impl ResponseFields for FindCoordinatorResponse {
+    fn for_each_error(&self, f: &mut dyn FnMut(i16)) {
         // As Kafka: v4+ carries one code per coordinator key and leaves the top level unused, so
         // the top-level code counts only when there are no per-key entries (v0-v3).
-        if response.coordinators.is_empty() {
-            f(response.error_code);
+        if self.coordinators.is_empty() {
+            f(self.error_code);
         } else {
-            for coordinator in &response.coordinators {
+            for coordinator in &self.coordinators {
                 f(coordinator.error_code);
             }
         }
     }
 
-    fn throttle_time_ms(response: &mut FindCoordinatorResponse) -> Option<&mut i32> {
-        Some(&mut response.throttle_time_ms)
+    fn throttle_time_ms(&mut self) -> Option<&mut i32> {
+        Some(&mut self.throttle_time_ms)
     }
 }
 

@@ -3,35 +3,21 @@
 
 use std::sync::Arc;
 
-use kafka_protocol::messages::{ApiKey, HeartbeatRequest, HeartbeatResponse};
+use kafka_protocol::messages::{HeartbeatRequest, HeartbeatResponse};
 
 use crate::authz::Authz;
 use crate::error_codes::{self, GROUP_AUTHORIZATION_FAILED, NONE};
-use crate::handler::{ApiHandler, Call, Reply, Versions};
+use crate::handler::{api_handler, response_fields, Reply};
 use crate::BrokerContext;
 use millrace_cluster::acl::AclOperation;
 
-/// Heartbeat: its key, versions, handler and error codes, for [`crate::registry`].
-pub struct Heartbeat;
-
-impl ApiHandler for Heartbeat {
-    const KEY: ApiKey = ApiKey::Heartbeat;
-    const VERSIONS: Versions = 0..=4;
-    type Request = HeartbeatRequest;
-    type Response = HeartbeatResponse;
-
-    fn handle(call: Call<'_>, request: HeartbeatRequest) -> Reply<HeartbeatResponse> {
-        Reply::Now(handle(call.ctx, &call.authz, request, call.version))
-    }
-
-    fn for_each_error(response: &HeartbeatResponse, f: &mut dyn FnMut(i16)) {
-        f(response.error_code);
-    }
-
-    fn throttle_time_ms(response: &mut HeartbeatResponse) -> Option<&mut i32> {
-        Some(&mut response.throttle_time_ms)
-    }
+api_handler! {
+    /// Heartbeat: its key, versions, handler and error codes, for [`crate::registry`].
+    Heartbeat, versions 0..=4, HeartbeatRequest,
+    |call, request| Reply::Now(handle(call.ctx, &call.authz, request, call.version)),
 }
+
+response_fields!(HeartbeatResponse: errors[error_code], throttle_time_ms);
 
 pub fn handle(
     ctx: &Arc<BrokerContext>,

@@ -10,7 +10,7 @@
 
 use std::sync::Arc;
 
-use kafka_protocol::messages::{ApiKey, InitProducerIdRequest, InitProducerIdResponse, ProducerId};
+use kafka_protocol::messages::{InitProducerIdRequest, InitProducerIdResponse, ProducerId};
 
 use crate::authz::Authz;
 use crate::error_codes::{CLUSTER_AUTHORIZATION_FAILED, TRANSACTIONAL_ID_AUTHORIZATION_FAILED};
@@ -19,30 +19,16 @@ use millrace_cluster::acl::ResourceType;
 
 use super::transactions;
 use crate::error_codes::{self, INVALID_REQUEST};
-use crate::handler::{ApiHandler, Call, Reply, Versions};
+use crate::handler::{api_handler, response_fields, Reply};
 use crate::BrokerContext;
 
-/// InitProducerId: its key, versions, handler and error codes, for [`crate::registry`].
-pub struct InitProducerId;
-
-impl ApiHandler for InitProducerId {
-    const KEY: ApiKey = ApiKey::InitProducerId;
-    const VERSIONS: Versions = 0..=5;
-    type Request = InitProducerIdRequest;
-    type Response = InitProducerIdResponse;
-
-    fn handle(call: Call<'_>, request: InitProducerIdRequest) -> Reply<InitProducerIdResponse> {
-        Reply::later(handle(call.ctx.clone(), call.authz, request, call.version))
-    }
-
-    fn for_each_error(response: &InitProducerIdResponse, f: &mut dyn FnMut(i16)) {
-        f(response.error_code);
-    }
-
-    fn throttle_time_ms(response: &mut InitProducerIdResponse) -> Option<&mut i32> {
-        Some(&mut response.throttle_time_ms)
-    }
+api_handler! {
+    /// InitProducerId: its key, versions, handler and error codes, for [`crate::registry`].
+    InitProducerId, versions 0..=5, InitProducerIdRequest,
+    |call, request| Reply::later(handle(call.ctx.clone(), call.authz, request, call.version)),
 }
+
+response_fields!(InitProducerIdResponse: errors[error_code], throttle_time_ms);
 
 /// First version that hears PRODUCER_FENCED (KIP-588).
 const FENCED_VERSION_MIN: i16 = 4;

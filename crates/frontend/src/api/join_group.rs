@@ -10,45 +10,27 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use kafka_protocol::messages::join_group_response::JoinGroupResponseMember;
-use kafka_protocol::messages::{ApiKey, JoinGroupRequest, JoinGroupResponse};
+use kafka_protocol::messages::{JoinGroupRequest, JoinGroupResponse};
 use millrace_groups::{JoinRequest, Protocol};
 
 use super::str_bytes;
 use crate::authz::Authz;
 use crate::error_codes::{self, GROUP_AUTHORIZATION_FAILED, NONE};
-use crate::handler::{ApiHandler, Call, Reply, Versions};
+use crate::handler::{api_handler, response_fields, Reply};
 use crate::BrokerContext;
 use millrace_cluster::acl::AclOperation;
 
-/// JoinGroup: its key, versions, handler and error codes, for [`crate::registry`].
-pub struct JoinGroup;
-
-impl ApiHandler for JoinGroup {
-    const KEY: ApiKey = ApiKey::JoinGroup;
-    const VERSIONS: Versions = 0..=9;
-    type Request = JoinGroupRequest;
-    type Response = JoinGroupResponse;
-
-    fn handle(call: Call<'_>, request: JoinGroupRequest) -> Reply<JoinGroupResponse> {
-        Reply::later(handle(
-            call.ctx,
-            &call.authz,
-            request,
-            call.version,
-            call.client_id,
-            call.session.peer,
-        ))
-    }
-
-    fn for_each_error(response: &JoinGroupResponse, f: &mut dyn FnMut(i16)) {
-        // Members carry no code of their own.
-        f(response.error_code);
-    }
-
-    fn throttle_time_ms(response: &mut JoinGroupResponse) -> Option<&mut i32> {
-        Some(&mut response.throttle_time_ms)
-    }
+api_handler! {
+    /// JoinGroup: its key, versions, handler and error codes, for [`crate::registry`].
+    JoinGroup, versions 0..=9, JoinGroupRequest,
+    |call, request| {
+        let peer = call.session.peer;
+        Reply::later(handle(call.ctx, &call.authz, request, call.version, call.client_id, peer))
+    },
 }
+
+// Members carry no code of their own.
+response_fields!(JoinGroupResponse: errors[error_code], throttle_time_ms);
 
 pub fn handle(
     ctx: &Arc<BrokerContext>,

@@ -1,5 +1,5 @@
 //! Where a partition request belongs, for the per-partition APIs (Produce, Fetch, ListOffsets,
-//! OffsetForLeaderEpoch, DeleteRecords): the replica hosted here, or an error that tells the client
+//! OffsetForLeaderEpoch, DeleteRecords, DescribeProducers): the replica hosted here, or an error that tells the client
 //! where to go instead (KIP-951: the current leader and its endpoint ride along with
 //! NOT_LEADER_OR_FOLLOWER on Produce v10+ and Fetch v16+, so clients need no metadata round trip).
 
@@ -8,9 +8,12 @@ use std::sync::Arc;
 
 use millrace_cluster::image::NO_LEADER;
 use millrace_replication::{HostedPartition, PartitionError, ReplicaError};
-use millrace_store::TopicPartition;
+use millrace_store::{PartitionLog, TopicPartition};
 
-use crate::error_codes::{self, KafkaError, NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION};
+use crate::error_codes::{
+    self, KafkaError, NOT_LEADER_OR_FOLLOWER, TOPIC_AUTHORIZATION_FAILED,
+    UNKNOWN_TOPIC_OR_PARTITION,
+};
 use crate::BrokerContext;
 
 /// The leader a client should talk to instead, as the committed image says.
@@ -80,6 +83,25 @@ pub fn leader_replica(
     match hosted.check_leader(current_leader_epoch) {
         Ok(_) => Ok(hosted),
         Err(e) => Err(refusal(ctx, tp, &ReplicaError::Partition(e))),
+    }
+}
+
+/// The log of `topic`'s `partition` where this broker leads it at any leader epoch and the client
+/// may act on the topic (`allowed`, checked by the caller for the API's operation); else the code
+/// the partition gets: TOPIC_AUTHORIZATION_FAILED, or the leadership refusal's.
+pub fn led_log(
+    ctx: &BrokerContext,
+    allowed: bool,
+    topic: &str,
+    partition: i32,
+) -> Result<Arc<PartitionLog>, i16> {
+    if !allowed {
+        return Err(TOPIC_AUTHORIZATION_FAILED);
+    }
+    let tp = TopicPartition::new(topic, partition);
+    match leader_replica(ctx, &tp, -1) {
+        Ok(hosted) => Ok(Arc::clone(&hosted.log)),
+        Err(refusal) => Err(refusal.error.code),
     }
 }
 

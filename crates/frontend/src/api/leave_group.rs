@@ -4,39 +4,22 @@
 use std::sync::Arc;
 
 use kafka_protocol::messages::leave_group_response::MemberResponse;
-use kafka_protocol::messages::{ApiKey, LeaveGroupRequest, LeaveGroupResponse};
+use kafka_protocol::messages::{LeaveGroupRequest, LeaveGroupResponse};
 
 use crate::authz::Authz;
 use crate::error_codes::{self, GROUP_AUTHORIZATION_FAILED, NONE};
-use crate::handler::{ApiHandler, Call, Reply, Versions};
+use crate::handler::{api_handler, response_fields, Reply};
 use crate::BrokerContext;
 use millrace_cluster::acl::AclOperation;
 
-/// LeaveGroup: its key, versions, handler and error codes, for [`crate::registry`].
-pub struct LeaveGroup;
-
-impl ApiHandler for LeaveGroup {
-    const KEY: ApiKey = ApiKey::LeaveGroup;
-    const VERSIONS: Versions = 0..=5;
-    type Request = LeaveGroupRequest;
-    type Response = LeaveGroupResponse;
-
-    fn handle(call: Call<'_>, request: LeaveGroupRequest) -> Reply<LeaveGroupResponse> {
-        Reply::Now(handle(call.ctx, &call.authz, request, call.version))
-    }
-
-    fn for_each_error(response: &LeaveGroupResponse, f: &mut dyn FnMut(i16)) {
-        f(response.error_code);
-        // Per-member codes exist from v3 (batch leave).
-        for member in &response.members {
-            f(member.error_code);
-        }
-    }
-
-    fn throttle_time_ms(response: &mut LeaveGroupResponse) -> Option<&mut i32> {
-        Some(&mut response.throttle_time_ms)
-    }
+api_handler! {
+    /// LeaveGroup: its key, versions, handler and error codes, for [`crate::registry`].
+    LeaveGroup, versions 0..=5, LeaveGroupRequest,
+    |call, request| Reply::Now(handle(call.ctx, &call.authz, request, call.version)),
 }
+
+// Per-member codes exist from v3 (batch leave).
+response_fields!(LeaveGroupResponse: errors[error_code, members[error_code]], throttle_time_ms);
 
 pub fn handle(
     ctx: &Arc<BrokerContext>,

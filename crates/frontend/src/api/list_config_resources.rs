@@ -9,7 +9,7 @@
 use std::sync::Arc;
 
 use kafka_protocol::messages::list_config_resources_response::ConfigResource;
-use kafka_protocol::messages::{ApiKey, ListConfigResourcesRequest, ListConfigResourcesResponse};
+use kafka_protocol::messages::{ListConfigResourcesRequest, ListConfigResourcesResponse};
 
 use super::describe_configs::{RESOURCE_BROKER, RESOURCE_BROKER_LOGGER, RESOURCE_TOPIC};
 use super::str_bytes;
@@ -18,33 +18,16 @@ use crate::error_codes::CLUSTER_AUTHORIZATION_FAILED;
 use millrace_cluster::acl::AclOperation;
 
 use crate::error_codes::UNSUPPORTED_VERSION;
-use crate::handler::{ApiHandler, Call, Reply, Versions};
+use crate::handler::{api_handler, response_fields, Reply};
 use crate::BrokerContext;
 
-/// ListConfigResources: its key, versions, handler and error codes, for [`crate::registry`].
-pub struct ListConfigResources;
-
-impl ApiHandler for ListConfigResources {
-    const KEY: ApiKey = ApiKey::ListConfigResources;
-    const VERSIONS: Versions = 0..=1;
-    type Request = ListConfigResourcesRequest;
-    type Response = ListConfigResourcesResponse;
-
-    fn handle(
-        call: Call<'_>,
-        request: ListConfigResourcesRequest,
-    ) -> Reply<ListConfigResourcesResponse> {
-        Reply::Now(handle(call.ctx, &call.authz, request, call.version))
-    }
-
-    fn for_each_error(response: &ListConfigResourcesResponse, f: &mut dyn FnMut(i16)) {
-        f(response.error_code);
-    }
-
-    fn throttle_time_ms(response: &mut ListConfigResourcesResponse) -> Option<&mut i32> {
-        Some(&mut response.throttle_time_ms)
-    }
+api_handler! {
+    /// ListConfigResources: its key, versions, handler and error codes, for [`crate::registry`].
+    ListConfigResources, versions 0..=1, ListConfigResourcesRequest,
+    |call, request| Reply::Now(handle(call.ctx, &call.authz, request, call.version)),
 }
+
+response_fields!(ListConfigResourcesResponse: errors[error_code], throttle_time_ms);
 
 /// Config resource type of a client-metrics subscription (KIP-714).
 const RESOURCE_CLIENT_METRICS: i8 = 16;

@@ -4,37 +4,23 @@
 use std::sync::Arc;
 
 use kafka_protocol::messages::list_groups_response::ListedGroup;
-use kafka_protocol::messages::{ApiKey, GroupId, ListGroupsRequest, ListGroupsResponse};
+use kafka_protocol::messages::{GroupId, ListGroupsRequest, ListGroupsResponse};
 
 use super::str_bytes;
 use crate::authz::Authz;
 use millrace_cluster::acl::AclOperation;
 
 use crate::error_codes;
-use crate::handler::{ApiHandler, Call, Reply, Versions};
+use crate::handler::{api_handler, response_fields, Reply};
 use crate::BrokerContext;
 
-/// ListGroups: its key, versions, handler and error codes, for [`crate::registry`].
-pub struct ListGroups;
-
-impl ApiHandler for ListGroups {
-    const KEY: ApiKey = ApiKey::ListGroups;
-    const VERSIONS: Versions = 0..=5;
-    type Request = ListGroupsRequest;
-    type Response = ListGroupsResponse;
-
-    fn handle(call: Call<'_>, request: ListGroupsRequest) -> Reply<ListGroupsResponse> {
-        Reply::Now(handle(call.ctx, &call.authz, request, call.version))
-    }
-
-    fn for_each_error(response: &ListGroupsResponse, f: &mut dyn FnMut(i16)) {
-        f(response.error_code);
-    }
-
-    fn throttle_time_ms(response: &mut ListGroupsResponse) -> Option<&mut i32> {
-        Some(&mut response.throttle_time_ms)
-    }
+api_handler! {
+    /// ListGroups: its key, versions, handler and error codes, for [`crate::registry`].
+    ListGroups, versions 0..=5, ListGroupsRequest,
+    |call, request| Reply::Now(handle(call.ctx, &call.authz, request, call.version)),
 }
+
+response_fields!(ListGroupsResponse: errors[error_code], throttle_time_ms);
 
 pub fn handle(
     ctx: &Arc<BrokerContext>,

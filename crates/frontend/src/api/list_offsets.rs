@@ -15,7 +15,7 @@ use std::sync::Arc;
 use kafka_protocol::messages::list_offsets_response::{
     ListOffsetsPartitionResponse, ListOffsetsTopicResponse,
 };
-use kafka_protocol::messages::{ApiKey, ListOffsetsRequest, ListOffsetsResponse};
+use kafka_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse};
 use millrace_replication::HostedPartition;
 use millrace_store::TopicPartition;
 
@@ -23,35 +23,17 @@ use super::leadership;
 use crate::authz::Authz;
 use crate::error_codes::TOPIC_AUTHORIZATION_FAILED;
 use crate::error_codes::{self, OFFSET_NOT_AVAILABLE, UNSUPPORTED_VERSION};
-use crate::handler::{ApiHandler, Call, Reply, Versions};
+use crate::handler::{api_handler, response_fields, Reply};
 use crate::BrokerContext;
 use millrace_cluster::acl::AclOperation;
 
-/// ListOffsets: its key, versions, handler and error codes, for [`crate::registry`].
-pub struct ListOffsets;
-
-impl ApiHandler for ListOffsets {
-    const KEY: ApiKey = ApiKey::ListOffsets;
-    const VERSIONS: Versions = 1..=10;
-    type Request = ListOffsetsRequest;
-    type Response = ListOffsetsResponse;
-
-    fn handle(call: Call<'_>, request: ListOffsetsRequest) -> Reply<ListOffsetsResponse> {
-        Reply::Now(handle(call.ctx, &call.authz, request, call.version))
-    }
-
-    fn for_each_error(response: &ListOffsetsResponse, f: &mut dyn FnMut(i16)) {
-        for topic in &response.topics {
-            for partition in &topic.partitions {
-                f(partition.error_code);
-            }
-        }
-    }
-
-    fn throttle_time_ms(response: &mut ListOffsetsResponse) -> Option<&mut i32> {
-        Some(&mut response.throttle_time_ms)
-    }
+api_handler! {
+    /// ListOffsets: its key, versions, handler and error codes, for [`crate::registry`].
+    ListOffsets, versions 1..=10, ListOffsetsRequest,
+    |call, request| Reply::Now(handle(call.ctx, &call.authz, request, call.version)),
 }
+
+response_fields!(ListOffsetsResponse: errors[topics[partitions[error_code]]], throttle_time_ms);
 
 const LATEST: i64 = -1;
 const EARLIEST: i64 = -2;

@@ -10,7 +10,7 @@ use kafka_protocol::messages::list_partition_reassignments_response::{
     OngoingPartitionReassignment, OngoingTopicReassignment,
 };
 use kafka_protocol::messages::{
-    ApiKey, BrokerId, ListPartitionReassignmentsRequest, ListPartitionReassignmentsResponse,
+    BrokerId, ListPartitionReassignmentsRequest, ListPartitionReassignmentsResponse,
 };
 use millrace_controller::{ControllerError, ControllerRequest, ControllerResponse};
 
@@ -20,34 +20,17 @@ use crate::error_codes::CLUSTER_AUTHORIZATION_FAILED;
 use millrace_cluster::acl::AclOperation;
 
 use crate::error_codes;
-use crate::handler::{ApiHandler, Call, Reply, Versions};
+use crate::handler::{api_handler, response_fields, Reply};
 use crate::BrokerContext;
 
-/// ListPartitionReassignments: its key, versions, handler and error codes, for [`crate::registry`].
-pub struct ListPartitionReassignments;
-
-impl ApiHandler for ListPartitionReassignments {
-    const KEY: ApiKey = ApiKey::ListPartitionReassignments;
-    const VERSIONS: Versions = 0..=0;
-    type Request = ListPartitionReassignmentsRequest;
-    type Response = ListPartitionReassignmentsResponse;
-
-    fn handle(
-        call: Call<'_>,
-        request: ListPartitionReassignmentsRequest,
-    ) -> Reply<ListPartitionReassignmentsResponse> {
-        Reply::later(handle(call.ctx.clone(), call.authz, request, call.version))
-    }
-
-    fn for_each_error(response: &ListPartitionReassignmentsResponse, f: &mut dyn FnMut(i16)) {
-        // Ongoing reassignments carry no code of their own.
-        f(response.error_code);
-    }
-
-    fn throttle_time_ms(response: &mut ListPartitionReassignmentsResponse) -> Option<&mut i32> {
-        Some(&mut response.throttle_time_ms)
-    }
+api_handler! {
+    /// ListPartitionReassignments: its key, versions, handler and error codes, for [`crate::registry`].
+    ListPartitionReassignments, versions 0..=0, ListPartitionReassignmentsRequest,
+    |call, request| Reply::later(handle(call.ctx.clone(), call.authz, request, call.version)),
 }
+
+// Ongoing reassignments carry no code of their own.
+response_fields!(ListPartitionReassignmentsResponse: errors[error_code], throttle_time_ms);
 
 pub async fn handle(
     ctx: Arc<BrokerContext>,

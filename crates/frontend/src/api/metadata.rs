@@ -22,7 +22,7 @@ use std::time::Duration;
 use kafka_protocol::messages::metadata_response::{
     MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
 };
-use kafka_protocol::messages::{ApiKey, BrokerId, MetadataRequest, MetadataResponse};
+use kafka_protocol::messages::{BrokerId, MetadataRequest, MetadataResponse};
 use millrace_cluster::image::{MetadataImage, TopicImage};
 use millrace_cluster::validate_topic_name;
 use millrace_controller::messages::TopicSpec;
@@ -35,44 +35,25 @@ use crate::error_codes::{
     self, INVALID_TOPIC_EXCEPTION, LEADER_NOT_AVAILABLE, TOPIC_ALREADY_EXISTS,
     TOPIC_AUTHORIZATION_FAILED, UNKNOWN_TOPIC_ID, UNKNOWN_TOPIC_OR_PARTITION,
 };
-use crate::handler::{ApiHandler, Call, Reply, Versions};
+use crate::handler::{api_handler, response_fields, Reply};
 use crate::BrokerContext;
 use millrace_cluster::acl::{AclOperation, ResourceType, CLUSTER_RESOURCE_NAME};
 
-/// Metadata: its key, versions, handler and error codes, for [`crate::registry`].
-pub struct Metadata;
-
-impl ApiHandler for Metadata {
-    const KEY: ApiKey = ApiKey::Metadata;
-    const VERSIONS: Versions = 0..=12;
-    type Request = MetadataRequest;
-    type Response = MetadataResponse;
-
-    fn handle(call: Call<'_>, request: MetadataRequest) -> Reply<MetadataResponse> {
-        Reply::later(handle(
-            call.ctx.clone(),
-            call.authz,
-            request,
-            call.version,
-            call.session.listener.clone(),
-        ))
-    }
-
-    fn for_each_error(response: &MetadataResponse, f: &mut dyn FnMut(i16)) {
-        // The top-level code exists from v13 (it is 0 below that).
-        f(response.error_code);
-        for topic in &response.topics {
-            f(topic.error_code);
-            for partition in &topic.partitions {
-                f(partition.error_code);
-            }
-        }
-    }
-
-    fn throttle_time_ms(response: &mut MetadataResponse) -> Option<&mut i32> {
-        Some(&mut response.throttle_time_ms)
-    }
+api_handler! {
+    /// Metadata: its key, versions, handler and error codes, for [`crate::registry`].
+    Metadata, versions 0..=12, MetadataRequest,
+    |call, request| {
+        let listener = call.session.listener.clone();
+        Reply::later(handle(call.ctx.clone(), call.authz, request, call.version, listener))
+    },
 }
+
+// The top-level code exists from v13 (it is 0 below that).
+response_fields!(
+    MetadataResponse:
+    errors[error_code, topics[error_code, partitions[error_code]]],
+    throttle_time_ms
+);
 
 /// Topics Kafka marks internal.
 pub const INTERNAL_TOPICS: &[&str] = &["__consumer_offsets", "__transaction_state"];

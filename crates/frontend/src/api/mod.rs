@@ -1,5 +1,6 @@
-//! One module per Kafka API. Each implements [`crate::handler::ApiHandler`] (its key, versions,
-//! handler and error codes, registered with one line in [`crate::registry`]): it takes the decoded
+//! One module per Kafka API. Each implements [`crate::handler::ApiHandler`] (its key, versions and
+//! handler, mostly through `api_handler!`, registered with one line in [`crate::registry`]) and
+//! says where its response's error codes sit (`response_fields!`): it takes the decoded
 //! request and the version, talks to `cluster`/`store`, and returns the response with only the
 //! fields that exist in that version. Helper modules without an API of their own: `forward`
 //! (admin requests to the controller) and `leadership` (where a partition request belongs).

@@ -10,47 +10,107 @@
 use std::future::Future;
 use std::sync::Arc;
 
+use kafka_protocol::messages::offset_commit_request::OffsetCommitRequestPartition;
 use kafka_protocol::messages::offset_commit_response::{
     OffsetCommitResponsePartition, OffsetCommitResponseTopic,
 };
-use kafka_protocol::messages::{ApiKey, OffsetCommitRequest, OffsetCommitResponse, TopicName};
+use kafka_protocol::messages::txn_offset_commit_request::TxnOffsetCommitRequestPartition;
+use kafka_protocol::messages::txn_offset_commit_response::{
+    TxnOffsetCommitResponsePartition, TxnOffsetCommitResponseTopic,
+};
+use kafka_protocol::messages::{OffsetCommitRequest, OffsetCommitResponse, TopicName};
 use millrace_groups::{CommitPartition, CommitRequest, GroupError};
 
 use crate::authz::Authz;
 use crate::error_codes::{self, ILLEGAL_GENERATION, NONE, UNKNOWN_TOPIC_OR_PARTITION};
 use crate::error_codes::{GROUP_AUTHORIZATION_FAILED, TOPIC_AUTHORIZATION_FAILED};
-use crate::handler::{ApiHandler, Call, Reply, Versions};
+use crate::handler::{api_handler, response_fields, Reply};
 use crate::BrokerContext;
 use millrace_cluster::acl::AclOperation;
 
-/// OffsetCommit: its key, versions, handler and error codes, for [`crate::registry`].
-pub struct OffsetCommit;
-
-impl ApiHandler for OffsetCommit {
-    const KEY: ApiKey = ApiKey::OffsetCommit;
-    const VERSIONS: Versions = 2..=9;
-    type Request = OffsetCommitRequest;
-    type Response = OffsetCommitResponse;
-
-    fn handle(call: Call<'_>, request: OffsetCommitRequest) -> Reply<OffsetCommitResponse> {
-        Reply::later(handle(call.ctx, &call.authz, request, call.version))
-    }
-
-    fn for_each_error(response: &OffsetCommitResponse, f: &mut dyn FnMut(i16)) {
-        for topic in &response.topics {
-            for partition in &topic.partitions {
-                f(partition.error_code);
-            }
-        }
-    }
-
-    fn throttle_time_ms(response: &mut OffsetCommitResponse) -> Option<&mut i32> {
-        Some(&mut response.throttle_time_ms)
-    }
+api_handler! {
+    /// OffsetCommit: its key, versions, handler and error codes, for [`crate::registry`].
+    OffsetCommit, versions 2..=9, OffsetCommitRequest,
+    |call, request| Reply::later(handle(call.ctx, &call.authz, request, call.version)),
 }
 
+response_fields!(OffsetCommitResponse: errors[topics[partitions[error_code]]], throttle_time_ms);
+
 /// A partition of the request: its index, and the error it gets without being committed.
-type Slot = (i32, Option<i16>);
+pub(crate) type Slot = (i32, Option<i16>);
+
+/// A partition of an OffsetCommit or TxnOffsetCommit request, whose fields are named alike.
+pub(crate) trait RequestPartition {
+    fn partition_index(&self) -> i32;
+    /// The offset to commit in `topic`; the leader epoch only where the version carries one.
+    fn into_commit(self, topic: &str, with_leader_epoch: bool) -> CommitPartition;
+}
+
+macro_rules! request_partition {
+    ($($partition:ty),+) => {$(
+        impl RequestPartition for $partition {
+            fn partition_index(&self) -> i32 {
+                self.partition_index
+            }
+
+            fn into_commit(self, topic: &str, with_leader_epoch: bool) -> CommitPartition {
+                CommitPartition {
+                    topic: topic.to_string(),
+                    partition: self.partition_index,
+                    offset: self.committed_offset,
+                    leader_epoch: if with_leader_epoch { self.committed_leader_epoch } else { -1 },
+                    metadata: self.committed_metadata.map(|m| m.to_string()),
+                }
+            }
+        }
+    )+};
+}
+request_partition!(
+    OffsetCommitRequestPartition,
+    TxnOffsetCommitRequestPartition
+);
+
+/// Walks a commit's partitions in request order: the code each gets without being committed
+/// (`refusal`, the whole request's, for every one; else TOPIC_AUTHORIZATION_FAILED without Read
+/// on the topic; else UNKNOWN_TOPIC_OR_PARTITION where the image lacks the partition), and the
+/// partitions to commit.
+pub(crate) fn check_partitions<P: RequestPartition>(
+    ctx: &BrokerContext,
+    authz: &Authz,
+    refusal: Option<i16>,
+    with_leader_epoch: bool,
+    topics: impl Iterator<Item = (TopicName, Vec<P>)>,
+) -> (Vec<(TopicName, Vec<Slot>)>, Vec<CommitPartition>) {
+    let mut layout = Vec::new();
+    let mut partitions = Vec::new();
+    for (topic, requested) in topics {
+        let name = topic.0.to_string();
+        let topic_allowed = refusal.is_none() && authz.topic(AclOperation::Read, &name);
+        let mut slots = Vec::with_capacity(requested.len());
+        for p in requested {
+            let index = p.partition_index();
+            let refused = if refusal.is_some() {
+                refusal
+            } else if !topic_allowed {
+                Some(TOPIC_AUTHORIZATION_FAILED)
+            } else if ctx
+                .cluster
+                .topic(&name)
+                .is_some_and(|t| t.partition(index).is_some())
+            {
+                None
+            } else {
+                Some(UNKNOWN_TOPIC_OR_PARTITION)
+            };
+            slots.push((index, refused));
+            if refused.is_none() {
+                partitions.push(p.into_commit(&name, with_leader_epoch));
+            }
+        }
+        layout.push((topic, slots));
+    }
+    (layout, partitions)
+}
 
 pub fn handle(
     ctx: &Arc<BrokerContext>,
@@ -60,44 +120,9 @@ pub fn handle(
 ) -> impl Future<Output = OffsetCommitResponse> + Send + 'static {
     // Committing needs Read on the group, then Read on each topic (Kafka's order).
     let group_allowed = authz.group(AclOperation::Read, &request.group_id.0);
-    // (topic, partition, refusal) in request order.
-    let mut layout: Vec<(TopicName, Vec<Slot>)> = Vec::new();
-    let mut partitions = Vec::new();
-    for topic in request.topics {
-        let name = topic.name.0.to_string();
-        let topic_allowed = group_allowed && authz.topic(AclOperation::Read, &name);
-        let mut slots = Vec::with_capacity(topic.partitions.len());
-        for p in topic.partitions {
-            let refusal = if !group_allowed {
-                Some(GROUP_AUTHORIZATION_FAILED)
-            } else if !topic_allowed {
-                Some(TOPIC_AUTHORIZATION_FAILED)
-            } else if ctx
-                .cluster
-                .topic(&name)
-                .is_some_and(|t| t.partition(p.partition_index).is_some())
-            {
-                None
-            } else {
-                Some(UNKNOWN_TOPIC_OR_PARTITION)
-            };
-            slots.push((p.partition_index, refusal));
-            if refusal.is_none() {
-                partitions.push(CommitPartition {
-                    topic: name.clone(),
-                    partition: p.partition_index,
-                    offset: p.committed_offset,
-                    leader_epoch: if version >= 6 {
-                        p.committed_leader_epoch
-                    } else {
-                        -1
-                    },
-                    metadata: p.committed_metadata.map(|m| m.to_string()),
-                });
-            }
-        }
-        layout.push((topic.name, slots));
-    }
+    let topics = request.topics.into_iter().map(|t| (t.name, t.partitions));
+    let refusal = (!group_allowed).then_some(GROUP_AUTHORIZATION_FAILED);
+    let (layout, partitions) = check_partitions(ctx, authz, refusal, version >= 6, topics);
     let commit = CommitRequest {
         group_id: request.group_id.0.to_string(),
         generation_id: request.generation_id_or_member_epoch,
@@ -115,45 +140,67 @@ pub fn handle(
     };
     let reply = group_allowed.then(|| ctx.groups.commit_offsets(commit));
     async move {
-        let mut results = match reply {
+        let results = match reply {
             Some(reply) => reply.await,
             None => Vec::new(),
-        }
-        .into_iter();
-        let topics = layout
-            .into_iter()
-            .map(|(name, slots)| {
-                let partitions = slots
-                    .into_iter()
-                    .map(|(index, refusal)| {
-                        let code = if let Some(code) = refusal {
-                            code
-                        } else {
-                            match results.next() {
-                                Some(Ok(())) => NONE,
-                                Some(Err(GroupError::GroupIdNotFound)) if version < 9 => {
-                                    ILLEGAL_GENERATION
-                                }
-                                Some(Err(e)) => error_codes::from_group(&e, "OffsetCommit").code,
-                                None => {
-                                    error_codes::from_group(
-                                        &GroupError::CoordinatorNotAvailable,
-                                        "OffsetCommit",
-                                    )
-                                    .code
-                                }
-                            }
-                        };
-                        OffsetCommitResponsePartition::default()
-                            .with_partition_index(index)
-                            .with_error_code(code)
-                    })
-                    .collect();
-                OffsetCommitResponseTopic::default()
-                    .with_name(name)
-                    .with_partitions(partitions)
-            })
-            .collect();
+        };
+        let topics = answer(layout, results, |e| match e {
+            GroupError::GroupIdNotFound if version < 9 => ILLEGAL_GENERATION,
+            e => error_codes::from_group(e, "OffsetCommit").code,
+        });
         OffsetCommitResponse::default().with_topics(topics)
     }
+}
+
+/// A topic of an OffsetCommit or TxnOffsetCommit response, built alike from (partition, code).
+pub(crate) trait ResponseTopic {
+    fn new(name: TopicName, partitions: Vec<(i32, i16)>) -> Self;
+}
+
+macro_rules! response_topic {
+    ($($topic:ty: $partition:ty),+) => {$(
+        impl ResponseTopic for $topic {
+            fn new(name: TopicName, partitions: Vec<(i32, i16)>) -> Self {
+                let partitions = partitions
+                    .into_iter()
+                    .map(|(index, code)| {
+                        <$partition>::default().with_partition_index(index).with_error_code(code)
+                    })
+                    .collect();
+                Self::default().with_name(name).with_partitions(partitions)
+            }
+        }
+    )+};
+}
+response_topic!(
+    OffsetCommitResponseTopic: OffsetCommitResponsePartition,
+    TxnOffsetCommitResponseTopic: TxnOffsetCommitResponsePartition
+);
+
+/// The response's topics once the group coordinator has answered: each slot's refusal, else the
+/// next of `results` (`code` maps a group error), COORDINATOR_NOT_AVAILABLE's code for a slot the
+/// answer does not reach.
+pub(crate) fn answer<T: ResponseTopic>(
+    layout: Vec<(TopicName, Vec<Slot>)>,
+    results: Vec<Result<(), GroupError>>,
+    code: impl Fn(&GroupError) -> i16,
+) -> Vec<T> {
+    let mut results = results.into_iter();
+    layout
+        .into_iter()
+        .map(|(name, slots)| {
+            let partitions = slots
+                .into_iter()
+                .map(|(index, refusal)| {
+                    let code = refusal.unwrap_or_else(|| match results.next() {
+                        Some(Ok(())) => NONE,
+                        Some(Err(e)) => code(&e),
+                        None => code(&GroupError::CoordinatorNotAvailable),
+                    });
+                    (index, code)
+                })
+                .collect();
+            T::new(name, partitions)
+        })
+        .collect()
 }

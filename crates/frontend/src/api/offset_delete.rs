@@ -8,41 +8,26 @@ use std::sync::Arc;
 use kafka_protocol::messages::offset_delete_response::{
     OffsetDeleteResponsePartition, OffsetDeleteResponseTopic,
 };
-use kafka_protocol::messages::{ApiKey, OffsetDeleteRequest, OffsetDeleteResponse};
+use kafka_protocol::messages::{OffsetDeleteRequest, OffsetDeleteResponse};
 
 use crate::authz::Authz;
 use crate::error_codes::{self, NONE};
 use crate::error_codes::{GROUP_AUTHORIZATION_FAILED, TOPIC_AUTHORIZATION_FAILED};
-use crate::handler::{ApiHandler, Call, Reply, Versions};
+use crate::handler::{api_handler, response_fields, Reply};
 use crate::BrokerContext;
 use millrace_cluster::acl::AclOperation;
 
-/// OffsetDelete: its key, versions, handler and error codes, for [`crate::registry`].
-pub struct OffsetDelete;
-
-impl ApiHandler for OffsetDelete {
-    const KEY: ApiKey = ApiKey::OffsetDelete;
-    const VERSIONS: Versions = 0..=0;
-    type Request = OffsetDeleteRequest;
-    type Response = OffsetDeleteResponse;
-
-    fn handle(call: Call<'_>, request: OffsetDeleteRequest) -> Reply<OffsetDeleteResponse> {
-        Reply::later(handle(call.ctx, &call.authz, request, call.version))
-    }
-
-    fn for_each_error(response: &OffsetDeleteResponse, f: &mut dyn FnMut(i16)) {
-        f(response.error_code);
-        for topic in &response.topics {
-            for partition in &topic.partitions {
-                f(partition.error_code);
-            }
-        }
-    }
-
-    fn throttle_time_ms(response: &mut OffsetDeleteResponse) -> Option<&mut i32> {
-        Some(&mut response.throttle_time_ms)
-    }
+api_handler! {
+    /// OffsetDelete: its key, versions, handler and error codes, for [`crate::registry`].
+    OffsetDelete, versions 0..=0, OffsetDeleteRequest,
+    |call, request| Reply::later(handle(call.ctx, &call.authz, request, call.version)),
 }
+
+response_fields!(
+    OffsetDeleteResponse:
+    errors[error_code, topics[partitions[error_code]]],
+    throttle_time_ms
+);
 
 pub fn handle(
     ctx: &Arc<BrokerContext>,

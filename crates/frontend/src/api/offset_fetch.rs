@@ -11,53 +11,34 @@ use kafka_protocol::messages::offset_fetch_response::{
     OffsetFetchResponseGroup, OffsetFetchResponsePartition, OffsetFetchResponsePartitions,
     OffsetFetchResponseTopic, OffsetFetchResponseTopics,
 };
-use kafka_protocol::messages::{ApiKey, GroupId, OffsetFetchRequest, OffsetFetchResponse};
+use kafka_protocol::messages::{GroupId, OffsetFetchRequest, OffsetFetchResponse};
 use millrace_groups::{CommittedOffset, FetchTopics, GroupError};
 
 use super::{str_bytes, topic_name};
 use crate::authz::Authz;
 use crate::error_codes::UNSTABLE_OFFSET_COMMIT;
 use crate::error_codes::{self, GROUP_AUTHORIZATION_FAILED, NONE, TOPIC_AUTHORIZATION_FAILED};
-use crate::handler::{ApiHandler, Call, Reply, Versions};
+use crate::handler::{api_handler, response_fields, Reply};
 use crate::BrokerContext;
 use millrace_cluster::acl::AclOperation;
 
-/// OffsetFetch: its key, versions, handler and error codes, for [`crate::registry`].
-pub struct OffsetFetch;
-
-impl ApiHandler for OffsetFetch {
-    const KEY: ApiKey = ApiKey::OffsetFetch;
-    const VERSIONS: Versions = 1..=9;
-    type Request = OffsetFetchRequest;
-    type Response = OffsetFetchResponse;
-
-    fn handle(call: Call<'_>, request: OffsetFetchRequest) -> Reply<OffsetFetchResponse> {
-        Reply::Now(handle(call.ctx, &call.authz, request, call.version))
-    }
-
-    fn for_each_error(response: &OffsetFetchResponse, f: &mut dyn FnMut(i16)) {
-        // v0-v7: one group, top-level code (v2+) and `topics`; v8+: `groups`, each with its own
-        // code and topics. A response fills one shape and leaves the other empty/zero.
-        f(response.error_code);
-        for topic in &response.topics {
-            for partition in &topic.partitions {
-                f(partition.error_code);
-            }
-        }
-        for group in &response.groups {
-            f(group.error_code);
-            for topic in &group.topics {
-                for partition in &topic.partitions {
-                    f(partition.error_code);
-                }
-            }
-        }
-    }
-
-    fn throttle_time_ms(response: &mut OffsetFetchResponse) -> Option<&mut i32> {
-        Some(&mut response.throttle_time_ms)
-    }
+api_handler! {
+    /// OffsetFetch: its key, versions, handler and error codes, for [`crate::registry`].
+    OffsetFetch, versions 1..=9, OffsetFetchRequest,
+    |call, request| Reply::Now(handle(call.ctx, &call.authz, request, call.version)),
 }
+
+// v0-v7: one group, top-level code (v2+) and `topics`; v8+: `groups`, each with its own
+// code and topics. A response fills one shape and leaves the other empty/zero.
+response_fields!(
+    OffsetFetchResponse:
+    errors[
+        error_code,
+        topics[partitions[error_code]],
+        groups[error_code, topics[partitions[error_code]]],
+    ],
+    throttle_time_ms
+);
 
 /// Committed offsets per topic, and the topics named but not authorized (their partitions); or
 /// the group's error code.
@@ -106,6 +87,23 @@ fn fields(o: &Option<CommittedOffset>) -> (i64, i32, String) {
         Some(o) => (o.offset, o.leader_epoch, o.metadata.clone()),
         None => (-1, -1, String::new()),
     }
+}
+
+/// A v1-v7 topic whose every partition gets `code` and no offset.
+fn refused_topic(topic: &str, partitions: Vec<i32>, code: i16) -> OffsetFetchResponseTopic {
+    let partitions = partitions
+        .into_iter()
+        .map(|index| {
+            OffsetFetchResponsePartition::default()
+                .with_partition_index(index)
+                .with_committed_offset(-1)
+                .with_metadata(Some(str_bytes("")))
+                .with_error_code(code)
+        })
+        .collect();
+    OffsetFetchResponseTopic::default()
+        .with_name(topic_name(topic))
+        .with_partitions(partitions)
 }
 
 pub fn handle(
@@ -159,20 +157,7 @@ pub fn handle(
     }) {
         Ok((found, denied)) => {
             let denied = denied.into_iter().map(|(topic, partitions)| {
-                OffsetFetchResponseTopic::default()
-                    .with_name(topic_name(&topic))
-                    .with_partitions(
-                        partitions
-                            .into_iter()
-                            .map(|index| {
-                                OffsetFetchResponsePartition::default()
-                                    .with_partition_index(index)
-                                    .with_committed_offset(-1)
-                                    .with_metadata(Some(str_bytes("")))
-                                    .with_error_code(TOPIC_AUTHORIZATION_FAILED)
-                            })
-                            .collect(),
-                    )
+                refused_topic(&topic, partitions, TOPIC_AUTHORIZATION_FAILED)
             });
             let stable = version >= 7 && request.require_stable;
             let topics = found
@@ -220,22 +205,7 @@ pub fn handle(
             let topics = topics
                 .unwrap_or_default()
                 .into_iter()
-                .map(|(topic, partitions)| {
-                    OffsetFetchResponseTopic::default()
-                        .with_name(topic_name(&topic))
-                        .with_partitions(
-                            partitions
-                                .into_iter()
-                                .map(|index| {
-                                    OffsetFetchResponsePartition::default()
-                                        .with_partition_index(index)
-                                        .with_committed_offset(-1)
-                                        .with_metadata(Some(str_bytes("")))
-                                        .with_error_code(code)
-                                })
-                                .collect(),
-                        )
-                })
+                .map(|(topic, partitions)| refused_topic(&topic, partitions, code))
                 .collect();
             OffsetFetchResponse::default().with_topics(topics)
         }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use kafka_protocol::messages::offset_for_leader_epoch_response::{
     EpochEndOffset, OffsetForLeaderTopicResult,
 };
-use kafka_protocol::messages::{ApiKey, OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse};
+use kafka_protocol::messages::{OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse};
 use millrace_store::TopicPartition;
 
 use super::leadership;
@@ -16,37 +16,20 @@ use crate::authz::Authz;
 use crate::error_codes::TOPIC_AUTHORIZATION_FAILED;
 use millrace_cluster::acl::AclOperation;
 
-use crate::handler::{ApiHandler, Call, Reply, Versions};
+use crate::handler::{api_handler, response_fields, Reply};
 use crate::BrokerContext;
 
-/// OffsetForLeaderEpoch: its key, versions, handler and error codes, for [`crate::registry`].
-pub struct OffsetForLeaderEpoch;
-
-impl ApiHandler for OffsetForLeaderEpoch {
-    const KEY: ApiKey = ApiKey::OffsetForLeaderEpoch;
-    const VERSIONS: Versions = 2..=4;
-    type Request = OffsetForLeaderEpochRequest;
-    type Response = OffsetForLeaderEpochResponse;
-
-    fn handle(
-        call: Call<'_>,
-        request: OffsetForLeaderEpochRequest,
-    ) -> Reply<OffsetForLeaderEpochResponse> {
-        Reply::Now(handle(call.ctx, &call.authz, request, call.version))
-    }
-
-    fn for_each_error(response: &OffsetForLeaderEpochResponse, f: &mut dyn FnMut(i16)) {
-        for topic in &response.topics {
-            for partition in &topic.partitions {
-                f(partition.error_code);
-            }
-        }
-    }
-
-    fn throttle_time_ms(response: &mut OffsetForLeaderEpochResponse) -> Option<&mut i32> {
-        Some(&mut response.throttle_time_ms)
-    }
+api_handler! {
+    /// OffsetForLeaderEpoch: its key, versions, handler and error codes, for [`crate::registry`].
+    OffsetForLeaderEpoch, versions 2..=4, OffsetForLeaderEpochRequest,
+    |call, request| Reply::Now(handle(call.ctx, &call.authz, request, call.version)),
 }
+
+response_fields!(
+    OffsetForLeaderEpochResponse:
+    errors[topics[partitions[error_code]]],
+    throttle_time_ms
+);
 
 /// Kafka's UNDEFINED_EPOCH / UNDEFINED_EPOCH_OFFSET.
 const UNDEFINED: i64 = -1;

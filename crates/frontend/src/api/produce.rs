@@ -38,7 +38,7 @@ use crate::error_codes::{
     INVALID_REQUIRED_ACKS, INVALID_TOPIC_EXCEPTION, TOPIC_AUTHORIZATION_FAILED,
     TRANSACTIONAL_ID_AUTHORIZATION_FAILED, UNKNOWN_TOPIC_ID, UNSUPPORTED_COMPRESSION_TYPE,
 };
-use crate::handler::{ApiHandler, Call, Reply, Versions};
+use crate::handler::{response_fields, ApiHandler, Call, Reply, Versions};
 use crate::limits::PRODUCE_TIMEOUT_MS_MAX;
 use crate::quota::QuotaType;
 use crate::BrokerContext;
@@ -79,19 +79,13 @@ impl ApiHandler for Produce {
             Reply::later(response)
         }
     }
-
-    fn for_each_error(response: &ProduceResponse, f: &mut dyn FnMut(i16)) {
-        for topic in &response.responses {
-            for partition in &topic.partition_responses {
-                f(partition.error_code);
-            }
-        }
-    }
-
-    fn throttle_time_ms(response: &mut ProduceResponse) -> Option<&mut i32> {
-        Some(&mut response.throttle_time_ms)
-    }
 }
+
+response_fields!(
+    ProduceResponse:
+    errors[responses[partition_responses[error_code]]],
+    throttle_time_ms
+);
 
 /// Compression codec id of zstd (`BatchHeader::compression`).
 const CODEC_ZSTD: u8 = 4;

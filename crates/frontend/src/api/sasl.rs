@@ -19,7 +19,7 @@ use tracing::info;
 
 use super::str_bytes;
 use crate::error_codes::{ILLEGAL_SASL_STATE, SASL_AUTHENTICATION_FAILED};
-use crate::handler::{ApiHandler, Call, Reply, Versions};
+use crate::handler::{response_fields, ApiHandler, Call, Reply, Versions};
 use crate::respond::Pending;
 use crate::sasl::Step;
 use crate::session::Session;
@@ -41,16 +41,9 @@ impl ApiHandler for SaslHandshake {
     fn handle(call: Call<'_>, request: SaslHandshakeRequest) -> Reply<SaslHandshakeResponse> {
         Reply::Now(handshake(call.session, request, call.version))
     }
-
-    fn for_each_error(response: &SaslHandshakeResponse, f: &mut dyn FnMut(i16)) {
-        f(response.error_code);
-    }
-
-    fn throttle_time_ms(_response: &mut SaslHandshakeResponse) -> Option<&mut i32> {
-        // The response has no throttle time.
-        None
-    }
 }
+
+response_fields!(SaslHandshakeResponse: errors[error_code], no throttle_time_ms);
 
 /// SaslAuthenticate: its key, versions, handler and error codes, for [`crate::registry`].
 pub struct SaslAuthenticate;
@@ -72,16 +65,9 @@ impl ApiHandler for SaslAuthenticate {
             response
         })
     }
-
-    fn for_each_error(response: &SaslAuthenticateResponse, f: &mut dyn FnMut(i16)) {
-        f(response.error_code);
-    }
-
-    fn throttle_time_ms(_response: &mut SaslAuthenticateResponse) -> Option<&mut i32> {
-        // The response has no throttle time.
-        None
-    }
 }
+
+response_fields!(SaslAuthenticateResponse: errors[error_code], no throttle_time_ms);
 
 /// First SaslAuthenticate version with `session_lifetime_ms` (KIP-368).
 const SESSION_LIFETIME_VERSION_MIN: i16 = 1;

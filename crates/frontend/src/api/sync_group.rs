@@ -5,37 +5,23 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use kafka_protocol::messages::{ApiKey, SyncGroupRequest, SyncGroupResponse};
+use kafka_protocol::messages::{SyncGroupRequest, SyncGroupResponse};
 use millrace_groups::SyncRequest;
 
 use super::str_bytes;
 use crate::authz::Authz;
 use crate::error_codes::{self, GROUP_AUTHORIZATION_FAILED, NONE};
-use crate::handler::{ApiHandler, Call, Reply, Versions};
+use crate::handler::{api_handler, response_fields, Reply};
 use crate::BrokerContext;
 use millrace_cluster::acl::AclOperation;
 
-/// SyncGroup: its key, versions, handler and error codes, for [`crate::registry`].
-pub struct SyncGroup;
-
-impl ApiHandler for SyncGroup {
-    const KEY: ApiKey = ApiKey::SyncGroup;
-    const VERSIONS: Versions = 0..=5;
-    type Request = SyncGroupRequest;
-    type Response = SyncGroupResponse;
-
-    fn handle(call: Call<'_>, request: SyncGroupRequest) -> Reply<SyncGroupResponse> {
-        Reply::later(handle(call.ctx, &call.authz, request, call.version))
-    }
-
-    fn for_each_error(response: &SyncGroupResponse, f: &mut dyn FnMut(i16)) {
-        f(response.error_code);
-    }
-
-    fn throttle_time_ms(response: &mut SyncGroupResponse) -> Option<&mut i32> {
-        Some(&mut response.throttle_time_ms)
-    }
+api_handler! {
+    /// SyncGroup: its key, versions, handler and error codes, for [`crate::registry`].
+    SyncGroup, versions 0..=5, SyncGroupRequest,
+    |call, request| Reply::later(handle(call.ctx, &call.authz, request, call.version)),
 }
+
+response_fields!(SyncGroupResponse: errors[error_code], throttle_time_ms);
 
 pub fn handle(
     ctx: &Arc<BrokerContext>,

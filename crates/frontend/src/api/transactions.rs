@@ -21,7 +21,7 @@ use kafka_protocol::messages::describe_transactions_response::{TopicData, Transa
 use kafka_protocol::messages::list_transactions_response::TransactionState as ListedTransaction;
 use kafka_protocol::messages::{
     AddOffsetsToTxnRequest, AddOffsetsToTxnResponse, AddPartitionsToTxnRequest,
-    AddPartitionsToTxnResponse, ApiKey, DescribeTransactionsRequest, DescribeTransactionsResponse,
+    AddPartitionsToTxnResponse, DescribeTransactionsRequest, DescribeTransactionsResponse,
     EndTxnRequest, EndTxnResponse, ListTransactionsRequest, ListTransactionsResponse, ProducerId,
     TransactionalId,
 };
@@ -39,146 +39,60 @@ use crate::error_codes::{
     TRANSACTIONAL_ID_AUTHORIZATION_FAILED, TRANSACTIONAL_ID_NOT_FOUND, UNKNOWN_SERVER_ERROR,
     UNKNOWN_TOPIC_OR_PARTITION,
 };
-use crate::handler::{ApiHandler, Call, Reply, Versions};
+use crate::handler::{api_handler, response_fields, Reply};
 use crate::BrokerContext;
 
-/// AddPartitionsToTxn: its key, versions, handler and error codes, for [`crate::registry`].
-pub struct AddPartitionsToTxn;
-
-impl ApiHandler for AddPartitionsToTxn {
-    const KEY: ApiKey = ApiKey::AddPartitionsToTxn;
-    const VERSIONS: Versions = 0..=3;
-    type Request = AddPartitionsToTxnRequest;
-    type Response = AddPartitionsToTxnResponse;
-
-    fn handle(
-        call: Call<'_>,
-        request: AddPartitionsToTxnRequest,
-    ) -> Reply<AddPartitionsToTxnResponse> {
-        Reply::later(add_partitions_to_txn(
-            call.ctx.clone(),
-            call.authz,
-            request,
-            call.version,
-        ))
-    }
-
-    fn for_each_error(response: &AddPartitionsToTxnResponse, f: &mut dyn FnMut(i16)) {
-        f(response.error_code);
-        for topic in &response.results_by_topic_v3_and_below {
-            for partition in &topic.results_by_partition {
-                f(partition.partition_error_code);
-            }
-        }
-    }
-
-    fn throttle_time_ms(response: &mut AddPartitionsToTxnResponse) -> Option<&mut i32> {
-        Some(&mut response.throttle_time_ms)
-    }
+api_handler! {
+    /// AddPartitionsToTxn: its key, versions, handler and error codes, for [`crate::registry`].
+    AddPartitionsToTxn, versions 0..=3, AddPartitionsToTxnRequest,
+    |call, request| {
+        Reply::later(add_partitions_to_txn(call.ctx.clone(), call.authz, request, call.version))
+    },
 }
 
-/// AddOffsetsToTxn: its key, versions, handler and error codes, for [`crate::registry`].
-pub struct AddOffsetsToTxn;
+response_fields!(
+    AddPartitionsToTxnResponse:
+    errors[error_code, results_by_topic_v3_and_below[results_by_partition[partition_error_code]]],
+    throttle_time_ms
+);
 
-impl ApiHandler for AddOffsetsToTxn {
-    const KEY: ApiKey = ApiKey::AddOffsetsToTxn;
-    const VERSIONS: Versions = 0..=4;
-    type Request = AddOffsetsToTxnRequest;
-    type Response = AddOffsetsToTxnResponse;
-
-    fn handle(call: Call<'_>, request: AddOffsetsToTxnRequest) -> Reply<AddOffsetsToTxnResponse> {
-        Reply::later(add_offsets_to_txn(
-            call.ctx.clone(),
-            call.authz,
-            request,
-            call.version,
-        ))
-    }
-
-    fn for_each_error(response: &AddOffsetsToTxnResponse, f: &mut dyn FnMut(i16)) {
-        f(response.error_code);
-    }
-
-    fn throttle_time_ms(response: &mut AddOffsetsToTxnResponse) -> Option<&mut i32> {
-        Some(&mut response.throttle_time_ms)
-    }
+api_handler! {
+    /// AddOffsetsToTxn: its key, versions, handler and error codes, for [`crate::registry`].
+    AddOffsetsToTxn, versions 0..=4, AddOffsetsToTxnRequest,
+    |call, request| {
+        Reply::later(add_offsets_to_txn(call.ctx.clone(), call.authz, request, call.version))
+    },
 }
 
-/// EndTxn: its key, versions, handler and error codes, for [`crate::registry`].
-pub struct EndTxn;
+response_fields!(AddOffsetsToTxnResponse: errors[error_code], throttle_time_ms);
 
-impl ApiHandler for EndTxn {
-    const KEY: ApiKey = ApiKey::EndTxn;
-    const VERSIONS: Versions = 0..=4;
-    type Request = EndTxnRequest;
-    type Response = EndTxnResponse;
-
-    fn handle(call: Call<'_>, request: EndTxnRequest) -> Reply<EndTxnResponse> {
-        Reply::later(end_txn(call.ctx.clone(), call.authz, request, call.version))
-    }
-
-    fn for_each_error(response: &EndTxnResponse, f: &mut dyn FnMut(i16)) {
-        f(response.error_code);
-    }
-
-    fn throttle_time_ms(response: &mut EndTxnResponse) -> Option<&mut i32> {
-        Some(&mut response.throttle_time_ms)
-    }
+api_handler! {
+    /// EndTxn: its key, versions, handler and error codes, for [`crate::registry`].
+    EndTxn, versions 0..=4, EndTxnRequest,
+    |call, request| Reply::later(end_txn(call.ctx.clone(), call.authz, request, call.version)),
 }
 
-/// DescribeTransactions: its key, versions, handler and error codes, for [`crate::registry`].
-pub struct DescribeTransactions;
+response_fields!(EndTxnResponse: errors[error_code], throttle_time_ms);
 
-impl ApiHandler for DescribeTransactions {
-    const KEY: ApiKey = ApiKey::DescribeTransactions;
-    const VERSIONS: Versions = 0..=0;
-    type Request = DescribeTransactionsRequest;
-    type Response = DescribeTransactionsResponse;
-
-    fn handle(
-        call: Call<'_>,
-        request: DescribeTransactionsRequest,
-    ) -> Reply<DescribeTransactionsResponse> {
-        Reply::Now(describe_transactions(call.ctx, &call.authz, request))
-    }
-
-    fn for_each_error(response: &DescribeTransactionsResponse, f: &mut dyn FnMut(i16)) {
-        for state in &response.transaction_states {
-            f(state.error_code);
-        }
-    }
-
-    fn throttle_time_ms(response: &mut DescribeTransactionsResponse) -> Option<&mut i32> {
-        Some(&mut response.throttle_time_ms)
-    }
+api_handler! {
+    /// DescribeTransactions: its key, versions, handler and error codes, for [`crate::registry`].
+    DescribeTransactions, versions 0..=0, DescribeTransactionsRequest,
+    |call, request| Reply::Now(describe_transactions(call.ctx, &call.authz, request)),
 }
 
-/// ListTransactions: its key, versions, handler and error codes, for [`crate::registry`].
-pub struct ListTransactions;
+response_fields!(
+    DescribeTransactionsResponse:
+    errors[transaction_states[error_code]],
+    throttle_time_ms
+);
 
-impl ApiHandler for ListTransactions {
-    const KEY: ApiKey = ApiKey::ListTransactions;
-    const VERSIONS: Versions = 0..=1;
-    type Request = ListTransactionsRequest;
-    type Response = ListTransactionsResponse;
-
-    fn handle(call: Call<'_>, request: ListTransactionsRequest) -> Reply<ListTransactionsResponse> {
-        Reply::Now(list_transactions(
-            call.ctx,
-            &call.authz,
-            request,
-            call.version,
-        ))
-    }
-
-    fn for_each_error(response: &ListTransactionsResponse, f: &mut dyn FnMut(i16)) {
-        f(response.error_code);
-    }
-
-    fn throttle_time_ms(response: &mut ListTransactionsResponse) -> Option<&mut i32> {
-        Some(&mut response.throttle_time_ms)
-    }
+api_handler! {
+    /// ListTransactions: its key, versions, handler and error codes, for [`crate::registry`].
+    ListTransactions, versions 0..=1, ListTransactionsRequest,
+    |call, request| Reply::Now(list_transactions(call.ctx, &call.authz, request, call.version)),
 }
+
+response_fields!(ListTransactionsResponse: errors[error_code], throttle_time_ms);
 
 /// OPERATION_NOT_ATTEMPTED: the request failed on another of its partitions.
 const OPERATION_NOT_ATTEMPTED: i16 = 55;

@@ -16,53 +16,28 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use kafka_protocol::messages::txn_offset_commit_response::{
-    TxnOffsetCommitResponsePartition, TxnOffsetCommitResponseTopic,
-};
-use kafka_protocol::messages::{
-    ApiKey, TopicName, TxnOffsetCommitRequest, TxnOffsetCommitResponse,
-};
+use kafka_protocol::messages::{TxnOffsetCommitRequest, TxnOffsetCommitResponse};
 use millrace_cluster::acl::AclOperation;
-use millrace_groups::{partition_for, CommitPartition, CommitRequest, GroupError, OFFSETS_TOPIC};
+use millrace_groups::{partition_for, CommitRequest, OFFSETS_TOPIC};
 use millrace_transactions::TxnError;
 
+use super::offset_commit::{answer, check_partitions};
 use super::transactions;
 use crate::authz::Authz;
 use crate::error_codes::{
-    self, COORDINATOR_LOAD_IN_PROGRESS, GROUP_AUTHORIZATION_FAILED, INVALID_PRODUCER_EPOCH, NONE,
-    TOPIC_AUTHORIZATION_FAILED, TRANSACTIONAL_ID_AUTHORIZATION_FAILED, UNKNOWN_TOPIC_OR_PARTITION,
+    self, COORDINATOR_LOAD_IN_PROGRESS, GROUP_AUTHORIZATION_FAILED, INVALID_PRODUCER_EPOCH,
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
 };
-use crate::handler::{ApiHandler, Call, Reply, Versions};
+use crate::handler::{api_handler, response_fields, Reply};
 use crate::BrokerContext;
 
-/// TxnOffsetCommit: its key, versions, handler and error codes, for [`crate::registry`].
-pub struct TxnOffsetCommit;
-
-impl ApiHandler for TxnOffsetCommit {
-    const KEY: ApiKey = ApiKey::TxnOffsetCommit;
-    const VERSIONS: Versions = 0..=4;
-    type Request = TxnOffsetCommitRequest;
-    type Response = TxnOffsetCommitResponse;
-
-    fn handle(call: Call<'_>, request: TxnOffsetCommitRequest) -> Reply<TxnOffsetCommitResponse> {
-        Reply::later(handle(call.ctx, &call.authz, request, call.version))
-    }
-
-    fn for_each_error(response: &TxnOffsetCommitResponse, f: &mut dyn FnMut(i16)) {
-        for topic in &response.topics {
-            for partition in &topic.partitions {
-                f(partition.error_code);
-            }
-        }
-    }
-
-    fn throttle_time_ms(response: &mut TxnOffsetCommitResponse) -> Option<&mut i32> {
-        Some(&mut response.throttle_time_ms)
-    }
+api_handler! {
+    /// TxnOffsetCommit: its key, versions, handler and error codes, for [`crate::registry`].
+    TxnOffsetCommit, versions 0..=4, TxnOffsetCommitRequest,
+    |call, request| Reply::later(handle(call.ctx, &call.authz, request, call.version)),
 }
 
-/// A partition of the request: its index, and the error it gets without being committed.
-type Slot = (i32, Option<i16>);
+response_fields!(TxnOffsetCommitResponse: errors[topics[partitions[error_code]]], throttle_time_ms);
 
 /// First version that names the member, generation and group instance (KIP-447).
 const MEMBER_VERSION_MIN: i16 = 3;
@@ -100,43 +75,9 @@ pub fn handle(
                 e => transactions::error_code(e, INVALID_PRODUCER_EPOCH),
             })
     };
-    let mut layout: Vec<(TopicName, Vec<Slot>)> = Vec::new();
-    let mut partitions = Vec::new();
-    for topic in request.topics {
-        let name = topic.name.0.to_string();
-        let topic_allowed = authz.topic(AclOperation::Read, &name);
-        let mut slots = Vec::with_capacity(topic.partitions.len());
-        for p in topic.partitions {
-            let refusal = if let Some(code) = whole {
-                Some(code)
-            } else if !topic_allowed {
-                Some(TOPIC_AUTHORIZATION_FAILED)
-            } else if ctx
-                .cluster
-                .topic(&name)
-                .is_some_and(|t| t.partition(p.partition_index).is_some())
-            {
-                None
-            } else {
-                Some(UNKNOWN_TOPIC_OR_PARTITION)
-            };
-            slots.push((p.partition_index, refusal));
-            if refusal.is_none() {
-                partitions.push(CommitPartition {
-                    topic: name.clone(),
-                    partition: p.partition_index,
-                    offset: p.committed_offset,
-                    leader_epoch: if version >= LEADER_EPOCH_VERSION_MIN {
-                        p.committed_leader_epoch
-                    } else {
-                        -1
-                    },
-                    metadata: p.committed_metadata.map(|m| m.to_string()),
-                });
-            }
-        }
-        layout.push((topic.name, slots));
-    }
+    let topics = request.topics.into_iter().map(|t| (t.name, t.partitions));
+    let with_leader_epoch = version >= LEADER_EPOCH_VERSION_MIN;
+    let (layout, partitions) = check_partitions(ctx, authz, whole, with_leader_epoch, topics);
     let members = version >= MEMBER_VERSION_MIN;
     let commit = CommitRequest {
         group_id,
@@ -158,38 +99,13 @@ pub fn handle(
             .commit_txn_offsets(commit, request.producer_id.0, request.producer_epoch)
     });
     async move {
-        let mut results = match reply {
+        let results = match reply {
             Some(reply) => reply.await,
             None => Vec::new(),
-        }
-        .into_iter();
-        let topics = layout
-            .into_iter()
-            .map(|(name, slots)| {
-                let partitions = slots
-                    .into_iter()
-                    .map(|(index, refusal)| {
-                        let code = refusal.unwrap_or_else(|| match results.next() {
-                            Some(Ok(())) => NONE,
-                            Some(Err(e)) => error_codes::from_group(&e, "TxnOffsetCommit").code,
-                            None => {
-                                error_codes::from_group(
-                                    &GroupError::CoordinatorNotAvailable,
-                                    "TxnOffsetCommit",
-                                )
-                                .code
-                            }
-                        });
-                        TxnOffsetCommitResponsePartition::default()
-                            .with_partition_index(index)
-                            .with_error_code(code)
-                    })
-                    .collect();
-                TxnOffsetCommitResponseTopic::default()
-                    .with_name(name)
-                    .with_partitions(partitions)
-            })
-            .collect();
+        };
+        let topics = answer(layout, results, |e| {
+            error_codes::from_group(e, "TxnOffsetCommit").code
+        });
         TxnOffsetCommitResponse::default().with_topics(topics)
     }
 }

@@ -12,7 +12,7 @@ use kafka_protocol::messages::describe_user_scram_credentials_response::{
     CredentialInfo, DescribeUserScramCredentialsResult,
 };
 use kafka_protocol::messages::{
-    AlterUserScramCredentialsRequest, AlterUserScramCredentialsResponse, ApiKey,
+    AlterUserScramCredentialsRequest, AlterUserScramCredentialsResponse,
     DescribeUserScramCredentialsRequest, DescribeUserScramCredentialsResponse,
 };
 use millrace_cluster::scram::ScramMechanism;
@@ -25,64 +25,29 @@ use crate::error_codes::CLUSTER_AUTHORIZATION_FAILED;
 use millrace_cluster::acl::AclOperation;
 
 use crate::error_codes::{self, DUPLICATE_RESOURCE, RESOURCE_NOT_FOUND};
-use crate::handler::{ApiHandler, Call, Reply, Versions};
+use crate::handler::{api_handler, response_fields, Reply};
 use crate::scram::derive_keys;
 use crate::BrokerContext;
 
-/// DescribeUserScramCredentials: its key, versions, handler and error codes, for [`crate::registry`].
-pub struct DescribeUserScramCredentials;
-
-impl ApiHandler for DescribeUserScramCredentials {
-    const KEY: ApiKey = ApiKey::DescribeUserScramCredentials;
-    const VERSIONS: Versions = 0..=0;
-    type Request = DescribeUserScramCredentialsRequest;
-    type Response = DescribeUserScramCredentialsResponse;
-
-    fn handle(
-        call: Call<'_>,
-        request: DescribeUserScramCredentialsRequest,
-    ) -> Reply<DescribeUserScramCredentialsResponse> {
-        Reply::Now(describe(call.ctx, &call.authz, request))
-    }
-
-    fn for_each_error(response: &DescribeUserScramCredentialsResponse, f: &mut dyn FnMut(i16)) {
-        f(response.error_code);
-        for r in &response.results {
-            f(r.error_code);
-        }
-    }
-
-    fn throttle_time_ms(response: &mut DescribeUserScramCredentialsResponse) -> Option<&mut i32> {
-        Some(&mut response.throttle_time_ms)
-    }
+api_handler! {
+    /// DescribeUserScramCredentials: its key, versions, handler and error codes, for [`crate::registry`].
+    DescribeUserScramCredentials, versions 0..=0, DescribeUserScramCredentialsRequest,
+    |call, request| Reply::Now(describe(call.ctx, &call.authz, request)),
 }
 
-/// AlterUserScramCredentials: its key, versions, handler and error codes, for [`crate::registry`].
-pub struct AlterUserScramCredentials;
+response_fields!(
+    DescribeUserScramCredentialsResponse:
+    errors[error_code, results[error_code]],
+    throttle_time_ms
+);
 
-impl ApiHandler for AlterUserScramCredentials {
-    const KEY: ApiKey = ApiKey::AlterUserScramCredentials;
-    const VERSIONS: Versions = 0..=0;
-    type Request = AlterUserScramCredentialsRequest;
-    type Response = AlterUserScramCredentialsResponse;
-
-    fn handle(
-        call: Call<'_>,
-        request: AlterUserScramCredentialsRequest,
-    ) -> Reply<AlterUserScramCredentialsResponse> {
-        Reply::later(alter(call.ctx.clone(), call.authz, request))
-    }
-
-    fn for_each_error(response: &AlterUserScramCredentialsResponse, f: &mut dyn FnMut(i16)) {
-        for r in &response.results {
-            f(r.error_code);
-        }
-    }
-
-    fn throttle_time_ms(response: &mut AlterUserScramCredentialsResponse) -> Option<&mut i32> {
-        Some(&mut response.throttle_time_ms)
-    }
+api_handler! {
+    /// AlterUserScramCredentials: its key, versions, handler and error codes, for [`crate::registry`].
+    AlterUserScramCredentials, versions 0..=0, AlterUserScramCredentialsRequest,
+    |call, request| Reply::later(alter(call.ctx.clone(), call.authz, request)),
 }
+
+response_fields!(AlterUserScramCredentialsResponse: errors[results[error_code]], throttle_time_ms);
 
 pub async fn alter(
     ctx: Arc<BrokerContext>,

@@ -18,9 +18,7 @@ use tokio::time::Instant;
 use kafka_protocol::messages::write_txn_markers_response::{
     WritableTxnMarkerPartitionResult, WritableTxnMarkerResult, WritableTxnMarkerTopicResult,
 };
-use kafka_protocol::messages::{
-    ApiKey, TopicName, WriteTxnMarkersRequest, WriteTxnMarkersResponse,
-};
+use kafka_protocol::messages::{TopicName, WriteTxnMarkersRequest, WriteTxnMarkersResponse};
 use kafka_protocol::protocol::StrBytes;
 use millrace_cluster::acl::AclOperation;
 use millrace_groups::OFFSETS_TOPIC;
@@ -28,37 +26,21 @@ use millrace_store::{Marker, TopicPartition};
 
 use crate::authz::Authz;
 use crate::error_codes::{self, CLUSTER_AUTHORIZATION_FAILED, NONE};
-use crate::handler::{ApiHandler, Call, Reply, Versions};
+use crate::handler::{api_handler, response_fields, Reply};
 use crate::BrokerContext;
 
-/// WriteTxnMarkers: its key, versions, handler and error codes, for [`crate::registry`].
-pub struct WriteTxnMarkers;
-
-impl ApiHandler for WriteTxnMarkers {
-    const KEY: ApiKey = ApiKey::WriteTxnMarkers;
-    const VERSIONS: Versions = 1..=1;
-    type Request = WriteTxnMarkersRequest;
-    type Response = WriteTxnMarkersResponse;
-
-    fn handle(call: Call<'_>, request: WriteTxnMarkersRequest) -> Reply<WriteTxnMarkersResponse> {
-        Reply::later(handle(call.ctx, &call.authz, request))
-    }
-
-    fn for_each_error(response: &WriteTxnMarkersResponse, f: &mut dyn FnMut(i16)) {
-        for marker in &response.markers {
-            for topic in &marker.topics {
-                for partition in &topic.partitions {
-                    f(partition.error_code);
-                }
-            }
-        }
-    }
-
-    fn throttle_time_ms(_response: &mut WriteTxnMarkersResponse) -> Option<&mut i32> {
-        // Inter-broker only, and Kafka exempts it from quotas.
-        None
-    }
+api_handler! {
+    /// WriteTxnMarkers: its key, versions, handler and error codes, for [`crate::registry`].
+    WriteTxnMarkers, versions 1..=1, WriteTxnMarkersRequest,
+    |call, request| Reply::later(handle(call.ctx, &call.authz, request)),
 }
+
+// Inter-broker only, and Kafka exempts it from quotas.
+response_fields!(
+    WriteTxnMarkersResponse:
+    errors[markers[topics[partitions[error_code]]]],
+    no throttle_time_ms
+);
 
 /// How long the markers of one request may take to reach the in-sync replicas (Kafka waits
 /// `request.timeout.ms`, 30 s by default). A coordinator sending WriteTxnMarkers must wait longer
