@@ -19,7 +19,7 @@ use crate::BrokerContext;
 api_handler! {
     /// DeleteRecords: its key, versions, handler and error codes, for [`crate::registry`].
     DeleteRecords, versions 0..=2, DeleteRecordsRequest,
-    |call, request| Reply::Now(handle(call.ctx, &call.authz, request, call.version)),
+    |call, request| Reply::Now(handle(call.ctx, &call.authz, request)),
 }
 
 response_fields!(DeleteRecordsResponse: errors[topics[partitions[error_code]]], throttle_time_ms);
@@ -31,7 +31,6 @@ pub fn handle(
     ctx: &Arc<BrokerContext>,
     authz: &Authz,
     request: DeleteRecordsRequest,
-    _version: i16,
 ) -> DeleteRecordsResponse {
     let topics = request
         .topics
@@ -42,32 +41,7 @@ pub fn handle(
             let partitions = topic
                 .partitions
                 .iter()
-                .map(|p| {
-                    let out = DeleteRecordsPartitionResult::default()
-                        .with_partition_index(p.partition_index);
-                    let log = match leadership::led_log(ctx, allowed, &name, p.partition_index) {
-                        Ok(log) => log,
-                        Err(code) => return out.with_low_watermark(-1).with_error_code(code),
-                    };
-                    let high_watermark = log.high_watermark();
-                    let target = if p.offset == HIGH_WATERMARK {
-                        high_watermark
-                    } else {
-                        p.offset
-                    };
-                    if target < 0 || target > high_watermark {
-                        return out
-                            .with_low_watermark(-1)
-                            .with_error_code(OFFSET_OUT_OF_RANGE);
-                    }
-                    match log.delete_records_before(target) {
-                        Ok(low) => out.with_low_watermark(low).with_error_code(NONE),
-                        Err(e) => out.with_low_watermark(-1).with_error_code(
-                            error_codes::from_store(&e, &format!("{name}-{}", p.partition_index))
-                                .code,
-                        ),
-                    }
-                })
+                .map(|p| delete_before(ctx, allowed, &name, p.partition_index, p.offset))
                 .collect();
             DeleteRecordsTopicResult::default()
                 .with_name(topic.name)
@@ -75,4 +49,36 @@ pub fn handle(
         })
         .collect();
     DeleteRecordsResponse::default().with_topics(topics)
+}
+
+/// One partition: moves its log start to `offset` (or the high watermark).
+fn delete_before(
+    ctx: &Arc<BrokerContext>,
+    allowed: bool,
+    name: &str,
+    partition: i32,
+    offset: i64,
+) -> DeleteRecordsPartitionResult {
+    let out = DeleteRecordsPartitionResult::default().with_partition_index(partition);
+    let log = match leadership::led_log(ctx, allowed, name, partition) {
+        Ok(log) => log,
+        Err(code) => return out.with_low_watermark(-1).with_error_code(code),
+    };
+    let high_watermark = log.high_watermark();
+    let target = if offset == HIGH_WATERMARK {
+        high_watermark
+    } else {
+        offset
+    };
+    if target < 0 || target > high_watermark {
+        return out
+            .with_low_watermark(-1)
+            .with_error_code(OFFSET_OUT_OF_RANGE);
+    }
+    match log.delete_records_before(target) {
+        Ok(low) => out.with_low_watermark(low).with_error_code(NONE),
+        Err(e) => out
+            .with_low_watermark(-1)
+            .with_error_code(error_codes::from_store(&e, &format!("{name}-{partition}")).code),
+    }
 }

@@ -19,7 +19,7 @@ use crate::BrokerContext;
 api_handler! {
     /// DescribeProducers: its key, versions, handler and error codes, for [`crate::registry`].
     DescribeProducers, versions 0..=0, DescribeProducersRequest,
-    |call, request| Reply::Now(handle(call.ctx, &call.authz, request, call.version)),
+    |call, request| Reply::Now(handle(call.ctx, &call.authz, request)),
 }
 
 response_fields!(
@@ -32,7 +32,6 @@ pub fn handle(
     ctx: &Arc<BrokerContext>,
     authz: &Authz,
     request: DescribeProducersRequest,
-    _version: i16,
 ) -> DescribeProducersResponse {
     let topics = request
         .topics
@@ -43,29 +42,7 @@ pub fn handle(
             let partitions = topic
                 .partition_indexes
                 .iter()
-                .map(|&p| {
-                    let out = PartitionResponse::default().with_partition_index(p);
-                    let log = match leadership::led_log(ctx, allowed, &name, p) {
-                        Ok(log) => log,
-                        Err(code) => return out.with_error_code(code),
-                    };
-                    let producers = log
-                        .producer_states()
-                        .into_iter()
-                        .map(|s| {
-                            ProducerState::default()
-                                .with_producer_id(ProducerId(s.producer_id))
-                                .with_producer_epoch(i32::from(s.producer_epoch))
-                                .with_last_sequence(s.last_sequence)
-                                .with_last_timestamp(s.last_timestamp)
-                                .with_coordinator_epoch(s.coordinator_epoch)
-                                .with_current_txn_start_offset(
-                                    s.current_txn_first_offset.unwrap_or(-1),
-                                )
-                        })
-                        .collect();
-                    out.with_active_producers(producers)
-                })
+                .map(|&p| describe_partition(ctx, allowed, &name, p))
                 .collect();
             TopicResponse::default()
                 .with_name(topic.name)
@@ -73,4 +50,32 @@ pub fn handle(
         })
         .collect();
     DescribeProducersResponse::default().with_topics(topics)
+}
+
+/// One partition: the producers its log tracks.
+fn describe_partition(
+    ctx: &Arc<BrokerContext>,
+    allowed: bool,
+    name: &str,
+    partition: i32,
+) -> PartitionResponse {
+    let out = PartitionResponse::default().with_partition_index(partition);
+    let log = match leadership::led_log(ctx, allowed, name, partition) {
+        Ok(log) => log,
+        Err(code) => return out.with_error_code(code),
+    };
+    let producers = log
+        .producer_states()
+        .into_iter()
+        .map(|s| {
+            ProducerState::default()
+                .with_producer_id(ProducerId(s.producer_id))
+                .with_producer_epoch(i32::from(s.producer_epoch))
+                .with_last_sequence(s.last_sequence)
+                .with_last_timestamp(s.last_timestamp)
+                .with_coordinator_epoch(s.coordinator_epoch)
+                .with_current_txn_start_offset(s.current_txn_first_offset.unwrap_or(-1))
+        })
+        .collect();
+    out.with_active_producers(producers)
 }
