@@ -1,6 +1,6 @@
 //! The broker's CPU seconds and memory, read from /proc (Linux only; absent elsewhere).
 
-/// Clock ticks per second of /proc/<pid>/stat times (USER_HZ, 100 on Linux).
+/// Clock ticks per second of `/proc/<pid>/stat` times (USER_HZ, 100 on Linux).
 const USER_HZ: f64 = 100.0;
 
 #[derive(Debug, Clone, Copy, Default)]

@@ -1,8 +1,10 @@
-//! `millrace`: the broker binary. Reads settings, opens the store and the cluster metadata,
-//! starts the group coordinator (creating `__consumer_offsets` if missing; its replay runs in the
-//! background), serves Kafka clients, runs background maintenance, and shuts down cleanly on
-//! SIGTERM/SIGINT (stop accepting, answer parked group requests, finish in-flight requests, write
-//! the group snapshot, flush, write the clean-shutdown marker, exit 0).
+//! `millrace`: the broker binary. Reads settings, opens the store, starts the node (`node.rs`:
+//! metadata quorum, controller service, registration, replica manager), starts the group
+//! coordinator (following `__consumer_offsets` leadership; its replays run in the background;
+//! the topic itself is created on the first FindCoordinator), serves Kafka clients, runs
+//! background maintenance, and shuts down cleanly on SIGTERM/SIGINT (controlled shutdown, stop
+//! accepting, answer parked group requests, finish in-flight requests, write the group snapshot,
+//! flush, write the clean-shutdown marker, exit 0).
 //!
 //! Exit codes: 0 after a clean stop, 2 for a settings error (one line naming the key) or a data
 //! dir whose cluster metadata file is missing while its partition directories contradict each

@@ -3,7 +3,7 @@
 //! One registry ([`BROKER_CONFIGS`], [`TOPIC_CONFIGS`]) says which keys exist, their defaults,
 //! their types and their bounds. Everything that reads a config goes through it, so an unknown
 //! key or a bad value is rejected in one place with a message that names the key, and
-//! DescribeConfigs (later) can list every key with its value and source.
+//! DescribeConfigs lists every key with its value and source.
 //!
 //! Topic configs fall back to their broker synonym (`retention.ms` → `log.retention.ms` →
 //! `log.retention.minutes` → `log.retention.hours`), as in Kafka.

@@ -3,12 +3,14 @@
 //!
 //! Where it sits: the front end asks this crate what exists and where it leads; the broker binary
 //! builds a [`BrokerConfig`] from flags, files and the environment through [`config`].
-//! On a single node the image is persisted as one JSON checkpoint in the data directory; a Raft
-//! metadata log will replace that file when replication arrives, behind the same methods.
+//! The image is built by applying the metadata log's [`records`] (committed by the controller
+//! quorum, `millrace-quorum`); the legacy single-node JSON file ([`metadata`]) is only read to
+//! seed a new metadata log.
 //!
 //! **Invariant:** this crate never sees Kafka wire types (`kafka-protocol`).
 //!
-//! Types to read first: [`ClusterMetadata`], [`BrokerConfig`], [`TopicConfigs`].
+//! Types to read first: [`image::MetadataImage`], [`Cluster`], [`records::MetadataRecord`],
+//! [`BrokerConfig`], [`TopicConfigs`].
 
 pub mod acl;
 pub mod config;

@@ -1,18 +1,17 @@
-//! The metadata image of a single-node cluster: cluster id, this broker, and every topic with its
-//! topic id, partition count and config overrides.
+//! The legacy single-node metadata file (`cluster-metadata.json`, [`ClusterMetadata`]): cluster
+//! id, next producer id, and every topic with its topic id, partition count and config overrides,
+//! as data directories written before the metadata log kept them.
 //!
-//! Persistence: one JSON checkpoint (`cluster-metadata.json` in the data directory), written
-//! tmp → fsync → rename → fsync dir, so a crash leaves either the old or the new image. The image
-//! is the source of truth for which topics exist; the broker reconciles the store against it at
-//! start (creating missing partition logs, setting aside directories it does not name, deleting
-//! only those a DeleteTopics asked for: the image remembers a topic being deleted, by topic id,
-//! until its logs are gone). A missing file is not an empty image: the caller rebuilds one from
-//! the partition directories (`recover.rs`) or, on an empty data dir, starts a new cluster.
+//! Where it sits: the metadata image is now built from the metadata log (`image.rs`,
+//! `records.rs`); this file is only read, when a data directory has no metadata log yet, to seed
+//! a new one (`node.rs`, `bootstrap_records`). A missing file is not an empty image: the caller
+//! rebuilds one from the partition directories (`recover.rs`) or, on an empty data dir, starts a
+//! new cluster. Also here: [`MetadataError`] (with [`RebuildError`], why the directories are
+//! ambiguous), which the broker's pre-start check reports.
 //!
-//! Locking: one `RwLock` around the image; writers persist while holding it, so two admin
-//! requests cannot interleave their checkpoints. Readers get clones of small structs.
-//!
-//! Not here yet: several brokers, leader election, ISR (a Raft metadata log will feed this image).
+//! Persistence (kept for tests and old directories): written tmp → fsync → rename → fsync dir, so
+//! a crash leaves either the old or the new file. Locking: one `RwLock` around the contents;
+//! writers persist while holding it.
 
 use std::collections::BTreeMap;
 use std::fs::{self, File};

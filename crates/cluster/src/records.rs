@@ -85,7 +85,7 @@ pub enum MetadataRecord {
     /// The cluster's identity, written once by the first active controller (what Kafka's
     /// `kafka-storage format` fixes on disk).
     Bootstrap { cluster_id: String },
-    /// [RegisterBrokerRecord] A broker (re)registers. Its broker epoch is the log offset of the
+    /// \[RegisterBrokerRecord\] A broker (re)registers. Its broker epoch is the log offset of the
     /// entry holding this record; it starts fenced.
     RegisterBroker {
         node_id: i32,
@@ -102,48 +102,48 @@ pub enum MetadataRecord {
         #[serde(default)]
         listeners: Vec<crate::listeners::ListenerAddress>,
     },
-    /// [UserScramCredentialRecord] A user's credential for one mechanism, added or replaced.
+    /// \[UserScramCredentialRecord\] A user's credential for one mechanism, added or replaced.
     UserScramCredential {
         name: String,
         credential: crate::scram::ScramCredential,
     },
-    /// [RemoveUserScramCredentialRecord]
+    /// \[RemoveUserScramCredentialRecord\]
     RemoveUserScramCredential {
         name: String,
         mechanism: crate::scram::ScramMechanism,
     },
-    /// [AccessControlEntryRecord] An ACL added (a no-op when it exists).
+    /// \[AccessControlEntryRecord\] An ACL added (a no-op when it exists).
     AccessControlEntry { acl: crate::acl::StandardAcl },
-    /// [RemoveAccessControlEntryRecord]
+    /// \[RemoveAccessControlEntryRecord\]
     RemoveAccessControlEntry { acl: crate::acl::StandardAcl },
-    /// [ClientQuotaRecord] One quota key of an entity set (`Some`) or removed (`None`).
+    /// \[ClientQuotaRecord\] One quota key of an entity set (`Some`) or removed (`None`).
     ClientQuota {
         entity: crate::quota::QuotaEntity,
         key: String,
         value: Option<f64>,
     },
-    /// [FenceBrokerRecord] The broker's session expired or it finished a controlled shutdown.
+    /// \[FenceBrokerRecord\] The broker's session expired or it finished a controlled shutdown.
     FenceBroker { node_id: i32, broker_epoch: i64 },
-    /// [UnfenceBrokerRecord] The broker caught up with the metadata log.
+    /// \[UnfenceBrokerRecord\] The broker caught up with the metadata log.
     UnfenceBroker { node_id: i32, broker_epoch: i64 },
-    /// [BrokerRegistrationChangeRecord] The broker asked for a controlled shutdown (KIP-841: it
+    /// \[BrokerRegistrationChangeRecord\] The broker asked for a controlled shutdown (KIP-841: it
     /// may not join an ISR or be elected from now on).
     BeginControlledShutdown { node_id: i32, broker_epoch: i64 },
-    /// [UnregisterBrokerRecord]
+    /// \[UnregisterBrokerRecord\]
     UnregisterBroker { node_id: i32, broker_epoch: i64 },
-    /// [TopicRecord] + its [ConfigRecord]s.
+    /// \[TopicRecord\] + its \[ConfigRecord\]s.
     Topic {
         name: String,
         topic_id: Uuid,
         configs: TopicConfigs,
     },
-    /// [PartitionRecord] A partition's whole registration (new partition).
+    /// \[PartitionRecord\] A partition's whole registration (new partition).
     Partition {
         topic_id: Uuid,
         partition: i32,
         registration: PartitionRegistration,
     },
-    /// [PartitionChangeRecord] Fields that change; `None` = unchanged. Every change raises the
+    /// \[PartitionChangeRecord\] Fields that change; `None` = unchanged. Every change raises the
     /// partition epoch; a change of leader (or `bump_leader_epoch`) raises the leader epoch.
     PartitionChange {
         topic_id: Uuid,
@@ -165,22 +165,22 @@ pub enum MetadataRecord {
         #[serde(default)]
         bump_leader_epoch: bool,
     },
-    /// [RemoveTopicRecord]
+    /// \[RemoveTopicRecord\]
     RemoveTopic { topic_id: Uuid },
-    /// [ConfigRecord]s of one topic, replaced as a whole.
+    /// \[ConfigRecord\]s of one topic, replaced as a whole.
     TopicConfigs {
         topic_id: Uuid,
         configs: TopicConfigs,
     },
-    /// [ProducerIdsRecord] The next producer id not yet handed out in a block.
+    /// \[ProducerIdsRecord\] The next producer id not yet handed out in a block.
     ProducerIds { next_producer_id: i64 },
-    /// [BeginTransactionRecord] The records that follow, up to the matching `EndTransaction`, are
+    /// \[BeginTransactionRecord\] The records that follow, up to the matching `EndTransaction`, are
     /// one decision spread over several entries: nothing of it is applied until its end.
     BeginTransaction { name: String },
-    /// [EndTransactionRecord] The open transaction's records take effect, all at this entry's
+    /// \[EndTransactionRecord\] The open transaction's records take effect, all at this entry's
     /// offset.
     EndTransaction,
-    /// [AbortTransactionRecord] The open transaction's records are dropped: the controller that
+    /// \[AbortTransactionRecord\] The open transaction's records are dropped: the controller that
     /// began it lost its leadership (or its outcome) before ending it.
     AbortTransaction { reason: String },
 }

@@ -21,7 +21,7 @@ use uuid::Uuid;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type")]
 pub enum ControllerRequest {
-    /// [BrokerRegistration] A broker process announces itself (a new incarnation per start).
+    /// \[BrokerRegistration\] A broker process announces itself (a new incarnation per start).
     RegisterBroker {
         node_id: i32,
         incarnation_id: Uuid,
@@ -35,7 +35,7 @@ pub enum ControllerRequest {
         #[serde(default)]
         listeners: Vec<ListenerAddress>,
     },
-    /// [BrokerHeartbeat]
+    /// \[BrokerHeartbeat\]
     BrokerHeartbeat {
         node_id: i32,
         broker_epoch: i64,
@@ -46,49 +46,49 @@ pub enum ControllerRequest {
         /// Controlled shutdown: move my leaderships away, then tell me to stop.
         want_shutdown: bool,
     },
-    /// [CreateTopics]
+    /// \[CreateTopics\]
     CreateTopics {
         topics: Vec<TopicSpec>,
         validate_only: bool,
     },
-    /// [DeleteTopics] by name.
+    /// \[DeleteTopics\] by name.
     DeleteTopics { names: Vec<String> },
-    /// [CreatePartitions]
+    /// \[CreatePartitions\]
     CreatePartitions {
         topics: Vec<PartitionsSpec>,
         validate_only: bool,
     },
-    /// [AlterUserScramCredentials] Deletions (user, Kafka mechanism code) and upsertions, whose
+    /// \[AlterUserScramCredentials\] Deletions (user, Kafka mechanism code) and upsertions, whose
     /// keys the forwarding broker derived from the salted password.
     AlterUserScramCredentials {
         deletions: Vec<(String, i8)>,
         upsertions: Vec<ScramUpsertion>,
     },
-    /// [CreateAcls] The ACLs to add, each already checked by the broker.
+    /// \[CreateAcls\] The ACLs to add, each already checked by the broker.
     CreateAcls { acls: Vec<StandardAcl> },
-    /// [DeleteAcls] The filters whose matching ACLs to remove.
+    /// \[DeleteAcls\] The filters whose matching ACLs to remove.
     DeleteAcls { filters: Vec<AclFilter> },
-    /// [AlterClientQuotas] Per entity (type, name; `None` = default) its key changes
+    /// \[AlterClientQuotas\] Per entity (type, name; `None` = default) its key changes
     /// (`None` = remove).
     AlterClientQuotas {
         entries: Vec<QuotaAlteration>,
         validate_only: bool,
     },
-    /// [AlterConfigs] (full replace) for one topic.
+    /// \[AlterConfigs\] (full replace) for one topic.
     SetTopicConfigs {
         name: String,
         configs: BTreeMap<String, String>,
         validate_only: bool,
     },
-    /// [IncrementalAlterConfigs] for one topic.
+    /// \[IncrementalAlterConfigs\] for one topic.
     AlterTopicConfigs {
         name: String,
         changes: Vec<ConfigChangeSpec>,
         validate_only: bool,
     },
-    /// [AllocateProducerIds]
+    /// \[AllocateProducerIds\]
     AllocateProducerIds { node_id: i32, broker_epoch: i64 },
-    /// [AlterPartition] A leader proposes a new ISR (KIP-497, KIP-903 broker epochs).
+    /// \[AlterPartition\] A leader proposes a new ISR (KIP-497, KIP-903 broker epochs).
     AlterPartition {
         node_id: i32,
         broker_epoch: i64,
@@ -99,7 +99,7 @@ pub enum ControllerRequest {
         /// (broker id, broker epoch or -1) of each proposed ISR member.
         new_isr: Vec<(i32, i64)>,
     },
-    /// [AlterPartition] ISR changes of several partitions the broker leads, each decided as
+    /// \[AlterPartition\] ISR changes of several partitions the broker leads, each decided as
     /// `AlterPartition` is, committed together (Kafka's AlterPartitionManager sends every pending
     /// change in one request). At most `ISR_CHANGES_PER_REQUEST_MAX`.
     AlterPartitions {
@@ -107,14 +107,14 @@ pub enum ControllerRequest {
         broker_epoch: i64,
         changes: Vec<IsrChange>,
     },
-    /// [ElectLeaders] `None` = every partition.
+    /// \[ElectLeaders\] `None` = every partition.
     ElectLeaders {
         election: ElectionType,
         partitions: Option<Vec<(String, i32)>>,
     },
-    /// [AlterPartitionReassignments] (KIP-455) Start, replace or cancel reassignments.
+    /// \[AlterPartitionReassignments\] (KIP-455) Start, replace or cancel reassignments.
     AlterPartitionReassignments { topics: Vec<ReassignTopicSpec> },
-    /// [ListPartitionReassignments] `None` = every reassignment in progress; otherwise the given
+    /// \[ListPartitionReassignments\] `None` = every reassignment in progress; otherwise the given
     /// partitions of the given topics (unknown ones are left out, as Kafka does).
     ListPartitionReassignments {
         topics: Option<Vec<(String, Vec<i32>)>>,

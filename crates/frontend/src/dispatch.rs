@@ -1,7 +1,9 @@
 //! Bytes → request → handler: decodes the request header, finds the API in [`crate::registry`]
-//! and checks the version against the versions its handler declares, then hands the body to the
-//! entry, which decodes it once, calls the API's [`crate::handler::ApiHandler`] and encodes its
-//! response with the right header version ([`crate::respond`]).
+//! and checks the version against the versions its handler declares, applies the SASL gate on a
+//! SASL listener, builds the request's [`crate::authz::Authz`] and its request-quota charge, then
+//! hands the body to the entry, which decodes it once, calls the API's
+//! [`crate::handler::ApiHandler`] and encodes its response with the right header version
+//! ([`crate::respond`]).
 //!
 //! Kafka's rules (protocol-checklist §1.2): an unknown or unserved key, a version outside the
 //! advertised range (except ApiVersions), a version advertised but not served (Produce v0-2) or an

@@ -7,7 +7,7 @@
 //! chunks of their own, with the length prefix rewritten. The connection writes the chunks in
 //! order, so the bytes on the wire are exactly what the plain encoder would have produced.
 //!
-//! Records the store returns as a slice of a segment file ([`Records::File`]: batches already
+//! Records the store returns as a slice of a segment file ([`millrace_store::Records::File`]: batches already
 //! CRC-checked in this process) are never read into memory: the fetch handler leaves a *file
 //! marker* in the partition's `records` and keeps the slice aside; here the marker becomes a
 //! [`Chunk::File`], which the connection sends with `sendfile` (Kafka's zero-copy transfer).

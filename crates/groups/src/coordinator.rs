@@ -41,8 +41,8 @@
 //! - after [`GroupCoordinator::shutdown`] every parked request has been answered and every new
 //!   one gets COORDINATOR_NOT_AVAILABLE.
 //!
-//! Record batches are encoded with the store's codec (`millrace_store::records`), the one v2
-//! codec of the workspace; replay is in `replay.rs`.
+//! Record batches are encoded in `encode.rs` with the store's codec (`millrace_store::records`),
+//! the one v2 codec of the workspace; replay is in `replay.rs`.
 //!
 //! This file owns the coordinator itself: [`GroupCoordinator`] and its configuration, the shards
 //! and their leadership (loading and unloading), appends, and shutdown. The requests are served by

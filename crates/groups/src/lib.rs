@@ -7,7 +7,7 @@
 //! Data flow: the front end decodes a group request, converts it into this crate's request
 //! structs and calls [`GroupCoordinator`]; the coordinator steps the pure state machine in
 //! [`group`], appends records ([`records`], in batches of the store's codec) to
-//! `__consumer_offsets` partition `partition_for(group) % N` through the injected [`GroupLog`],
+//! `__consumer_offsets` partition `partition_for(group, N)` through the injected [`GroupLog`],
 //! and answers once the log says they are committed. The broker tells the coordinator which
 //! partitions it leads ([`GroupCoordinator::become_leader`], [`GroupCoordinator::resign`]); a new
 //! leader replays the partition (`replay.rs`, after the sled [`snapshot`]) before serving it.

@@ -153,7 +153,7 @@ pub struct GroupValue {
     pub members: Vec<MemberValue>,
 }
 
-/// A decoded value; `None` in [`Record::value`] is a tombstone.
+/// A decoded value; a record whose value is `None` is a tombstone.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RecordValue {
     Offset(OffsetValue),

@@ -1,8 +1,12 @@
 //! Millrace's partition replication (Kafka's ISR model): the per-partition replica state machine
-//! that owns the high watermark and the ISR proposals ([`replica`]), and — built on it — the
-//! replica manager, the followers' fetchers and the leader's `acks=all` purgatory.
+//! that owns the high watermark and the ISR proposals ([`replica`]), one hosted partition's logic
+//! over a log trait ([`partition`]), and — built on them — the replication [`driver`] (hosted
+//! replicas, the leader's `acks=all` waits, follower fetching) with the ISR change sender
+//! ([`isr_changes`]). The broker executes the driver over tokio and the store ([`manager`],
+//! [`fetcher`], [`store_log`]); the seeded simulator (`millrace-sim`) executes the same driver.
 //!
-//! **Invariant:** `replica.rs` does no I/O and reads no clock; the seeded simulator drives it.
+//! **Invariant:** `replica.rs`, `divergence.rs` and `driver/` do no I/O and read no clock; the
+//! seeded simulator drives them.
 
 pub mod client;
 pub mod divergence;

@@ -1,15 +1,19 @@
-//! One simulated broker process, wired the way the real broker will wire the same pieces:
+//! One simulated broker process: the replication driver's second executor (the broker's
+//! `ReplicaManager` is the first), wired the way the real broker wires the same pieces:
 //! - lifecycle (`millrace_controller::lifecycle`): register with a fresh incarnation id, heartbeat
 //!   (fast while fenced or shutting down), re-register on STALE_BROKER_EPOCH, controlled shutdown;
 //! - metadata: applies the committed metadata log in order, with its own delay, while it can reach
 //!   the active controller; hands each hosted partition its committed state — but leads only when
 //!   its image shows *this incarnation* registered and unfenced (`BrokerLifecycle::is_current`);
-//! - per hosted partition a [`Partition`] over a [`SimLog`], with the `acks=all` purgatory
-//!   (answered once the high watermark passes the records, NOT_LEADER_OR_FOLLOWER when the leader
-//!   epoch moves, REQUEST_TIMED_OUT at its deadline);
-//! - the fetcher: one outstanding fetch per (follower, leader broker) covering every partition
-//!   it follows there; the next fetch only once what the last one appended is durable; diverging
-//!   epoch → truncate; out of range → `on_fetch_out_of_range`;
+//! - per hosted partition the driver's [`HostedReplica`] over a [`SimLog`], with its `acks=all`
+//!   waits (`driver::acks`: answered once the high watermark passes the records,
+//!   NOT_LEADER_OR_FOLLOWER when the leader epoch moves, REQUEST_TIMED_OUT at its deadline);
+//! - the fetcher: the driver's [`LeaderFetcher`] per (follower, leader broker) — one outstanding
+//!   fetch covering every partition it follows there, the next only once what the last one
+//!   appended is durable — and [`apply_answer`] per partition (diverging epoch → truncate, out of
+//!   range → restart at the leader's log start);
+//! - the ISR changes, sent through the driver's [`IsrChangeSender`], one `AlterPartitions` at a
+//!   time;
 //! - the leader's fetch handler, holding an empty fetch up to `FETCH_MAX_WAIT_MS` (woken by an
 //!   append);
 //! - a group-commit flusher (`log.flush.policy=batch`) and the high-watermark checkpoint.

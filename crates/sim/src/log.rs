@@ -1,5 +1,6 @@
 //! `SimLog`: one partition's log on one simulated broker, implementing replication's
-//! [`ReplicaLog`] the way the store does (`crates/store/src/log.rs`), with the store's power-loss
+//! [`ReplicaLog`] the way the store's `PartitionLog` does (`crates/store/src/log/`, through
+//! replication's `store_log.rs`), with the store's power-loss
 //! model.
 //!
 //! What it keeps: the log start offset, records (leader epoch and a unique value each, one

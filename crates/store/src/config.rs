@@ -1,7 +1,7 @@
 //! Names and settings: `TopicPartition`, the per-topic `LogConfig` (Kafka's topic config names and
 //! defaults) and the store-wide `StoreConfig`.
 //!
-//! Pure data, no I/O. `LogConfig` is persisted per partition as `config.json` by `log.rs` so a
+//! Pure data, no I/O. `LogConfig` is persisted per partition as `config.json` (`partition_dir.rs`) so a
 //! restarted store knows each partition's settings before the cluster layer re-sends them.
 
 use std::fmt;

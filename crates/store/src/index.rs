@@ -1,8 +1,10 @@
-//! The sparse offset index of one segment (`.index`): batch base offset → byte position.
+//! The sparse offset index of one segment (`.index`): batch base offset → byte position; and
+//! `SparseIndex`, the in-memory index both it and the time index (`time_index.rs`,
+//! `SparseIndex<TimeEntry>`) are, with the entry bound and the append rule they share.
 //!
 //! On disk: 8-byte entries, big-endian u32 relative offset (offset - segment base offset) and u32
 //! position, strictly increasing in both. One entry per `index.interval.bytes` of log. In memory
-//! the entries are a `Vec` mirror; the file is rewritten whole with `pwrite` when the segment is
+//! the entries are a `Vec` mirror (`SparseIndex<IndexEntry>`, at most `max_entries`); the file is rewritten whole with `pwrite` when the segment is
 //! sealed, truncated or the store shuts down (memmap2 would need `unsafe`, which the workspace
 //! forbids; see docs/log-format.md). The index is a cache: a missing or inconsistent file is
 //! rebuilt from the log. Pure data; the owning `Segment` does the I/O under the partition lock.

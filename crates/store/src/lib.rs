@@ -8,10 +8,11 @@
 //! Read first: `Store` (this file), `log::PartitionLog`, `segment::Segment`, `recovery`.
 //!
 //! Module layers, each using only those before it (no cycles): file formats and parts (`batch`,
-//! `batch_walk`, `reader`, `records`, `compression`, `checkpoint`, `partition_dir`, `index`, `time_index`,
-//! `leader_epoch`, `producer_state`, `segment`, `storage`, `file_cache`, `config`, `limits`,
-//! `error`) → `flusher`, `shared` → `log` (the one owner of a partition's state) → `recovery`,
-//! `retention`, `cleaner` (which call methods on the log) → `Store` (this file).
+//! `batch_walk`, `reader`, `records`, `compression`, `validator`, `control`, `checkpoint`,
+//! `partition_dir`, `index`, `time_index`, `leader_epoch`, `producer_state`, `segment`,
+//! `storage`, `file_cache`, `watchers`, `config`, `limits`, `error`) → `flusher`, `shared` → `log`
+//! (the one owner of a partition's state) → `recovery`, `retention`, `cleaner` (which call
+//! methods on the log) → `Store` (this file). `testing` holds batch fixtures for tests.
 //!
 //! Invariants: one directory `<topic>-<partition>` per partition under `data_dir`, holding its
 //! topic id (`partition.metadata`); every file mutation goes through `storage::Storage`; the

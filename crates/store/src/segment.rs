@@ -7,7 +7,7 @@
 //! of a partition is appended to; sealed segments change only through truncation, retention
 //! (whole-file delete) and the cleaner (whole-file swap).
 //!
-//! Locking: a `Segment` lives inside its partition's mutex (`log.rs`); the scanning helpers here
+//! Locking: a `Segment` lives inside its partition's mutex (`log/`); the scanning helpers here
 //! take a plain `&File` and may run outside it.
 
 use std::fs::File;

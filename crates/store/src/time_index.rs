@@ -1,10 +1,11 @@
 //! The sparse time index of one segment (`.timeindex`): largest timestamp so far → batch offset.
 //!
-//! On disk: 12-byte entries, big-endian i64 timestamp and u32 relative offset, both strictly
-//! increasing. An entry (T, o) says: every record before the batch at base offset `o`, and that
+//! On disk: 12-byte entries, big-endian i64 timestamp and u32 relative offset; timestamps
+//! strictly increase, offsets never decrease. An entry (T, o) says: every record before the batch at base offset `o`, and that
 //! batch itself, has a timestamp <= T, and T occurs in the batch at `o`. Entries are added at the
 //! same points as offset index entries and once more when the segment is sealed, so the last
-//! entry holds the segment's largest timestamp (used by retention). Same I/O rules as `index.rs`.
+//! entry holds the segment's largest timestamp (used by retention). In memory a `SparseIndex<TimeEntry>`, with the same
+//! I/O rules as `index.rs`.
 
 use crate::index::SparseIndex;
 

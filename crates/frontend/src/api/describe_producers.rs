@@ -1,6 +1,6 @@
-//! DescribeProducers (key 61): the idempotent producers a partition tracks (producer id, producer
-//! epoch, last sequence, last timestamp). No transactions yet, so no coordinator epoch or open
-//! transaction start offset.
+//! DescribeProducers (key 61): the producers a partition tracks (producer id, producer
+//! epoch, last sequence, last timestamp), with the coordinator epoch of each producer's last
+//! transaction marker and the first offset of its open transaction (-1 when none).
 
 use std::sync::Arc;
 

@@ -5,8 +5,9 @@
 //! storage, "earliest local" is the log start offset and "latest tiered" finds nothing (-1). v10's
 //! `timeout_ms` bounds a wait for remote storage that never happens here.
 //!
-//! "Latest" is the high watermark (equal to the last stable offset, with no transactions). Only the
-//! partition's leader answers, with a current leader epoch (v4+, KIP-320); a new leader answers
+//! "Latest" is the high watermark, or for `read_committed` (isolation level 1) the last stable
+//! offset; a timestamp lookup finds only offsets below that same bound. Only the partition's
+//! leader answers, with a current leader epoch (v4+, KIP-320); a new leader answers
 //! OFFSET_NOT_AVAILABLE for the latest offset until its high watermark reaches the start of its
 //! leader epoch (KIP-207: before that it may be lower than what the previous leader exposed).
 

@@ -3,12 +3,15 @@
 //! producer state, leader-epoch cache and cleaner point. This module is their only owner: every
 //! field is private, and recovery, retention, the cleaner and the store call methods on the log.
 //!
-//! Data flow: the front end calls `append` with producer batches (validated, offsets assigned,
-//! then written by the one internal write path, `write_batches`, to the active segment) and `read`
-//! for Fetch (whole stored batches). Recovery builds a log from what it found on disk
-//! (`PartitionLog::open`); retention moves the log start offset (`advance_log_start`); the cleaner
-//! swaps sealed segments (`replace_sealed_segment`); replication will call `truncate_to`,
-//! `set_high_watermark` and a follower append that reuses `write_batches`.
+//! Data flow: the replica manager (for Produce) calls `append` with producer batches (validated,
+//! offsets assigned, then written by the one internal write path, `write_batches`, to the active
+//! segment) and `read`/`read_records` for Fetch (whole stored batches). Recovery builds a log from
+//! what it found on disk (`PartitionLog::open`); retention moves the log start offset
+//! (`advance_log_start`); the cleaner swaps sealed segments (`replace_sealed_segment`);
+//! replication calls `truncate_to`, `set_high_watermark` and the follower append
+//! (`append_replicated`, `follower.rs`), which reuses `write_batches`. The submodules split the
+//! methods by concern: `append`, `read`, `durability`, `log_start`, `follower`, `timestamps`,
+//! `compaction`, `transactions`.
 //!
 //! Invariants: `log_start_offset <= high_watermark <= log_end_offset`; `durable_offset <=
 //! log_end_offset`; `recovery_point <= log_end_offset`, and everything below the recovery point
