@@ -56,7 +56,9 @@ pub struct MetadataOutcome {
 #[derive(Debug)]
 pub struct HostedReplica<L, W> {
     pub partition: Partition<L>,
-    delivered: Option<PartitionState>,
+    /// The committed state and settings last handed to the partition (a topic config change,
+    /// say min.insync.replicas, is handed over even when the state is the same).
+    delivered: Option<(PartitionState, ReplicaConfig)>,
     pub acks: AckWaits<W>,
 }
 
@@ -87,11 +89,11 @@ impl<L: ReplicaLog, W> HostedReplica<L, W> {
             state.leader = NO_LEADER;
         }
         let mut out = MetadataOutcome::default();
-        if self.delivered.as_ref() != Some(&state) {
+        if self.delivered.as_ref() != Some(&(state.clone(), config)) {
             let was_leader = self.partition.is_leader();
             let before = self.partition.replica().leader();
             out.actions = self.partition.on_metadata(state.clone(), config, now_ms)?;
-            self.delivered = Some(state.clone());
+            self.delivered = Some((state.clone(), config));
             let after = self.partition.replica().leader();
             out.epoch_changed = before != after;
             let is_leader = self.partition.is_leader();

@@ -172,6 +172,22 @@ impl Fixture {
         self.apply(true);
     }
 
+    /// Commits new configs for the topic and applies them.
+    fn set_topic_configs(&mut self, configs: &[(&str, &str)]) {
+        let entries = configs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let record = MetadataRecord::TopicConfigs {
+            topic_id: TOPIC_ID,
+            configs: millrace_cluster::config::TopicConfigs::new(entries).expect("configs"),
+        };
+        self.image
+            .apply_batch(self.next_offset, &MetadataBatch::new(vec![record]));
+        self.next_offset += 1;
+        self.apply(true);
+    }
+
     fn append(&self, acks: i16) -> Result<(AppendInfo, Option<AckWait>), ReplicaError> {
         let batch = encode_batch(&[(None, Some(b"v"), 0)], -1, -1, -1);
         self.manager.append(&self.tp, batch, acks)
@@ -294,4 +310,17 @@ async fn an_isr_change_is_not_sent_without_a_registration() {
     })
     .await;
     assert!(sent, "{:?}", f.requests());
+}
+
+#[tokio::test]
+async fn a_topic_config_change_reaches_its_replicas_without_a_partition_change() {
+    let mut f = Fixture::new(&[1], &[]);
+    f.apply(true);
+    assert!(f.append(-1).is_ok(), "ISR [1] meets min.insync.replicas 1");
+    f.set_topic_configs(&[("min.insync.replicas", "2")]);
+    assert!(matches!(
+        f.append(-1),
+        Err(ReplicaError::Partition(PartitionError::NotEnoughReplicas))
+    ));
+    assert!(f.append(1).is_ok(), "acks=1 does not need the ISR");
 }
