@@ -4,10 +4,12 @@
 
 use std::sync::Arc;
 
+use kafka_protocol::messages::describe_producers_request::TopicRequest;
 use kafka_protocol::messages::describe_producers_response::{
     PartitionResponse, ProducerState, TopicResponse,
 };
 use kafka_protocol::messages::{DescribeProducersRequest, DescribeProducersResponse, ProducerId};
+use millrace_store::PartitionLog;
 
 use super::leadership;
 use crate::authz::Authz;
@@ -33,34 +35,28 @@ pub fn handle(
     authz: &Authz,
     request: DescribeProducersRequest,
 ) -> DescribeProducersResponse {
-    let topics = request
-        .topics
-        .into_iter()
-        .map(|topic| {
-            let name = topic.name.0.to_string();
-            let allowed = authz.topic(AclOperation::Read, &name);
-            let partitions = topic
-                .partition_indexes
-                .iter()
-                .map(|&p| describe_partition(ctx, allowed, &name, p))
-                .collect();
-            TopicResponse::default()
-                .with_name(topic.name)
-                .with_partitions(partitions)
-        })
-        .collect();
-    DescribeProducersResponse::default().with_topics(topics)
+    let topics = request.topics.into_iter();
+    DescribeProducersResponse::default()
+        .with_topics(topics.map(|t| describe_topic(ctx, authz, t)).collect())
+}
+
+/// One topic: each partition asked for, if the client may read the topic.
+fn describe_topic(ctx: &Arc<BrokerContext>, authz: &Authz, topic: TopicRequest) -> TopicResponse {
+    let name = topic.name.0.to_string();
+    let allowed = authz.topic(AclOperation::Read, &name);
+    let partitions = topic.partition_indexes.iter().map(|&p| {
+        let log = leadership::led_log(ctx, allowed, &name, p);
+        describe_partition(p, log)
+    });
+    TopicResponse::default()
+        .with_name(topic.name)
+        .with_partitions(partitions.collect())
 }
 
 /// One partition: the producers its log tracks.
-fn describe_partition(
-    ctx: &Arc<BrokerContext>,
-    allowed: bool,
-    name: &str,
-    partition: i32,
-) -> PartitionResponse {
+fn describe_partition(partition: i32, log: Result<Arc<PartitionLog>, i16>) -> PartitionResponse {
     let out = PartitionResponse::default().with_partition_index(partition);
-    let log = match leadership::led_log(ctx, allowed, name, partition) {
+    let log = match log {
         Ok(log) => log,
         Err(code) => return out.with_error_code(code),
     };
