@@ -167,6 +167,50 @@ fn shutdown_signal() -> impl std::future::Future<Output = ()> {
 }
 
 /// Runs a broker until `shutdown` resolves. The trigger is a parameter so tests can pass their own.
+/// Opens the store (through the fdatasync-failing storage of the test knob, if set) and starts
+/// its scrubber.
+fn open_store(
+    settings: &Settings,
+    config: &BrokerConfig,
+    fail_sync_of: Option<String>,
+) -> anyhow::Result<Arc<Store>> {
+    use anyhow::Context;
+    let store_config = StoreConfig {
+        data_dir: settings.data_dir.clone(),
+        flush_policy: config.flush_policy(),
+        flush_interval: config.flush_batch_interval(),
+        max_open_files: config.max_open_files(),
+        // Replication owns the high watermark (a quorum of one included).
+        high_watermark_follows_durable: false,
+    };
+    let open_started = Instant::now();
+    let store = match fail_sync_of {
+        None => Store::open(store_config),
+        Some(text) => {
+            warn!(knob = FAIL_SYNC_KNOB, files = %text, "test knob: every fdatasync of matching files fails");
+            Store::open_with_storage(
+                store_config,
+                Arc::new(millrace_store::storage::FaultStorage::failing_sync_of(text)),
+            )
+        }
+    }
+    .with_context(|| format!("cannot open the store in {}", settings.data_dir.display()))?;
+    info!(
+        partitions = store.partitions().len(),
+        after_clean_shutdown = store.opened_after_clean_shutdown(),
+        elapsed_ms = open_started.elapsed().as_millis(),
+        "store opened"
+    );
+    // The scrubber re-reads sealed segments for bit rot; replication repairs what it finds.
+    store
+        .start_scrubber(millrace_store::ScrubSettings {
+            interval: config.log_scrub_interval(),
+            bytes_per_sec: config.log_scrub_bytes_per_sec(),
+        })
+        .context("cannot start the scrubber")?;
+    Ok(store)
+}
+
 async fn run(
     settings: Settings,
     security: Vec<ListenerSecurity>,
@@ -212,32 +256,7 @@ async fn run(
         None => None,
     };
 
-    let store_config = StoreConfig {
-        data_dir: settings.data_dir.clone(),
-        flush_policy: config.flush_policy(),
-        flush_interval: config.flush_batch_interval(),
-        max_open_files: config.max_open_files(),
-        // Replication owns the high watermark (a quorum of one included).
-        high_watermark_follows_durable: false,
-    };
-    let open_started = Instant::now();
-    let store = match fail_sync_of {
-        None => Store::open(store_config),
-        Some(text) => {
-            warn!(knob = FAIL_SYNC_KNOB, files = %text, "test knob: every fdatasync of matching files fails");
-            Store::open_with_storage(
-                store_config,
-                Arc::new(millrace_store::storage::FaultStorage::failing_sync_of(text)),
-            )
-        }
-    }
-    .with_context(|| format!("cannot open the store in {}", settings.data_dir.display()))?;
-    info!(
-        partitions = store.partitions().len(),
-        after_clean_shutdown = store.opened_after_clean_shutdown(),
-        elapsed_ms = open_started.elapsed().as_millis(),
-        "store opened"
-    );
+    let store = open_store(&settings, &config, fail_sync_of)?;
     let endpoint = BrokerEndpoint {
         node_id: config.node_id(),
         host: host.clone(),

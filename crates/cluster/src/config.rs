@@ -336,6 +336,9 @@ pub static BROKER_CONFIGS: &[ConfigDef] = &[
     // Millrace's own: the HTTP listener (metrics, health, readiness) and the metrics' cardinality.
     nodef("millrace.http.listen", ConfigType::Str),
     def("millrace.metrics.partition.level", "true", ConfigType::Bool),
+    // Millrace's own: the scrubber of sealed segments (decision 0072).
+    def("millrace.log.scrub.interval.ms", "86400000", LONG_NONNEG),
+    def("millrace.log.scrub.max.bytes.per.sec", "33554432", LONG_POS),
     // TLS (also per listener, see LISTENER_CONFIGS).
     def("ssl.keystore.type", "JKS", KEYSTORE_TYPES),
     nodef("ssl.keystore.location", ConfigType::Str),
@@ -936,6 +939,20 @@ impl BrokerConfig {
     pub fn flush_batch_interval(&self) -> Duration {
         Duration::from_millis(self.long_or("log.flush.batch.interval.ms", 2) as u64)
     }
+    /// `millrace.log.scrub.interval.ms`: time between the starts of two scrub passes (zero: none).
+    pub fn log_scrub_interval(&self) -> Duration {
+        Duration::from_millis(
+            self.long_or("millrace.log.scrub.interval.ms", 86_400_000)
+                .max(0) as u64,
+        )
+    }
+
+    /// `millrace.log.scrub.max.bytes.per.sec`: the scrubber's read rate limit.
+    pub fn log_scrub_bytes_per_sec(&self) -> u64 {
+        self.long_or("millrace.log.scrub.max.bytes.per.sec", 33_554_432)
+            .max(1) as u64
+    }
+
     pub fn max_open_files(&self) -> usize {
         self.long_or("log.max.open.files", 1024) as usize
     }

@@ -17,6 +17,7 @@ pub mod isr_changes;
 pub mod limits;
 pub mod manager;
 pub mod partition;
+pub mod repair;
 pub mod replica;
 pub mod store_log;
 

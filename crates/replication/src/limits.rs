@@ -5,3 +5,12 @@
 /// `socket.request.max.bytes` bounds what it accepts the same way). Enforced by
 /// `client::BrokerConnection::send` before allocating.
 pub const INTER_BROKER_RESPONSE_BYTES_MAX: usize = 256 * 1024 * 1024;
+
+/// Milliseconds: how often the repair task retries damaged replicas it could not repair yet.
+pub const REPAIR_RETRY_MS: u64 = 1_000;
+
+/// Bytes: most bytes one repair Fetch asks for (a damaged range larger than this takes several).
+pub const REPAIR_FETCH_BYTES_MAX: i32 = 8 * 1024 * 1024;
+
+/// Fetches: most Fetch requests one damaged range may take before its repair gives up for now.
+pub const REPAIR_FETCHES_PER_RANGE_MAX: usize = 1_024;

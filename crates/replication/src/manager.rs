@@ -109,6 +109,30 @@ impl HostedPartition {
             .map(<[i32]>::to_vec)
     }
 
+    /// As a replica that may serve a consumer read: the leader, or with `follower_too` any replica
+    /// that knows its leader (Kafka serves Fetch v11+ from followers, KIP-392), in
+    /// `current_leader_epoch` (-1: any). The leader epoch.
+    pub fn check_serving(
+        &self,
+        current_leader_epoch: i32,
+        follower_too: bool,
+    ) -> Result<i32, PartitionError> {
+        if !follower_too {
+            return self.check_leader(current_leader_epoch);
+        }
+        let state = self.state.lock();
+        state.partition.check_leader_epoch(current_leader_epoch)?;
+        state
+            .partition
+            .replica()
+            .leader()
+            .map(|(_, epoch)| epoch)
+            .ok_or(PartitionError::NotLeader {
+                leader: -1,
+                leader_epoch: -1,
+            })
+    }
+
     pub fn check_leader(&self, current_leader_epoch: i32) -> Result<i32, PartitionError> {
         let state = self.state.lock();
         let epoch = state.partition.require_leader()?;
@@ -219,7 +243,13 @@ impl ReplicaManager {
         tokio::spawn(async move { ticker.run_isr_checks().await });
         let sender = Arc::clone(&manager);
         tokio::spawn(async move { sender.run_isr_change_sender().await });
+        tokio::spawn(crate::repair::run_repairs(Arc::clone(&manager)));
         manager
+    }
+
+    /// The store the hosted replicas live in.
+    pub(crate) fn store(&self) -> &Arc<Store> {
+        &self.store
     }
 
     pub fn node_id(&self) -> i32 {
@@ -668,9 +698,10 @@ impl ReplicaManager {
         Ok((info, wait))
     }
 
-    /// A consumer read: leader only, current leader epoch, below the high watermark. Batches
-    /// already checked come back as a file slice to send as they are (see
-    /// `PartitionLog::read_records`).
+    /// A consumer read: the leader (with `follower_too`, a follower as well: Fetch v11+), current
+    /// leader epoch, below this replica's high watermark. Batches already checked come back as a
+    /// file slice to send as they are (see `PartitionLog::read_records`).
+    #[allow(clippy::too_many_arguments)]
     pub fn read_for_consumer(
         &self,
         tp: &TopicPartition,
@@ -679,12 +710,13 @@ impl ReplicaManager {
         max_bytes: usize,
         min_one_batch: bool,
         read_committed: bool,
+        follower_too: bool,
     ) -> Result<ReadResult<Records>, ReplicaError> {
         let hosted = self
             .partition(tp)
             .ok_or_else(|| ReplicaError::UnknownPartition(tp.clone()))?;
         hosted
-            .check_leader(current_leader_epoch)
+            .check_serving(current_leader_epoch, follower_too)
             .map_err(ReplicaError::Partition)?;
         let bound = if read_committed {
             ReadUpperBound::LastStable

@@ -435,7 +435,6 @@ fn clean_segment(
     };
     let log_path = segment::segment_path(log.dir(), base, LOG_SUFFIX);
     let cleaned_path = with_suffix(&log_path, ".cleaned");
-    let swap_path = with_suffix(&log_path, ".swap");
     let out_file = storage
         .open(&cleaned_path, true)
         .map_err(|e| io(format!("create {}", cleaned_path.display()), e))?;
@@ -511,18 +510,8 @@ fn clean_segment(
     let cleaned = std::mem::replace(&mut out.segment, Segment::new_empty(base, &config, now_ms));
     let dir = log.dir().to_path_buf();
     let swapped = log.replace_sealed_segment(base, size, pass.generation, cleaned, |storage| {
-        storage
-            .rename(&cleaned_path, &swap_path)
-            .map_err(|e| io(format!("rename {}", cleaned_path.display()), e))?;
-        for suffix in [INDEX_SUFFIX, TIME_INDEX_SUFFIX] {
-            let p = segment::segment_path(&dir, base, suffix);
-            storage
-                .remove_file(&p)
-                .map_err(|e| io(format!("remove {}", p.display()), e))?;
-        }
-        storage
-            .rename(&swap_path, &log_path)
-            .map_err(|e| io(format!("rename {}", swap_path.display()), e))
+        segment::swap_into_place(storage, &dir, base, &cleaned_path)
+            .map_err(|e| io(format!("swap {} into place", cleaned_path.display()), e))
     })?;
     if !swapped {
         abandon(storage);

@@ -33,6 +33,7 @@ mod cleaner;
 pub mod compression;
 mod config;
 mod control;
+mod damage;
 mod error;
 mod file_cache;
 mod flusher;
@@ -46,6 +47,7 @@ pub mod reader;
 pub mod records;
 mod recovery;
 mod retention;
+mod scrub;
 mod segment;
 mod shared;
 pub mod storage;
@@ -56,7 +58,7 @@ mod watchers;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
@@ -66,14 +68,17 @@ pub use config::{
     TopicPartition,
 };
 pub use control::{parse_marker, Marker};
+pub use damage::DamagedRange;
 pub use error::{AppendError, ReadError, StoreError};
 pub use log::{
-    AppendInfo, FileSlice, PartitionLog, ReadResult, ReadUpperBound, Records, ReplicatedAppend,
+    AppendInfo, FileSlice, PartitionLog, ReadResult, ReadUpperBound, Records, RepairError,
+    ReplicatedAppend,
 };
 pub use partition_dir::{
     inspect_partition_dir, partition_dirs, PartitionDirInfo, TopicId, ORPHANED_SUFFIX,
 };
 pub use producer_state::{AbortedTxn, BatchMetadata, ProducerStateEntry};
+pub use scrub::ScrubSettings;
 pub use shared::DurableListener;
 pub use watchers::Watchers;
 
@@ -110,6 +115,8 @@ pub struct Store {
     maintenance: Mutex<cleaner::CleanerState>,
     /// The clean-shutdown marker was there when the store opened.
     opened_clean: bool,
+    /// The scrubber thread and its stop flag, once started (`start_scrubber`).
+    scrubber: Mutex<Option<(Arc<AtomicBool>, std::thread::JoinHandle<()>)>>,
 }
 
 fn unix_nanos() -> u128 {
@@ -206,6 +213,7 @@ impl Store {
             create_sync_all,
             maintenance: Mutex::new(cleaner::CleanerState::default()),
             opened_clean: clean,
+            scrubber: Mutex::new(None),
         }))
     }
 
@@ -417,6 +425,65 @@ impl Store {
         self.shared.set_durable_listener(listener);
     }
 
+    /// Starts the scrubber thread (`scrub.rs`): full passes over every sealed segment every
+    /// `settings.interval` at most `settings.bytes_per_sec`, and at once over a partition a read
+    /// found a bad batch in. Stopped by `shutdown`. A second call does nothing.
+    pub fn start_scrubber(self: &Arc<Self>, settings: ScrubSettings) -> Result<(), StoreError> {
+        let mut slot = self.scrubber.lock();
+        if slot.is_some() {
+            return Ok(());
+        }
+        let stop = Arc::new(AtomicBool::new(false));
+        let store = Arc::downgrade(self);
+        let thread_stop = Arc::clone(&stop);
+        let shared = Arc::clone(&self.shared);
+        let handle = std::thread::Builder::new()
+            .name("millrace-scrubber".into())
+            .spawn(move || {
+                let logs = || {
+                    store.upgrade().map_or_else(Vec::new, |s| {
+                        let mut all: Vec<Arc<PartitionLog>> =
+                            s.partitions.read().values().cloned().collect();
+                        all.sort_by(|a, b| a.topic_partition().cmp(b.topic_partition()));
+                        all
+                    })
+                };
+                let log_of = |tp: &TopicPartition| store.upgrade().and_then(|s| s.partition(tp));
+                scrub::run(settings, &shared.damage, logs, log_of, &thread_stop);
+            })
+            .map_err(|e| StoreError::io("spawn scrubber thread", e))?;
+        *slot = Some((stop, handle));
+        Ok(())
+    }
+
+    fn stop_scrubber(&self) {
+        if let Some((stop, handle)) = self.scrubber.lock().take() {
+            stop.store(true, Ordering::SeqCst);
+            let _ = handle.join();
+        }
+    }
+
+    /// Scans every sealed segment of `tp` now, on this thread and unpaced, as the scrubber does;
+    /// returns the partition's damaged ranges.
+    pub fn scrub_partition(&self, tp: &TopicPartition) -> Result<Vec<DamagedRange>, StoreError> {
+        let log = self
+            .partition(tp)
+            .ok_or_else(|| StoreError::UnknownPartition(tp.clone()))?;
+        let stop = AtomicBool::new(false);
+        scrub::scrub_log(&log, &mut scrub::Pace::new(u64::MAX), &stop);
+        Ok(log.damaged_ranges())
+    }
+
+    /// Partitions holding damaged batches (repair reads their `damaged_ranges`).
+    pub fn damaged_partitions(&self) -> Vec<TopicPartition> {
+        self.shared.damage.damaged()
+    }
+
+    /// Changes whenever a partition's damage is found or repaired, or a read asks for a scan.
+    pub fn damage_changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.shared.damage.subscribe()
+    }
+
     /// Whether the data dir is offline, and why.
     pub fn offline_reason(&self) -> Option<String> {
         self.shared.offline_reason()
@@ -457,6 +524,7 @@ impl Store {
         if self.shared.set_shut_down() {
             return Ok(());
         }
+        self.stop_scrubber();
         // Let a running maintenance tick (retention, a cleaner swap) finish first.
         let _maintenance = self.maintenance.lock();
         self.stop_flusher();

@@ -124,3 +124,19 @@ const _: () = assert!(SHUTDOWN_THREADS >= 1);
 /// every one; a batch can hold millions of records, and a client needs the list only to fail
 /// those records, so the rest are counted in the message instead.
 pub const RECORD_ERRORS_MAX: usize = 1000;
+
+/// Bytes: a segment repair copies the undamaged parts of the segment in chunks of this size.
+pub const REPAIR_COPY_CHUNK_BYTES: usize = 1024 * 1024;
+
+/// Milliseconds: the scrubber thread looks for requested scans, a due pass and its stop flag
+/// at least this often (and sleeps for its rate limit in steps of at most this).
+pub const SCRUB_POLL_MS: u64 = 100;
+
+/// Milliseconds: the scrubber's rate limit is measured over windows of this length.
+pub const SCRUB_RATE_WINDOW_MS: u64 = 1_000;
+
+/// Milliseconds: the default `millrace.log.scrub.interval.ms` (one full pass a day).
+pub const SCRUB_INTERVAL_MS_DEFAULT: u64 = 24 * 60 * 60 * 1000;
+
+/// Bytes per second: the default `millrace.log.scrub.max.bytes.per.sec` (about 2.6 TiB a day).
+pub const SCRUB_BYTES_PER_SEC_DEFAULT: u64 = 32 * 1024 * 1024;

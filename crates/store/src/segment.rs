@@ -324,12 +324,16 @@ impl Segment {
         }
     }
 
-    /// Rebuilds both indexes and the timestamps by scanning `[0, size)` of the log (which must be
-    /// valid; anything after the first invalid batch is reported in the result).
+    /// Rebuilds both indexes and the timestamps by scanning `[0, size)` of the log. With
+    /// `keep_extent`, a segment with an invalid batch keeps its size and end offset (bit rot in a
+    /// sealed segment is repaired, never cut off: see `scrub.rs`), the indexes covering the
+    /// batches before it; otherwise it ends before that batch. The result says where the scan
+    /// stopped.
     pub(crate) fn rebuild_indexes(
         &mut self,
         file: &File,
         config: &LogConfig,
+        keep_extent: bool,
     ) -> io::Result<ScanEnd> {
         let mut fresh = Segment::new_empty(self.base_offset, config, self.created_ms);
         let end = scan_batches(
@@ -342,8 +346,13 @@ impl Segment {
                 fresh.track_batch(pos, h, config.index_interval_bytes);
             },
         )?;
-        fresh.size = end.valid_end;
-        fresh.next_offset = end.next_offset;
+        if end.error.is_none() || !keep_extent {
+            fresh.size = end.valid_end;
+            fresh.next_offset = end.next_offset;
+        } else {
+            fresh.size = self.size;
+            fresh.next_offset = self.next_offset.max(end.next_offset);
+        }
         fresh.checked = Checked::prefix(end.valid_end);
         fresh.finish_time_index();
         *self = fresh;
@@ -365,7 +374,7 @@ impl Segment {
             Ok(()) => Ok(()),
             Err(why) => {
                 tracing::info!(dir = %dir.display(), base = self.base_offset, %why, "rebuilding segment indexes");
-                self.rebuild_indexes(file, config).map(|_| ())
+                self.rebuild_indexes(file, config, true).map(|_| ())
             }
         }
     }
@@ -457,6 +466,26 @@ impl Segment {
     }
 }
 
+/// The commit of a segment rewrite (the cleaner's swap protocol, docs/log-format.md): renames the
+/// fdatasynced copy `rewritten` to `B.log.swap` (the commit point), removes `B`'s index files
+/// (rebuilt by the caller) and renames `B.log.swap` to `B.log`. Loading finishes a swap that a
+/// crash interrupted after the commit point and deletes a copy left before it. The caller holds
+/// the partition lock and fsyncs the directory afterwards.
+pub(crate) fn swap_into_place(
+    storage: &dyn crate::storage::Storage,
+    dir: &Path,
+    base_offset: i64,
+    rewritten: &Path,
+) -> io::Result<()> {
+    let log_path = segment_path(dir, base_offset, LOG_SUFFIX);
+    let swap_path = dir.join(format!("{base_offset:020}.{LOG_SUFFIX}.swap"));
+    storage.rename(rewritten, &swap_path)?;
+    for suffix in [INDEX_SUFFIX, TIME_INDEX_SUFFIX] {
+        storage.remove_file(&segment_path(dir, base_offset, suffix))?;
+    }
+    storage.rename(&swap_path, &log_path)
+}
+
 /// Writes a whole index file in place (create, truncate, pwrite). Not atomic: index files are
 /// caches validated on load and are synced before the recovery point passes their segment.
 pub(crate) fn write_index_file(
@@ -540,7 +569,8 @@ mod tests {
             ..LogConfig::default()
         };
         let mut seg = Segment::new_unloaded(0, size, 100, 0);
-        seg.rebuild_indexes(f.as_file(), &config).expect("rebuild");
+        seg.rebuild_indexes(f.as_file(), &config, true)
+            .expect("rebuild");
         assert_eq!(seg.next_offset, 100);
         assert_eq!(seg.max_timestamp, 1049);
         assert_eq!(seg.offset_of_max_timestamp, 98);

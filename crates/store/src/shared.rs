@@ -26,6 +26,7 @@ use tokio::sync::watch;
 
 use crate::checkpoint::{self, HIGH_WATERMARK_FILE, LOG_START_FILE, RECOVERY_POINT_FILE};
 use crate::config::{StoreConfig, TopicPartition};
+use crate::damage::DamageBoard;
 use crate::error::StoreError;
 use crate::file_cache::FileCache;
 use crate::flusher::FlushQueue;
@@ -96,6 +97,8 @@ pub(crate) struct StoreShared {
     shut_down: AtomicBool,
     checkpoints: Mutex<CheckpointTable>,
     durable_listener: parking_lot::RwLock<Option<DurableListener>>,
+    /// Partitions with damaged batches, and those to scrub first (`damage.rs`).
+    pub(crate) damage: DamageBoard,
 }
 
 /// Called by the flusher after a partition's durable offset moved (see
@@ -114,6 +117,7 @@ impl StoreShared {
             shut_down: AtomicBool::new(false),
             checkpoints: Mutex::new(CheckpointTable::default()),
             durable_listener: parking_lot::RwLock::new(None),
+            damage: DamageBoard::default(),
             config,
         }
     }

@@ -138,7 +138,19 @@ fn bytes_found_on_disk_are_checked_before_they_are_sent_from_the_file() {
             "served up to the corrupt batch"
         );
     }
-    for offset in [30, 33, 36] {
+    // A read starting at the corrupt batch fails (KAFKA_STORAGE_ERROR at the edge) rather than
+    // serving it or skipping it.
+    let refused = log.read_records(36, 1 << 20, ReadUpperBound::LogEnd, true);
+    assert!(
+        matches!(
+            refused,
+            Err(millrace_store::ReadError::Store(
+                millrace_store::StoreError::Corrupt(_)
+            ))
+        ),
+        "{refused:?}"
+    );
+    for offset in [30, 33] {
         let records = read(offset, 1 << 20);
         assert!(
             matches!(records, Records::Memory(_)),

@@ -112,14 +112,24 @@ const REPLICA_STATE_VERSION_MIN: i16 = 15;
 const LEADER_FIELDS_VERSION_MIN: i16 = 12;
 /// First Fetch version with `node_endpoints` (KIP-951).
 const NODE_ENDPOINTS_VERSION_MIN: i16 = 16;
+/// First Fetch version a follower serves to consumers (KIP-392: Kafka builds client metadata
+/// from v11 on, and then reads from any replica up to its high watermark).
+const FOLLOWER_READ_VERSION_MIN: i16 = 11;
 /// `isolation_level` value of read_committed.
 const READ_COMMITTED: i8 = 1;
 
 /// Who is fetching.
 #[derive(Debug, Clone, Copy)]
 enum Fetcher {
-    Consumer,
-    Follower { replica_id: i32, broker_epoch: i64 },
+    /// A consumer (or another broker reading like one: a repair copy); `follower_too`: a
+    /// follower of the partition serves it as well as the leader.
+    Consumer {
+        follower_too: bool,
+    },
+    Follower {
+        replica_id: i32,
+        broker_epoch: i64,
+    },
 }
 
 /// One requested partition, resolved once per request.
@@ -167,7 +177,9 @@ pub async fn handle(
                 replica_id: id,
                 broker_epoch: request.replica_state.replica_epoch,
             },
-            _ => Fetcher::Consumer,
+            _ => Fetcher::Consumer {
+                follower_too: version >= FOLLOWER_READ_VERSION_MIN,
+            },
         }
     } else if request.replica_id.0 >= 0 {
         Fetcher::Follower {
@@ -175,7 +187,9 @@ pub async fn handle(
             broker_epoch: -1,
         }
     } else {
-        Fetcher::Consumer
+        Fetcher::Consumer {
+            follower_too: version >= FOLLOWER_READ_VERSION_MIN,
+        }
     };
     let follower = matches!(fetcher, Fetcher::Follower { .. });
     // A consumer under a fetch quota gets at most a window's worth at once (Kafka's bound).
@@ -257,7 +271,7 @@ pub async fn handle(
                     return (throttled, Vec::new());
                 }
             }
-            if matches!(fetcher, Fetcher::Consumer) {
+            if matches!(fetcher, Fetcher::Consumer { .. }) {
                 count_bytes_out(&topics, &response, &files);
             }
             return (finish_session(&ctx, &session, &topics, response), files);
@@ -553,14 +567,17 @@ fn read_all(
                     hint: None,
                 }),
                 (Some(tp), None) => match fetcher {
-                    Fetcher::Consumer => read_for_consumer(
+                    Fetcher::Consumer { follower_too } => read_for_consumer(
                         ctx,
                         tp,
                         wanted,
                         waiter,
-                        budget,
-                        total == 0,
+                        Budget {
+                            bytes: budget,
+                            first: total == 0,
+                        },
                         read_committed,
+                        follower_too,
                         &mut data,
                     ),
                     Fetcher::Follower {
@@ -632,6 +649,15 @@ fn read_all(
     (response, files, total, any_error)
 }
 
+/// What a partition's read may take of the response.
+#[derive(Debug, Clone, Copy)]
+struct Budget {
+    /// Bytes left for it.
+    bytes: usize,
+    /// It is the response's first partition with data (it may exceed `bytes` by one batch).
+    first: bool,
+}
+
 /// A consumer's read: up to the high watermark, or for `read_committed` up to the last stable
 /// offset with the aborted transactions that began below it (from the fetch offset on).
 #[allow(clippy::too_many_arguments)]
@@ -640,12 +666,16 @@ fn read_for_consumer(
     tp: &TopicPartition,
     wanted: &Wanted,
     waiter: &Arc<Notify>,
-    budget: usize,
-    first: bool,
+    budget: Budget,
     read_committed: bool,
+    follower_too: bool,
     data: &mut PartitionData,
 ) -> Result<Records, Refusal> {
-    let hosted = leadership::leader_replica(ctx, tp, wanted.current_leader_epoch)?;
+    let Budget {
+        bytes: budget,
+        first,
+    } = budget;
+    let hosted = leadership::serving_replica(ctx, tp, wanted.current_leader_epoch, follower_too)?;
     let log = &hosted.log;
     // Before the high watermark is read: a rise after this wakes the long poll (the last stable
     // offset moves only when the high watermark passes a marker).
@@ -671,6 +701,7 @@ fn read_for_consumer(
         budget,
         first,
         read_committed,
+        follower_too,
     ) {
         Ok(read) => {
             data.last_stable_offset = read.last_stable_offset;

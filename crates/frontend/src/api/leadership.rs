@@ -86,6 +86,23 @@ pub fn leader_replica(
     }
 }
 
+/// The hosted replica that may serve a consumer's read of `tp` in `current_leader_epoch`: the
+/// leader, or with `follower_too` (Fetch v11+, KIP-392) a follower too.
+pub fn serving_replica(
+    ctx: &BrokerContext,
+    tp: &TopicPartition,
+    current_leader_epoch: i32,
+    follower_too: bool,
+) -> Result<Arc<HostedPartition>, Refusal> {
+    let Some(hosted) = ctx.replicas.partition(tp) else {
+        return Err(not_hosted(ctx, tp));
+    };
+    match hosted.check_serving(current_leader_epoch, follower_too) {
+        Ok(_) => Ok(hosted),
+        Err(e) => Err(refusal(ctx, tp, &ReplicaError::Partition(e))),
+    }
+}
+
 /// The log of `topic`'s `partition` where this broker leads it at any leader epoch and the client
 /// may act on the topic (`allowed`, checked by the caller for the API's operation); else the code
 /// the partition gets: TOPIC_AUTHORIZATION_FAILED, or the leadership refusal's.

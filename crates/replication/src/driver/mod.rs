@@ -14,6 +14,7 @@
 //! | replica actions                        | [`HostedReplica::after`]        | ISR changes to send, acks to release   |
 //! | ISR changes to send / their answer     | [`isr_changes::IsrChangeSender`]| one `AlterPartitions` at a time        |
 //! | a tick                                 | `Partition::tick`, `release_acks` | ISR shrink/expand, timed-out acks   |
+//! | the scrubber found damaged batches     | [`repair::repair_sources`], [`repair::take_batches`] | whom to ask, what to keep |
 //!
 //! The executor owns what the driver does not: moving bytes (the store or the simulated log),
 //! connections, timers, and the locks — the broker keeps each [`HostedReplica`] under its own
@@ -24,6 +25,7 @@
 
 pub mod acks;
 pub mod fetch;
+pub mod repair;
 
 use millrace_cluster::image::NO_LEADER;
 

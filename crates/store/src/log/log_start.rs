@@ -278,7 +278,7 @@ impl PartitionLog {
                 .map_err(|e| StoreError::io(format!("truncate {}", path.display()), e))?;
             seg.size = cut;
             seg.checked.truncated_to(cut);
-            seg.rebuild_indexes(&file, &config)
+            seg.rebuild_indexes(&file, &config, false)
                 .map_err(|e| StoreError::io(format!("reindex {}", path.display()), e))?;
             let next = seg.next_offset;
             if let Some(seg) = inner.segments.get(&active_base) {

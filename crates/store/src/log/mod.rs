@@ -39,6 +39,7 @@
 
 mod append;
 mod compaction;
+mod damage;
 mod durability;
 mod follower;
 mod log_start;
@@ -57,6 +58,7 @@ use tokio::sync::{watch, Notify};
 
 use crate::checkpoint::Durability;
 use crate::config::{LogConfig, TopicPartition};
+use crate::damage::DamagedRange;
 use crate::error::StoreError;
 use crate::leader_epoch::LeaderEpochCache;
 use crate::partition_dir::{self, TopicId};
@@ -66,6 +68,8 @@ use crate::shared::{PartitionOffsets, StoreShared};
 use crate::watchers::Watchers;
 
 pub(crate) use compaction::SealedSegment;
+pub use damage::RepairError;
+pub(crate) use damage::ScrubView;
 pub(crate) use durability::{list_snapshots, snapshot_path};
 pub use follower::ReplicatedAppend;
 pub use read::{FileSlice, Records};
@@ -238,6 +242,8 @@ pub struct PartitionLog {
     high_watermark_watchers: Watchers,
     /// Follower fetches parked until the leader's log end moves.
     log_end_watchers: Watchers,
+    /// Damaged ranges of sealed segments, by first offset (`damage.rs`); a leaf lock.
+    damage: Mutex<BTreeMap<i64, DamagedRange>>,
 }
 
 /// What recovery found on disk, to build a `PartitionLog` from (`PartitionLog::open`).
@@ -299,6 +305,7 @@ impl PartitionLog {
             deleted: AtomicBool::new(false),
             high_watermark_watchers: Watchers::default(),
             log_end_watchers: Watchers::default(),
+            damage: Mutex::new(BTreeMap::new()),
         })
     }
 

@@ -148,6 +148,11 @@ impl PartitionLog {
                     last_stable_offset: stable,
                     aborted_transactions: Vec::new(),
                 };
+                // Damaged batches are refused, and a read stops before the next ones.
+                let upper = match self.damage_bound(offset)? {
+                    Some(damaged) => upper.min(damaged),
+                    None => upper,
+                };
                 if offset >= upper {
                     return Ok(empty);
                 }
@@ -185,6 +190,13 @@ impl PartitionLog {
                 Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
                     return Err(StoreError::Corrupt(format!("{}: {e}", self.tp)).into())
                 }
+                Err(e) if e.kind() == DAMAGED => {
+                    // Found before the scrubber did: it scans this partition next, and repair
+                    // follows; meanwhile the read fails (retriable) rather than skip records.
+                    tracing::error!(partition = %self.tp, offset, error = %e, "damaged batch found by a read");
+                    self.shared.damage.request_scan(&self.tp);
+                    return Err(StoreError::Corrupt(format!("{}: {e}", self.tp)).into());
+                }
                 Err(e) => return Err(StoreError::io(format!("read {}", self.tp), e).into()),
             };
             let result = |records| ReadResult {
@@ -205,7 +217,7 @@ impl PartitionLog {
     }
 
     /// Rebuilds the indexes of the segment holding `offset` from its log and rewrites the files.
-    fn reindex_segment_containing(&self, offset: i64) -> Result<(), StoreError> {
+    pub(crate) fn reindex_segment_containing(&self, offset: i64) -> Result<(), StoreError> {
         let config = self.config();
         let mut inner = self.inner.lock();
         let active_base = inner.active_base();
@@ -218,12 +230,14 @@ impl PartitionLog {
             .cache
             .get(&path, false)
             .map_err(|e| StoreError::io(format!("open {}", path.display()), e))?;
-        let size_before = seg.size;
-        seg.rebuild_indexes(&file, &config)
+        let end = seg
+            .rebuild_indexes(&file, &config, true)
             .map_err(|e| StoreError::io(format!("reindex {}", path.display()), e))?;
-        if seg.size != size_before {
-            // The log itself is damaged below what recovery checked: keep serving up to it.
-            tracing::error!(partition = %self.tp, segment = base, valid = seg.size, "segment has invalid bytes");
+        if end.error.is_some() {
+            // The log itself is damaged below what recovery checked: reads stop before the bad
+            // batch, and the scrubber records it for repair.
+            tracing::error!(partition = %self.tp, segment = base, valid = end.valid_end, "segment has invalid bytes");
+            self.shared.damage.request_scan(&self.tp);
         }
         if base != active_base {
             self.write_index_files(seg)?;
@@ -280,6 +294,7 @@ impl PartitionLog {
                 },
                 |(index, _)| index.lookup(offset),
             );
+            let start = self.resync_after_damage(seg.base_offset, offset, start);
             // Any batch starting at or below `start + max_bytes` ends no later than a read from
             // `start` may: a safe place to resume the header walk that finds the cut.
             let near_cut = seg.indexes.as_ref().and_then(|(index, _)| {
@@ -322,6 +337,14 @@ struct Window {
     min_one_batch: bool,
 }
 
+/// The error kind `read_batches` reports a damaged batch with (a bad header in the middle of a
+/// segment, or a first batch that fails its check).
+const DAMAGED: std::io::ErrorKind = std::io::ErrorKind::InvalidInput;
+
+fn damaged(what: String) -> std::io::Error {
+    std::io::Error::new(DAMAGED, what)
+}
+
 /// Bytes of a batch header through lastOffsetDelta.
 const PREFIX: usize = 27;
 
@@ -352,6 +375,7 @@ fn prefix(h: &[u8]) -> (i64, i64, i64) {
 /// region, each batch checked here and the data cut before the first one that fails (so a corrupt
 /// batch is never served). `None`: no batch at or after `offset` in the segment. `InvalidData`:
 /// the batch at the index position does not have the index's base offset (a stale index).
+/// [`DAMAGED`]: a header on the way is impossible, or the first batch to return fails its check.
 fn read_batches(at: &Located, window: Window, from_file: bool) -> std::io::Result<Option<Records>> {
     let Window {
         offset,
@@ -376,11 +400,15 @@ fn read_batches(at: &Located, window: Window, from_file: bool) -> std::io::Resul
                     format!("batch at position {pos} has offset {base}, expected {expected}"),
                 ));
             }
-            return Ok(None);
+            return Err(damaged(format!(
+                "batch at position {pos} has offset {base}, expected {expected}"
+            )));
         }
         let total = LOG_OVERHEAD_BYTES as u64 + len.max(0) as u64;
         if len < 0 || delta < 0 || pos + total > end {
-            return Ok(None);
+            return Err(damaged(format!(
+                "batch at position {pos} has length {len} and last offset delta {delta}"
+            )));
         }
         let last = base.saturating_add(delta);
         if last >= offset {
@@ -420,6 +448,9 @@ fn read_batches(at: &Located, window: Window, from_file: bool) -> std::io::Resul
         // Pair assertion: validate what we are about to serve.
         match batch::validate_stored(buf.get(cut..cut + total).unwrap_or(&[])) {
             Ok(h) => expected = h.next_offset(),
+            Err(e) if cut == 0 => {
+                return Err(damaged(format!("batch at position {first_pos}: {e}")))
+            }
             Err(e) => {
                 tracing::error!(error = %e, position = first_pos + cut as u64, "corrupt batch in log; serving up to it");
                 break;
