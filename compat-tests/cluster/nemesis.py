@@ -14,6 +14,13 @@ controller). Faults in a lane run one after another; each ends healed (restarted
 routes healed) before the next starts. Every fault is recorded as a ``nemesis`` invoke when it
 starts and ``ok`` (or ``info`` with the error) when it is healed.
 
+Millrace also gets a storage lane: flip a byte inside a batch of a closed segment of one
+replica (``flip-bytes``), never in more than RF-1 replicas' copies of any batch, so one good copy
+remains; its scrubber must find the damage and repair it from a replica (issue 30). The final
+replica comparison and the consumers' read-back check that nothing damaged was served and that
+every replica is whole again. Apache Kafka does not repair damaged batches, so its runs have no
+storage lane.
+
 The broken configuration has its own lane: isolate the leader of a partition from its
 followers for a moment, kill -9 it while acks=1 writes are still unreplicated, let another
 replica take over, then heal and restart.
@@ -38,6 +45,13 @@ PARTITION_S = (3.0, 10.0)
 # Faults that kill a node and restart it (the schedule leaves time for the restart).
 KILL_KINDS = ("kill", "kill-controller", "kill-txn-coordinator", "isolate-leader-kill")
 TXN_SLOTS = WORKERS  # transactional worker slots; the schedule picks one per coordinator kill
+# How long a flip-bytes fault waits for the scrubber and repair before the next storage fault
+# (Millrace's harness scrub interval is 3 s: two passes).
+FLIP_S = (6.0, 9.0)
+# How long a flip-bytes fault waits for a closed segment to appear in its partition.
+FLIP_WAIT_SEGMENT_S = 30.0
+# A v2 batch's CRC covers its bytes from the attributes field on (offset 21).
+CRC_COVERED_FROM = 21
 
 
 def make_schedule(seed: int, duration: float, lanes: Dict[str, tuple], ids: List[int], partitions: int,
@@ -86,6 +100,10 @@ def _params(rng: random.Random, kind: str, ids: List[int], partitions: int) -> d
         return dict(kind=kind, a=a, b=b, links=links, duration=round(rng.uniform(*PARTITION_S), 2))
     if kind == "isolate-controller":
         return dict(kind=kind, node=node, duration=round(rng.uniform(*PARTITION_S), 2))
+    if kind == "flip-bytes":
+        return dict(kind=kind, partition=rng.randrange(partitions), node=node, segment=round(rng.random(), 4),
+                    batch=round(rng.random(), 4), byte=round(rng.random(), 4),
+                    duration=round(rng.uniform(*FLIP_S), 2))
     if kind == "isolate-leader-kill":
         return dict(kind=kind, partition=rng.randrange(partitions), node=node,
                     isolate=round(rng.uniform(1.5, 3.0), 2), duration=round(rng.uniform(12.0, 15.0), 2))
@@ -109,6 +127,8 @@ class Nemesis:
         self.txn_coordinator_lookup = txn_coordinator_lookup
         self.errors: List[str] = []
         self.threads: List[threading.Thread] = []
+        # (partition, batch base offset) -> nodes whose copy a flip-bytes fault damaged.
+        self.flipped: Dict[tuple, set] = {}
 
     # --- target resolution ----------------------------------------------------------------------
     def controller(self, fallback: int) -> int:
@@ -235,8 +255,59 @@ class Nemesis:
             self.chaos.heal(sorted({r for r, _ in pairs}))
             self._restart(node)
             h.record("nemesis", "ok", kind, node=node)
+        elif kind == "flip-bytes":
+            self._flip_bytes(fault)
         else:
             raise ValueError(f"unknown fault kind {kind}")
+
+    def _flip_bytes(self, fault: dict) -> None:
+        """Flips one CRC-covered byte of a batch in a closed segment of one replica (waiting for
+        a closed segment if there is none yet), then gives the scrubber time to repair it."""
+        h = self.history
+        rf = len(self.cluster.ids)
+        deadline = time.monotonic() + FLIP_WAIT_SEGMENT_S
+        while True:
+            target = self._flip_target(fault, rf)
+            if target is not None or time.monotonic() > deadline or self.stop.is_set():
+                break
+            time.sleep(1.0)
+        if target is None:
+            raise RuntimeError(f"no closed segment to damage in partition {fault['partition']}")
+        node, segment, pos, base, at = target
+        with open(segment, "r+b") as fh:
+            fh.seek(at)
+            (byte,) = fh.read(1)
+            fh.seek(at)
+            fh.write(bytes([byte ^ 0x5A]))
+        self.flipped.setdefault((fault["partition"], base), set()).add(node)
+        h.record("nemesis", "invoke", "flip-bytes", node=node, partition=fault["partition"], segment=segment.name,
+                 batch=base, position=at, duration=fault["duration"])
+        time.sleep(fault["duration"])
+        h.record("nemesis", "ok", "flip-bytes", node=node, partition=fault["partition"])
+
+    def _flip_target(self, fault: dict, rf: int):
+        """(node, segment file, batch position, batch base offset, byte position) or None. Prefers
+        the seeded node; moves to another when its copy of that batch was damaged before, and gives
+        up once RF-1 copies of the batch were."""
+        p = fault["partition"]
+        nodes = [fault["node"]] + [n for n in self.cluster.ids if n != fault["node"]]
+        for node in nodes:
+            pdir = self.cluster.data_dirs()[node] / f"{self.topic}-{p}"
+            segments = sorted(pdir.glob("*.log")) if pdir.is_dir() else []
+            closed = segments[:-1]
+            if not closed:
+                continue
+            segment = closed[min(len(closed) - 1, int(fault["segment"] * len(closed)))]
+            batches = _batch_positions(segment.read_bytes())
+            if not batches:
+                continue
+            pos, base, total = batches[min(len(batches) - 1, int(fault["batch"] * len(batches)))]
+            damaged = self.flipped.get((p, base), set())
+            if node in damaged or len(damaged) >= rf - 1:
+                continue
+            at = pos + CRC_COVERED_FROM + int(fault["byte"] * (total - CRC_COVERED_FROM))
+            return node, segment, pos, base, at
+        return None
 
     def _cut_pairs(self, pairs: List[tuple]) -> None:
         for direction in ("up", "down"):
@@ -260,6 +331,21 @@ class Nemesis:
             if not node.alive():
                 self._restart(i)
         self.history.record("nemesis", "ok", "heal-all")
+
+
+def _batch_positions(data: bytes) -> List[tuple]:
+    """(position, base offset, length) of each whole batch of a segment file's bytes."""
+    out = []
+    pos = 0
+    while pos + 61 <= len(data):
+        base = int.from_bytes(data[pos:pos + 8], "big", signed=True)
+        length = int.from_bytes(data[pos + 8:pos + 12], "big", signed=True)
+        total = 12 + length
+        if length < 49 or pos + total > len(data):
+            break
+        out.append((pos, base, total))
+        pos += total
+    return out
 
 
 def fault_counts(history_ops: List[dict]) -> Dict[str, int]:

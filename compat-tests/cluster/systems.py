@@ -46,6 +46,10 @@ KAFKA_POM = REPO / "compat-tests" / "reference" / "pom.xml"
 PROCESS_KINDS = ("kill", "pause", "kill-controller", "kill-txn-coordinator")
 CLIENT_NETWORK_KINDS = ("client-cut-oneway", "client-cut-both")
 PEER_NETWORK_KINDS = ("partition-oneway", "partition-both", "isolate-controller")
+# Storage faults: only Millrace repairs damaged batches (issue 30), and only with replicas.
+STORAGE_KINDS = ("flip-bytes",)
+# Millrace's scrub interval under the harness: two passes fit in one flip-bytes fault.
+MILLRACE_SCRUB_INTERVAL_MS = "3000"
 
 
 class Node:
@@ -352,6 +356,19 @@ class MillraceCluster(Cluster):
     def data_dirs(self) -> Dict[int, Path]:
         return {i: self.work / f"node{i}" / "data" for i in self.nodes}
 
+    def fault_kinds(self) -> Dict[str, tuple]:
+        kinds = super().fault_kinds()
+        if self.multi:
+            kinds["storage"] = STORAGE_KINDS
+        return kinds
+
+    def topic_config(self) -> Dict[str, str]:
+        cfg = super().topic_config()
+        if self.multi:
+            # Small segments, so flip-bytes finds closed ones early in the run.
+            cfg["segment.bytes"] = "16384"
+        return cfg
+
     name = "millrace"
     ready_timeout = 60.0
 
@@ -369,6 +386,7 @@ class MillraceCluster(Cluster):
                 "group.initial.rebalance.delay.ms": "0",
                 "auto.create.topics.enable": "false",
                 "unclean.leader.election.enable": "true" if broken else "false",
+                "millrace.log.scrub.interval.ms": MILLRACE_SCRUB_INTERVAL_MS,
             }
             args = [
                 str(binary), "--node-id", str(j), "--data-dir", str(work / f"node{j}" / "data"),

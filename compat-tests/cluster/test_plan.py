@@ -112,3 +112,42 @@ def test_find_coordinator_request_and_answer():
     api_key, version, corr = struct.unpack_from(">hhi", got["req"], 0)
     assert (api_key, version, corr) == (10, 1, 1)
     assert got["req"].endswith(ctp._string("ctp-x1") + b"\x01")
+
+
+def _batch(base: int, payload: bytes) -> bytes:
+    """A v2-shaped batch: base offset, length, a 49-byte header rest and a payload (CRC unchecked
+    here: the nemesis only needs the framing)."""
+    rest = bytes(49) + payload
+    return base.to_bytes(8, "big") + len(rest).to_bytes(4, "big") + rest
+
+
+def test_flip_bytes_damages_at_most_rf_minus_one_copies_of_a_batch(tmp_path: Path):
+    chaos = FakeChaos()
+    cluster = systems.MillraceCluster(tmp_path, chaos, 3, False, Path("/bin/millrace"))
+    assert cluster.fault_kinds()["storage"] == systems.STORAGE_KINDS
+    assert cluster.topic_config()["segment.bytes"] == "16384"
+    segment = _batch(0, b"a" * 30) + _batch(1, b"b" * 30)
+    for node, d in cluster.data_dirs().items():
+        pdir = d / "t-0"
+        pdir.mkdir(parents=True)
+        (pdir / f"{0:020}.log").write_bytes(segment)
+        (pdir / f"{2:020}.log").write_bytes(b"")  # the active segment: never damaged
+    nem = nemesis.Nemesis.__new__(nemesis.Nemesis)
+    nem.cluster, nem.topic, nem.flipped = cluster, "t", {}
+    fault = dict(partition=0, node=2, segment=0.0, batch=0.9, byte=0.5)
+    chosen = []
+    for _ in range(3):
+        target = nem._flip_target(fault, rf=3)
+        if target is None:
+            break
+        node, seg, pos, base, at = target
+        assert seg.name == f"{0:020}.log" and base == 1
+        assert pos + nemesis.CRC_COVERED_FROM <= at < pos + len(_batch(1, b"b" * 30))
+        nem.flipped.setdefault((0, base), set()).add(node)
+        chosen.append(node)
+    # The seeded node first, then one more; the third copy of the batch stays whole.
+    assert chosen == [2, 1]
+
+
+def test_kafka_runs_have_no_storage_lane():
+    assert "flip-bytes" not in systems.PROCESS_KINDS + systems.CLIENT_NETWORK_KINDS + systems.PEER_NETWORK_KINDS

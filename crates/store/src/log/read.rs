@@ -4,8 +4,11 @@
 //! with one `pread` (pair assertion with the append's validation), or earlier (the append that
 //! wrote it, a reindex, a previous read: [`Checked`]), in which case [`PartitionLog::read_records`]
 //! returns the file region itself for the connection to `sendfile`, walking only batch headers to
-//! find where to cut (from the offset index entry nearest the cut). An index that disagrees with
-//! the log is rebuilt from the log once.
+//! find where to cut (from the offset index entry nearest the cut). That shortcut is taken only in
+//! the active segment: a sealed segment's bytes are checked on every read, since they may have
+//! left the page cache and come back from the disk changed (decision 0072). Damaged batches the
+//! scrubber recorded are refused, and a read stops before them. An index that disagrees with the
+//! log is rebuilt from the log once.
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -308,6 +311,7 @@ impl PartitionLog {
                 end: seg.size,
                 seg_next: next_base.unwrap_or(seg.next_offset),
                 checked: Arc::clone(&seg.checked),
+                sealed: next_base.is_some(),
             }));
         }
     }
@@ -325,6 +329,9 @@ struct Located {
     /// The offset after the segment.
     seg_next: i64,
     checked: Arc<Checked>,
+    /// Not the active segment: its bytes may have left the page cache since they were checked,
+    /// and come back from the disk changed (bit rot), so reads check them again (decision 0072).
+    sealed: bool,
 }
 
 /// What a read may return: batches containing or after `offset`, with base offset below `upper`,
@@ -420,7 +427,7 @@ fn read_batches(at: &Located, window: Window, from_file: bool) -> std::io::Resul
     if first_base >= upper || (first_total > max_bytes && !min_one_batch) {
         return Ok(Some(Records::Memory(Bytes::new())));
     }
-    if from_file {
+    if from_file && !at.sealed {
         let len = walk_to_cut(&mut reader, at, window, first_pos, first_total, first_next)?;
         if at.checked.covers(first_pos, first_pos + len as u64) {
             return Ok(Some(Records::File(FileSlice {
