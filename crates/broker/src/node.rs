@@ -147,6 +147,8 @@ pub async fn start(
         Arc::clone(&controller),
         stop.child_token(),
     );
+    // Damaged batches the store's scrubber finds are replaced with an in-sync replica's copy.
+    replicas.start_repairs();
     Ok(Node {
         image,
         quorum: raft,

@@ -91,6 +91,27 @@ impl Observer {
         readiness(self.view.get())
     }
 
+    /// What works only in part while the broker serves: one line each, for `/ready`'s body.
+    pub fn degraded(&self) -> Vec<String> {
+        let Some(view) = self.view.get() else {
+            return Vec::new();
+        };
+        view.replicas
+            .damaged_replicas()
+            .into_iter()
+            .map(|(tp, ranges)| {
+                let offsets: Vec<String> = ranges
+                    .iter()
+                    .map(|r| format!("[{}, {})", r.from, r.to))
+                    .collect();
+                format!(
+                    "degraded: {tp} offsets {} damaged, not served until repaired from an in-sync replica\n",
+                    offsets.join(" ")
+                )
+            })
+            .collect()
+    }
+
     fn metrics_text(&self) -> Result<String, std::fmt::Error> {
         let mut text = String::new();
         prometheus_text::encode(&mut text, &self.registry)?;
@@ -160,7 +181,11 @@ fn route(observer: &Observer, request: &Request<Incoming>) -> Response<Full<Byte
         },
         "/health" => reply(StatusCode::OK, "text/plain", "ok\n"),
         "/ready" => match observer.readiness() {
-            Ok(()) => reply(StatusCode::OK, "text/plain", "ready\n"),
+            Ok(()) => reply(
+                StatusCode::OK,
+                "text/plain",
+                format!("ready\n{}", observer.degraded().concat()),
+            ),
             Err(reason) => reply(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "text/plain",
@@ -281,6 +306,18 @@ impl Collector for StateCollector {
         let Some(view) = view else {
             return Ok(());
         };
+        let damaged: usize = view
+            .replicas
+            .damaged_replicas()
+            .iter()
+            .map(|(_, ranges)| ranges.len())
+            .sum();
+        single(
+            "log_damaged_ranges",
+            "Damaged stretches of sealed segments awaiting repair (not served meanwhile)",
+            i64::try_from(damaged).unwrap_or(i64::MAX),
+            &mut encoder,
+        )?;
         let (sessions, session_partitions) = view.fetch_sessions.stats();
         single(
             "fetch_sessions",

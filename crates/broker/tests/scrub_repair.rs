@@ -3,7 +3,9 @@
 //! with an in-sync replica's copy within two scrub intervals: the replicas then hold the same
 //! batches, byte for byte, at the same offsets below the high watermark, no offset moved, and a
 //! consumer that checks CRCs reads every record intact. The leader repairs from a follower, which
-//! serves it as Kafka followers serve consumers (Fetch v11+).
+//! serves it as Kafka followers serve consumers (Fetch v11+). A single node, with no replica to
+//! repair from, reports the damage (metrics, a `degraded:` line in `/ready`) and serves nothing
+//! damaged: the damaged offsets get KAFKA_STORAGE_ERROR, the records before them are served.
 
 #[path = "common/cluster.rs"]
 mod cluster;
@@ -15,7 +17,9 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use cluster::TestCluster;
-use common::{consumer_at, producer_at, recv_n, unique_topic, RawConn};
+use common::{
+    consumer_at, decode_records, fetch_request, producer_at, recv_n, unique_topic, Broker, RawConn,
+};
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
@@ -25,6 +29,7 @@ use rdkafka::{Message, Offset, TopicPartitionList};
 /// Scrub pass interval of the test cluster.
 const SCRUB_INTERVAL: Duration = Duration::from_secs(3);
 const RECORDS: usize = 3_000;
+const KAFKA_STORAGE_ERROR: i16 = 56;
 
 fn settings() -> Vec<String> {
     vec![
@@ -215,4 +220,131 @@ async fn flipped_bytes_in_leader_and_follower_are_repaired_from_a_replica() {
         let expected = format!("record-{i:06}-{}", "x".repeat(60));
         assert_eq!(m.payload(), Some(expected.as_bytes()), "offset {i}");
     }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// One HTTP/1.1 GET; (status code, body).
+fn http_get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let Ok(mut stream) = std::net::TcpStream::connect(addr) else {
+        return (0, String::new());
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
+    let _ = write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    );
+    let mut text = String::new();
+    let _ = stream.read_to_string(&mut text);
+    let status = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let body = text.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+    (status, body.to_string())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_single_node_reports_damage_and_serves_nothing_damaged() {
+    let port = free_port();
+    let http: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().expect("address");
+    let broker = Broker::start_with_args(&[
+        "--http-listen".to_string(),
+        http.to_string(),
+        "--set".to_string(),
+        "millrace.log.scrub.interval.ms=1000".to_string(),
+    ]);
+    let topic = unique_topic("scrub1");
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", broker.bootstrap())
+        .create()
+        .expect("admin");
+    let new = NewTopic::new(&topic, 1, TopicReplication::Fixed(1)).set("segment.bytes", "16384");
+    let created = admin
+        .create_topics([&new], &AdminOptions::new())
+        .await
+        .expect("create topics");
+    assert!(created.iter().all(Result::is_ok), "{created:?}");
+    let producer = producer_at(
+        &broker.bootstrap(),
+        &[("linger.ms", "2"), ("batch.size", "2000")],
+    );
+    for i in 0..1_000 {
+        let value = format!("record-{i:06}-{}", "x".repeat(60));
+        producer
+            .send(
+                FutureRecord::<(), _>::to(&topic)
+                    .partition(0)
+                    .payload(&value),
+                Duration::from_secs(20),
+            )
+            .await
+            .unwrap_or_else(|(e, _)| panic!("produce {i}: {e}"));
+    }
+    let dir = broker.data_dir().join(format!("{topic}-0"));
+    let files = segment_files(&dir);
+    assert!(files.len() >= 3, "want closed segments: {files:?}");
+    let damaged = flip_in_batch(&files[1], 1);
+    let next = positions(&files[1])[2].1;
+
+    // The scrubber reports it: a degraded line in /ready (still 200), the metrics.
+    let line = format!("degraded: {topic}-0 offsets [{damaged}, {next}) damaged");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let (status, body) = http_get(http, "/ready");
+        if status == 200 && body.contains(&line) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no {line:?} in /ready: {status} {body}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (_, metrics) = http_get(http, "/metrics");
+    assert!(
+        metrics.contains("\nmillrace_log_damaged_ranges 1\n"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("\nmillrace_log_corrupt_batches_total 1\n"),
+        "{metrics}"
+    );
+
+    // The damaged offsets are refused; the records before them are served, and stop short.
+    let mut conn = RawConn::connect(broker.addr()).await;
+    let answer = conn
+        .request(12, &fetch_request(&topic, 0, damaged, 0, 1))
+        .await;
+    assert_eq!(
+        answer.responses[0].partitions[0].error_code,
+        KAFKA_STORAGE_ERROR
+    );
+    let before_damage = positions(&files[1])[0].1;
+    let answer = conn
+        .request(12, &fetch_request(&topic, 0, before_damage, 0, 1))
+        .await;
+    let part = &answer.responses[0].partitions[0];
+    assert_eq!(part.error_code, 0);
+    let records = decode_records(&part.records);
+    assert!(!records.is_empty());
+    assert!(
+        records.iter().all(|r| r.offset < damaged),
+        "served past the damage"
+    );
+    let after = conn
+        .request(12, &fetch_request(&topic, 0, next, 0, 1))
+        .await;
+    assert_eq!(after.responses[0].partitions[0].error_code, 0);
+    assert_eq!(
+        decode_records(&after.responses[0].partitions[0].records)[0].offset,
+        next
+    );
 }

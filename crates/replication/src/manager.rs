@@ -243,8 +243,19 @@ impl ReplicaManager {
         tokio::spawn(async move { ticker.run_isr_checks().await });
         let sender = Arc::clone(&manager);
         tokio::spawn(async move { sender.run_isr_change_sender().await });
-        tokio::spawn(crate::repair::run_repairs(Arc::clone(&manager)));
         manager
+    }
+
+    /// Hosted replicas holding damaged batches the scrubber found, with their damaged ranges.
+    pub fn damaged_replicas(&self) -> Vec<(TopicPartition, Vec<millrace_store::DamagedRange>)> {
+        self.store
+            .damaged_partitions()
+            .into_iter()
+            .filter_map(|tp| {
+                let ranges = self.store.partition(&tp)?.damaged_ranges();
+                (!ranges.is_empty()).then_some((tp, ranges))
+            })
+            .collect()
     }
 
     /// The store the hosted replicas live in.

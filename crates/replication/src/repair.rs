@@ -29,9 +29,16 @@ use crate::manager::{HostedPartition, ReplicaManager};
 /// Fetch version of the copy (topic ids; v11+ so a follower serves it).
 const REPAIR_FETCH_VERSION: i16 = 17;
 
+impl ReplicaManager {
+    /// Starts the repair task (until the manager stops).
+    pub fn start_repairs(self: &Arc<Self>) {
+        tokio::spawn(run_repairs(Arc::clone(self)));
+    }
+}
+
 /// Runs until the manager stops: repairs every damaged replica, after each change of the store's
 /// damage board and every `REPAIR_RETRY_MS` while some damage remains.
-pub(crate) async fn run_repairs(manager: Arc<ReplicaManager>) {
+async fn run_repairs(manager: Arc<ReplicaManager>) {
     let mut changes = manager.store().damage_changes();
     loop {
         tokio::select! {
