@@ -70,6 +70,8 @@ async fn repair_partition(manager: &Arc<ReplicaManager>, hosted: &Arc<HostedPart
         None => return,
     };
     let sources = repair_sources(manager.node_id(), Some(leader), &isr);
+    // Retention or a truncation may have removed damaged segments since the scrubber saw them.
+    hosted.log.prune_damage();
     let mut by_segment: BTreeMap<i64, Vec<DamagedRange>> = BTreeMap::new();
     for r in hosted.log.damaged_ranges() {
         by_segment.entry(r.segment_base).or_default().push(r);

@@ -255,3 +255,21 @@ fn a_read_that_meets_a_bad_batch_has_the_scrubber_scan_its_partition() {
     assert_eq!(log.damaged_ranges().len(), 1);
     store.shutdown().expect("shutdown");
 }
+
+#[test]
+fn damage_in_a_segment_retention_removed_is_forgotten() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let (store, t, file, batches) = setup(dir.path());
+    let log = store.partition(&t).expect("log");
+    flip(&file, batches[1].0 + 70);
+    assert_eq!(store.scrub_partition(&t).expect("scrub").len(), 1);
+    // DeleteRecords past the damaged segment, then maintenance deletes it.
+    let third_segment_base = batches_of(&segment_files(dir.path(), &t)[2])[0].1;
+    log.delete_records_before(third_segment_base)
+        .expect("delete records");
+    store.run_maintenance(0).expect("maintenance");
+    assert!(!file.exists(), "the damaged segment was deleted");
+    log.prune_damage();
+    assert!(log.damaged_ranges().is_empty());
+    assert!(store.damaged_partitions().is_empty());
+}

@@ -130,7 +130,7 @@ impl PartitionLog {
     }
 
     /// Drops ranges whose segment is gone or was cut (retention, truncation, deletion).
-    pub(crate) fn prune_damage(&self) {
+    pub fn prune_damage(&self) {
         let live: Vec<(i64, u64)> = {
             let inner = self.inner.lock();
             inner.segments.iter().map(|(b, s)| (*b, s.size)).collect()
