@@ -6,7 +6,8 @@ broker with it off (`0`), alternating the two for --rounds rounds so that both s
 machine. Each run primes a topic of 6 partitions with --prime messages of 1 KiB in 16 MiB
 segments (so most of it is in sealed segments the scrubber reads), then times a W1-like produce
 (acks=all, librdkafka via millrace-bench) of --count more and a consume of everything from the
-start. Prints one JSON line per run and a summary with the medians and their ratios.
+start, reading how many bytes the scrubber checked meanwhile (`millrace_log_scrubbed_bytes_total`).
+Prints one JSON line per run and a summary with the medians and their ratios.
 
 Usage: scripts/scrub_cost_bench.py [--rounds 3] [--prime 400000] [--count 300000]
        (needs target/release/millrace and target/release/millrace-bench)
@@ -22,6 +23,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,11 +39,20 @@ def free_port():
         return s.getsockname()[1]
 
 
+def scrubbed_bytes(http):
+    """The broker's millrace_log_scrubbed_bytes_total."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{http}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    found = re.search(r"^millrace_log_scrubbed_bytes_total (\S+)$", text, flags=re.M)
+    return float(found.group(1)) if found else 0.0
+
+
 def start_broker(work, scrub_interval_ms):
-    port = free_port()
+    port, http = free_port(), free_port()
     log = work / "broker.log"
     proc = subprocess.Popen(
         [str(BROKER), "--data-dir", str(work / "data"), "--listen", f"127.0.0.1:{port}",
+         "--http-listen", f"127.0.0.1:{http}",
          "--set", f"millrace.log.scrub.interval.ms={scrub_interval_ms}",
          "--set", f"log.segment.bytes={SEGMENT_BYTES}"],
         stdout=subprocess.PIPE, stderr=open(log, "w"), text=True)
@@ -50,7 +61,7 @@ def start_broker(work, scrub_interval_ms):
         line = proc.stdout.readline()
         if "listening on" in line:
             threading.Thread(target=lambda: [None for _ in proc.stdout], daemon=True).start()
-            return proc, port, log
+            return proc, port, http, log
         if not line and proc.poll() is not None:
             break
     proc.kill()
@@ -68,16 +79,19 @@ def bench(args, label):
 def run(scrub, prime, count):
     with tempfile.TemporaryDirectory(prefix="millrace-scrub-cost-") as d:
         work = Path(d)
-        proc, port, log = start_broker(work, 1000 if scrub else 0)
+        proc, port, http, log = start_broker(work, 1000 if scrub else 0)
         common = ["--bootstrap", f"127.0.0.1:{port}", "--broker-pid", str(proc.pid), "--topic", "w",
                   "--partitions", "6"]
         try:
             bench(["produce", *common, "--message-size", "1024", "--count", str(prime), "--acks", "all",
                    "--prime"], "prime")
             time.sleep(2.0)  # the first pass starts one interval after the broker
+            scrubbed_before, started = scrubbed_bytes(http), time.monotonic()
             produce = bench(["produce", *common, "--message-size", "1024", "--count", str(count),
                              "--acks", "all"], "W1 scrub" if scrub else "W1")
             consume = bench(["consume", *common], "consume scrub" if scrub else "consume")
+            scrubbed = scrubbed_bytes(http) - scrubbed_before
+            elapsed = time.monotonic() - started
         finally:
             proc.send_signal(signal.SIGTERM)
             proc.wait(timeout=60)
@@ -87,7 +101,9 @@ def run(scrub, prime, count):
         return {"scrub": scrub, "produce_mb_per_s": produce["mb_per_s"],
                 "produce_cpu_s": produce.get("broker_cpu_seconds"),
                 "consume_mb_per_s": consume["mb_per_s"], "consume_cpu_s": consume.get("broker_cpu_seconds"),
-                "consume_bytes": consume.get("bytes"), "scrub_passes": passes, "damage_found": damaged}
+                "consume_bytes": consume.get("bytes"), "scrub_passes": passes, "damage_found": damaged,
+                "scrubbed_mb_while_measured": round(scrubbed / 1e6, 1),
+                "scrub_mb_per_s_while_measured": round(scrubbed / 1e6 / elapsed, 1)}
 
 
 def main():
@@ -111,7 +127,8 @@ def main():
         off = statistics.median(x[key] for x in runs[False])
         on = statistics.median(x[key] for x in runs[True])
         summary[key] = {"off": round(off, 1), "scrubbing": round(on, 1), "ratio": round(on / off, 3)}
-    summary["scrub_passes_per_run"] = statistics.median(x["scrub_passes"] for x in runs[True])
+    summary["scrub_mb_per_s_while_measured"] = statistics.median(
+        x["scrub_mb_per_s_while_measured"] for x in runs[True])
     print(json.dumps({"summary": summary, "rounds": args.rounds, "prime": args.prime, "count": args.count}))
 
 

@@ -91,6 +91,7 @@ pub struct Metrics {
     pub log_flush_grouped: Counter,
     pub log_corrupt_batches: Counter,
     pub log_repaired_batches: Counter,
+    pub log_scrubbed_bytes: Counter,
     // ----- replication -----
     pub isr_shrinks: Counter,
     pub isr_expands: Counter,
@@ -133,6 +134,7 @@ impl Default for Metrics {
             log_flush_grouped: Counter::default(),
             log_corrupt_batches: Counter::default(),
             log_repaired_batches: Counter::default(),
+            log_scrubbed_bytes: Counter::default(),
             isr_shrinks: Counter::default(),
             isr_expands: Counter::default(),
             leader_elections: Counter::default(),
@@ -189,6 +191,7 @@ impl Metrics {
             "log_flush_grouped" => log_flush_grouped: "Flush rounds made durable by one syncfs of the data directory's file system";
             "log_corrupt_batches" => log_corrupt_batches: "Damaged stretches of sealed segments found by the scrubber (each one batch or more; not served until repaired)";
             "log_repaired_batches" => log_repaired_batches: "Damaged stretches of sealed segments replaced with a replica's bytes";
+            "log_scrubbed" [Bytes] => log_scrubbed_bytes: "Bytes of sealed segments the scrubber read and checked";
             "isr_shrinks" => isr_shrinks: "ISR shrinks of partitions led here (Kafka IsrShrinksPerSec)";
             "isr_expands" => isr_expands: "ISR expansions of partitions led here (Kafka IsrExpandsPerSec)";
             "leader_elections" => leader_elections: "Leaderships this broker took up";

@@ -58,6 +58,7 @@ impl Pace {
 
     /// Accounts `n` bytes read, sleeping as long as the rate requires (waking early on `stop`).
     pub(crate) fn consume(&mut self, n: u64, stop: &AtomicBool) {
+        millrace_metrics::global().log_scrubbed_bytes.inc_by(n);
         self.window_bytes = self.window_bytes.saturating_add(n);
         let due = Duration::from_secs_f64(self.window_bytes as f64 / self.bytes_per_sec as f64);
         loop {

@@ -163,7 +163,10 @@ impl PartitionLog {
                 )));
             }
         }
-        Ok(damage.range(offset + 1..).next().map(|(from, _)| *from))
+        Ok(damage
+            .range(offset.saturating_add(1)..)
+            .next()
+            .map(|(from, _)| *from))
     }
 
     /// Where a read of `offset` in segment `segment_base` can start when the offset index would
