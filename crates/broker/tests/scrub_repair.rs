@@ -104,6 +104,52 @@ fn flip_in_batch(file: &Path, nth: usize) -> i64 {
     base
 }
 
+/// The value of record `i`.
+fn value_of(i: usize) -> String {
+    format!("record-{i:06}-{}", "x".repeat(60))
+}
+
+/// Creates `topic` (one partition, `rf` replicas, small segments and `extra` configs) and
+/// produces `count` records to it, each acknowledged.
+async fn create_and_fill(
+    bootstrap: &str,
+    topic: &str,
+    rf: i32,
+    extra: &[(&str, &str)],
+    count: usize,
+) {
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .create()
+        .expect("admin");
+    let mut new =
+        NewTopic::new(topic, 1, TopicReplication::Fixed(rf)).set("segment.bytes", "16384");
+    for (k, v) in extra {
+        new = new.set(k, v);
+    }
+    let created = admin
+        .create_topics([&new], &AdminOptions::new())
+        .await
+        .expect("create topics");
+    assert!(created.iter().all(Result::is_ok), "{created:?}");
+    let producer = producer_at(
+        bootstrap,
+        &[("acks", "all"), ("linger.ms", "2"), ("batch.size", "2000")],
+    );
+    for i in 0..count {
+        let value = value_of(i);
+        producer
+            .send(
+                FutureRecord::<(), _>::to(topic)
+                    .partition(0)
+                    .payload(&value),
+                Duration::from_secs(20),
+            )
+            .await
+            .unwrap_or_else(|(e, _)| panic!("produce {i}: {e}"));
+    }
+}
+
 async fn leader_of(addr: std::net::SocketAddr, topic: &str) -> i32 {
     let mut conn = RawConn::connect(addr).await;
     let response = common::metadata(&mut conn, Some(&[topic]), false).await;
@@ -116,35 +162,14 @@ async fn flipped_bytes_in_leader_and_follower_are_repaired_from_a_replica() {
     let refs: Vec<&str> = settings.iter().map(String::as_str).collect();
     let cluster = TestCluster::start(3, &refs);
     let topic = unique_topic("scrub");
-    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-        .set("bootstrap.servers", cluster.bootstrap())
-        .create()
-        .expect("admin");
-    let new = NewTopic::new(&topic, 1, TopicReplication::Fixed(3))
-        .set("segment.bytes", "16384")
-        .set("min.insync.replicas", "2");
-    let created = admin
-        .create_topics([&new], &AdminOptions::new())
-        .await
-        .expect("create topics");
-    assert!(created.iter().all(Result::is_ok), "{created:?}");
-
-    let producer = producer_at(
+    create_and_fill(
         &cluster.bootstrap(),
-        &[("acks", "all"), ("linger.ms", "2"), ("batch.size", "2000")],
-    );
-    for i in 0..RECORDS {
-        let value = format!("record-{i:06}-{}", "x".repeat(60));
-        producer
-            .send(
-                FutureRecord::<(), _>::to(&topic)
-                    .partition(0)
-                    .payload(&value),
-                Duration::from_secs(20),
-            )
-            .await
-            .unwrap_or_else(|(e, _)| panic!("produce {i}: {e}"));
-    }
+        &topic,
+        3,
+        &[("min.insync.replicas", "2")],
+        RECORDS,
+    )
+    .await;
 
     // Every replica holds every batch (acks=all: the ISR had them all).
     let dirs: Vec<PathBuf> = (1..=3)
@@ -217,8 +242,7 @@ async fn flipped_bytes_in_leader_and_follower_are_repaired_from_a_replica() {
     let messages = recv_n(&consumer, RECORDS, Duration::from_secs(60)).await;
     for (i, m) in messages.iter().enumerate() {
         assert_eq!(m.offset(), i as i64);
-        let expected = format!("record-{i:06}-{}", "x".repeat(60));
-        assert_eq!(m.payload(), Some(expected.as_bytes()), "offset {i}");
+        assert_eq!(m.payload(), Some(value_of(i).as_bytes()), "offset {i}");
     }
 }
 
@@ -262,32 +286,7 @@ async fn a_single_node_reports_damage_and_serves_nothing_damaged() {
         "millrace.log.scrub.interval.ms=1000".to_string(),
     ]);
     let topic = unique_topic("scrub1");
-    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-        .set("bootstrap.servers", broker.bootstrap())
-        .create()
-        .expect("admin");
-    let new = NewTopic::new(&topic, 1, TopicReplication::Fixed(1)).set("segment.bytes", "16384");
-    let created = admin
-        .create_topics([&new], &AdminOptions::new())
-        .await
-        .expect("create topics");
-    assert!(created.iter().all(Result::is_ok), "{created:?}");
-    let producer = producer_at(
-        &broker.bootstrap(),
-        &[("linger.ms", "2"), ("batch.size", "2000")],
-    );
-    for i in 0..1_000 {
-        let value = format!("record-{i:06}-{}", "x".repeat(60));
-        producer
-            .send(
-                FutureRecord::<(), _>::to(&topic)
-                    .partition(0)
-                    .payload(&value),
-                Duration::from_secs(20),
-            )
-            .await
-            .unwrap_or_else(|(e, _)| panic!("produce {i}: {e}"));
-    }
+    create_and_fill(&broker.bootstrap(), &topic, 1, &[], 1_000).await;
     let dir = broker.data_dir().join(format!("{topic}-0"));
     let files = segment_files(&dir);
     assert!(files.len() >= 3, "want closed segments: {files:?}");
