@@ -30,9 +30,10 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::disk::{Disk, OsDisk};
-use crate::limits::{APP_RPC_BYTES_MAX, ENTRY_PAYLOAD_BYTES_MAX, SHUTDOWN_WAIT_MS};
+use crate::limits::{APP_RPC_BYTES_MAX, ENTRY_PAYLOAD_BYTES_MAX, RESERVE_BYTES, SHUTDOWN_WAIT_MS};
 use crate::log_store::{LogStore, WriterDone};
 use crate::network::{CallError, NetworkFactory, Peers};
+use crate::reserve::Reserve;
 use crate::server::Server;
 use crate::state_machine::{SmStore, SnapshotFiles};
 use crate::types::{Payload, Raft};
@@ -147,6 +148,17 @@ pub struct Quorum {
     writer_done: Mutex<Option<WriterDone>>,
     propose_timeout: Duration,
     listen_addr: Option<SocketAddr>,
+    reserve: Arc<Reserve>,
+}
+
+/// The metadata log directory's space, as `/ready` and the metrics report it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SpaceState {
+    /// Bytes the space reserve holds now (`limits::RESERVE_BYTES` when whole; 0 after a write
+    /// found the disk full, until space returns).
+    pub reserve_bytes: u64,
+    /// A metadata write is waiting for space right now (no reserve left): proposals stall.
+    pub waiting_for_space: bool,
 }
 
 fn raft_err(e: impl std::fmt::Display) -> QuorumError {
@@ -175,16 +187,18 @@ impl Quorum {
         let raft_config = Arc::new(config.raft_config()?);
         let disk: Arc<dyn Disk> = options.disk.unwrap_or_else(|| Arc::new(OsDisk));
         let dir = config.dir.clone();
-        let (log_store, writer_done, committed_rx, files) =
+        let (log_store, writer_done, committed_rx, files, reserve) =
             tokio::task::spawn_blocking(move || {
                 disk.create_dir_all(&dir)
                     .map_err(|source| QuorumError::Io {
                         context: format!("create {}", dir.display()),
                         source,
                     })?;
-                let (log_store, done, committed) = LogStore::open(disk.clone(), &dir)?;
-                let files = SnapshotFiles::load(disk, &dir)?;
-                Ok::<_, QuorumError>((log_store, done, committed, files))
+                let reserve = Reserve::open(disk.clone(), &dir, RESERVE_BYTES);
+                let (log_store, done, committed) =
+                    LogStore::open(disk.clone(), &dir, reserve.clone())?;
+                let files = SnapshotFiles::load(disk, &dir, reserve.clone())?;
+                Ok::<_, QuorumError>((log_store, done, committed, files, reserve))
             })
             .await
             .map_err(raft_err)??;
@@ -260,6 +274,7 @@ impl Quorum {
             writer_done: Mutex::new(Some(writer_done)),
             propose_timeout: Duration::from_millis(config.propose_timeout_ms),
             listen_addr,
+            reserve,
         };
         if let Err(e) = quorum.bootstrap(&config).await {
             let _ = quorum.shutdown().await;
@@ -268,6 +283,14 @@ impl Quorum {
         // What `start` waited for (a sole voter's leadership) is visible as soon as it returns.
         publish(&status_tx, &quorum.raft.metrics(), &committed_rx);
         Ok(quorum)
+    }
+
+    /// The metadata log directory's space reserve and whether a write waits for space.
+    pub fn space_state(&self) -> SpaceState {
+        SpaceState {
+            reserve_bytes: self.reserve.held(),
+            waiting_for_space: self.reserve.waiting(),
+        }
     }
 
     async fn bootstrap(&self, config: &QuorumConfig) -> Result<(), QuorumError> {
@@ -411,6 +434,8 @@ impl Quorum {
     /// Stops this node: the listener, its connections, openraft and the log writer (after the
     /// writes already queued). Idempotent.
     pub async fn shutdown(&self) -> Result<(), QuorumError> {
+        // A write waiting for space gives up (and stops openraft) instead of holding shutdown.
+        self.reserve.stop();
         self.cancel.cancel();
         let stopped = self.raft.shutdown().await;
         self.tracker.close();
