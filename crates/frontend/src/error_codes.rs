@@ -188,6 +188,7 @@ pub fn from_store(err: &StoreError, context: &str) -> KafkaError {
         StoreError::UnknownPartition(_) => KafkaError::code(UNKNOWN_TOPIC_OR_PARTITION),
         StoreError::Io(_)
         | StoreError::Offline(_)
+        | StoreError::DiskFull { .. }
         | StoreError::Corrupt(_)
         | StoreError::ShutDown => {
             warn!(%context, error = %err, "storage error");

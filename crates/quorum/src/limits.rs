@@ -104,8 +104,13 @@ pub const SHUTDOWN_WAIT_MS: u64 = 10_000;
 /// thousands of changes — the operator's deletes among them — on a disk the store has filled.
 pub const RESERVE_BYTES: u64 = 8 * 1024 * 1024;
 
-/// Milliseconds: a released reserve is written again no sooner than this after the last try.
+/// Milliseconds: a released reserve is written again no sooner than this after the last try;
+/// also the period of the quorum's timer that tries it when no write comes.
 pub const RESERVE_RETRY_INTERVAL_MS: u64 = 5_000;
+
+/// Bytes: the least a top-up writes into the reserve (unless that completes it), so that a disk
+/// hovering at full does not see the reserve file grow by a few KiB every few seconds.
+pub const RESERVE_TOP_UP_MIN_BYTES: u64 = 1024 * 1024;
 
 /// Milliseconds: first wait before a write that found no space (and no reserve) is retried; it
 /// doubles up to `NO_SPACE_RETRY_MS_MAX`.

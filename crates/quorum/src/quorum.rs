@@ -30,7 +30,10 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::disk::{Disk, OsDisk};
-use crate::limits::{APP_RPC_BYTES_MAX, ENTRY_PAYLOAD_BYTES_MAX, RESERVE_BYTES, SHUTDOWN_WAIT_MS};
+use crate::limits::{
+    APP_RPC_BYTES_MAX, ENTRY_PAYLOAD_BYTES_MAX, RESERVE_BYTES, RESERVE_RETRY_INTERVAL_MS,
+    SHUTDOWN_WAIT_MS,
+};
 use crate::log_store::{LogStore, WriterDone};
 use crate::network::{CallError, NetworkFactory, Peers};
 use crate::reserve::Reserve;
@@ -262,6 +265,7 @@ impl Quorum {
             status_tx.clone(),
             cancel.clone(),
         ));
+        tracker.spawn(top_up_reserve(reserve.clone(), cancel.clone()));
 
         let quorum = Quorum {
             node_id: config.node_id,
@@ -456,6 +460,25 @@ impl Quorum {
             }
         }
         stopped.map_err(raft_err)
+    }
+}
+
+/// Re-creates a released space reserve once space returns, also while no metadata write comes
+/// (the writer tops it up after each write too).
+async fn top_up_reserve(reserve: Arc<Reserve>, cancel: CancellationToken) {
+    let period = Duration::from_millis(RESERVE_RETRY_INTERVAL_MS);
+    loop {
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tokio::time::sleep(period) => {}
+        }
+        let r = reserve.clone();
+        if tokio::task::spawn_blocking(move || r.top_up())
+            .await
+            .is_err()
+        {
+            return;
+        }
     }
 }
 

@@ -9,8 +9,9 @@
 //! reserve is already spent, the write is retried with a backoff until space returns, and never
 //! reported as an error: openraft 0.9 stops its Raft core for good on any storage error from an
 //! append, a vote or a snapshot (`RaftCore::append_to_log`, `Notify::StateMachine`), and a node
-//! whose core stopped needs a restart. The reserve is written again (`top_up`) once the file
-//! system has room for it twice over, so that re-creating it never takes the last bytes the
+//! whose core stopped needs a restart. The reserve is written again (`top_up`, after each
+//! write and every `RESERVE_RETRY_INTERVAL_MS` from the quorum's timer) as space returns, never
+//! taking more than half of what is free, so that re-creating it never takes the last bytes the
 //! store needs.
 //!
 //! Only a write whose outcome is known may be retried: the callers put the file back first (the
@@ -31,7 +32,7 @@ use parking_lot::Mutex;
 use crate::disk::{self, Disk};
 use crate::limits::{
     NO_SPACE_LOG_INTERVAL_MS, NO_SPACE_RETRY_MS_MAX, NO_SPACE_RETRY_MS_MIN,
-    RESERVE_RETRY_INTERVAL_MS,
+    RESERVE_RETRY_INTERVAL_MS, RESERVE_TOP_UP_MIN_BYTES,
 };
 
 /// The reserve file's name inside the quorum directory.
@@ -111,9 +112,11 @@ impl Reserve {
         true
     }
 
-    /// Fills the reserve back up to its target if it is short, it was not tried in the last
-    /// `RESERVE_RETRY_INTERVAL_MS`, and the file system has room for what is missing plus a whole
-    /// reserve more. Cheap when there is nothing to do. Blocking.
+    /// Fills the reserve back up towards its target if it is short and was not tried in the
+    /// last `RESERVE_RETRY_INTERVAL_MS`: by what is missing, but never by more than half of the
+    /// free space (re-creating the reserve must not take the last bytes the store needs), and
+    /// not at all for less than `RESERVE_TOP_UP_MIN_BYTES` unless that completes it. Cheap when
+    /// there is nothing to do. Blocking.
     pub fn top_up(&self) {
         let mut st = self.state.lock();
         if st.held >= self.target || Instant::now() < st.next_try {
@@ -121,24 +124,26 @@ impl Reserve {
         }
         st.next_try = Instant::now() + Duration::from_millis(RESERVE_RETRY_INTERVAL_MS);
         let missing = self.target - st.held;
-        match self.disk.free_bytes(&self.dir) {
-            Ok(free) if free >= missing.saturating_add(self.target) => {}
-            Ok(_) => return,
+        let grant = match self.disk.free_bytes(&self.dir) {
+            Ok(free) => missing.min(free / 2),
             Err(e) => {
                 tracing::debug!(error = %e, "metadata log: cannot read free space");
                 return;
             }
+        };
+        if grant < missing && grant < RESERVE_TOP_UP_MIN_BYTES {
+            return;
         }
-        match self.fill(st.held) {
+        let goal = st.held + grant;
+        match self.fill(st.held, goal) {
             Ok(()) => {
-                if st.held == 0 {
-                    tracing::info!(
-                        dir = %self.dir.display(),
-                        bytes = self.target,
-                        "metadata log: space reserve in place"
-                    );
-                }
-                st.held = self.target;
+                tracing::info!(
+                    dir = %self.dir.display(),
+                    bytes = goal,
+                    target = self.target,
+                    "metadata log: space reserve in place"
+                );
+                st.held = goal;
             }
             Err(e) => {
                 // Whatever was written stays reserved; the next try goes on from there.
@@ -153,12 +158,12 @@ impl Reserve {
         }
     }
 
-    fn fill(&self, from: u64) -> io::Result<()> {
+    fn fill(&self, from: u64, to: u64) -> io::Result<()> {
         let file = self.disk.open(&self.path, true)?;
         let zeros = vec![0u8; FILL_CHUNK_BYTES];
         let mut at = from;
-        while at < self.target {
-            let n = (self.target - at).min(FILL_CHUNK_BYTES as u64) as usize;
+        while at < to {
+            let n = (to - at).min(FILL_CHUNK_BYTES as u64) as usize;
             file.write_all_at(zeros.get(..n).unwrap_or(&zeros), at)?;
             at += n as u64;
         }
@@ -267,10 +272,20 @@ mod tests {
             .unwrap();
         assert_eq!(tries, 2, "one failure, the reserve released, one success");
         assert_eq!(reserve.held(), 0);
-        // No room for a reserve twice over: it stays released.
+        // Too little room (half of what is free is under RESERVE_TOP_UP_MIN_BYTES): it stays
+        // released.
         reserve.state.lock().next_try = Instant::now();
         reserve.top_up();
         assert_eq!(reserve.held(), 0);
+        // Some room: half of it.
+        disk.open(&dir.join("ballast"), true)
+            .unwrap()
+            .set_len(6 * MIB)
+            .unwrap();
+        reserve.state.lock().next_try = Instant::now();
+        reserve.top_up();
+        let half = reserve.held();
+        assert!((MIB..2 * MIB).contains(&half), "{half}");
         // Space returns.
         disk.remove_file(&dir.join("ballast")).unwrap();
         reserve.state.lock().next_try = Instant::now();

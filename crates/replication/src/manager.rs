@@ -583,6 +583,13 @@ impl ReplicaManager {
         records: impl AsRef<[u8]>,
         acks: i16,
     ) -> Result<(AppendInfo, Option<AckWait>), ReplicaError> {
+        // A client's produce stops at the low-water mark (`millrace.log.dir.min.free.bytes`);
+        // the coordinators' appends and replication go on until the disk is really full.
+        if let Some(hosted) = self.partition(tp) {
+            hosted
+                .log
+                .check_free_space(self.config.broker.log_dir_min_free_bytes())?;
+        }
         self.append_in_epoch(tp, records, acks, None)
     }
 

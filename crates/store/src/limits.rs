@@ -124,3 +124,10 @@ const _: () = assert!(SHUTDOWN_THREADS >= 1);
 /// every one; a batch can hold millions of records, and a client needs the list only to fail
 /// those records, so the rest are counted in the message instead.
 pub const RECORD_ERRORS_MAX: usize = 1000;
+
+/// Milliseconds: how long one `statvfs` reading of a log dir's free space serves the produce
+/// path's low-water-mark check (`free_space`).
+pub const FREE_SPACE_CACHE_MS: u64 = 100;
+
+/// Directories whose free-space reading is cached at once (the cache is cleared beyond it).
+pub const FREE_SPACE_CACHE_DIRS_MAX: usize = 4096;

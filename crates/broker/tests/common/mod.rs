@@ -96,6 +96,12 @@ impl Broker {
     /// Starts a broker with extra command-line arguments.
     pub fn start_with_args(args: &[String]) -> Broker {
         let data_dir = tempfile::tempdir().expect("create data dir");
+        Broker::start_in(data_dir, args)
+    }
+
+    /// Starts a broker on `data_dir` (e.g. one made inside a test's own file system) with extra
+    /// command-line arguments.
+    pub fn start_in(data_dir: tempfile::TempDir, args: &[String]) -> Broker {
         let log_dir = tempfile::tempdir().expect("create log dir");
         let extra_args = args.to_vec();
         let mut broker = Broker {

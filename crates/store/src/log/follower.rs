@@ -102,7 +102,16 @@ impl PartitionLog {
             drop(inner);
             self.enqueue_flush();
         }
-        written
+        match written {
+            // A full disk does not refuse leadership: the batches of this epoch carry it in
+            // their headers (recovery rebuilds the cache past the recovery point from them), and
+            // the recovery point does not pass the pending checkpoint until it is written.
+            Err(e) if e.is_no_space() => {
+                tracing::warn!(partition = %self.tp, epoch, "leader-epoch checkpoint found the disk full; retried later");
+                Ok(())
+            }
+            other => other,
+        }
     }
 
     /// Removes every record and restarts the log at `offset` (log start = log end = `offset`), as

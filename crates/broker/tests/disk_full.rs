@@ -1,0 +1,341 @@
+//! Goal: a full disk never stops the broker (issue 30). The data dir lives on a 64 MiB tmpfs
+//! mounted by the test; acks=all produce fills it until produce is refused with
+//! KAFKA_STORAGE_ERROR. Then, with the disk still full: Metadata and Fetch keep answering, every
+//! acknowledged record reads back, DeleteTopics on a ballast topic succeeds (the metadata quorum
+//! writes through its space reserve), and produce resumes with no restart. Finally the disk is
+//! filled to the last byte, the broker is killed with SIGKILL and restarted on the full disk: it
+//! starts, serves reads, and produce resumes once a file is deleted.
+//!
+//! Needs root (mount). Every wait is bounded; the mount is undone by a drop guard, also when the
+//! test fails.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::*;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::config::ClientConfig;
+use rdkafka::error::KafkaError;
+use rdkafka::message::Message;
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::types::RDKafkaErrorCode;
+use rdkafka::Offset;
+
+/// The test file system's size.
+const FS_BYTES: u64 = 64 * 1024 * 1024;
+/// One record's value (incompressible enough: produced without compression).
+const VALUE_BYTES: usize = 8 * 1024;
+/// Records of the ballast topic: 12 MiB.
+const BALLAST_RECORDS: usize = 1536;
+/// Upper bound on fill records (the disk holds far fewer).
+const FILL_RECORDS_MAX: usize = 3 * (FS_BYTES as usize) / VALUE_BYTES;
+/// Records in flight at once while filling.
+const IN_FLIGHT: usize = 32;
+const WAIT: Duration = Duration::from_secs(30);
+
+/// A tmpfs mounted on a fresh directory; unmounted (lazily, so that a broker still holding files
+/// cannot block it) on drop.
+struct Tmpfs {
+    dir: tempfile::TempDir,
+}
+
+impl Tmpfs {
+    fn mount(bytes: u64) -> Tmpfs {
+        let dir = tempfile::tempdir().expect("mount point");
+        let status = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={bytes}"), "tmpfs"])
+            .arg(dir.path())
+            .status()
+            .expect("run mount");
+        assert!(
+            status.success(),
+            "mount -t tmpfs failed (the test needs root)"
+        );
+        Tmpfs { dir }
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount")
+            .arg("-l")
+            .arg(self.dir.path())
+            .status();
+    }
+}
+
+fn admin(broker: &Broker) -> AdminClient<DefaultClientContext> {
+    ClientConfig::new()
+        .set("bootstrap.servers", broker.bootstrap())
+        .set("socket.timeout.ms", "10000")
+        .set("allow.auto.create.topics", "false")
+        .create()
+        .expect("create admin client")
+}
+
+fn options() -> AdminOptions {
+    AdminOptions::new()
+        .request_timeout(Some(Duration::from_secs(20)))
+        .operation_timeout(Some(Duration::from_secs(20)))
+}
+
+/// A producer that reports a refused batch at once instead of retrying it.
+fn eager_producer(broker: &Broker) -> FutureProducer {
+    producer(
+        broker,
+        &[
+            ("retries", "0"),
+            ("message.timeout.ms", "10000"),
+            ("linger.ms", "2"),
+            ("compression.type", "none"),
+        ],
+    )
+}
+
+fn value(topic_tag: u8, id: usize) -> Vec<u8> {
+    let mut v = format!("{topic_tag}:{id:08}:").into_bytes();
+    // Pseudo-random filler, so that nothing on the way compresses it.
+    let mut x = (id as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    while v.len() < VALUE_BYTES {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        v.push(x as u8);
+    }
+    v
+}
+
+fn is_storage_error(e: &KafkaError) -> bool {
+    e.rdkafka_error_code() == Some(RDKafkaErrorCode::KafkaStorageError)
+}
+
+/// Produces records with ids from `first` on, `IN_FLIGHT` at a time, until one is refused with
+/// KAFKA_STORAGE_ERROR (or `max` were sent). Returns the acknowledged (offset → id).
+async fn produce_until_refused(
+    producer: &FutureProducer,
+    topic: &str,
+    first: usize,
+    max: usize,
+) -> (BTreeMap<i64, usize>, bool) {
+    let mut acked = BTreeMap::new();
+    let mut id = first;
+    let mut refused = false;
+    while id < first + max && !refused {
+        let mut sends = Vec::new();
+        for _ in 0..IN_FLIGHT {
+            let v = value(1, id);
+            let record = FutureRecord::<(), _>::to(topic).payload(&v).partition(0);
+            let send = producer.send_result(record).expect("queue a record");
+            sends.push((id, send));
+            id += 1;
+        }
+        for (id, send) in sends {
+            match send.await.expect("delivery report") {
+                Ok(delivery) => {
+                    acked.insert(delivery.offset, id);
+                }
+                Err((e, _)) if is_storage_error(&e) => refused = true,
+                Err((e, _)) => panic!("record {id}: unexpected error {e:?}"),
+            }
+        }
+    }
+    (acked, refused)
+}
+
+/// Produces one record, retrying for up to `WAIT` while it is refused for lack of space.
+async fn produce_one_when_space(producer: &FutureProducer, topic: &str, id: usize) -> i64 {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let v = value(2, id);
+        let record = FutureRecord::<(), _>::to(topic).payload(&v).partition(0);
+        match producer.send(record, Duration::from_secs(10)).await {
+            Ok(delivery) => return delivery.offset,
+            Err((e, _)) if is_storage_error(&e) && Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err((e, _)) => panic!("produce did not resume within {WAIT:?}: {e:?}"),
+        }
+    }
+}
+
+/// Reads `topic`/0 from the start up to `end` and checks each acknowledged offset holds its id.
+async fn assert_acked_read_back(broker: &Broker, topic: &str, acked: &BTreeMap<i64, usize>) {
+    let Some((&last, _)) = acked.iter().next_back() else {
+        return;
+    };
+    let consumer = consumer(broker, &[("fetch.max.bytes", "4194304")]);
+    assign(&consumer, topic, &[(0, Offset::Beginning)]);
+    let deadline = Instant::now() + WAIT;
+    let mut seen = 0usize;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let m = tokio::time::timeout(left, consumer.recv())
+            .await
+            .unwrap_or_else(|_| panic!("read back stopped at {seen} of {} acked", acked.len()))
+            .expect("consume");
+        if let Some(id) = acked.get(&m.offset()) {
+            assert_eq!(
+                m.payload(),
+                Some(&value(1, *id)[..]),
+                "offset {}",
+                m.offset()
+            );
+            seen += 1;
+        }
+        if m.offset() >= last {
+            break;
+        }
+    }
+    assert_eq!(seen, acked.len(), "every acknowledged record reads back");
+}
+
+/// Writes `path` until the file system is full, to the last 4 KiB.
+fn fill_to_the_brim(path: &Path) -> u64 {
+    let mut file = std::fs::File::create(path).expect("create the filler file");
+    let mut written = 0u64;
+    for chunk in [1024 * 1024, 64 * 1024, 4096] {
+        let bytes = vec![0xA5u8; chunk];
+        while file.write_all(&bytes).is_ok() {
+            written += chunk as u64;
+        }
+    }
+    let _ = file.sync_all();
+    written
+}
+
+fn free_bytes(dir: &Path) -> u64 {
+    millrace_store::free_space::free_bytes(dir).expect("statvfs")
+}
+
+fn data_dir_in(fs: &Tmpfs) -> tempfile::TempDir {
+    tempfile::tempdir_in(fs.path()).expect("data dir on the tmpfs")
+}
+
+fn filler_path(fs: &Tmpfs) -> PathBuf {
+    fs.path().join("filler")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_full_disk_keeps_serving_frees_space_and_resumes() {
+    let started = Instant::now();
+    let fs = Tmpfs::mount(FS_BYTES);
+    // `min.free.bytes` 0: the test drives the store to a real ENOSPC, the hard case.
+    let mut broker = Broker::start_in(
+        data_dir_in(&fs),
+        &[
+            "--set".to_string(),
+            "millrace.log.dir.min.free.bytes=0".to_string(),
+        ],
+    );
+    let admin = admin(&broker);
+    let topics = [
+        NewTopic::new("ballast", 1, TopicReplication::Fixed(1)),
+        NewTopic::new("fill", 1, TopicReplication::Fixed(1)),
+    ];
+    let created = admin
+        .create_topics(&topics, &options())
+        .await
+        .expect("CreateTopics");
+    assert!(created.iter().all(Result::is_ok), "{created:?}");
+
+    let producer = eager_producer(&broker);
+    let (ballast, refused) = produce_until_refused(&producer, "ballast", 0, BALLAST_RECORDS).await;
+    assert!(
+        !refused && ballast.len() == BALLAST_RECORDS,
+        "12 MiB of ballast fit"
+    );
+
+    // Fill the disk.
+    let (acked, refused) = produce_until_refused(&producer, "fill", 0, FILL_RECORDS_MAX).await;
+    assert!(refused, "produce was refused once the disk filled");
+    assert!(acked.len() > 1000, "only {} records fit", acked.len());
+    eprintln!(
+        "disk full after {} fill records ({} bytes free), {:?}",
+        acked.len(),
+        free_bytes(fs.path()),
+        started.elapsed()
+    );
+
+    // Now to the last byte: the metadata quorum has nothing but its reserve.
+    let filled = fill_to_the_brim(&fs.path().join("filler-1"));
+    eprintln!(
+        "filler-1 of {filled} bytes, {} bytes free",
+        free_bytes(fs.path())
+    );
+
+    // Still serving: Metadata, and every acknowledged record reads back.
+    let metadata = admin
+        .inner()
+        .fetch_metadata(Some("fill"), Duration::from_secs(10))
+        .expect("Metadata on a full disk");
+    assert_eq!(metadata.topics().len(), 1);
+    assert_acked_read_back(&broker, "fill", &acked).await;
+
+    // Space-freeing works with the disk full.
+    let deleted = tokio::time::timeout(WAIT, admin.delete_topics(&["ballast"], &options()))
+        .await
+        .expect("DeleteTopics on a full disk timed out")
+        .expect("DeleteTopics");
+    assert_eq!(deleted, vec![Ok("ballast".to_string())]);
+    assert!(
+        broker.stderr_tail(400).contains("space reserve released"),
+        "DeleteTopics was written through the metadata log's space reserve"
+    );
+
+    // Produce resumes by itself.
+    let offset = produce_one_when_space(&producer, "fill", 0).await;
+    assert!(offset > *acked.keys().next_back().unwrap_or(&0));
+    eprintln!(
+        "produce resumed at offset {offset}, {:?}",
+        started.elapsed()
+    );
+
+    // The reserve comes back with the space (up to half of what is free), without a restart.
+    let deadline = Instant::now() + WAIT;
+    // (Once at the first start, once more after DeleteTopics freed space.)
+    while broker
+        .stderr_tail(400)
+        .matches("space reserve in place")
+        .count()
+        < 2
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the space reserve was not re-created"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    // Full to the last byte, then SIGKILL and a restart on the full disk.
+    let filled = fill_to_the_brim(&filler_path(&fs));
+    eprintln!(
+        "filler of {filled} bytes, {} bytes free",
+        free_bytes(fs.path())
+    );
+    drop(producer);
+    broker.kill9();
+    broker.restart_within(Duration::from_secs(60));
+    let admin = self::admin(&broker);
+    admin
+        .inner()
+        .fetch_metadata(Some("fill"), Duration::from_secs(10))
+        .expect("Metadata after a restart on a full disk");
+    assert_acked_read_back(&broker, "fill", &acked).await;
+
+    std::fs::remove_file(filler_path(&fs)).expect("remove the filler");
+    std::fs::remove_file(fs.path().join("filler-1")).expect("remove the first filler");
+    let producer = eager_producer(&broker);
+    produce_one_when_space(&producer, "fill", 1).await;
+    eprintln!("done in {:?}", started.elapsed());
+    drop(broker);
+}
