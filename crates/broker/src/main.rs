@@ -15,6 +15,7 @@
 //! whose path contains `<text>` fail (`millrace_store::storage::FaultStorage`), so integration
 //! tests can drive a failing disk through the real binary.
 
+mod disk_space;
 mod groups_log;
 mod node;
 mod observe;
@@ -271,6 +272,17 @@ async fn run(
         node_ready: ready.clone(),
         partition_level: config.metrics_partition_level(),
         fetch_sessions: fetch_sessions.clone(),
+        disk: disk_space::DiskDirs {
+            dirs: {
+                let mut dirs = vec![settings.data_dir.clone()];
+                let meta = millrace_cluster::node::metadata_log_root(&config, &settings.data_dir);
+                if meta != settings.data_dir {
+                    dirs.push(meta);
+                }
+                dirs
+            },
+            min_free: config.log_dir_min_free_bytes(),
+        },
     });
     let producer_ids = Arc::new(ProducerIdAllocator::new(
         node.controller.clone(),

@@ -217,6 +217,36 @@ fn free_bytes(dir: &Path) -> u64 {
     millrace_store::free_space::free_bytes(dir).expect("statvfs")
 }
 
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// One HTTP/1.1 GET; (status code, body).
+fn http_get(port: u16, path: &str) -> (u16, String) {
+    use std::io::Read;
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect HTTP");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+    )
+    .expect("send");
+    let mut text = String::new();
+    stream.read_to_string(&mut text).expect("read the answer");
+    let status = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let body = text.split_once("\r\n\r\n").map_or("", |(_, b)| b).to_string();
+    (status, body)
+}
+
 fn data_dir_in(fs: &Tmpfs) -> tempfile::TempDir {
     tempfile::tempdir_in(fs.path()).expect("data dir on the tmpfs")
 }
@@ -230,11 +260,14 @@ async fn a_full_disk_keeps_serving_frees_space_and_resumes() {
     let started = Instant::now();
     let fs = Tmpfs::mount(FS_BYTES);
     // `min.free.bytes` 0: the test drives the store to a real ENOSPC, the hard case.
+    let http = free_port();
     let mut broker = Broker::start_in(
         data_dir_in(&fs),
         &[
             "--set".to_string(),
             "millrace.log.dir.min.free.bytes=0".to_string(),
+            "--http-listen".to_string(),
+            format!("127.0.0.1:{http}"),
         ],
     );
     let admin = admin(&broker);
@@ -280,6 +313,24 @@ async fn a_full_disk_keeps_serving_frees_space_and_resumes() {
         .expect("Metadata on a full disk");
     assert_eq!(metadata.topics().len(), 1);
     assert_acked_read_back(&broker, "fill", &acked).await;
+
+    // Degraded, not unready: /ready answers 200 and says why; the gauge shows the full disk.
+    let (status, body) = http_get(http, "/ready");
+    assert_eq!(status, 200, "{body}");
+    // (The first consumer made the broker create __consumer_offsets on the full disk, which the
+    // metadata log wrote through its reserve: the reserve line is there, the dir's maybe not.)
+    assert!(body.starts_with("ready\n") && body.contains("degraded: "), "{body}");
+    let (_, metrics) = http_get(http, "/metrics");
+    let free_line = metrics
+        .lines()
+        .find(|l| l.starts_with("millrace_log_dir_free_bytes{"))
+        .unwrap_or_else(|| panic!("no free-space gauge in {metrics}"));
+    let free: u64 = free_line
+        .rsplit(' ')
+        .next()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(u64::MAX);
+    assert!(free < FS_BYTES / 4, "{free_line}");
 
     // Space-freeing works with the disk full.
     let deleted = tokio::time::timeout(WAIT, admin.delete_topics(&["ballast"], &options()))
