@@ -7,7 +7,9 @@
 //! one: reads, metadata and space-freeing deletes keep working, so `/ready` stays 200 and says
 //! what is degraded in its body.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+
+use millrace_cluster::config::BrokerConfig;
 
 use millrace_metrics::prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use millrace_metrics::prometheus_client::metrics::gauge::ConstGauge;
@@ -29,6 +31,19 @@ pub struct DiskDirs {
 }
 
 impl DiskDirs {
+    /// The data dir and (when `metadata.log.dir` puts it elsewhere) the metadata log's root.
+    pub fn new(config: &BrokerConfig, data_dir: &Path) -> DiskDirs {
+        let mut dirs = vec![data_dir.to_path_buf()];
+        let meta = millrace_cluster::node::metadata_log_root(config, data_dir);
+        if meta != data_dir {
+            dirs.push(meta);
+        }
+        DiskDirs {
+            dirs,
+            min_free: config.log_dir_min_free_bytes(),
+        }
+    }
+
     /// One line per degraded state, for `/ready`'s body; empty when all is well.
     pub fn degraded(&self, space: SpaceState) -> Vec<String> {
         let mut lines = Vec::new();

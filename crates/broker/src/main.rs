@@ -272,17 +272,7 @@ async fn run(
         node_ready: ready.clone(),
         partition_level: config.metrics_partition_level(),
         fetch_sessions: fetch_sessions.clone(),
-        disk: disk_space::DiskDirs {
-            dirs: {
-                let mut dirs = vec![settings.data_dir.clone()];
-                let meta = millrace_cluster::node::metadata_log_root(&config, &settings.data_dir);
-                if meta != settings.data_dir {
-                    dirs.push(meta);
-                }
-                dirs
-            },
-            min_free: config.log_dir_min_free_bytes(),
-        },
+        disk: disk_space::DiskDirs::new(&config, &settings.data_dir),
     });
     let producer_ids = Arc::new(ProducerIdAllocator::new(
         node.controller.clone(),

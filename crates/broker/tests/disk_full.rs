@@ -243,7 +243,10 @@ fn http_get(port: u16, path: &str) -> (u16, String) {
         .nth(1)
         .and_then(|s| s.parse().ok())
         .unwrap_or(0);
-    let body = text.split_once("\r\n\r\n").map_or("", |(_, b)| b).to_string();
+    let body = text
+        .split_once("\r\n\r\n")
+        .map_or("", |(_, b)| b)
+        .to_string();
     (status, body)
 }
 
@@ -319,7 +322,10 @@ async fn a_full_disk_keeps_serving_frees_space_and_resumes() {
     assert_eq!(status, 200, "{body}");
     // (The first consumer made the broker create __consumer_offsets on the full disk, which the
     // metadata log wrote through its reserve: the reserve line is there, the dir's maybe not.)
-    assert!(body.starts_with("ready\n") && body.contains("degraded: "), "{body}");
+    assert!(
+        body.starts_with("ready\n") && body.contains("degraded: "),
+        "{body}"
+    );
     let (_, metrics) = http_get(http, "/metrics");
     let free_line = metrics
         .lines()

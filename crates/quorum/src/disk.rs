@@ -45,6 +45,20 @@ pub trait DiskFile: Send + Sync + fmt::Debug {
     fn set_len(&self, len: u64) -> io::Result<()>;
     /// fdatasync: the file's data and length are durable when this returns `Ok`.
     fn sync_data(&self) -> io::Result<()>;
+    /// Makes `[offset, offset + len)` allocated on disk (zeros where nothing was written), so
+    /// that later writes there cannot fail for lack of space. The default writes zeros.
+    fn allocate(&self, offset: u64, len: u64) -> io::Result<()> {
+        const CHUNK: u64 = 1024 * 1024;
+        let zeros = vec![0u8; CHUNK as usize];
+        let mut at = offset;
+        let end = offset.saturating_add(len);
+        while at < end {
+            let n = (end - at).min(CHUNK);
+            self.write_all_at(zeros.get(..n as usize).unwrap_or(&zeros), at)?;
+            at += n;
+        }
+        Ok(())
+    }
 }
 
 /// The real file system.
@@ -100,6 +114,27 @@ impl DiskFile for OsFile {
     }
     fn sync_data(&self) -> io::Result<()> {
         self.0.sync_data()
+    }
+    /// fallocate(2) where the file system has it (no data written); zeros where it does not.
+    fn allocate(&self, offset: u64, len: u64) -> io::Result<()> {
+        match rustix::fs::fallocate(&self.0, rustix::fs::FallocateFlags::empty(), offset, len) {
+            Ok(()) => Ok(()),
+            Err(e) if e == rustix::io::Errno::NOSPC || e == rustix::io::Errno::DQUOT => {
+                Err(e.into())
+            }
+            Err(_) => {
+                let zeros = vec![0u8; 1024 * 1024];
+                let mut at = offset;
+                let end = offset.saturating_add(len);
+                while at < end {
+                    let n = (end - at).min(zeros.len() as u64);
+                    self.0
+                        .write_all_at(zeros.get(..n as usize).unwrap_or(&zeros), at)?;
+                    at += n;
+                }
+                Ok(())
+            }
+        }
     }
 }
 

@@ -1,8 +1,8 @@
 //! The metadata log's space reserve, and how a write that finds the disk full waits for space
 //! instead of failing.
 //!
-//! The reserve is a file of `RESERVE_BYTES` zeros (`quorum.reserve`) written into the quorum
-//! directory while there is room. When a write of the log, the vote or the snapshot fails with
+//! The reserve is a file of `RESERVE_BYTES` (`quorum.reserve`) allocated in the quorum
+//! directory while there is room (fallocate, or zeros written where the file system lacks it). When a write of the log, the vote or the snapshot fails with
 //! ENOSPC (`disk::is_no_space`), [`Reserve::with_space`] deletes the reserve file (its blocks go
 //! back to the file system at once) and tries again: the quorum can go on committing — a
 //! DeleteTopics that frees the data dir, above all — on a disk the store has filled. If the
@@ -37,9 +37,6 @@ use crate::limits::{
 
 /// The reserve file's name inside the quorum directory.
 pub const RESERVE_FILE_NAME: &str = "quorum.reserve";
-
-/// Bytes written per `write_all_at` while the reserve is filled.
-const FILL_CHUNK_BYTES: usize = 1024 * 1024;
 
 #[derive(Debug)]
 struct State {
@@ -160,13 +157,8 @@ impl Reserve {
 
     fn fill(&self, from: u64, to: u64) -> io::Result<()> {
         let file = self.disk.open(&self.path, true)?;
-        let zeros = vec![0u8; FILL_CHUNK_BYTES];
-        let mut at = from;
-        while at < to {
-            let n = (to - at).min(FILL_CHUNK_BYTES as u64) as usize;
-            file.write_all_at(zeros.get(..n).unwrap_or(&zeros), at)?;
-            at += n as u64;
-        }
+        // fallocate where the file system has it: blocks reserved without writing them.
+        file.allocate(from, to.saturating_sub(from))?;
         // Durable or not, the blocks are allocated; the sync only keeps the file across a crash.
         file.sync_data()?;
         drop(file);
