@@ -18,14 +18,17 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::*;
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::admin::{
+    AdminClient, AdminOptions, AlterConfig, NewTopic, ResourceSpecifier, TopicReplication,
+};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
+use rdkafka::consumer::Consumer;
 use rdkafka::error::KafkaError;
 use rdkafka::message::Message;
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::types::RDKafkaErrorCode;
-use rdkafka::Offset;
+use rdkafka::{Offset, TopicPartitionList};
 
 /// The test file system's size.
 const FS_BYTES: u64 = 64 * 1024 * 1024;
@@ -258,66 +261,47 @@ fn filler_path(fs: &Tmpfs) -> PathBuf {
     fs.path().join("filler")
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_full_disk_keeps_serving_frees_space_and_resumes() {
-    let started = Instant::now();
-    let fs = Tmpfs::mount(FS_BYTES);
-    // `min.free.bytes` 0: the test drives the store to a real ENOSPC, the hard case.
-    let http = free_port();
-    let mut broker = Broker::start_in(
-        data_dir_in(&fs),
-        &[
-            "--set".to_string(),
-            "millrace.log.dir.min.free.bytes=0".to_string(),
-            "--http-listen".to_string(),
-            format!("127.0.0.1:{http}"),
-        ],
-    );
-    let admin = admin(&broker);
+/// Free bytes on the test file system, polled until they rose by `by` (bounded by `WAIT`).
+async fn wait_for_freed(fs: &Tmpfs, before: u64, by: u64, what: &str) -> u64 {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let now = free_bytes(fs.path());
+        if now >= before + by {
+            return now;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what} freed {} of the {by} bytes expected within {WAIT:?}",
+            now.saturating_sub(before)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Creates the topics: `ballast` (deleted later), `fill` and `aged` with 1 MiB segments (so that
+/// DeleteRecords and retention have whole segments to delete).
+async fn create_topics(admin: &AdminClient<DefaultClientContext>) {
+    let small_segments = [("segment.bytes", "1048576")];
+    let mut fill = NewTopic::new("fill", 1, TopicReplication::Fixed(1));
+    let mut aged = NewTopic::new("aged", 1, TopicReplication::Fixed(1));
+    for (k, v) in small_segments {
+        fill = fill.set(k, v);
+        aged = aged.set(k, v);
+    }
     let topics = [
         NewTopic::new("ballast", 1, TopicReplication::Fixed(1)),
-        NewTopic::new("fill", 1, TopicReplication::Fixed(1)),
+        fill,
+        aged,
     ];
     let created = admin
         .create_topics(&topics, &options())
         .await
         .expect("CreateTopics");
     assert!(created.iter().all(Result::is_ok), "{created:?}");
+}
 
-    let producer = eager_producer(&broker);
-    let (ballast, refused) = produce_until_refused(&producer, "ballast", 0, BALLAST_RECORDS).await;
-    assert!(
-        !refused && ballast.len() == BALLAST_RECORDS,
-        "12 MiB of ballast fit"
-    );
-
-    // Fill the disk.
-    let (acked, refused) = produce_until_refused(&producer, "fill", 0, FILL_RECORDS_MAX).await;
-    assert!(refused, "produce was refused once the disk filled");
-    assert!(acked.len() > 1000, "only {} records fit", acked.len());
-    eprintln!(
-        "disk full after {} fill records ({} bytes free), {:?}",
-        acked.len(),
-        free_bytes(fs.path()),
-        started.elapsed()
-    );
-
-    // Now to the last byte: the metadata quorum has nothing but its reserve.
-    let filled = fill_to_the_brim(&fs.path().join("filler-1"));
-    eprintln!(
-        "filler-1 of {filled} bytes, {} bytes free",
-        free_bytes(fs.path())
-    );
-
-    // Still serving: Metadata, and every acknowledged record reads back.
-    let metadata = admin
-        .inner()
-        .fetch_metadata(Some("fill"), Duration::from_secs(10))
-        .expect("Metadata on a full disk");
-    assert_eq!(metadata.topics().len(), 1);
-    assert_acked_read_back(&broker, "fill", &acked).await;
-
-    // Degraded, not unready: /ready answers 200 and says why; the gauge shows the full disk.
+/// With the disk full: /ready is 200 with a degraded line, the gauge shows a nearly full disk.
+fn assert_degraded_not_unready(http: u16) {
     let (status, body) = http_get(http, "/ready");
     assert_eq!(status, 200, "{body}");
     // (The first consumer made the broker create __consumer_offsets on the full disk, which the
@@ -337,17 +321,131 @@ async fn a_full_disk_keeps_serving_frees_space_and_resumes() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(u64::MAX);
     assert!(free < FS_BYTES / 4, "{free_line}");
+}
 
-    // Space-freeing works with the disk full.
+/// The low watermark of `topic`/0, polled until it passes 0 (bounded by `WAIT`).
+async fn wait_for_log_start_above_zero(broker: &Broker, topic: &str) -> i64 {
+    let consumer = consumer(broker, &[]);
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let (low, _) = consumer
+            .fetch_watermarks(topic, 0, Duration::from_secs(10))
+            .expect("ListOffsets");
+        if low > 0 {
+            return low;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "retention never moved {topic}'s log start"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// The three ways to free space, each with the disk full: lower retention.bytes, DeleteRecords,
+/// DeleteTopics. Each must do what it promises, and together they free the disk.
+async fn free_space_with_the_disk_full(
+    admin: &AdminClient<DefaultClientContext>,
+    broker: &Broker,
+    fs: &Tmpfs,
+    middle: i64,
+) {
+    let before = free_bytes(fs.path());
+    let alter = AlterConfig::new(ResourceSpecifier::Topic("aged"))
+        .set("retention.bytes", "1048576")
+        .set("segment.bytes", "1048576");
+    let altered = tokio::time::timeout(WAIT, admin.alter_configs(&[alter], &options()))
+        .await
+        .expect("AlterConfigs on a full disk timed out")
+        .expect("AlterConfigs");
+    assert!(altered.iter().all(Result::is_ok), "{altered:?}");
+    let low = wait_for_log_start_above_zero(broker, "aged").await;
+    eprintln!("retention.bytes moved aged's log start to {low}");
+
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset("fill", 0, Offset::Offset(middle))
+        .expect("offset");
+    let result = tokio::time::timeout(WAIT, admin.delete_records(&tpl, &options()))
+        .await
+        .expect("DeleteRecords on a full disk timed out")
+        .expect("DeleteRecords");
+    let element = result
+        .elements()
+        .first()
+        .map(|e| (e.error().is_ok(), e.offset()));
+    assert_eq!(element, Some((true, Offset::Offset(middle))), "{result:?}");
+
     let deleted = tokio::time::timeout(WAIT, admin.delete_topics(&["ballast"], &options()))
         .await
         .expect("DeleteTopics on a full disk timed out")
         .expect("DeleteTopics");
     assert_eq!(deleted, vec![Ok("ballast".to_string())]);
+    // 12 MiB of ballast, half of the fill's segments, 3 MiB of aged: far more than the at most
+    // 8 MiB the metadata reserve takes back meanwhile.
+    let after = wait_for_freed(fs, before, 16 * 1024 * 1024, "the three deletes").await;
+    eprintln!("the deletes freed {} bytes", after - before);
     assert!(
         broker.stderr_tail(400).contains("space reserve released"),
-        "DeleteTopics was written through the metadata log's space reserve"
+        "the metadata log wrote through its space reserve"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_full_disk_keeps_serving_frees_space_and_resumes() {
+    let started = Instant::now();
+    let fs = Tmpfs::mount(FS_BYTES);
+    // `min.free.bytes` 0: the test drives the store to a real ENOSPC, the hard case.
+    let http = free_port();
+    let mut broker = Broker::start_in(
+        data_dir_in(&fs),
+        &[
+            "--set".to_string(),
+            "millrace.log.dir.min.free.bytes=0".to_string(),
+            "--set".to_string(),
+            "log.retention.check.interval.ms=500".to_string(),
+            "--http-listen".to_string(),
+            format!("127.0.0.1:{http}"),
+        ],
+    );
+    let admin = admin(&broker);
+    create_topics(&admin).await;
+
+    let producer = eager_producer(&broker);
+    let (ballast, refused) = produce_until_refused(&producer, "ballast", 0, BALLAST_RECORDS).await;
+    assert!(
+        !refused && ballast.len() == BALLAST_RECORDS,
+        "12 MiB of ballast fit"
+    );
+    let (aged, refused) = produce_until_refused(&producer, "aged", 0, BALLAST_RECORDS / 3).await;
+    assert!(
+        !refused && aged.len() == BALLAST_RECORDS / 3,
+        "4 MiB of aged fit"
+    );
+
+    // Fill the disk.
+    let (acked, refused) = produce_until_refused(&producer, "fill", 0, FILL_RECORDS_MAX).await;
+    assert!(refused, "produce was refused once the disk filled");
+    assert!(acked.len() > 1000, "only {} records fit", acked.len());
+    eprintln!(
+        "disk full after {} fill records ({} bytes free), {:?}",
+        acked.len(),
+        free_bytes(fs.path()),
+        started.elapsed()
+    );
+    // Now to the last byte: the metadata quorum has nothing but its reserve.
+    fill_to_the_brim(&fs.path().join("filler-1"));
+
+    // Still serving: Metadata, and every acknowledged record reads back.
+    let metadata = admin
+        .inner()
+        .fetch_metadata(Some("fill"), Duration::from_secs(10))
+        .expect("Metadata on a full disk");
+    assert_eq!(metadata.topics().len(), 1);
+    assert_acked_read_back(&broker, "fill", &acked).await;
+    assert_degraded_not_unready(http);
+
+    let middle = offset_of_middle(&acked);
+    free_space_with_the_disk_full(&admin, &broker, &fs, middle).await;
 
     // Produce resumes by itself.
     let offset = produce_one_when_space(&producer, "fill", 0).await;
@@ -358,8 +456,8 @@ async fn a_full_disk_keeps_serving_frees_space_and_resumes() {
     );
 
     // The reserve comes back with the space (up to half of what is free), without a restart.
+    // (Once at the first start, once more after space was freed.)
     let deadline = Instant::now() + WAIT;
-    // (Once at the first start, once more after DeleteTopics freed space.)
     while broker
         .stderr_tail(400)
         .matches("space reserve in place")
@@ -387,7 +485,9 @@ async fn a_full_disk_keeps_serving_frees_space_and_resumes() {
         .inner()
         .fetch_metadata(Some("fill"), Duration::from_secs(10))
         .expect("Metadata after a restart on a full disk");
-    assert_acked_read_back(&broker, "fill", &acked).await;
+    // Everything acknowledged from the DeleteRecords offset on.
+    let kept: BTreeMap<i64, usize> = acked.range(middle..).map(|(o, i)| (*o, *i)).collect();
+    assert_acked_read_back(&broker, "fill", &kept).await;
 
     std::fs::remove_file(filler_path(&fs)).expect("remove the filler");
     std::fs::remove_file(fs.path().join("filler-1")).expect("remove the first filler");
@@ -395,4 +495,8 @@ async fn a_full_disk_keeps_serving_frees_space_and_resumes() {
     produce_one_when_space(&producer, "fill", 1).await;
     eprintln!("done in {:?}", started.elapsed());
     drop(broker);
+}
+
+fn offset_of_middle(acked: &BTreeMap<i64, usize>) -> i64 {
+    acked.keys().nth(acked.len() / 2).copied().unwrap_or(0)
 }
