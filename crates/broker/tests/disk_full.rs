@@ -6,6 +6,9 @@
 //! filled to the last byte, the broker is killed with SIGKILL and restarted on the full disk: it
 //! starts, serves reads, and produce resumes once a file is deleted.
 //!
+//! A second test sets `millrace.log.dir.min.free.bytes` and checks that produce stops at the
+//! low-water mark while offset commits go on.
+//!
 //! Needs root (mount). Every wait is bounded; the mount is undone by a drop guard, also when the
 //! test fails.
 
@@ -499,4 +502,72 @@ async fn a_full_disk_keeps_serving_frees_space_and_resumes() {
 
 fn offset_of_middle(acked: &BTreeMap<i64, usize>) -> i64 {
     acked.keys().nth(acked.len() / 2).copied().unwrap_or(0)
+}
+
+/// `millrace.log.dir.min.free.bytes`: produce is refused (KAFKA_STORAGE_ERROR) while the disk
+/// still has that much free, consumer groups go on committing offsets, `/ready` stays 200 and
+/// names the dir; produce resumes once space is freed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_low_water_mark_refuses_produce_before_the_disk_is_full() {
+    const MIN_FREE: u64 = 40 * 1024 * 1024;
+    let fs = Tmpfs::mount(FS_BYTES);
+    let http = free_port();
+    let broker = Broker::start_in(
+        data_dir_in(&fs),
+        &[
+            "--set".to_string(),
+            format!("millrace.log.dir.min.free.bytes={MIN_FREE}"),
+            "--http-listen".to_string(),
+            format!("127.0.0.1:{http}"),
+        ],
+    );
+    let producer = eager_producer(&broker);
+    let (acked, refused) = produce_until_refused(&producer, "low", 0, FILL_RECORDS_MAX).await;
+    let free = free_bytes(fs.path());
+    assert!(refused, "produce was refused at the low-water mark");
+    // Refused with far more than nothing free: at the mark, less what was in flight
+    // (`IN_FLIGHT` records of 8 KiB).
+    assert!(
+        free > MIN_FREE - 2 * 1024 * 1024,
+        "{free} bytes free when refused"
+    );
+    assert!(!acked.is_empty());
+    eprintln!(
+        "refused after {} records with {free} bytes free",
+        acked.len()
+    );
+
+    // Consumer groups are not held to the mark: an offset commit succeeds.
+    let group = consumer(&broker, &[("group.id", "low-water-group")]);
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset("low", 0, Offset::Offset(1))
+        .expect("offset");
+    let deadline = Instant::now() + WAIT;
+    loop {
+        match group.commit(&tpl, rdkafka::consumer::CommitMode::Sync) {
+            Ok(()) => break,
+            // The coordinator is loading or being created at first.
+            Err(e) if Instant::now() < deadline => {
+                eprintln!("commit: {e:?}; retrying");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(e) => panic!("offset commit below the low-water mark: {e:?}"),
+        }
+    }
+
+    let (status, body) = http_get(http, "/ready");
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        body.contains("degraded: log dir") && body.contains("min.free.bytes"),
+        "{body}"
+    );
+
+    // Free space (delete the topic), and produce resumes by itself.
+    let admin = admin(&broker);
+    let deleted = admin
+        .delete_topics(&["low"], &options())
+        .await
+        .expect("DeleteTopics");
+    assert_eq!(deleted, vec![Ok("low".to_string())]);
+    produce_one_when_space(&producer, "low", 0).await;
 }

@@ -3,9 +3,10 @@
 //!
 //! Free space is read with `statvfs` (`f_bavail × f_frsize`: what an unprivileged writer may
 //! still write). The produce path asks [`check`] on every request, so a reading is kept for
-//! `FREE_SPACE_CACHE_MS` per directory: a syscall per request would be cheap, but a cache keeps
-//! the cost flat under 100k requests per second; the disk does not fill faster than the cache
-//! expires plus the bytes of the requests in flight, and past the mark ENOSPC is still handled.
+//! `FREE_SPACE_CACHE_MS` per directory while it is more than twice the mark: a syscall per
+//! request would be cheap, but a cache keeps the cost flat under 100k requests per second far
+//! from the mark; near it every request reads afresh, so the mark is overshot by at most the
+//! requests in flight (and past it ENOSPC is still handled).
 //! The metrics read [`free_bytes`] at scrape time (decision 0053).
 //!
 //! Takes the directory as a parameter (a partition dir or a log dir; both name the file
@@ -42,12 +43,14 @@ fn cache() -> &'static Mutex<HashMap<PathBuf, (Instant, u64)>> {
     CACHE.get_or_init(|| Mutex::new(HashMap::new()))
 }
 
-/// Free bytes under `dir`, read at most once per `FREE_SPACE_CACHE_MS`.
-fn cached_free_bytes(dir: &Path) -> io::Result<u64> {
+/// Free bytes under `dir`, read at most once per `FREE_SPACE_CACHE_MS` while the last reading
+/// was more than twice `min_free`; nearer the mark, read every time (a fast producer would
+/// otherwise overshoot it by what it writes in the cache's lifetime).
+fn cached_free_bytes(dir: &Path, min_free: u64) -> io::Result<u64> {
     let now = Instant::now();
     let fresh = Duration::from_millis(FREE_SPACE_CACHE_MS);
     if let Some((at, free)) = cache().lock().get(dir) {
-        if now.duration_since(*at) < fresh {
+        if now.duration_since(*at) < fresh && *free >= min_free.saturating_mul(2) {
             return Ok(*free);
         }
     }
@@ -67,7 +70,7 @@ pub fn check(dir: &Path, min_free: u64) -> Result<(), StoreError> {
     if min_free == 0 {
         return Ok(());
     }
-    match cached_free_bytes(dir) {
+    match cached_free_bytes(dir, min_free) {
         Ok(free) if free < min_free => Err(StoreError::DiskFull {
             dir: dir.display().to_string(),
             free,
