@@ -165,7 +165,9 @@ impl PartitionLog {
             // point past the segments this one failed to sync).
             inner.pending.take_back(pending);
             if no_space {
-                tracing::warn!(partition = %self.tp, error = %e, "checkpoint write found the disk full; retried later");
+                // Debug only: every partition retries each maintenance tick while the disk is
+                // full; the tick's own warning (and /ready) says so once.
+                tracing::debug!(partition = %self.tp, error = %e, "checkpoint write found the disk full; retried later");
                 if policy == FlushPolicy::Batch && inner.generation == generation {
                     self.publish_durable(target);
                     drop(inner);
