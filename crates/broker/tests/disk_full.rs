@@ -571,3 +571,100 @@ async fn the_low_water_mark_refuses_produce_before_the_disk_is_full() {
     assert_eq!(deleted, vec![Ok("low".to_string())]);
     produce_one_when_space(&producer, "low", 0).await;
 }
+
+/// `metadata.log.dir` on a file system of its own, and only that one fills: produce and reads go
+/// on; metadata changes go through the reserve, then (the reserve spent, the disk full to the last
+/// byte) wait for space rather than fail the quorum, and commit once space returns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn only_the_metadata_disk_fills() {
+    let meta_fs = Tmpfs::mount(16 * 1024 * 1024);
+    let meta_root = meta_fs.path().join("meta");
+    let data = tempfile::tempdir().expect("data dir");
+    let data_path = data.path().to_path_buf();
+    let http = free_port();
+    let broker = Broker::start_in(
+        data,
+        &[
+            "--set".to_string(),
+            format!("metadata.log.dir={}", meta_root.display()),
+            "--http-listen".to_string(),
+            format!("127.0.0.1:{http}"),
+        ],
+    );
+    assert!(meta_root.join("__cluster_metadata").is_dir());
+    assert!(!data_path.join("__cluster_metadata").exists());
+    let admin = admin(&broker);
+    let create = |name: &'static str| {
+        let admin = &admin;
+        async move {
+            let topic = NewTopic::new(name, 1, TopicReplication::Fixed(1));
+            let opts = AdminOptions::new()
+                .request_timeout(Some(Duration::from_secs(5)))
+                .operation_timeout(Some(Duration::from_secs(3)));
+            admin.create_topics(&[topic], &opts).await
+        }
+    };
+
+    // Only the metadata disk is full: topics are created (the metadata log's last page has some
+    // room; then the reserve is released for it), produce works.
+    fill_to_the_brim(&meta_fs.path().join("filler-1"));
+    let mut i = 0;
+    while !broker.stderr_tail(400).contains("space reserve released") {
+        assert!(i < 300, "300 topics created without touching the reserve");
+        let name: &'static str = Box::leak(format!("meta-a{i}").into_boxed_str());
+        let created = create(name).await.expect("CreateTopics");
+        assert!(created.iter().all(Result::is_ok), "{created:?}");
+        i += 1;
+    }
+    eprintln!("the reserve was released at the {i}th topic");
+    let producer = eager_producer(&broker);
+    produce_one_when_space(&producer, "meta-a0", 0).await;
+    let (_, body) = http_get(http, "/ready");
+    assert!(
+        body.contains("degraded: metadata log: space reserve"),
+        "{body}"
+    );
+
+    // The reserve spent and the disk full again: a metadata change waits, and the broker keeps
+    // serving meanwhile.
+    fill_to_the_brim(&meta_fs.path().join("filler-2"));
+    let mut stalled = None;
+    for i in 0..300 {
+        let name: &'static str = Box::leak(format!("meta-b{i}").into_boxed_str());
+        let created = create(name).await;
+        if !matches!(&created, Ok(r) if r.iter().all(Result::is_ok)) {
+            eprintln!("CreateTopics {name} with no space and no reserve: {created:?}");
+            stalled = Some(name);
+            break;
+        }
+    }
+    let stalled = stalled.expect("a metadata change stalls once the reserve is spent");
+    produce_one_when_space(&producer, "meta-a0", 1).await;
+    let (status, body) = http_get(http, "/ready");
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        body.contains("metadata log: a write is waiting for space"),
+        "{body}"
+    );
+
+    // Space returns: the waiting write commits, metadata changes go on.
+    std::fs::remove_file(meta_fs.path().join("filler-2")).expect("free space");
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let metadata = admin
+            .inner()
+            .fetch_metadata(Some(stalled), Duration::from_secs(5))
+            .expect("Metadata");
+        let ok = metadata
+            .topics()
+            .iter()
+            .any(|t| t.name() == stalled && t.error().is_none() && !t.partitions().is_empty());
+        if ok {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{stalled} never appeared");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let created = create("meta-c").await.expect("CreateTopics");
+    assert!(created.iter().all(Result::is_ok), "{created:?}");
+}
