@@ -2,9 +2,10 @@
 //! instead of failing.
 //!
 //! The reserve is a file of `RESERVE_BYTES` (`quorum.reserve`) allocated in the quorum
-//! directory while there is room (fallocate, or zeros written where the file system lacks it). When a write of the log, the vote or the snapshot fails with
-//! ENOSPC (`disk::is_no_space`), [`Reserve::with_space`] deletes the reserve file (its blocks go
-//! back to the file system at once) and tries again: the quorum can go on committing — a
+//! directory while there is room (fallocate, or zeros written where the file system lacks it).
+//! When a write of the log, the vote or the snapshot fails with ENOSPC (`disk::is_no_space`),
+//! [`Reserve::with_space`] deletes the reserve file (its blocks go back to the file system at
+//! once) and tries again: the quorum can go on committing — a
 //! DeleteTopics that frees the data dir, above all — on a disk the store has filled. If the
 //! reserve is already spent, the write is retried with a backoff until space returns, and never
 //! reported as an error: openraft 0.9 stops its Raft core for good on any storage error from an
