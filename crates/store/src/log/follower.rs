@@ -85,7 +85,9 @@ impl PartitionLog {
     }
 
     /// Records that leader epoch `epoch` starts at the log end; the leader-epoch checkpoint is on
-    /// disk when this returns. A no-op if the log already knows `epoch` or a later one.
+    /// disk when this returns — unless the disk is full: then the write is left to the flusher
+    /// (the recovery point does not pass it until it is written) and this returns `Ok`. A no-op
+    /// if the log already knows `epoch` or a later one.
     pub fn begin_leader_epoch(&self, epoch: i32) -> Result<(), StoreError> {
         self.writable()?;
         let mut inner = self.inner.lock();
