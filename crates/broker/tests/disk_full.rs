@@ -223,37 +223,9 @@ fn free_bytes(dir: &Path) -> u64 {
     millrace_store::free_space::free_bytes(dir).expect("statvfs")
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
-
-/// One HTTP/1.1 GET; (status code, body).
+/// `GET path` on the broker's HTTP listener at 127.0.0.1:`port`; (status code, body).
 fn http_get(port: u16, path: &str) -> (u16, String) {
-    use std::io::Read;
-    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect HTTP");
-    stream
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .expect("timeout");
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
-    )
-    .expect("send");
-    let mut text = String::new();
-    stream.read_to_string(&mut text).expect("read the answer");
-    let status = text
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    let body = text
-        .split_once("\r\n\r\n")
-        .map_or("", |(_, b)| b)
-        .to_string();
-    (status, body)
+    http(([127, 0, 0, 1], port).into(), "GET", path)
 }
 
 fn data_dir_in(fs: &Tmpfs) -> tempfile::TempDir {
