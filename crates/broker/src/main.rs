@@ -15,6 +15,7 @@
 //! whose path contains `<text>` fail (`millrace_store::storage::FaultStorage`), so integration
 //! tests can drive a failing disk through the real binary.
 
+mod disk_space;
 mod groups_log;
 mod node;
 mod observe;
@@ -290,6 +291,7 @@ async fn run(
         node_ready: ready.clone(),
         partition_level: config.metrics_partition_level(),
         fetch_sessions: fetch_sessions.clone(),
+        disk: disk_space::DiskDirs::new(&config, &settings.data_dir),
     });
     let producer_ids = Arc::new(ProducerIdAllocator::new(
         node.controller.clone(),

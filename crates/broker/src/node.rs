@@ -56,13 +56,15 @@ pub async fn start(
     let data_dir = &settings.data_dir;
     let image = Arc::new(SharedImage::default());
     // Seed records for a metadata log that turns out empty (migration, rebuild).
-    let bootstrap = if node::has_metadata_log(data_dir) {
+    // `metadata.log.dir` (Kafka's key), else under the data dir as before.
+    let metadata_root = node::metadata_log_root(config, data_dir);
+    let bootstrap = if node::has_metadata_log(&metadata_root) {
         Vec::new()
     } else {
         node::bootstrap_records(config, data_dir, store, node_id)
             .context("cannot seed the metadata log from this data directory")?
     };
-    let quorum_dir = data_dir.join(METADATA_LOG_DIR);
+    let quorum_dir = metadata_root.join(METADATA_LOG_DIR);
     let id = u64::try_from(node_id).context("node.id must not be negative")?;
     let qconfig = match &settings.quorum {
         None => QuorumConfig::single_node(id, &quorum_dir),

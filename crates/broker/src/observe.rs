@@ -2,7 +2,9 @@
 //! `millrace.http.listen`): `GET /metrics` (Prometheus text format 0.0.4), `GET /health` (200
 //! while the process serves HTTP at all) and `GET /ready` (200 once the store is open, the node is
 //! registered and unfenced with its replicas following the metadata, and every
-//! `__consumer_offsets` partition led here is loaded; 503 with the reason otherwise).
+//! `__consumer_offsets` partition led here is loaded; 503 with the reason otherwise). A ready
+//! broker lists what is degraded (a full log dir, the metadata log's space reserve spent) as
+//! `degraded: …` lines after `ready` (`disk_space`).
 //!
 //! What it owns: the listener, the registry, and the scrape-time collector. The event metrics
 //! (counters, histograms) live in `millrace_metrics` and are bumped where things happen; the
@@ -47,6 +49,8 @@ use tokio::sync::{watch, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
+use crate::disk_space::DiskDirs;
+
 /// Concurrent HTTP connections served; more wait unaccepted.
 const HTTP_CONNECTIONS_MAX: usize = 64;
 /// A request head must arrive within this long.
@@ -64,6 +68,8 @@ pub struct BrokerView {
     pub partition_level: bool,
     /// Incremental fetch sessions (KIP-227).
     pub fetch_sessions: Arc<FetchSessionCache>,
+    /// The log dirs' free space and the produce low-water mark (`disk_space`).
+    pub disk: DiskDirs,
 }
 
 /// The HTTP side's shared state.
@@ -91,25 +97,28 @@ impl Observer {
         readiness(self.view.get())
     }
 
-    /// What works only in part while the broker serves: one line each, for `/ready`'s body.
+    /// What is degraded while ready (a full disk, the metadata log's reserve spent, damaged
+    /// batches awaiting repair), one line each; read now.
     pub fn degraded(&self) -> Vec<String> {
-        let Some(view) = self.view.get() else {
-            return Vec::new();
-        };
-        view.replicas
-            .damaged_replicas()
-            .into_iter()
-            .map(|(tp, ranges)| {
-                let offsets: Vec<String> = ranges
-                    .iter()
-                    .map(|r| format!("[{}, {})", r.from, r.to))
-                    .collect();
-                format!(
-                    "degraded: {tp} offsets {} damaged, not served until repaired from an in-sync replica\n",
+        self.view.get().map_or_else(Vec::new, |v| {
+            let mut lines = v.disk.degraded(v.quorum.quorum().space_state());
+            lines.extend(
+                v.replicas
+                    .damaged_replicas()
+                    .into_iter()
+                    .map(|(tp, ranges)| {
+                        let offsets: Vec<String> = ranges
+                            .iter()
+                            .map(|r| format!("[{}, {})", r.from, r.to))
+                            .collect();
+                        format!(
+                    "{tp} offsets {} damaged, not served until repaired from an in-sync replica",
                     offsets.join(" ")
                 )
-            })
-            .collect()
+                    }),
+            );
+            lines
+        })
     }
 
     fn metrics_text(&self) -> Result<String, std::fmt::Error> {
@@ -181,11 +190,17 @@ fn route(observer: &Observer, request: &Request<Incoming>) -> Response<Full<Byte
         },
         "/health" => reply(StatusCode::OK, "text/plain", "ok\n"),
         "/ready" => match observer.readiness() {
-            Ok(()) => reply(
-                StatusCode::OK,
-                "text/plain",
-                format!("ready\n{}", observer.degraded().concat()),
-            ),
+            // Ready, and what is degraded (if anything) below: a full disk still serves reads,
+            // metadata and the deletes that free it, so it is not a reason for 503.
+            Ok(()) => {
+                let mut body = String::from("ready\n");
+                for line in observer.degraded() {
+                    body.push_str("degraded: ");
+                    body.push_str(&line);
+                    body.push('\n');
+                }
+                reply(StatusCode::OK, "text/plain", body)
+            }
             Err(reason) => reply(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "text/plain",
@@ -318,6 +333,8 @@ impl Collector for StateCollector {
             i64::try_from(damaged).unwrap_or(i64::MAX),
             &mut encoder,
         )?;
+        view.disk
+            .encode(view.quorum.quorum().space_state(), &mut encoder)?;
         let (sessions, session_partitions) = view.fetch_sessions.stats();
         single(
             "fetch_sessions",

@@ -337,8 +337,24 @@ pub static BROKER_CONFIGS: &[ConfigDef] = &[
     nodef("millrace.http.listen", ConfigType::Str),
     def("millrace.metrics.partition.level", "true", ConfigType::Bool),
     // Millrace's own: the scrubber of sealed segments (decision 0072).
-    def("millrace.log.scrub.interval.ms", "86400000", LONG_NONNEG),
-    def("millrace.log.scrub.max.bytes.per.sec", "33554432", LONG_POS),
+    def(
+        "millrace.log.scrub.interval.ms",
+        SCRUB_INTERVAL_MS_DEFAULT,
+        LONG_NONNEG,
+    ),
+    def(
+        "millrace.log.scrub.max.bytes.per.sec",
+        SCRUB_BYTES_PER_SEC_DEFAULT,
+        LONG_POS,
+    ),
+    // Disk full (issue 30): the low-water mark below which client produce is refused, and where
+    // the metadata log lives (Kafka's `metadata.log.dir`; default: under the first log dir).
+    def(
+        "millrace.log.dir.min.free.bytes",
+        MIN_FREE_BYTES_DEFAULT,
+        LONG_NONNEG,
+    ),
+    nodef("metadata.log.dir", ConfigType::Str),
     // TLS (also per listener, see LISTENER_CONFIGS).
     def("ssl.keystore.type", "JKS", KEYSTORE_TYPES),
     nodef("ssl.keystore.location", ConfigType::Str),
@@ -650,6 +666,16 @@ fn check_range(key: &str, value: &str, n: i64, min: i64, max: i64) -> Result<(),
 /// Default of `queued.max.request.bytes`: 512 MiB, room for several requests of the default
 /// `socket.request.max.bytes` (100 MiB) at once.
 const QUEUED_MAX_REQUEST_BYTES_DEFAULT: &str = "536870912";
+/// `millrace.log.dir.min.free.bytes` default: 64 MiB. Below it client produce stops, leaving
+/// room for what must still be written on a nearly full disk: offset commits (coordinators'
+/// appends are not held to the mark), checkpoints and producer snapshots, a segment roll's index
+/// files (up to `segment.index.bytes`, 10 MiB, each), a follower catching up on the batches in
+/// flight. Small next to any real disk; docs/configuration.md says more.
+const MIN_FREE_BYTES_DEFAULT: &str = "67108864";
+/// `millrace.log.scrub.interval.ms` default: one full scrub pass a day (decision 0072).
+const SCRUB_INTERVAL_MS_DEFAULT: &str = "86400000";
+/// `millrace.log.scrub.max.bytes.per.sec` default: 32 MiB/s, about 2.6 TiB a day.
+const SCRUB_BYTES_PER_SEC_DEFAULT: &str = "33554432";
 
 /// `delete`, `compact`, `compact,delete` (any order, spaces allowed). Kafka 4 also accepts an empty
 /// list, meaning neither.
@@ -852,6 +878,20 @@ impl BrokerConfig {
             self.get("allow.everyone.if.no.acl.found")
                 .is_some_and(|v| v.eq_ignore_ascii_case("true")),
         ))
+    }
+
+    /// `millrace.log.dir.min.free.bytes`: client produce is refused (KAFKA_STORAGE_ERROR) while
+    /// a log dir's file system has less free space than this; 0 turns the check off.
+    pub fn log_dir_min_free_bytes(&self) -> u64 {
+        u64::try_from(self.long_or("millrace.log.dir.min.free.bytes", 0)).unwrap_or(0)
+    }
+
+    /// `metadata.log.dir`, if the operator set it.
+    pub fn metadata_log_dir(&self) -> Option<String> {
+        self.set
+            .get("metadata.log.dir")
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty())
     }
 
     /// `millrace.metrics.partition.level`: serve the series labelled by partition.

@@ -31,9 +31,18 @@ pub use crate::recover::{topic_id, PRODUCER_ID_BLOCK_SIZE};
 /// The metadata log's directory inside a data directory (Kafka's `__cluster_metadata-0`).
 pub const METADATA_LOG_DIR: &str = "__cluster_metadata";
 
-/// Whether the data directory has a metadata log already.
+/// Whether the data directory has a metadata log already (under `metadata.log.dir` when that
+/// is set, see [`metadata_log_root`]).
 pub fn has_metadata_log(data_dir: &Path) -> bool {
     data_dir.join(METADATA_LOG_DIR).exists()
+}
+
+/// The directory that holds the metadata log's directory (`METADATA_LOG_DIR`): Kafka's
+/// `metadata.log.dir` when set, else the (first) data directory, as before that key existed.
+pub fn metadata_log_root(config: &BrokerConfig, data_dir: &Path) -> std::path::PathBuf {
+    config
+        .metadata_log_dir()
+        .map_or_else(|| data_dir.to_path_buf(), std::path::PathBuf::from)
 }
 
 /// Refuses (before anything is opened or changed) a data dir that has neither a metadata log nor
@@ -41,7 +50,8 @@ pub fn has_metadata_log(data_dir: &Path) -> bool {
 /// The broker calls it before opening the store, so that a refusal leaves every file untouched.
 pub fn check_data_dir(config: &BrokerConfig, data_dir: &Path) -> Result<(), MetadataError> {
     let path = data_dir.join(METADATA_FILE);
-    if has_metadata_log(data_dir) || path.exists() || !data_dir.exists() {
+    if has_metadata_log(&metadata_log_root(config, data_dir)) || path.exists() || !data_dir.exists()
+    {
         return Ok(());
     }
     let facts = recover::facts_from_disk(data_dir).map_err(|reason| MetadataError::Ambiguous {

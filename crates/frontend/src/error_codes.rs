@@ -8,7 +8,7 @@ use millrace_controller::ControllerError;
 use millrace_groups::GroupError;
 use millrace_replication::{AckError, PartitionError, ReplicaError};
 use millrace_store::{AppendError, ReadError, StoreError};
-use tracing::warn;
+use tracing::{debug, warn};
 
 pub const NONE: i16 = 0;
 pub const UNKNOWN_SERVER_ERROR: i16 = -1;
@@ -186,6 +186,13 @@ pub fn from_read(err: &ReadError, context: &str) -> KafkaError {
 pub fn from_store(err: &StoreError, context: &str) -> KafkaError {
     match err {
         StoreError::UnknownPartition(_) => KafkaError::code(UNKNOWN_TOPIC_OR_PARTITION),
+        // A full disk refuses every produce until space is freed: no warning per request (it
+        // would flood the log); `/ready`, the free-space gauges and the per-code error counter
+        // show it.
+        StoreError::DiskFull { .. } => {
+            debug!(%context, error = %err, "disk full");
+            KafkaError::new(KAFKA_STORAGE_ERROR, err.to_string())
+        }
         StoreError::Io(_)
         | StoreError::Offline(_)
         | StoreError::Corrupt(_)

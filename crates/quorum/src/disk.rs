@@ -29,6 +29,8 @@ pub trait Disk: Send + Sync + fmt::Debug + 'static {
     fn remove_file(&self, path: &Path) -> io::Result<()>;
     /// fsync of a directory: makes creates, renames and removes in it durable.
     fn sync_dir(&self, dir: &Path) -> io::Result<()>;
+    /// Bytes an unprivileged writer may still write on the file system that holds `dir`.
+    fn free_bytes(&self, dir: &Path) -> io::Result<u64>;
 }
 
 /// One open file.
@@ -43,6 +45,20 @@ pub trait DiskFile: Send + Sync + fmt::Debug {
     fn set_len(&self, len: u64) -> io::Result<()>;
     /// fdatasync: the file's data and length are durable when this returns `Ok`.
     fn sync_data(&self) -> io::Result<()>;
+    /// Makes `[offset, offset + len)` allocated on disk (zeros where nothing was written), so
+    /// that later writes there cannot fail for lack of space. The default writes zeros.
+    fn allocate(&self, offset: u64, len: u64) -> io::Result<()> {
+        const CHUNK: u64 = 1024 * 1024;
+        let zeros = vec![0u8; CHUNK as usize];
+        let mut at = offset;
+        let end = offset.saturating_add(len);
+        while at < end {
+            let n = (end - at).min(CHUNK);
+            self.write_all_at(zeros.get(..n as usize).unwrap_or(&zeros), at)?;
+            at += n;
+        }
+        Ok(())
+    }
 }
 
 /// The real file system.
@@ -77,6 +93,10 @@ impl Disk for OsDisk {
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {
         File::open(dir)?.sync_all()
     }
+    fn free_bytes(&self, dir: &Path) -> io::Result<u64> {
+        let st = rustix::fs::statvfs(dir)?;
+        Ok(st.f_bavail.saturating_mul(st.f_frsize))
+    }
 }
 
 impl DiskFile for OsFile {
@@ -95,6 +115,44 @@ impl DiskFile for OsFile {
     fn sync_data(&self) -> io::Result<()> {
         self.0.sync_data()
     }
+    /// fallocate(2) where the file system has it (no data written); zeros where it does not.
+    fn allocate(&self, offset: u64, len: u64) -> io::Result<()> {
+        match rustix::fs::fallocate(&self.0, rustix::fs::FallocateFlags::empty(), offset, len) {
+            Ok(()) => Ok(()),
+            Err(e) if e == rustix::io::Errno::NOSPC || e == rustix::io::Errno::DQUOT => {
+                Err(e.into())
+            }
+            Err(_) => {
+                let zeros = vec![0u8; 1024 * 1024];
+                let mut at = offset;
+                let end = offset.saturating_add(len);
+                while at < end {
+                    let n = (end - at).min(zeros.len() as u64);
+                    self.0
+                        .write_all_at(zeros.get(..n as usize).unwrap_or(&zeros), at)?;
+                    at += n;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// Whether `e` says the file system is out of space (ENOSPC, or EDQUOT: a quota counts the
+/// same). Only errors that carry the OS error number count: a write that failed this way did
+/// not happen past the bytes it reports, so the caller can put the file back and try again.
+/// Errors of unknown outcome (a failed fsync) are wrapped by [`unknown_outcome`] and never match.
+pub fn is_no_space(e: &io::Error) -> bool {
+    let code = e.raw_os_error();
+    code == Some(rustix::io::Errno::NOSPC.raw_os_error())
+        || code == Some(rustix::io::Errno::DQUOT.raw_os_error())
+}
+
+/// Wraps an error whose outcome is unknown (a failed fsync: the page cache may have dropped the
+/// dirty pages, fsyncgate) so that [`is_no_space`] never takes it for a clean failure, whatever
+/// its error number (NFS and some file systems report ENOSPC from fsync).
+pub fn unknown_outcome(what: &str, e: io::Error) -> io::Error {
+    io::Error::new(e.kind(), format!("{what}: {e}"))
 }
 
 /// The temporary name a file is written under before it replaces `path`.
@@ -110,20 +168,35 @@ pub fn tmp_path(path: &Path) -> PathBuf {
 /// Replaces `path` with `parts` (concatenated) durably: write `path.tmp`, fdatasync it, rename it
 /// over `path`, fsync the directory. When this returns `Ok`, a power loss leaves the new content;
 /// before, it leaves the old content or the new one, never a mix.
+///
+/// Out of space while writing the temporary file (`is_no_space`), it removes that file (its
+/// space is the first to give back) and returns the error as it came: `path` is untouched, so a
+/// retry is safe. A failed fsync returns an error of unknown outcome (`unknown_outcome`).
 pub fn write_atomic(disk: &dyn Disk, path: &Path, parts: &[&[u8]]) -> io::Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
     let tmp = tmp_path(path);
     let file = disk.open(&tmp, true)?;
-    file.set_len(0)?;
-    let mut offset = 0u64;
-    for part in parts {
-        file.write_all_at(part, offset)?;
-        offset = offset.saturating_add(part.len() as u64);
+    let written = file.set_len(0).and_then(|()| {
+        let mut offset = 0u64;
+        for part in parts {
+            file.write_all_at(part, offset)?;
+            offset = offset.saturating_add(part.len() as u64);
+        }
+        Ok(())
+    });
+    if let Err(e) = written {
+        drop(file);
+        if is_no_space(&e) {
+            let _ = disk.remove_file(&tmp);
+        }
+        return Err(e);
     }
-    file.sync_data()?;
+    file.sync_data()
+        .map_err(|e| unknown_outcome("fdatasync", e))?;
     drop(file);
     disk.rename(&tmp, path)?;
     disk.sync_dir(dir)
+        .map_err(|e| unknown_outcome("fsync of the directory", e))
 }
 
 /// Reads a whole file of at most `max` bytes; `Ok(None)` when it does not exist.

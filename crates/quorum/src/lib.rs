@@ -65,6 +65,7 @@ mod log_file;
 mod log_store;
 mod network;
 mod quorum;
+mod reserve;
 mod server;
 mod state_machine;
 mod types;
@@ -74,7 +75,7 @@ use futures::future::BoxFuture;
 
 pub use config::{QuorumConfig, Role};
 pub use error::{ProposeError, QuorumError, RpcError};
-pub use quorum::{NodeState, Quorum, QuorumStatus, StartOptions};
+pub use quorum::{NodeState, Quorum, QuorumStatus, SpaceState, StartOptions};
 
 // The broker shares one `Quorum` between tasks.
 const _: () = {

@@ -98,6 +98,31 @@ pub const LOG_READ_CHUNK_BYTES: usize = 1024 * 1024;
 /// the writes openraft already queued.
 pub const SHUTDOWN_WAIT_MS: u64 = 10_000;
 
+/// Bytes: the metadata log's space reserve (`reserve`), released when a log, vote or snapshot
+/// write finds the disk full. Metadata entries are small (a DeleteTopics is a few hundred bytes)
+/// and a snapshot of a small cluster's image a few KiB, so 8 MiB carries the quorum through
+/// thousands of changes — the operator's deletes among them — on a disk the store has filled.
+pub const RESERVE_BYTES: u64 = 8 * 1024 * 1024;
+
+/// Milliseconds: a released reserve is written again no sooner than this after the last try;
+/// also the period of the quorum's timer that tries it when no write comes.
+pub const RESERVE_RETRY_INTERVAL_MS: u64 = 5_000;
+
+/// Bytes: the least a top-up writes into the reserve (unless that completes it), so that a disk
+/// hovering at full does not see the reserve file grow by a few KiB every few seconds.
+pub const RESERVE_TOP_UP_MIN_BYTES: u64 = 1024 * 1024;
+
+/// Milliseconds: first wait before a write that found no space (and no reserve) is retried; it
+/// doubles up to `NO_SPACE_RETRY_MS_MAX`.
+pub const NO_SPACE_RETRY_MS_MIN: u64 = 10;
+
+/// Milliseconds: longest wait between two retries of a write that found no space.
+pub const NO_SPACE_RETRY_MS_MAX: u64 = 1_000;
+
+/// Milliseconds: while a write waits for space, a warning at most this often.
+pub const NO_SPACE_LOG_INTERVAL_MS: u64 = 30_000;
+
+const _: () = assert!(NO_SPACE_RETRY_MS_MIN >= 1 && NO_SPACE_RETRY_MS_MIN <= NO_SPACE_RETRY_MS_MAX);
 const _: () = assert!(LOG_RECORD_BYTES_MAX + 64 <= FRAME_BYTES_MAX);
 const _: () = assert!(ENTRY_PAYLOAD_BYTES_MAX < APPEND_ENTRIES_BYTES_MAX);
 const _: () = assert!(APPEND_ENTRIES_BYTES_MAX <= FRAME_BYTES_MAX);

@@ -241,8 +241,21 @@ impl LogFile {
             pos += record.len() as u64;
             bytes.extend_from_slice(record);
         }
-        self.file.write_all_at(&bytes, self.end)?;
-        self.file.sync_data()?;
+        if let Err(e) = self.file.write_all_at(&bytes, self.end) {
+            // A short write leaves part of a record past `end`; put the file back to its old
+            // length so that the outcome is known (nothing appended) and a retry writes the same
+            // bytes at the same place. If even that fails, the outcome is unknown.
+            return match self.file.set_len(self.end) {
+                Ok(()) => Err(e),
+                Err(e2) => Err(disk::unknown_outcome(
+                    &format!("append failed ({e}) and cutting it back"),
+                    e2,
+                )),
+            };
+        }
+        self.file
+            .sync_data()
+            .map_err(|e| disk::unknown_outcome("fdatasync", e))?;
         self.positions.extend(positions);
         self.end = pos;
         Ok(())
@@ -264,7 +277,9 @@ impl LogFile {
             return Ok(());
         };
         self.file.set_len(pos)?;
-        self.file.sync_data()?;
+        self.file
+            .sync_data()
+            .map_err(|e| disk::unknown_outcome("fdatasync", e))?;
         self.positions.truncate(keep);
         self.end = pos;
         Ok(())
@@ -293,22 +308,22 @@ impl LogFile {
         let dir = self.path.parent().unwrap_or(Path::new("."));
         let tmp = disk::tmp_path(&self.path);
         let new = self.disk.open(&tmp, true)?;
-        new.set_len(0)?;
-        new.write_all_at(&header, 0)?;
-        let mut from = start_pos;
-        let mut to = header.len() as u64;
-        let mut chunk = vec![0u8; LOG_READ_CHUNK_BYTES];
-        while from < self.end {
-            let n = ((self.end - from) as usize).min(LOG_READ_CHUNK_BYTES);
-            let part = &mut chunk[..n];
-            self.file.read_exact_at(part, from)?;
-            new.write_all_at(part, to)?;
-            from += n as u64;
-            to += n as u64;
-        }
-        new.sync_data()?;
+        let copied = self.copy_tail(&*new, &header, start_pos);
+        let to = match copied {
+            Ok(to) => to,
+            Err(e) => {
+                // Out of space: the old file is untouched; give the temporary's space back.
+                drop(new);
+                let _ = self.disk.remove_file(&tmp);
+                return Err(e);
+            }
+        };
+        new.sync_data()
+            .map_err(|e| disk::unknown_outcome("fdatasync", e))?;
         self.disk.rename(&tmp, &self.path)?;
-        self.disk.sync_dir(dir)?;
+        self.disk
+            .sync_dir(dir)
+            .map_err(|e| disk::unknown_outcome("fsync of the directory", e))?;
         // The new file is in place; move the in-memory positions to it.
         let shift_from = start_pos;
         let shift_to = header.len() as u64;
@@ -321,6 +336,25 @@ impl LogFile {
         self.end = to;
         self.last_purged = Some(upto);
         Ok(())
+    }
+
+    /// Writes `header` and then this file's bytes from `start_pos` to its end into `new`;
+    /// returns the new file's length.
+    fn copy_tail(&self, new: &dyn DiskFile, header: &[u8], start_pos: u64) -> io::Result<u64> {
+        new.set_len(0)?;
+        new.write_all_at(header, 0)?;
+        let mut from = start_pos;
+        let mut to = header.len() as u64;
+        let mut chunk = vec![0u8; LOG_READ_CHUNK_BYTES];
+        while from < self.end {
+            let n = ((self.end - from) as usize).min(LOG_READ_CHUNK_BYTES);
+            let part = &mut chunk[..n];
+            self.file.read_exact_at(part, from)?;
+            new.write_all_at(part, to)?;
+            from += n as u64;
+            to += n as u64;
+        }
+        Ok(to)
     }
 }
 
@@ -426,6 +460,30 @@ mod tests {
         mem.crash(Crash::PowerLoss);
         let (_, r) = LogFile::open(disk, &dir).unwrap();
         assert_eq!(indexes(&r), vec![0]);
+    }
+
+    #[test]
+    fn an_append_that_finds_the_disk_full_is_cut_back_and_can_be_retried() {
+        let (mem, disk, dir) = setup();
+        let (mut log, _) = LogFile::open(disk.clone(), &dir).unwrap();
+        log.append(&[rec(&entry(1, 0))]).unwrap();
+        let before = mem.read(&dir.join(LOG_FILE_NAME)).unwrap();
+        mem.set_capacity(Some(before.len() as u64 + 5));
+        let e = log.append(&[rec(&entry(1, 1))]).unwrap_err();
+        assert!(disk::is_no_space(&e), "{e}");
+        assert_eq!(mem.read(&dir.join(LOG_FILE_NAME)).unwrap(), before);
+        assert_eq!(log.next_index(), 1);
+        // A purge that finds no space leaves the log as it was and its temporary file gone.
+        let e = log.purge(entry(1, 0).log_id).unwrap_err();
+        assert!(disk::is_no_space(&e), "{e}");
+        assert!(mem
+            .read(&disk::tmp_path(&dir.join(LOG_FILE_NAME)))
+            .is_none());
+        mem.set_capacity(None);
+        log.append(&[rec(&entry(1, 1))]).unwrap();
+        mem.crash(Crash::PowerLoss);
+        let (_, r) = LogFile::open(disk, &dir).unwrap();
+        assert_eq!(indexes(&r), vec![0, 1]);
     }
 
     #[test]

@@ -12,9 +12,17 @@
 //!   openraft issued them (append, vote, truncate, purge, committed), so a later write never
 //!   reaches the disk before an earlier one.
 //! - **No holes**: `log_file` refuses an append that does not continue the log.
-//! - **A failed write poisons the writer**: after an I/O error (a failed fsync above all: the
-//!   page cache can no longer be trusted) every later command fails too and openraft stops with a
-//!   storage error. Restarting recovers from what the disk really holds.
+//! - **A full disk is waited out, not reported**: an append, vote or snapshot write that fails
+//!   with ENOSPC is put back (the log cuts a short write back to its old length, `write_atomic`
+//!   removes its temporary) and retried through `reserve::Reserve::with_space`, which first
+//!   releases the directory's space reserve. openraft 0.9 stops its Raft core for good on any
+//!   storage error, so reporting ENOSPC would stop the quorum — and with it the DeleteTopics that
+//!   would free the disk. A purge that finds no space is skipped (purging only saves space; the
+//!   next purge goes further).
+//! - **A write of unknown outcome poisons the writer**: after any other I/O error (a failed
+//!   fsync above all, whatever its error number: the page cache can no longer be trusted) every
+//!   later command fails too and openraft stops with a storage error. Restarting recovers from
+//!   what the disk really holds.
 //!
 //! The committed log id is saved without fsync (`save_committed` is optional in openraft and
 //! only speeds up re-applying at start); it is written after the entries it covers were synced,
@@ -39,6 +47,7 @@ use crate::codec;
 use crate::disk::{self, Disk, DiskFile};
 use crate::limits::{LOG_RECORD_BYTES_MAX, SMALL_FILE_BYTES_MAX, WRITER_QUEUE_MAX};
 use crate::log_file::LogFile;
+use crate::reserve::Reserve;
 use crate::types::{Entry, LogId, StorageError, TypeConfig, Vote};
 use crate::QuorumError;
 
@@ -108,6 +117,7 @@ impl LogStore {
     pub fn open(
         disk: Arc<dyn Disk>,
         dir: &Path,
+        reserve: Arc<Reserve>,
     ) -> Result<(LogStore, WriterDone, watch::Receiver<Option<u64>>), QuorumError> {
         let (log, recovered) = LogFile::open(disk.clone(), dir)?;
         let cut_bytes = recovered.cut_bytes;
@@ -169,6 +179,7 @@ impl LogStore {
             dir: dir.to_path_buf(),
             log,
             committed_file,
+            reserve,
             poisoned: None,
         };
         std::thread::Builder::new()
@@ -223,7 +234,8 @@ struct Writer {
     dir: PathBuf,
     log: LogFile,
     committed_file: Box<dyn DiskFile>,
-    /// The first I/O error; once set, every command fails.
+    reserve: Arc<Reserve>,
+    /// The first I/O error of unknown outcome; once set, every command fails.
     poisoned: Option<String>,
 }
 
@@ -257,17 +269,23 @@ impl Writer {
     }
 
     fn handle(&mut self, cmd: WriteCmd) {
+        let reserve = self.reserve.clone();
         match cmd {
             WriteCmd::Append { records, done } => {
-                let r = self.check().and_then(|()| self.log.append(&records));
+                let r = self.check().and_then(|()| {
+                    let log = &mut self.log;
+                    reserve.with_space("append", || log.append(&records))
+                });
                 let r = self.guard(r, "append");
                 done.log_io_completed(r);
             }
             WriteCmd::SaveVote { record, done } => {
                 let path = self.dir.join(VOTE_FILE_NAME);
-                let r = self
-                    .check()
-                    .and_then(|()| disk::write_atomic(&*self.disk, &path, &[&record]));
+                let r = self.check().and_then(|()| {
+                    reserve.with_space("save vote", || {
+                        disk::write_atomic(&*self.disk, &path, &[&record])
+                    })
+                });
                 let r = self.guard(r, "save vote");
                 let _ = done.send(r);
             }
@@ -276,10 +294,14 @@ impl Writer {
                 let r = self.guard(r, "truncate");
                 let _ = done.send(r);
             }
-            WriteCmd::Purge { upto } => {
-                let r = self.check().and_then(|()| self.log.purge(upto));
-                let _ = self.guard(r, "purge");
-            }
+            WriteCmd::Purge { upto } => match self.check().and_then(|()| self.log.purge(upto)) {
+                Err(e) if disk::is_no_space(&e) => {
+                    tracing::warn!(error = %e, upto = %upto, "metadata log: purge skipped, no space");
+                }
+                r => {
+                    let _ = self.guard(r, "purge");
+                }
+            },
             WriteCmd::SaveCommitted { record } => {
                 // Not fsynced: see the module comment. A failure here is not fatal either.
                 if self.check().is_ok() {
@@ -288,6 +310,9 @@ impl Writer {
                     }
                 }
             }
+        }
+        if self.poisoned.is_none() {
+            reserve.top_up();
         }
     }
 }
@@ -455,6 +480,10 @@ mod tests {
     use super::*;
     use crate::testing::{Crash, MemDisk};
 
+    fn no_reserve(disk: &Arc<dyn Disk>, dir: &Path) -> Arc<Reserve> {
+        Reserve::open(disk.clone(), dir, 0)
+    }
+
     fn setup() -> (MemDisk, Arc<dyn Disk>, PathBuf) {
         let mem = MemDisk::new();
         let disk: Arc<dyn Disk> = Arc::new(mem.clone());
@@ -480,20 +509,23 @@ mod tests {
     #[tokio::test]
     async fn a_vote_acknowledged_before_power_loss_survives_it() {
         let (mem, disk, dir) = setup();
-        let (mut store, done, _) = LogStore::open(disk.clone(), &dir).unwrap();
+        let (mut store, done, _) =
+            LogStore::open(disk.clone(), &dir, no_reserve(&disk, &dir)).unwrap();
         store.save_vote(&Vote::new(3, 2)).await.unwrap();
         store.save_vote(&Vote::new(4, 1)).await.unwrap();
         mem.crash(Crash::PowerLoss);
         drop(store);
         done.await.unwrap();
-        let (mut store, _, _) = LogStore::open(disk, &dir).unwrap();
+        let (mut store, _, _) =
+            LogStore::open(disk.clone(), &dir, no_reserve(&disk, &dir)).unwrap();
         assert_eq!(store.read_vote().await.unwrap(), Some(Vote::new(4, 1)));
     }
 
     #[tokio::test]
     async fn a_vote_whose_fsync_fails_is_not_acknowledged_and_poisons_the_writer() {
         let (mem, disk, dir) = setup();
-        let (mut store, done, _) = LogStore::open(disk.clone(), &dir).unwrap();
+        let (mut store, done, _) =
+            LogStore::open(disk.clone(), &dir, no_reserve(&disk, &dir)).unwrap();
         store.save_vote(&Vote::new(3, 2)).await.unwrap();
         mem.fail_syncs(true);
         assert!(store.save_vote(&Vote::new(4, 1)).await.is_err());
@@ -504,14 +536,45 @@ mod tests {
         mem.crash(Crash::PowerLoss);
         drop(store);
         done.await.unwrap();
-        let (mut store, _, _) = LogStore::open(disk, &dir).unwrap();
+        let (mut store, _, _) =
+            LogStore::open(disk.clone(), &dir, no_reserve(&disk, &dir)).unwrap();
         assert_eq!(store.read_vote().await.unwrap(), Some(Vote::new(3, 2)));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_vote_on_a_full_disk_spends_the_reserve_then_waits_for_space() {
+        let (mem, disk, dir) = setup();
+        let reserve = Reserve::open(disk.clone(), &dir, 4096);
+        assert_eq!(reserve.held(), 4096);
+        let (mut store, _done, _) = LogStore::open(disk.clone(), &dir, reserve.clone()).unwrap();
+        // Nothing left but the reserve.
+        mem.set_capacity(Some(4096 + 64));
+        let filler = disk.open(&dir.join("filler"), true).unwrap();
+        let _ = filler.write_all_at(&[0u8; 64], 0);
+        store.save_vote(&Vote::new(3, 2)).await.unwrap();
+        assert_eq!(reserve.held(), 0, "the reserve paid for the vote");
+        // Now truly full: the next vote waits (it is not an error) until space returns.
+        mem.set_capacity(Some(
+            mem.read(&dir.join(VOTE_FILE_NAME)).unwrap().len() as u64 + 64,
+        ));
+        let space = {
+            let mem = mem.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                assert!(reserve.waiting());
+                mem.set_capacity(None);
+            })
+        };
+        store.save_vote(&Vote::new(4, 1)).await.unwrap();
+        space.await.unwrap();
+        assert_eq!(store.read_vote().await.unwrap(), Some(Vote::new(4, 1)));
     }
 
     #[tokio::test]
     async fn a_corrupt_vote_file_refuses_to_start() {
         let (mem, disk, dir) = setup();
-        let (mut store, done, _) = LogStore::open(disk.clone(), &dir).unwrap();
+        let (mut store, done, _) =
+            LogStore::open(disk.clone(), &dir, no_reserve(&disk, &dir)).unwrap();
         store.save_vote(&Vote::new(3, 2)).await.unwrap();
         drop(store);
         done.await.unwrap();
@@ -521,7 +584,7 @@ mod tests {
         bytes[last] ^= 1;
         mem.write(&path, &bytes);
         assert!(matches!(
-            LogStore::open(disk, &dir),
+            LogStore::open(disk.clone(), &dir, no_reserve(&disk, &dir)),
             Err(QuorumError::Corrupt { .. })
         ));
     }

@@ -30,9 +30,13 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::disk::{Disk, OsDisk};
-use crate::limits::{APP_RPC_BYTES_MAX, ENTRY_PAYLOAD_BYTES_MAX, SHUTDOWN_WAIT_MS};
+use crate::limits::{
+    APP_RPC_BYTES_MAX, ENTRY_PAYLOAD_BYTES_MAX, RESERVE_BYTES, RESERVE_RETRY_INTERVAL_MS,
+    SHUTDOWN_WAIT_MS,
+};
 use crate::log_store::{LogStore, WriterDone};
 use crate::network::{CallError, NetworkFactory, Peers};
+use crate::reserve::Reserve;
 use crate::server::Server;
 use crate::state_machine::{SmStore, SnapshotFiles};
 use crate::types::{Payload, Raft};
@@ -147,6 +151,17 @@ pub struct Quorum {
     writer_done: Mutex<Option<WriterDone>>,
     propose_timeout: Duration,
     listen_addr: Option<SocketAddr>,
+    reserve: Arc<Reserve>,
+}
+
+/// The metadata log directory's space, as `/ready` and the metrics report it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SpaceState {
+    /// Bytes the space reserve holds now (`limits::RESERVE_BYTES` when whole; 0 after a write
+    /// found the disk full, until space returns).
+    pub reserve_bytes: u64,
+    /// A metadata write is waiting for space right now (no reserve left): proposals stall.
+    pub waiting_for_space: bool,
 }
 
 fn raft_err(e: impl std::fmt::Display) -> QuorumError {
@@ -175,16 +190,18 @@ impl Quorum {
         let raft_config = Arc::new(config.raft_config()?);
         let disk: Arc<dyn Disk> = options.disk.unwrap_or_else(|| Arc::new(OsDisk));
         let dir = config.dir.clone();
-        let (log_store, writer_done, committed_rx, files) =
+        let (log_store, writer_done, committed_rx, files, reserve) =
             tokio::task::spawn_blocking(move || {
                 disk.create_dir_all(&dir)
                     .map_err(|source| QuorumError::Io {
                         context: format!("create {}", dir.display()),
                         source,
                     })?;
-                let (log_store, done, committed) = LogStore::open(disk.clone(), &dir)?;
-                let files = SnapshotFiles::load(disk, &dir)?;
-                Ok::<_, QuorumError>((log_store, done, committed, files))
+                let reserve = Reserve::open(disk.clone(), &dir, RESERVE_BYTES);
+                let (log_store, done, committed) =
+                    LogStore::open(disk.clone(), &dir, reserve.clone())?;
+                let files = SnapshotFiles::load(disk, &dir, reserve.clone())?;
+                Ok::<_, QuorumError>((log_store, done, committed, files, reserve))
             })
             .await
             .map_err(raft_err)??;
@@ -248,6 +265,7 @@ impl Quorum {
             status_tx.clone(),
             cancel.clone(),
         ));
+        tracker.spawn(top_up_reserve(reserve.clone(), cancel.clone()));
 
         let quorum = Quorum {
             node_id: config.node_id,
@@ -260,6 +278,7 @@ impl Quorum {
             writer_done: Mutex::new(Some(writer_done)),
             propose_timeout: Duration::from_millis(config.propose_timeout_ms),
             listen_addr,
+            reserve,
         };
         if let Err(e) = quorum.bootstrap(&config).await {
             let _ = quorum.shutdown().await;
@@ -268,6 +287,14 @@ impl Quorum {
         // What `start` waited for (a sole voter's leadership) is visible as soon as it returns.
         publish(&status_tx, &quorum.raft.metrics(), &committed_rx);
         Ok(quorum)
+    }
+
+    /// The metadata log directory's space reserve and whether a write waits for space.
+    pub fn space_state(&self) -> SpaceState {
+        SpaceState {
+            reserve_bytes: self.reserve.held(),
+            waiting_for_space: self.reserve.waiting(),
+        }
     }
 
     async fn bootstrap(&self, config: &QuorumConfig) -> Result<(), QuorumError> {
@@ -411,6 +438,8 @@ impl Quorum {
     /// Stops this node: the listener, its connections, openraft and the log writer (after the
     /// writes already queued). Idempotent.
     pub async fn shutdown(&self) -> Result<(), QuorumError> {
+        // A write waiting for space gives up (and stops openraft) instead of holding shutdown.
+        self.reserve.stop();
         self.cancel.cancel();
         let stopped = self.raft.shutdown().await;
         self.tracker.close();
@@ -431,6 +460,25 @@ impl Quorum {
             }
         }
         stopped.map_err(raft_err)
+    }
+}
+
+/// Re-creates a released space reserve once space returns, also while no metadata write comes
+/// (the writer tops it up after each write too).
+async fn top_up_reserve(reserve: Arc<Reserve>, cancel: CancellationToken) {
+    let period = Duration::from_millis(RESERVE_RETRY_INTERVAL_MS);
+    loop {
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tokio::time::sleep(period) => {}
+        }
+        let r = reserve.clone();
+        if tokio::task::spawn_blocking(move || r.top_up())
+            .await
+            .is_err()
+        {
+            return;
+        }
     }
 }
 

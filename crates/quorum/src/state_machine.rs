@@ -30,6 +30,7 @@ use serde::{Deserialize, Serialize};
 use crate::codec::{self, parse_record_header, RECORD_HEADER_BYTES};
 use crate::disk::{self, Disk};
 use crate::limits::{LOG_RECORD_BYTES_MAX, SNAPSHOT_BYTES_MAX};
+use crate::reserve::Reserve;
 use crate::types::{Entry, LogId, SnapshotMeta, StorageError, StoredMembership, TypeConfig};
 use crate::{QuorumError, StateMachine};
 
@@ -64,6 +65,7 @@ pub struct SnapshotFiles {
     path: PathBuf,
     current: Mutex<Option<CurrentSnapshot>>,
     write: Mutex<()>,
+    reserve: Arc<Reserve>,
 }
 
 fn sm_err(subject: ErrorSubject<u64>, verb: ErrorVerb, e: impl ToString) -> StorageError {
@@ -73,7 +75,12 @@ fn sm_err(subject: ErrorSubject<u64>, verb: ErrorVerb, e: impl ToString) -> Stor
 impl SnapshotFiles {
     /// Loads the snapshot in `dir`, if any. Blocking. A snapshot that fails its checks is an
     /// error: the log before it may already be purged, so starting without it would lose state.
-    pub fn load(disk: Arc<dyn Disk>, dir: &Path) -> Result<SnapshotFiles, QuorumError> {
+    /// A write that finds the disk full waits for space through `reserve` (see `reserve`).
+    pub fn load(
+        disk: Arc<dyn Disk>,
+        dir: &Path,
+        reserve: Arc<Reserve>,
+    ) -> Result<SnapshotFiles, QuorumError> {
         let path = dir.join(SNAPSHOT_FILE_NAME);
         let current = read_snapshot(&*disk, &path)?;
         Ok(SnapshotFiles {
@@ -81,6 +88,7 @@ impl SnapshotFiles {
             path,
             current: Mutex::new(current),
             write: Mutex::new(()),
+            reserve,
         })
     }
 
@@ -107,7 +115,9 @@ impl SnapshotFiles {
         };
         let head =
             codec::encode_record(&header, LOG_RECORD_BYTES_MAX).map_err(std::io::Error::other)?;
-        disk::write_atomic(&*self.disk, &self.path, &[&head, &snap.data])?;
+        self.reserve.with_space("snapshot write", || {
+            disk::write_atomic(&*self.disk, &self.path, &[&head, &snap.data])
+        })?;
         *self.current.lock() = Some(snap);
         Ok(())
     }
@@ -334,12 +344,14 @@ mod tests {
         let disk: Arc<dyn Disk> = Arc::new(mem.clone());
         let dir = PathBuf::from("/q");
         disk.create_dir_all(&dir).unwrap();
-        let files = SnapshotFiles::load(disk.clone(), &dir).unwrap();
+        let files =
+            SnapshotFiles::load(disk.clone(), &dir, Reserve::open(disk.clone(), &dir, 0)).unwrap();
         assert!(files.current().is_none());
         files.store(snap(10, b"ten")).unwrap();
         files.store(snap(5, b"five")).unwrap(); // older: ignored
         mem.crash(Crash::PowerLoss);
-        let files = SnapshotFiles::load(disk.clone(), &dir).unwrap();
+        let files =
+            SnapshotFiles::load(disk.clone(), &dir, Reserve::open(disk.clone(), &dir, 0)).unwrap();
         let cur = files.current().unwrap();
         assert_eq!(cur.data.as_slice(), b"ten");
         assert_eq!(cur.meta.snapshot_id, "s10");
@@ -348,7 +360,8 @@ mod tests {
         assert!(files.store(snap(20, b"twenty")).is_err());
         mem.fail_syncs(false);
         mem.crash(Crash::PowerLoss);
-        let files = SnapshotFiles::load(disk.clone(), &dir).unwrap();
+        let files =
+            SnapshotFiles::load(disk.clone(), &dir, Reserve::open(disk.clone(), &dir, 0)).unwrap();
         assert_eq!(files.current().unwrap().data.as_slice(), b"ten");
         // A flipped data bit is refused.
         let path = dir.join(SNAPSHOT_FILE_NAME);
@@ -357,7 +370,7 @@ mod tests {
         bytes[last] ^= 1;
         mem.write(&path, &bytes);
         assert!(matches!(
-            SnapshotFiles::load(disk, &dir),
+            SnapshotFiles::load(disk.clone(), &dir, Reserve::open(disk.clone(), &dir, 0)),
             Err(QuorumError::Corrupt { .. })
         ));
     }

@@ -45,6 +45,25 @@ struct State {
     dirs: BTreeSet<PathBuf>,
     fail_syncs: bool,
     syncs: u64,
+    /// File-system size for `free_bytes` and ENOSPC; `None`: unlimited.
+    capacity: Option<u64>,
+}
+
+impl State {
+    /// Bytes held by the files that have a name.
+    fn used(&self) -> u64 {
+        self.live
+            .values()
+            .filter_map(|i| self.inodes.get(*i))
+            .map(|n| n.data.len() as u64)
+            .sum()
+    }
+
+    /// How many more bytes fit.
+    fn free(&self) -> u64 {
+        self.capacity
+            .map_or(u64::MAX, |c| c.saturating_sub(self.used()))
+    }
 }
 
 /// An in-memory file system with crash models; clones share the same files.
@@ -66,6 +85,10 @@ fn stale() -> io::Error {
 
 fn eio() -> io::Error {
     io::Error::from_raw_os_error(5)
+}
+
+fn enospc() -> io::Error {
+    io::Error::from_raw_os_error(rustix::io::Errno::NOSPC.raw_os_error())
 }
 
 impl MemDisk {
@@ -103,6 +126,12 @@ impl MemDisk {
     /// From now on every `sync_data`/`sync_dir` fails with EIO (and makes nothing durable).
     pub fn fail_syncs(&self, fail: bool) {
         self.state.lock().fail_syncs = fail;
+    }
+
+    /// Limits the file system to `capacity` bytes (`None`: unlimited): a write that would grow
+    /// the files past it writes what fits and fails with ENOSPC, as a real full disk does.
+    pub fn set_capacity(&self, capacity: Option<u64>) {
+        self.state.lock().capacity = capacity;
     }
 
     /// How many successful fsyncs (files and directories) were made.
@@ -214,6 +243,10 @@ impl Disk for MemDisk {
         st.syncs += 1;
         Ok(())
     }
+
+    fn free_bytes(&self, _dir: &Path) -> io::Result<u64> {
+        Ok(self.state.lock().free())
+    }
 }
 
 impl MemFile {
@@ -250,16 +283,26 @@ impl DiskFile for MemFile {
 
     fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
         self.with(|st, i| {
+            let free = usize::try_from(st.free()).unwrap_or(usize::MAX);
             let data = &mut inode(st, i)?.data;
             let start = usize::try_from(offset).map_err(|_| io::ErrorKind::InvalidInput)?;
             let end = start
                 .checked_add(buf.len())
                 .ok_or(io::ErrorKind::InvalidInput)?;
-            if data.len() < end {
-                data.resize(end, 0);
+            // What fits is written; the rest fails with ENOSPC (a short write, then the error).
+            let fits = data.len().saturating_add(free).max(start);
+            let written_end = end.min(fits);
+            if data.len() < written_end {
+                data.resize(written_end, 0);
             }
-            if let Some(dst) = data.get_mut(start..end) {
-                dst.copy_from_slice(buf);
+            if let (Some(dst), Some(src)) = (
+                data.get_mut(start..written_end),
+                buf.get(..written_end - start),
+            ) {
+                dst.copy_from_slice(src);
+            }
+            if written_end < end {
+                return Err(enospc());
             }
             Ok(())
         })

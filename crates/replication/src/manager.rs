@@ -624,6 +624,16 @@ impl ReplicaManager {
         records: impl AsRef<[u8]>,
         acks: i16,
     ) -> Result<(AppendInfo, Option<AckWait>), ReplicaError> {
+        // A client's produce stops at the low-water mark (`millrace.log.dir.min.free.bytes`);
+        // the coordinators' appends and replication go on until the disk is really full.
+        // (Leaders only: a follower's answer stays NOT_LEADER_OR_FOLLOWER.)
+        if let Some(hosted) = self.partition(tp) {
+            if hosted.progress.borrow().is_leader {
+                hosted
+                    .log
+                    .check_free_space(self.config.broker.log_dir_min_free_bytes())?;
+            }
+        }
         self.append_in_epoch(tp, records, acks, None)
     }
 

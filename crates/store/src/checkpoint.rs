@@ -41,6 +41,13 @@ fn tmp_path(path: &Path) -> PathBuf {
     PathBuf::from(s)
 }
 
+/// Wraps an error whose outcome is unknown (a failed fsync) so that it never reads as ENOSPC
+/// (`free_space::is_no_space`), whatever its error number: such an error is never retried as
+/// if nothing had happened.
+pub(crate) fn unknown_outcome(what: &str, e: io::Error) -> io::Error {
+    io::Error::new(e.kind(), format!("{what}: {e}"))
+}
+
 /// How much of an atomic write (`path.tmp`, rename over `path`) is synced before it returns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Durability {
@@ -67,15 +74,28 @@ pub(crate) fn write_atomic_as(
 ) -> io::Result<()> {
     let tmp = tmp_path(path);
     let file = storage.open(&tmp, true)?;
-    storage.set_len(&file, 0)?;
-    storage.write_at(&file, bytes, 0)?;
+    let written = storage
+        .set_len(&file, 0)
+        .and_then(|()| storage.write_at(&file, bytes, 0));
+    if let Err(e) = written {
+        // Out of space: `path` is untouched; give the temporary's blocks back at once.
+        drop(file);
+        if crate::error::is_no_space(&e) {
+            let _ = storage.remove_file(&tmp);
+        }
+        return Err(e);
+    }
     if durability != Durability::Unsynced {
-        storage.sync(&file)?;
+        storage
+            .sync(&file)
+            .map_err(|e| unknown_outcome("fdatasync", e))?;
     }
     drop(file);
     storage.rename(&tmp, path)?;
     match path.parent() {
-        Some(dir) if durability == Durability::Synced => storage.sync_dir(dir),
+        Some(dir) if durability == Durability::Synced => storage
+            .sync_dir(dir)
+            .map_err(|e| unknown_outcome("fsync of the directory", e)),
         _ => Ok(()),
     }
 }

@@ -21,6 +21,19 @@ pub enum StoreError {
     /// failed rollback of a torn append). Nothing is written to it until the broker restarts.
     #[error("log directory offline: {0}")]
     Offline(String),
+    /// The file system holding the log dir has less free space than
+    /// `millrace.log.dir.min.free.bytes` (or none at all): the write was refused before it
+    /// started, or failed with ENOSPC and was cut back, so nothing of it is in the log. Retriable:
+    /// produce succeeds again once space is freed → KAFKA_STORAGE_ERROR.
+    #[error("disk full ({dir}): {free} bytes free, {min_free} kept free")]
+    DiskFull {
+        /// The directory whose file system is full.
+        dir: String,
+        /// Free bytes when it was refused.
+        free: u64,
+        /// The low-water mark (0 when the disk was really full).
+        min_free: u64,
+    },
     /// The store was shut down.
     #[error("store is shut down")]
     ShutDown,
@@ -41,9 +54,36 @@ pub enum StoreError {
 
 impl StoreError {
     /// Wraps an I/O error with what was being done to which file.
+    ///
+    /// ENOSPC (or EDQUOT) becomes `DiskFull`: every store path that writes puts its file back
+    /// (or writes through a temporary) before it reports one, so the outcome is known and the
+    /// write may be retried once space returns. Errors of unknown outcome (a failed fsync) reach
+    /// here wrapped (`checkpoint::unknown_outcome`) or are taken offline by their caller first.
     pub(crate) fn io(context: impl std::fmt::Display, err: std::io::Error) -> StoreError {
+        if is_no_space(&err) {
+            return StoreError::DiskFull {
+                dir: context.to_string(),
+                free: 0,
+                min_free: 0,
+            };
+        }
         StoreError::Io(std::io::Error::new(err.kind(), format!("{context}: {err}")))
     }
+
+    /// Whether this is the disk being full (retriable once space is freed; never a reason to
+    /// take the log dir offline).
+    pub fn is_no_space(&self) -> bool {
+        matches!(self, StoreError::DiskFull { .. })
+    }
+}
+
+/// Whether `e` is the file system being out of space (ENOSPC, or EDQUOT: a quota counts the
+/// same). Only errors that carry the OS error number count: errors of unknown outcome are
+/// wrapped without it (`checkpoint::unknown_outcome`).
+pub fn is_no_space(e: &std::io::Error) -> bool {
+    let code = e.raw_os_error();
+    code == Some(rustix::io::Errno::NOSPC.raw_os_error())
+        || code == Some(rustix::io::Errno::DQUOT.raw_os_error())
 }
 
 /// Why `PartitionLog::append` refused or failed a request. Nothing was appended in any case.

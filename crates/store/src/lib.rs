@@ -37,6 +37,7 @@ mod damage;
 mod error;
 mod file_cache;
 mod flusher;
+pub mod free_space;
 mod index;
 mod leader_epoch;
 pub mod limits;
@@ -100,6 +101,8 @@ pub struct MaintenanceReport {
     pub partitions_cleaned: usize,
     /// Log bytes read by the cleaner.
     pub bytes_cleaned: u64,
+    /// Writes this tick could not make for lack of space (retried next tick).
+    pub no_space_errors: usize,
 }
 
 /// The store: all partition logs of one data dir. `Send + Sync`, used as `Arc<Store>`.
@@ -498,8 +501,12 @@ impl Store {
         let mut report = MaintenanceReport::default();
         for log in &logs {
             let result = (|| -> Result<(), StoreError> {
-                if log.maybe_roll_for_time(now_ms)? {
-                    report.segments_rolled += 1;
+                match log.maybe_roll_for_time(now_ms) {
+                    Ok(true) => report.segments_rolled += 1,
+                    Ok(false) => {}
+                    // A full disk must not stop retention, which frees it: roll later.
+                    Err(e) if e.is_no_space() => report.no_space_errors += 1,
+                    Err(e) => return Err(e),
                 }
                 log.maybe_flush_for_time(now_ms);
                 report.segments_deleted += retention::apply_retention(log, now_ms)?;
@@ -508,13 +515,30 @@ impl Store {
             match result {
                 // Deleted during this tick: its files are gone, nothing to maintain.
                 Err(_) if log.is_deleted() => {}
+                Err(e) if e.is_no_space() => report.no_space_errors += 1,
                 other => other?,
             }
         }
-        let (cleaned, bytes) = cleaner.run(&self.shared, &logs, now_ms)?;
-        report.partitions_cleaned += cleaned;
-        report.bytes_cleaned += bytes;
-        self.shared.write_offset_checkpoints()?;
+        match cleaner.run(&self.shared, &logs, now_ms) {
+            Ok((cleaned, bytes)) => {
+                report.partitions_cleaned += cleaned;
+                report.bytes_cleaned += bytes;
+            }
+            Err(e) if e.is_no_space() => report.no_space_errors += 1,
+            Err(e) => return Err(e),
+        }
+        match self.shared.write_offset_checkpoints() {
+            // Retried at the next tick (the table forgets what it last wrote on failure).
+            Err(e) if e.is_no_space() => report.no_space_errors += 1,
+            other => other?,
+        }
+        if report.no_space_errors > 0 {
+            tracing::warn!(
+                data_dir = %self.shared.data_dir().display(),
+                errors = report.no_space_errors,
+                "maintenance found the disk full; what it could not write is retried next tick"
+            );
+        }
         Ok(report)
     }
 

@@ -134,9 +134,9 @@ pub const SCRUB_POLL_MS: u64 = 100;
 
 /// Milliseconds: the scrubber's rate limit is measured over windows of this length.
 pub const SCRUB_RATE_WINDOW_MS: u64 = 1_000;
+/// Milliseconds: how long one `statvfs` reading of a log dir's free space serves the produce
+/// path's low-water-mark check (`free_space`).
+pub const FREE_SPACE_CACHE_MS: u64 = 100;
 
-/// Milliseconds: the default `millrace.log.scrub.interval.ms` (one full pass a day).
-pub const SCRUB_INTERVAL_MS_DEFAULT: u64 = 24 * 60 * 60 * 1000;
-
-/// Bytes per second: the default `millrace.log.scrub.max.bytes.per.sec` (about 2.6 TiB a day).
-pub const SCRUB_BYTES_PER_SEC_DEFAULT: u64 = 32 * 1024 * 1024;
+/// Directories whose free-space reading is cached at once (the cache is cleared beyond it).
+pub const FREE_SPACE_CACHE_DIRS_MAX: usize = 4096;

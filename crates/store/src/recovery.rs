@@ -129,7 +129,7 @@ fn recover_epoch_cache(
     dir: &Path,
     segments: &BTreeMap<i64, Segment>,
     mut ev: EpochEvidence,
-) -> Result<LeaderEpochCache, StoreError> {
+) -> Result<(LeaderEpochCache, bool), StoreError> {
     let stored = checkpoint::read_bounded(&dir.join(LEADER_EPOCH_FILE))
         .ok()
         .flatten()
@@ -176,19 +176,24 @@ fn recover_epoch_cache(
     }
     epochs.truncate_past(ev.log_end_offset);
     // Rewrite the checkpoint only if recovery changed it (saves an fsync per partition).
+    let mut unwritten = false;
     if stored_entries.as_deref() != Some(epochs.entries()) {
         let bytes = checkpoint::encode_epochs(epochs.entries());
-        checkpoint::write_atomic(&*shared.storage, &dir.join(LEADER_EPOCH_FILE), &bytes).map_err(
-            |e| {
-                io_err(
-                    format!("write {}", dir.join(LEADER_EPOCH_FILE).display()),
-                    e,
-                )
-            },
-        )?;
+        let path = dir.join(LEADER_EPOCH_FILE);
+        match checkpoint::write_atomic(&*shared.storage, &path, &bytes)
+            .map_err(|e| io_err(format!("write {}", path.display()), e))
+        {
+            // A full disk must not keep the partition (or the broker) from starting: the
+            // flusher writes it once there is room (`LoadedLog::epochs_unwritten`).
+            Err(e) if e.is_no_space() => {
+                tracing::warn!(file = %path.display(), "no space to rewrite the leader-epoch checkpoint at start; retried later");
+                unwritten = true;
+            }
+            other => other?,
+        }
     }
 
-    Ok(epochs)
+    Ok((epochs, unwritten))
 }
 
 /// Recovered sealed segments get fresh index files (the old ones may be stale).
@@ -207,8 +212,20 @@ fn rewrite_recovered_indexes(
             for (suffix, bytes) in [(INDEX_SUFFIX, index), (TIME_INDEX_SUFFIX, time_index)] {
                 let p = segment::segment_path(dir, *base, suffix);
                 shared.cache.invalidate(&p);
-                segment::write_index_file(&*shared.storage, &p, &bytes)
-                    .map_err(|e| io_err(format!("write {}", p.display()), e))?;
+                match segment::write_index_file(&*shared.storage, &p, &bytes)
+                    .map_err(|e| io_err(format!("write {}", p.display()), e))
+                {
+                    // No space for a fresh index: drop the stale one (which costs no space) so
+                    // that nothing trusts it; the segment's indexes are in memory, and a later
+                    // load rebuilds a missing index file from the log.
+                    Err(e) if e.is_no_space() => {
+                        tracing::warn!(file = %p.display(), "no space to rewrite a recovered index; removed it");
+                        let _ = shared.storage.remove_file(&p);
+                    }
+                    other => {
+                        other?;
+                    }
+                }
             }
         }
     }
@@ -372,7 +389,7 @@ pub(crate) fn load_partition(
     }
     let log_start_offset = checkpointed_start.min(log_end_offset);
 
-    let epochs = recover_epoch_cache(
+    let (epochs, epochs_unwritten) = recover_epoch_cache(
         shared,
         dir,
         &segments,
@@ -429,6 +446,7 @@ pub(crate) fn load_partition(
             cleaner_point,
             unsynced,
             sync_dir: !clean || started_over,
+            epochs_unwritten,
         },
     )
 }

@@ -96,6 +96,12 @@ impl Broker {
     /// Starts a broker with extra command-line arguments.
     pub fn start_with_args(args: &[String]) -> Broker {
         let data_dir = tempfile::tempdir().expect("create data dir");
+        Broker::start_in(data_dir, args)
+    }
+
+    /// Starts a broker on `data_dir` (e.g. one made inside a test's own file system) with extra
+    /// command-line arguments.
+    pub fn start_in(data_dir: tempfile::TempDir, args: &[String]) -> Broker {
         let log_dir = tempfile::tempdir().expect("create log dir");
         let extra_args = args.to_vec();
         let mut broker = Broker {
@@ -1005,4 +1011,42 @@ pub async fn wait_for_coordinator(conn: &mut RawConn, group: &str) {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The HTTP listener (`--http-listen`)
+// ---------------------------------------------------------------------------------------------
+
+/// A free TCP port on 127.0.0.1 (for `--http-listen`).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// One HTTP/1.1 request; (status code, body).
+pub fn http(addr: SocketAddr, method: &str, path: &str) -> (u16, String) {
+    use std::io::Write as _;
+    let mut stream = std::net::TcpStream::connect(addr).expect("connect to the HTTP listener");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    write!(
+        stream,
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .expect("send");
+    let mut text = String::new();
+    stream.read_to_string(&mut text).expect("read the answer");
+    let status = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let body = text
+        .split_once("\r\n\r\n")
+        .map_or("", |(_, b)| b)
+        .to_string();
+    (status, body)
 }

@@ -105,6 +105,15 @@ fn validate_batches(
 }
 
 impl PartitionLog {
+    /// `Err(StoreError::DiskFull)` when the file system holding this partition's log dir has
+    /// less than `min_free` bytes free (`millrace.log.dir.min.free.bytes`; 0: no check). Asked
+    /// by the produce path before a client append; replication and the coordinators' own appends
+    /// do not ask, so they go on until the disk is really full.
+    pub fn check_free_space(&self, min_free: u64) -> Result<(), StoreError> {
+        let log_dir = self.dir.parent().unwrap_or(&self.dir);
+        crate::free_space::check(log_dir, min_free)
+    }
+
     /// Appends one or more v2 batches as the partition's leader; see `API.md`.
     ///
     /// `records` is validated where it lies and copied only once it passed: a refused batch (a

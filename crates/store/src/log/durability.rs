@@ -140,6 +140,7 @@ impl PartitionLog {
             ..
         } = work;
         let policy = self.shared.config.flush_policy;
+        let synced_ok = synced.is_ok();
         let result = synced.and_then(|()| {
             for (offset, payload) in &pending.snapshots {
                 self.write_snapshot(*offset, payload)?;
@@ -151,13 +152,28 @@ impl PartitionLog {
         });
         let mut inner = self.inner.lock();
         if let Err(e) = result {
-            if !self.is_deleted() {
+            // The files synced but a snapshot or the epoch checkpoint found the disk full: that
+            // write went through a temporary and left the old file as it was, so the outcome is
+            // known. Retried by the next round (`maybe_flush_for_time` re-queues the work each
+            // maintenance tick); the log bytes are durable, so the durable offset may move.
+            let no_space = synced_ok && e.is_no_space();
+            if !no_space && !self.is_deleted() {
                 self.shared.mark_offline(e.to_string());
             }
             // Nothing of this round counts as synced: its work stays pending, so that no later
             // round claims it (a round with nothing to sync would otherwise raise the recovery
             // point past the segments this one failed to sync).
             inner.pending.take_back(pending);
+            if no_space {
+                // Debug only: every partition retries each maintenance tick while the disk is
+                // full; the tick's own warning (and /ready) says so once.
+                tracing::debug!(partition = %self.tp, error = %e, "checkpoint write found the disk full; retried later");
+                if policy == FlushPolicy::Batch && inner.generation == generation {
+                    self.publish_durable(target);
+                    drop(inner);
+                    self.shared.notify_durable(&self.tp);
+                }
+            }
             return;
         }
         if inner.generation != generation || self.shared.offline_reason().is_some() {
@@ -417,6 +433,9 @@ impl PartitionLog {
             && self.offsets.recovery_point() < inner.log_end_offset;
         if due {
             inner.pending.flush_active = true;
+        }
+        // Work left by a round that found the disk full is retried here (a no-op while queued).
+        if due || !inner.pending.is_empty() {
             drop(inner);
             self.enqueue_flush();
         }

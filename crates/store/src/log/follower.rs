@@ -85,7 +85,9 @@ impl PartitionLog {
     }
 
     /// Records that leader epoch `epoch` starts at the log end; the leader-epoch checkpoint is on
-    /// disk when this returns. A no-op if the log already knows `epoch` or a later one.
+    /// disk when this returns — unless the disk is full: then the write is left to the flusher
+    /// (the recovery point does not pass it until it is written) and this returns `Ok`. A no-op
+    /// if the log already knows `epoch` or a later one.
     pub fn begin_leader_epoch(&self, epoch: i32) -> Result<(), StoreError> {
         self.writable()?;
         let mut inner = self.inner.lock();
@@ -102,7 +104,16 @@ impl PartitionLog {
             drop(inner);
             self.enqueue_flush();
         }
-        written
+        match written {
+            // A full disk does not refuse leadership: the batches of this epoch carry it in
+            // their headers (recovery rebuilds the cache past the recovery point from them), and
+            // the recovery point does not pass the pending checkpoint until it is written.
+            Err(e) if e.is_no_space() => {
+                tracing::warn!(partition = %self.tp, epoch, "leader-epoch checkpoint found the disk full; retried later");
+                Ok(())
+            }
+            other => other,
+        }
     }
 
     /// Removes every record and restarts the log at `offset` (log start = log end = `offset`), as

@@ -137,7 +137,14 @@ impl PartitionLog {
         let target = if offset < 0 { hwm } else { offset.min(hwm) };
         // Bounded per call; segments left below the new start go at the next maintenance tick.
         self.advance_log_start(target)?;
-        self.shared.write_offset_checkpoints()?;
+        match self.shared.write_offset_checkpoints() {
+            // The segments below are gone already; the log start checkpoint follows at the next
+            // maintenance tick (as Kafka checkpoints log start offsets in the background).
+            Err(e) if e.is_no_space() => {
+                tracing::warn!(partition = %self.tp, error = %e, "log start checkpoint found the disk full; retried later");
+            }
+            other => other?,
+        }
         Ok(self.offsets.log_start())
     }
 

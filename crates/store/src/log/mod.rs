@@ -263,6 +263,9 @@ pub(crate) struct LoadedLog {
     pub(crate) unsynced: Vec<PathBuf>,
     /// The directory itself may have unsynced changes.
     pub(crate) sync_dir: bool,
+    /// Recovery changed the leader-epoch cache but found no space to write its checkpoint: the
+    /// flusher writes it (before the recovery point passes it).
+    pub(crate) epochs_unwritten: bool,
 }
 
 pub(crate) fn now_ms() -> i64 {
@@ -362,8 +365,7 @@ impl PartitionLog {
             sync_dir: loaded.sync_dir,
             ..Pending::default()
         };
-        let queue = !pending.is_empty();
-        let inner = LogInner {
+        let mut inner = LogInner {
             segments: loaded.segments,
             log_end_offset,
             producers: ProducerStates::default(),
@@ -375,6 +377,10 @@ impl PartitionLog {
             cleaner_point: loaded.cleaner_point,
             epochs_version: 0,
         };
+        if loaded.epochs_unwritten {
+            inner.stage_epochs();
+        }
+        let queue = !inner.pending.is_empty();
         let persisted = loaded.config.is_some();
         let config = loaded.config.unwrap_or_default();
         let log = PartitionLog::build(
