@@ -433,7 +433,7 @@ fn clean_segment(
     let Some((file, size)) = log.sealed_segment_file(base)? else {
         return Ok(0);
     };
-    let log_path = segment::segment_path(log.dir(), base, LOG_SUFFIX);
+    let log_path = segment::segment_path(&log.dir(), base, LOG_SUFFIX);
     let cleaned_path = with_suffix(&log_path, ".cleaned");
     let swap_path = with_suffix(&log_path, ".swap");
     let out_file = storage
@@ -509,7 +509,7 @@ fn clean_segment(
     // Swap under the log's lock, which re-checks that nothing replaced or removed the segment
     // meanwhile. The rename to `.swap` is the commit point (see the module comment).
     let cleaned = std::mem::replace(&mut out.segment, Segment::new_empty(base, &config, now_ms));
-    let dir = log.dir().to_path_buf();
+    let dir = log.dir();
     let swapped = log.replace_sealed_segment(base, size, pass.generation, cleaned, |storage| {
         storage
             .rename(&cleaned_path, &swap_path)

@@ -124,3 +124,11 @@ const _: () = assert!(SHUTDOWN_THREADS >= 1);
 /// every one; a batch can hold millions of records, and a client needs the list only to fail
 /// those records, so the rest are counted in the message instead.
 pub const RECORD_ERRORS_MAX: usize = 1000;
+
+/// Bytes: the buffer of one read/write step when a replica move copies a file between log dirs
+/// (`log/relocate.rs`). Bounds the mover's memory; 1 MiB keeps the syscall count low.
+pub const COPY_CHUNK_BYTES: usize = 1024 * 1024;
+
+/// Attempts of a replica move whose log was truncated under its lock-free copy before it gives
+/// up (`replica_move`); each attempt copies the sealed segments again.
+pub const MOVE_COPY_ATTEMPTS: usize = 3;
