@@ -214,6 +214,7 @@ async fn run(
 
     let store_config = StoreConfig {
         data_dir: settings.data_dir.clone(),
+        extra_log_dirs: settings.extra_log_dirs.clone(),
         flush_policy: config.flush_policy(),
         flush_interval: config.flush_batch_interval(),
         max_open_files: config.max_open_files(),

@@ -184,6 +184,11 @@ const ISR_CHECK_INTERVAL: Duration = Duration::from_millis(250);
 const ALTER_PARTITION_TIMEOUT: Duration = Duration::from_secs(10);
 
 impl ReplicaManager {
+    /// The store the replicas live in (log-dir APIs: DescribeLogDirs, AlterReplicaLogDirs).
+    pub fn store(&self) -> &Arc<Store> {
+        &self.store
+    }
+
     pub fn new(
         config: ReplicaManagerConfig,
         store: Arc<Store>,
