@@ -135,6 +135,14 @@ pub async fn start(
         Arc::clone(&controller),
         Arc::clone(&image),
     );
+    let offline_store = Arc::clone(store);
+    lifecycle.set_offline_replicas_source(Box::new(move || {
+        offline_store
+            .offline_partitions()
+            .into_iter()
+            .filter_map(|(tp, id)| Some((*id?.as_bytes(), tp.partition)))
+            .collect()
+    }));
     tokio::spawn(lifecycle.clone().run(stop.child_token()));
     let replicas = ReplicaManager::new(
         ReplicaManagerConfig {

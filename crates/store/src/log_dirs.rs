@@ -264,6 +264,21 @@ pub(crate) fn write_all_checkpoints(shared: &StoreShared) {
 }
 
 impl Store {
+    /// The hosted partitions whose log dir is offline, with their topic ids (`None` for a
+    /// directory written before topic ids were recorded): what the broker reports to the
+    /// controller as offline replicas.
+    pub fn offline_partitions(&self) -> Vec<(TopicPartition, Option<crate::TopicId>)> {
+        let mut offline: Vec<_> = self
+            .partitions
+            .read()
+            .values()
+            .filter(|log| log.log_dir().is_offline())
+            .map(|log| (log.topic_partition().clone(), log.topic_id()))
+            .collect();
+        offline.sort();
+        offline
+    }
+
     /// The dir a new partition goes to (see the module comment); `Offline` if none is online.
     pub(crate) fn place_new_partition(&self) -> Result<Arc<LogDir>, StoreError> {
         let futures = self.moves.targets();

@@ -63,6 +63,7 @@ impl World {
             metadata_offset: b.image.offset,
             want_fence: false,
             want_shutdown,
+            offline_replicas: Vec::new(),
         };
         self.controller_call(id, CallKind::Heartbeat { want_shutdown }, req);
     }
