@@ -1276,7 +1276,9 @@ fn replicas_on_a_failed_log_dir_lose_leadership_and_the_isr_until_the_broker_res
     h.start(&[1, 2, 3]);
     h.create("jbod", 6, 3, &[]);
     let topic_id = h.image.topic("jbod").expect("topic").topic_id;
-    let led_by_1: Vec<i32> = (0..6).filter(|&p| h.partition("jbod", p).leader == 1).collect();
+    let led_by_1: Vec<i32> = (0..6)
+        .filter(|&p| h.partition("jbod", p).leader == 1)
+        .collect();
     assert!(!led_by_1.is_empty());
     // Broker 1 reports two of its replicas offline: partition 0 and one it leads.
     let failed: Vec<i32> = {
@@ -1293,12 +1295,21 @@ fn replicas_on_a_failed_log_dir_lose_leadership_and_the_isr_until_the_broker_res
         want_shutdown: false,
         offline_replicas: failed.iter().map(|&p| (topic_id, p)).collect(),
     });
-    assert!(matches!(r, ControllerResponse::Heartbeat { is_fenced: false, .. }));
+    assert!(matches!(
+        r,
+        ControllerResponse::Heartbeat {
+            is_fenced: false,
+            ..
+        }
+    ));
     for p in 0..6 {
         let now = h.partition("jbod", p);
         if failed.contains(&p) {
             assert_ne!(now.leader, 1, "partition {p}: {now:?}");
-            assert!(!now.isr.contains(&1) && now.isr.len() == 2, "partition {p}: {now:?}");
+            assert!(
+                !now.isr.contains(&1) && now.isr.len() == 2,
+                "partition {p}: {now:?}"
+            );
         } else {
             assert_eq!(now, before[p as usize], "partition {p} is untouched");
         }

@@ -434,6 +434,12 @@ impl PartitionLog {
         Arc::clone(&self.location.read().log_dir)
     }
 
+    /// Whether the log dir holding the partition is offline (an I/O error there): it takes no
+    /// writes until the broker restarts and rescans the dir.
+    pub fn is_offline(&self) -> bool {
+        self.location.read().log_dir.is_offline()
+    }
+
     /// Where the partition lives (directory and log dir).
     pub(crate) fn location(&self) -> Location {
         self.location.read().clone()
