@@ -14,17 +14,20 @@
 //! (the one owner of a partition's state) → `recovery`, `retention`, `cleaner` (which call
 //! methods on the log) → `Store` (this file). `testing` holds batch fixtures for tests.
 //!
-//! Invariants: one directory `<topic>-<partition>` per partition under `data_dir`, holding its
-//! topic id (`partition.metadata`); every file mutation goes through `storage::Storage`; the
-//! clean-shutdown marker exists only between a successful `shutdown` and the next `open`; a data
-//! dir that saw an I/O error of unknown outcome goes offline (appends fail with
-//! `StoreError::Offline`) instead of panicking; the store deletes a partition directory only when
-//! asked to (`delete_partition`); `set_aside_partition` renames, never deletes.
+//! Invariants: one directory `<topic>-<partition>` per partition in exactly one of the log dirs
+//! (`data_dir` and `extra_log_dirs`, see `log_dirs`), holding its topic id
+//! (`partition.metadata`); every file mutation goes through `storage::Storage`; a dir's
+//! clean-shutdown marker exists only between a successful `shutdown` and the next `open`; a log
+//! dir that saw an I/O error of unknown outcome goes offline (appends to its partitions fail with
+//! `StoreError::Offline`) instead of panicking, and the other dirs go on; the store deletes a
+//! partition directory only when asked to (`delete_partition`) or once a replica move copied it
+//! elsewhere (`replica_move`); `set_aside_partition` renames, never deletes.
 //!
 //! Locking: a `RwLock` around the partition map (held briefly); one mutex per partition
 //! (`log/`); the flusher queue's own mutex (`flusher.rs`); the file cache's mutex
-//! (`file_cache.rs`); the offline state and checkpoint table in `shared.rs`. Lock order:
-//! partition map → partition → file cache → shared's locks; the flusher queue is a leaf.
+//! (`file_cache.rs`); each log dir's offline state and checkpoint table in `shared.rs`; the
+//! replica moves' table (`replica_move.rs`, a leaf). Lock order: maintenance → partition map →
+//! partition → file cache → shared's locks; the flusher queue is a leaf.
 
 pub mod batch;
 pub mod batch_walk;
@@ -99,7 +102,7 @@ pub struct MaintenanceReport {
     pub bytes_cleaned: u64,
 }
 
-/// The store: all partition logs of one data dir. `Send + Sync`, used as `Arc<Store>`.
+/// The store: all partition logs of every log dir. `Send + Sync`, used as `Arc<Store>`.
 pub struct Store {
     shared: Arc<StoreShared>,
     partitions: RwLock<HashMap<TopicPartition, Arc<PartitionLog>>>,
