@@ -15,7 +15,8 @@
 //!   to start ("Duplicate log directories found");
 //! - a `-moved` dir is the source of a swap that a crash interrupted: if the partition is live in
 //!   another dir the swap finished (the `-moved` copy is removed), else it is renamed back (both
-//!   copies were complete and equal; the source wins);
+//!   copies were complete and equal; the source wins) — but only while every dir is online: with
+//!   a dir offline the finished swap's live copy may be there, newer, so it is kept unloaded;
 //! - a `-future` dir is a move that did not finish: it is dropped (the live replica is
 //!   authoritative; the operator reissues AlterReplicaLogDirs), but only while every dir is
 //!   online: with a dir offline it may be the best copy left, and is kept unloaded.
@@ -186,8 +187,14 @@ fn resolve_moves(
         .iter()
         .flat_map(|(_, l)| l.live.iter().map(|(tp, _)| tp.clone()))
         .collect();
+    let all_online = listings.len() == shared.dirs.len();
     for (log_dir, listing) in listings.iter_mut() {
         for (tp, id, path) in std::mem::take(&mut listing.moved) {
+            if !live.contains(&tp) && !all_online {
+                // The live copy may be in the offline dir (the swap finished), newer than this.
+                tracing::warn!(partition = %tp, dir = %path.display(), "keeping the source of an interrupted replica move unloaded while a log dir is offline");
+                continue;
+            }
             if live.contains(&tp) {
                 let doomed = log_dir.path().join(format!("{tp}.{id}{DELETE_SUFFIX}"));
                 storage
@@ -209,7 +216,6 @@ fn resolve_moves(
             }
         }
     }
-    let all_online = listings.len() == shared.dirs.len();
     for (_, listing) in listings.iter_mut() {
         for future in std::mem::take(&mut listing.future) {
             if all_online {

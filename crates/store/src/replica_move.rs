@@ -322,7 +322,12 @@ impl MoveJob {
                     if copied.contains_key(name) || !from.exists() {
                         continue;
                     }
-                    let id = copy_file(storage, &from, &future.join(name))?;
+                    let id = match copy_file(storage, &from, &future.join(name)) {
+                        Ok(id) => id,
+                        // Retention or truncation removed it meanwhile: nothing to carry over.
+                        Err(_) if !from.exists() => continue,
+                        Err(e) => return Err(e),
+                    };
                     self.copied_bytes.fetch_add(id.1, Ordering::SeqCst);
                     copied.insert(name.clone(), id);
                 }

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{assert_contiguous, batch, read_all, tp};
-use millrace_store::storage::{OsStorage, Storage};
+use millrace_store::storage::{CrashStorage, OsStorage, PowerLossStorage, Storage};
 use millrace_store::{
     AppendError, FlushPolicy, LogConfig, MoveError, Store, StoreConfig, StoreError, TopicId,
 };
@@ -306,4 +306,122 @@ fn an_interrupted_move_is_resolved_at_open() {
     assert_eq!(read_all(&store, &tp("x", 0)), vec![(0, 3)]);
     assert!(!b.path().join("x-0.1f-future").exists());
     assert!(!a.path().join("y-0.2e-future").exists());
+}
+
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).expect("test setup");
+    for e in std::fs::read_dir(from).expect("test setup") {
+        let e = e.expect("test setup");
+        if e.file_type().expect("test setup").is_dir() {
+            copy_tree(&e.path(), &to.join(e.file_name()));
+        } else {
+            std::fs::copy(e.path(), to.join(e.file_name())).expect("test setup");
+        }
+    }
+}
+
+/// A crash model for `crash_during_a_move`.
+#[derive(Clone, Copy, Debug)]
+enum Cut {
+    /// `kill -9` (CrashStorage): every write stays, in the page cache.
+    Kill,
+    /// A power cut (PowerLossStorage): only what was fsynced stays, plus a seeded part of the rest.
+    Power,
+}
+
+/// Crashes a move at every file operation in turn, then restarts: the partition is found in
+/// exactly one dir with every batch, whatever step the move reached.
+fn crash_during_a_move(cut: Cut) {
+    let template = tempfile::tempdir().expect("tmp");
+    let (ta, tb) = (template.path().join("a"), template.path().join("b"));
+    let t = tp("crash", 0);
+    let expected = {
+        let store = Store::open(config(&[&ta, &tb])).expect("open");
+        store
+            .create_partition(&t, small(), TopicId::from_bytes([6; 16]))
+            .expect("create");
+        let log = store.partition(&t).expect("hosted");
+        for i in 0..40 {
+            log.append(batch(3, i), 0).expect("append");
+        }
+        let batches = read_all(&store, &t);
+        store.shutdown().expect("shutdown");
+        batches
+    };
+    for crash_at in 1..2_000 {
+        // Every earlier operation was a crash point.
+        let crashes = crash_at - 1;
+        let run = tempfile::tempdir().expect("tmp");
+        let (a, b) = (run.path().join("a"), run.path().join("b"));
+        copy_tree(&ta, &a);
+        copy_tree(&tb, &b);
+        let (kill, power) = match cut {
+            Cut::Kill => (Some(Arc::new(CrashStorage::new(crash_at))), None),
+            Cut::Power => {
+                let model = PowerLossStorage::new(run.path(), crash_at, crash_at).expect("model");
+                (None, Some(Arc::new(model)))
+            }
+        };
+        let storage: Arc<dyn Storage> = match (&kill, &power) {
+            (Some(k), _) => k.clone(),
+            (_, Some(p)) => p.clone(),
+            _ => unreachable!("one model per cut"),
+        };
+        let opened = Store::open_with_storage(config(&[&a, &b]), Arc::clone(&storage));
+        let mut finished = false;
+        if let Ok(store) = opened {
+            if store
+                .alter_replica_log_dir(&t, &b.display().to_string())
+                .is_ok()
+            {
+                wait_for("the mover to end", || {
+                    store
+                        .describe_log_dirs()
+                        .iter()
+                        .all(|d| d.futures.is_empty())
+                });
+            }
+            finished = store.log_dir_of(&t).as_deref() == Some(b.as_path());
+            drop(store);
+        }
+        let crashed = match (&kill, &power) {
+            (Some(k), _) => k.crashed(),
+            (_, Some(model)) => {
+                let crashed = model.crashed();
+                model.power_loss().expect("power loss");
+                crashed
+            }
+            _ => unreachable!("one model per cut"),
+        };
+        let store = Store::open(config(&[&a, &b])).expect("reopen after the crash");
+        assert_eq!(
+            read_all(&store, &t),
+            expected,
+            "{cut:?} at operation {crash_at}"
+        );
+        let dir = store.log_dir_of(&t).expect("hosted");
+        if finished && matches!(cut, Cut::Kill) {
+            assert_eq!(
+                dir, b,
+                "{cut:?} at operation {crash_at}: the finished move holds"
+            );
+        }
+        if !crashed {
+            assert!(finished, "a move without a crash finishes");
+            assert!(crashes > 10, "only {crashes} crash points");
+            eprintln!("{cut:?}: {crashes} crash points, each restarted with one whole copy");
+            return;
+        }
+    }
+    panic!("the move never ran to its end within 2,000 operations");
+}
+
+#[test]
+fn a_move_cut_by_kill_9_at_any_file_operation_leaves_one_whole_copy() {
+    crash_during_a_move(Cut::Kill);
+}
+
+#[test]
+fn a_move_cut_by_a_power_loss_at_any_file_operation_leaves_one_whole_copy() {
+    crash_during_a_move(Cut::Power);
 }

@@ -181,17 +181,18 @@ impl PartitionLog {
         storage
             .sync_dir(future)
             .map_err(|e| fail("fsync", future, e))?;
-        // The two renames: a crash between them leaves `-moved` and `-future`, which the next
-        // open resolves (`log_dirs::resolve_moves`).
+        // The two renames, each made durable before the next: a crash between them leaves
+        // `-moved` and `-future`, which the next open resolves (`log_dirs::resolve_moves`), and
+        // never two live copies (the copy is live only once the source no longer is).
         let moved = old.log_dir.path().join(moved_name);
         storage
             .rename(&old.dir, &moved)
+            .and_then(|()| storage.sync_dir(old.log_dir.path()))
             .map_err(|e| fail("rename", &old.dir, e))?;
         let dir = target.path().join(self.tp.to_string());
         let renamed = storage
             .rename(future, &dir)
-            .and_then(|()| storage.sync_dir(target.path()))
-            .and_then(|()| storage.sync_dir(old.log_dir.path()));
+            .and_then(|()| storage.sync_dir(target.path()));
         if let Err(e) = renamed {
             // Put the source back; if even that fails its dir is in doubt.
             if let Err(back) = storage.rename(&moved, &old.dir) {
