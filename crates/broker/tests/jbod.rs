@@ -1,8 +1,10 @@
-//! Goal: on a 3-node cluster where node 1 has two log dirs, one of them a tmpfs, failing the tmpfs
-//! under produce load (a lazy unmount: every path under it vanishes) takes only that dir's
-//! partitions offline on node 1: they get other leaders and node 1 leaves their ISR, the other
-//! dir's partitions keep node 1 as leader and keep taking writes without an error, and every
-//! acknowledged record reads back.
+//! Goal: on a 3-node cluster where node 1 has two log dirs, one of them a tmpfs: a replica moved
+//! off the tmpfs (AlterReplicaLogDirs, over the wire) under produce load keeps serving; then
+//! failing the tmpfs under load (a lazy unmount: every path under it vanishes) takes only that
+//! dir's partitions offline on node 1: they get other leaders and node 1 leaves their ISR, the
+//! other dir's partitions (the moved one among them) keep node 1 as leader and keep taking writes
+//! without an error, DescribeLogDirs and AlterReplicaLogDirs answer the failed dir with
+//! KAFKA_STORAGE_ERROR, and every acknowledged record reads back.
 
 #[path = "common/cluster.rs"]
 mod cluster;
@@ -18,13 +20,23 @@ use std::time::{Duration, Instant};
 
 use cluster::TestCluster;
 use common::{metadata, topic_name, unique_topic, RawConn};
+use kafka_protocol::messages::alter_replica_log_dirs_request::{
+    AlterReplicaLogDir, AlterReplicaLogDirTopic,
+};
 use kafka_protocol::messages::create_topics_request::{CreatableReplicaAssignment, CreatableTopic};
-use kafka_protocol::messages::{BrokerId, CreateTopicsRequest, CreateTopicsResponse};
+use kafka_protocol::messages::{
+    AlterReplicaLogDirsRequest, AlterReplicaLogDirsResponse, BrokerId, CreateTopicsRequest,
+    CreateTopicsResponse, DescribeLogDirsRequest, DescribeLogDirsResponse,
+};
+use kafka_protocol::protocol::StrBytes;
 use rdkafka::message::Message;
 use rdkafka::producer::FutureRecord;
 use rdkafka::Offset;
 
 const PARTITIONS: i32 = 6;
+const KAFKA_STORAGE_ERROR: i16 = 56;
+const LOG_DIR_NOT_FOUND: i16 = 57;
+const REPLICA_NOT_AVAILABLE: i16 = 9;
 const CHANGE_TIMEOUT: Duration = Duration::from_secs(60);
 const SETTINGS: &[&str] = &[
     "broker.session.timeout.ms=3000",
@@ -132,6 +144,42 @@ async fn create_topic(addr: SocketAddr, topic: &str) {
     assert_eq!(response.topics[0].error_code, 0, "create {topic}");
 }
 
+/// AlterReplicaLogDirs of `topic`-`partition` to `dir` on the broker at `addr`: the error code.
+async fn alter_log_dir(addr: SocketAddr, dir: &Path, topic: &str, partition: i32) -> i16 {
+    let mut conn = RawConn::connect(addr).await;
+    let request =
+        AlterReplicaLogDirsRequest::default().with_dirs(vec![AlterReplicaLogDir::default()
+            .with_path(StrBytes::from_string(dir.display().to_string()))
+            .with_topics(vec![AlterReplicaLogDirTopic::default()
+                .with_name(topic_name(topic))
+                .with_partitions(vec![partition])])]);
+    let response: AlterReplicaLogDirsResponse = conn.request(2, &request).await;
+    response.results[0].partitions[0].error_code
+}
+
+/// DescribeLogDirs v4 of the broker at `addr`: per dir (as named), its error code and its
+/// (partition, is_future) replicas of `topic`.
+async fn log_dirs(addr: SocketAddr, topic: &str) -> BTreeMap<String, (i16, Vec<(i32, bool)>)> {
+    let mut conn = RawConn::connect(addr).await;
+    let response: DescribeLogDirsResponse = conn
+        .request(4, &DescribeLogDirsRequest::default().with_topics(None))
+        .await;
+    response
+        .results
+        .iter()
+        .map(|r| {
+            let replicas = r
+                .topics
+                .iter()
+                .filter(|t| t.name.0.as_str() == topic)
+                .flat_map(|t| t.partitions.iter())
+                .map(|p| (p.partition_index, p.is_future_key))
+                .collect();
+            (r.log_dir.to_string(), (r.error_code, replicas))
+        })
+        .collect()
+}
+
 /// Acknowledged records: (partition, offset) → payload; and delivery errors per partition.
 #[derive(Default)]
 struct Acks {
@@ -211,7 +259,47 @@ async fn a_failed_log_dir_moves_its_partitions_and_the_other_dir_keeps_serving()
             (0..PARTITIONS).all(|p| a.since_mark.get(&p).copied().unwrap_or(0) >= n)
         }
     };
-    wait_until("acks before the failure", acked_each(20)).await;
+    wait_until("acks before the move", acked_each(20)).await;
+
+    // Move one tmpfs partition to the data dir under load: it must keep serving, then survive.
+    let data_dir = cluster.data_dir(1).to_path_buf();
+    let moving = failing[0];
+    assert_eq!(
+        alter_log_dir(cluster.addr(1), Path::new("/nowhere"), &topic, moving).await,
+        LOG_DIR_NOT_FOUND
+    );
+    assert_eq!(
+        alter_log_dir(cluster.addr(1), &data_dir, "absent-topic", 0).await,
+        REPLICA_NOT_AVAILABLE
+    );
+    assert_eq!(
+        alter_log_dir(cluster.addr(1), &data_dir, &topic, moving).await,
+        0
+    );
+    let started = Instant::now();
+    loop {
+        let dirs = log_dirs(cluster.addr(1), &topic).await;
+        let in_data = dirs
+            .get(&data_dir.display().to_string())
+            .is_some_and(|(_, r)| r.contains(&(moving, false)));
+        let future = dirs.values().any(|(_, r)| r.iter().any(|(_, f)| *f));
+        if in_data && !future {
+            break;
+        }
+        assert!(
+            started.elapsed() < CHANGE_TIMEOUT,
+            "the move did not finish: {dirs:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    eprintln!(
+        "partition {moving} moved off the tmpfs in {:?} under load",
+        started.elapsed()
+    );
+    let failing: Vec<i32> = failing.into_iter().filter(|p| *p != moving).collect();
+    let keeping: Vec<i32> = keeping.into_iter().chain([moving]).collect();
+    acks.lock().expect("acks").since_mark.clear();
+    wait_until("acks after the move", acked_each(10)).await;
 
     acks.lock().expect("acks").since_mark.clear();
     tmpfs.fail();
@@ -228,6 +316,22 @@ async fn a_failed_log_dir_moves_its_partitions_and_the_other_dir_keeps_serving()
     )
     .await;
     eprintln!("the failed dir's partitions had new leaders {moved_in:?} after the unmount");
+    let dirs = log_dirs(cluster.addr(1), &topic).await;
+    assert_eq!(
+        dirs.get(&second_dir.display().to_string())
+            .map(|(code, _)| *code),
+        Some(KAFKA_STORAGE_ERROR),
+        "{dirs:?}"
+    );
+    assert_eq!(
+        dirs.get(&data_dir.display().to_string())
+            .map(|(code, _)| *code),
+        Some(0)
+    );
+    assert_eq!(
+        alter_log_dir(cluster.addr(1), &second_dir, &topic, keeping[0]).await,
+        KAFKA_STORAGE_ERROR
+    );
     // Writes go on everywhere: the moved partitions at their new leaders, the others at node 1.
     wait_until("acks after the failure", acked_each(20)).await;
     stop.store(true, Ordering::SeqCst);
