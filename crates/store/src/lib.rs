@@ -26,8 +26,9 @@
 //! Locking: a `RwLock` around the partition map (held briefly); one mutex per partition
 //! (`log/`); the flusher queue's own mutex (`flusher.rs`); the file cache's mutex
 //! (`file_cache.rs`); each log dir's offline state and checkpoint table in `shared.rs`; the
-//! replica moves' table (`replica_move.rs`, a leaf). Lock order: maintenance → partition map →
-//! partition → file cache → shared's locks; the flusher queue is a leaf.
+//! replica moves' table (`replica_move.rs`). Lock order: maintenance → partition map →
+//! partition → file cache → shared's locks, and moves' table → partition map / a log's location;
+//! the flusher queue is a leaf.
 
 pub mod batch;
 pub mod batch_walk;

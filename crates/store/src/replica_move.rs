@@ -14,7 +14,8 @@
 //! only its own future copy; a move whose log was truncated meanwhile starts its copy again (at
 //! most `MOVE_COPY_ATTEMPTS` times, then fails).
 //!
-//! Locking: `Moves`' own mutex (a leaf, never held across I/O); the mover takes the store's
+//! Locking: `Moves`' own mutex, never held across I/O; under it only the partition map and a
+//! log's location are read (neither is ever held while taking it). The mover takes the store's
 //! maintenance lock, then the partition lock, as `run_maintenance` does.
 
 use std::collections::HashMap;
@@ -217,17 +218,21 @@ impl Store {
         let log = self
             .partition(tp)
             .ok_or_else(|| MoveError::ReplicaNotAvailable(tp.clone()))?;
-        let source = log.log_dir();
-        source.check_online()?;
-        {
-            let running = self.moves.running.lock();
-            if let Some(m) = running.get(tp) {
-                if Arc::ptr_eq(&m.target, &target_dir) {
-                    return Ok(());
+        // Check and register under one hold of the table, so that two requests for the same
+        // partition never start two movers.
+        let mut running = self.moves.running.lock();
+        loop {
+            match running.get(tp) {
+                Some(m) if Arc::ptr_eq(&m.target, &target_dir) => return Ok(()),
+                Some(m) => {
+                    m.cancel.store(true, Ordering::SeqCst);
+                    self.moves.ended.wait(&mut running);
                 }
+                None => break,
             }
         }
-        self.moves.cancel_and_wait(tp);
+        let source = log.log_dir();
+        source.check_online()?;
         if Arc::ptr_eq(&source, &target_dir) {
             return Ok(());
         }
@@ -248,7 +253,8 @@ impl Store {
             copied_bytes: Arc::clone(&m.copied_bytes),
             copied_to: Arc::clone(&m.copied_to),
         };
-        self.moves.running.lock().insert(tp.clone(), m);
+        running.insert(tp.clone(), m);
+        drop(running);
         let spawned = std::thread::Builder::new()
             .name(format!("millrace-move-{tp}"))
             .spawn(move || job.run());

@@ -425,3 +425,56 @@ fn a_move_cut_by_kill_9_at_any_file_operation_leaves_one_whole_copy() {
 fn a_move_cut_by_a_power_loss_at_any_file_operation_leaves_one_whole_copy() {
     crash_during_a_move(Cut::Power);
 }
+
+/// Requests racing for one partition (two targets, each asked twice at once): the replica ends
+/// where the last request sent it, with every batch, and no copy or leftover stays elsewhere.
+#[test]
+fn a_second_request_replaces_a_move_in_progress() {
+    let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().expect("tmp")).collect();
+    let paths: Vec<&Path> = dirs.iter().map(|d| d.path()).collect();
+    let store = Store::open(config(&paths)).expect("open");
+    let t = tp("race", 0);
+    store
+        .create_partition(&t, small(), TopicId::from_bytes([8; 16]))
+        .expect("create");
+    let log = store.partition(&t).expect("hosted");
+    for i in 0..300 {
+        log.append(batch(3, i), 0).expect("append");
+    }
+    let expected = read_all(&store, &t);
+    let name = |i: usize| paths[i].display().to_string();
+    let racers: Vec<_> = [1, 1, 2, 2]
+        .into_iter()
+        .map(|i| {
+            let (store, t, target) = (Arc::clone(&store), t.clone(), name(i));
+            std::thread::spawn(move || store.alter_replica_log_dir(&t, &target))
+        })
+        .collect();
+    for r in racers {
+        r.join().expect("racer").expect("accepted");
+    }
+    store
+        .alter_replica_log_dir(&t, &name(2))
+        .expect("last request");
+    wait_for("the last move", || {
+        store.log_dir_of(&t).as_deref() == Some(paths[2])
+            && store
+                .describe_log_dirs()
+                .iter()
+                .all(|d| d.futures.is_empty())
+    });
+    assert_eq!(read_all(&store, &t), expected);
+    for (i, p) in paths.iter().enumerate() {
+        let leftovers: Vec<String> = std::fs::read_dir(p)
+            .expect("list")
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .filter(|n| n.starts_with("race-0"))
+            .collect();
+        let want: Vec<String> = if i == 2 {
+            vec!["race-0".into()]
+        } else {
+            Vec::new()
+        };
+        assert_eq!(leftovers, want, "dir {i}");
+    }
+}
