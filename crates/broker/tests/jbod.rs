@@ -316,6 +316,8 @@ async fn a_failed_log_dir_moves_its_partitions_and_the_other_dir_keeps_serving()
     )
     .await;
     eprintln!("the failed dir's partitions had new leaders {moved_in:?} after the unmount");
+    assert_eq!(cluster.metric(1, "millrace_log_offline_dirs"), Some(1.0));
+    assert_eq!(cluster.metric(2, "millrace_log_offline_dirs"), Some(0.0));
     let dirs = log_dirs(cluster.addr(1), &topic).await;
     assert_eq!(
         dirs.get(&second_dir.display().to_string())
@@ -358,11 +360,19 @@ async fn a_failed_log_dir_moves_its_partitions_and_the_other_dir_keeps_serving()
         a.acked.clone()
     };
 
-    // Every acknowledged record reads back, from wherever its partition is led now.
-    let consumer = common::consumer_at(&cluster.bootstrap(), &[]);
+    read_back(&cluster.bootstrap(), &topic, &acked).await;
+    eprintln!(
+        "{} acknowledged records read back; partitions {failing:?} moved, {keeping:?} kept",
+        acked.len()
+    );
+}
+
+/// Every acknowledged record reads back, from wherever its partition is led now.
+async fn read_back(bootstrap: &str, topic: &str, acked: &BTreeMap<(i32, i64), String>) {
+    let consumer = common::consumer_at(bootstrap, &[]);
     common::assign(
         &consumer,
-        &topic,
+        topic,
         &(0..PARTITIONS)
             .map(|p| (p, Offset::Beginning))
             .collect::<Vec<_>>(),
@@ -390,17 +400,13 @@ async fn a_failed_log_dir_moves_its_partitions_and_the_other_dir_keeps_serving()
             .unwrap_or_default();
         read.insert((m.partition(), m.offset()), payload);
     }
-    for (key, payload) in &acked {
+    for (key, payload) in acked {
         assert_eq!(
             read.get(key),
             Some(payload),
             "acknowledged record {key:?} lost"
         );
     }
-    eprintln!(
-        "{} acknowledged records read back; partitions {failing:?} moved, {keeping:?} kept",
-        acked.len()
-    );
 }
 
 async fn wait_until(what: &str, mut ok: impl FnMut() -> bool) {

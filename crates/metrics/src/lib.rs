@@ -89,6 +89,8 @@ pub struct Metrics {
     pub log_flush_duration: Histogram,
     pub log_flush_bytes: Histogram,
     pub log_flush_grouped: Counter,
+    /// Log dirs offline after an I/O error (Kafka's OfflineLogDirectoryCount).
+    pub log_offline_dirs: Gauge,
     // ----- replication -----
     pub isr_shrinks: Counter,
     pub isr_expands: Counter,
@@ -129,6 +131,7 @@ impl Default for Metrics {
                 FLUSH_BYTES_BUCKETS,
             )),
             log_flush_grouped: Counter::default(),
+            log_offline_dirs: Gauge::default(),
             isr_shrinks: Counter::default(),
             isr_expands: Counter::default(),
             leader_elections: Counter::default(),
@@ -183,6 +186,7 @@ impl Metrics {
             "log_flush_duration" [Seconds] => log_flush_duration: "Duration of one flush round of the store (Kafka LogFlushRateAndTimeMs)";
             "log_flush" [Bytes] => log_flush_bytes: "Bytes made durable by one flush round of the store";
             "log_flush_grouped" => log_flush_grouped: "Flush rounds made durable by one syncfs of the data directory's file system";
+            "log_offline_dirs" => log_offline_dirs: "Log dirs offline after an I/O error, until the broker restarts (Kafka OfflineLogDirectoryCount)";
             "isr_shrinks" => isr_shrinks: "ISR shrinks of partitions led here (Kafka IsrShrinksPerSec)";
             "isr_expands" => isr_expands: "ISR expansions of partitions led here (Kafka IsrExpandsPerSec)";
             "leader_elections" => leader_elections: "Leaderships this broker took up";

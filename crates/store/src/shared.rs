@@ -204,6 +204,7 @@ impl LogDir {
                 return;
             }
             tracing::error!(log_dir = %self.path.display(), %reason, "log directory going offline");
+            millrace_metrics::global().log_offline_dirs.inc();
             *offline = Some(reason);
             self.offline_flag.store(true, Ordering::SeqCst);
         }
