@@ -81,7 +81,7 @@ pub use partition_dir::{
 };
 pub use producer_state::{AbortedTxn, BatchMetadata, ProducerStateEntry};
 pub use replica_move::{LogDirInfo, MoveError};
-pub use shared::DurableListener;
+pub use shared::{DurableListener, OfflineListener};
 pub use watchers::Watchers;
 
 use checkpoint::CLEAN_SHUTDOWN_FILE;
@@ -424,6 +424,15 @@ impl Store {
     /// `never` the durable offset moves inside `append` itself, and the caller steps after it.
     pub fn set_durable_listener(&self, listener: DurableListener) {
         self.shared.set_durable_listener(listener);
+    }
+
+    /// Calls `listener` when a log dir goes offline (once per dir), from the thread that saw the
+    /// error, possibly under a partition lock: it must return at once and not call the store (the
+    /// broker wakes its heartbeat, which then asks `offline_partitions`).
+    pub fn set_offline_listener(&self, listener: OfflineListener) {
+        if let Some(dir) = self.shared.dirs.first() {
+            dir.set_offline_listener(listener);
+        }
     }
 
     /// Why the store cannot write at all: every log dir is offline (the reasons joined). With

@@ -88,10 +88,16 @@ struct CheckpointTable {
     last_written: Option<CheckpointMaps>,
 }
 
+/// Told (once per dir) that a log dir went offline; it may run under a partition lock, so it must
+/// not block or call back into the store (see `Store::set_offline_listener`).
+pub type OfflineListener = Arc<dyn Fn(&Path) + Send + Sync>;
+
 /// One log dir (an entry of `log.dirs`): its path, whether it is offline, and its checkpoints.
 pub(crate) struct LogDir {
     path: PathBuf,
     storage: Arc<dyn Storage>,
+    /// Told when this dir goes offline (shared by every dir of the store).
+    offline_listener: Arc<parking_lot::RwLock<Option<OfflineListener>>>,
     offline: Mutex<Option<String>>,
     offline_flag: AtomicBool,
     offline_watch: watch::Sender<bool>,
@@ -116,10 +122,17 @@ pub type DurableListener = Arc<dyn Fn(&TopicPartition) + Send + Sync>;
 
 impl StoreShared {
     pub(crate) fn new(config: StoreConfig, storage: Arc<dyn Storage>) -> StoreShared {
+        let offline_listener = Arc::new(parking_lot::RwLock::new(None));
         let dirs = config
             .log_dirs()
             .into_iter()
-            .map(|path| Arc::new(LogDir::new(path, Arc::clone(&storage))))
+            .map(|path| {
+                Arc::new(LogDir::new(
+                    path,
+                    Arc::clone(&storage),
+                    Arc::clone(&offline_listener),
+                ))
+            })
             .collect();
         StoreShared {
             cache: FileCache::new(config.max_open_files, Arc::clone(&storage)),
@@ -159,10 +172,15 @@ impl StoreShared {
 }
 
 impl LogDir {
-    fn new(path: PathBuf, storage: Arc<dyn Storage>) -> LogDir {
+    fn new(
+        path: PathBuf,
+        storage: Arc<dyn Storage>,
+        offline_listener: Arc<parking_lot::RwLock<Option<OfflineListener>>>,
+    ) -> LogDir {
         LogDir {
             path,
             storage,
+            offline_listener,
             offline: Mutex::new(None),
             offline_flag: AtomicBool::new(false),
             offline_watch: watch::Sender::new(false),
@@ -209,6 +227,15 @@ impl LogDir {
             self.offline_flag.store(true, Ordering::SeqCst);
         }
         self.offline_watch.send_replace(true);
+        let listener = self.offline_listener.read().clone();
+        if let Some(listener) = listener {
+            listener(&self.path);
+        }
+    }
+
+    /// Sets who is told when this dir goes offline (the same listener for every dir).
+    pub(crate) fn set_offline_listener(&self, listener: OfflineListener) {
+        *self.offline_listener.write() = Some(listener);
     }
 
     /// Becomes `true` when the log dir goes offline.
