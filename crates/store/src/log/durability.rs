@@ -46,6 +46,8 @@ struct FlushWork {
     target: i64,
     generation: u64,
     relocations: u64,
+    /// The partition directory when the work was taken (a move may change it).
+    taken_from: PathBuf,
     active_base: i64,
     sync_active: bool,
 }
@@ -92,6 +94,7 @@ impl PartitionLog {
             target: inner.log_end_offset,
             generation: inner.generation,
             relocations: inner.relocations,
+            taken_from: self.dir(),
             active_base,
             sync_active,
         }
@@ -138,6 +141,7 @@ impl PartitionLog {
             target,
             generation,
             relocations,
+            taken_from,
             active_base,
             sync_active,
             ..
@@ -155,7 +159,18 @@ impl PartitionLog {
         let mut inner = self.inner.lock();
         if result.is_err() && inner.relocations != relocations {
             // The log moved to another dir meanwhile (its files were copied and fsynced there):
-            // the failure was on the old paths, and nothing of this round is owed any more.
+            // the failure was on the old paths, not the disk's. The work stays owed, in the new
+            // place, for the next round.
+            let mut pending = pending;
+            let dir = self.dir();
+            for path in &mut pending.sync_paths {
+                if let Ok(rest) = path.strip_prefix(&taken_from) {
+                    *path = dir.join(rest);
+                }
+            }
+            inner.pending.take_back(pending);
+            drop(inner);
+            self.enqueue_flush();
             return;
         }
         if let Err(e) = result {

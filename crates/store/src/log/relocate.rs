@@ -190,16 +190,23 @@ impl PartitionLog {
             .and_then(|()| storage.sync_dir(old.log_dir.path()))
             .map_err(|e| fail("rename", &old.dir, e))?;
         let dir = target.path().join(self.tp.to_string());
-        let renamed = storage
-            .rename(future, &dir)
-            .and_then(|()| storage.sync_dir(target.path()));
+        let renamed = match storage.rename(future, &dir) {
+            Err(e) => Err(fail("rename", future, e)),
+            Ok(()) => storage.sync_dir(target.path()).map_err(|e| {
+                // The target's directory fsync failed: its state is unknown (the dir goes
+                // offline) and the copy must not stay live beside the source.
+                target.mark_offline(format!("fsync {}: {e}", target.path().display()));
+                let _ = storage.rename(&dir, future);
+                fail("fsync", target.path(), e)
+            }),
+        };
         if let Err(e) = renamed {
             // Put the source back; if even that fails its dir is in doubt.
             if let Err(back) = storage.rename(&moved, &old.dir) {
                 old.log_dir
                     .mark_offline(format!("undo of a replica move failed: {back}"));
             }
-            return Err(fail("rename", future, e));
+            return Err(e);
         }
         old.log_dir.unregister_offsets(&self.tp);
         target.register_offsets(&self.tp, Arc::clone(&self.offsets));
@@ -218,11 +225,10 @@ impl PartitionLog {
         }
         inner.relocations += 1;
         drop(_epochs);
-        // Every file was fsynced in its new place: all of the log is durable there.
+        // Every segment file was fsynced in its new place: all of the log's data is durable
+        // there. (The recovery point stays: pending leader-epoch entries are not written yet;
+        // the next flush round, queued below, raises it.)
         let log_end = inner.log_end_offset;
-        self.offsets
-            .recovery_point_atomic()
-            .fetch_max(log_end, std::sync::atomic::Ordering::SeqCst);
         let batch = self.shared.config.flush_policy == crate::config::FlushPolicy::Batch;
         if batch {
             self.publish_durable(log_end);
