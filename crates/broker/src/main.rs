@@ -363,26 +363,39 @@ async fn run(
             .await
             .context("group snapshot task")?;
     }
-    let partitions = store.partitions().len();
-    let flush_started = Instant::now();
-    tokio::task::spawn_blocking(move || store.shutdown())
-        .await
-        .context("store shutdown task")?
-        .context("store shutdown")?;
-    info!(
-        partitions,
-        elapsed_ms = flush_started.elapsed().as_millis(),
-        "shutting down: every log flushed, clean-shutdown marker written"
-    );
-    if let Err(e) = node.quorum.quorum().shutdown().await {
-        warn!(error = %e, "metadata quorum shutdown failed");
-    }
+    close_store_and_quorum(store, node.quorum.quorum()).await?;
     http_stop.cancel();
     if let Some(http) = http {
         let _ = http.await;
     }
     info!("clean shutdown complete");
     Ok(())
+}
+
+/// Flushes and closes the store, then stops the metadata quorum. With several log dirs, one
+/// offline dir fails the store's shutdown after the others were flushed and marked clean: the
+/// quorum still stops cleanly, then the error is returned.
+async fn close_store_and_quorum(
+    store: Arc<Store>,
+    quorum: &Arc<millrace_quorum::Quorum>,
+) -> anyhow::Result<()> {
+    use anyhow::Context;
+    let partitions = store.partitions().len();
+    let flush_started = Instant::now();
+    let stored = tokio::task::spawn_blocking(move || store.shutdown())
+        .await
+        .context("store shutdown task")?;
+    if stored.is_ok() {
+        info!(
+            partitions,
+            elapsed_ms = flush_started.elapsed().as_millis(),
+            "shutting down: every log flushed, clean-shutdown marker written"
+        );
+    }
+    if let Err(e) = quorum.shutdown().await {
+        warn!(error = %e, "metadata quorum shutdown failed");
+    }
+    stored.context("store shutdown")
 }
 
 /// `quota.window.num` and `quota.window.size.seconds` (validated as positive integers).
