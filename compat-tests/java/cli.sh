@@ -8,7 +8,9 @@
 # (ConsoleProducer); kafka-console-consumer (ConsoleConsumer) with a group; kafka-consumer-groups
 # (ConsumerGroupCommand) list/describe/reset-offsets/delete; kafka-configs (kafka.admin.ConfigCommand)
 # describe/alter for topics and brokers; kafka-producer-perf-test (ProducerPerformance);
-# kafka-get-offsets (GetOffsetShell). Then, on a 3-node Millrace cluster: kafka-leader-election
+# kafka-get-offsets (GetOffsetShell). Then, on a broker with two log dirs: kafka-log-dirs
+# (LogDirsCommand) --describe and kafka-reassign-partitions with log_dirs (AlterReplicaLogDirs).
+# Then, on a 3-node Millrace cluster: kafka-leader-election
 # (LeaderElectionCommand) preferred and unclean, by --all-topic-partitions and --topic/--partition;
 # kafka-reassign-partitions (ReassignPartitionsCommand) --generate/--execute/--verify, with the
 # records read back from the new replicas.
@@ -286,6 +288,51 @@ else
   fail "kafka-get-offsets (latest offsets sum to 50,000)" "want '$P:0:N' and '$P:1:M' with N+M=50000" "$OUT"
 fi
 
+reassign_at() {
+  local at="$1"
+  shift
+  tool org.apache.kafka.tools.reassign.ReassignPartitionsCommand --bootstrap-server "$at" "$@"
+}
+
+# --- kafka-log-dirs, kafka-reassign-partitions with log_dirs: one broker with two log dirs ------
+millrace_stop
+LD="cli-logdirs-$S"
+D1="$WORK/jbod/d1"
+D2="$WORK/jbod/d2"
+if millrace_start "$WORK/jbod" --log-dirs "$D1,$D2"; then
+  J="$MILLRACE_ADDR"
+  run logdirs-topic tool org.apache.kafka.tools.TopicCommand --bootstrap-server "$J" --create --topic "$LD" \
+    --partitions 2 --replication-factor 1 || true
+  run logdirs-perf tool org.apache.kafka.tools.ProducerPerformance --topic "$LD" --num-records 20000 \
+    --record-size 100 --throughput -1 --producer-props "bootstrap.servers=$J" || true
+  # New partitions go to the dir with the fewest: one in each.
+  if run log-dirs tool org.apache.kafka.tools.LogDirsCommand --bootstrap-server "$J" --describe \
+    --topic-list "$LD" && grep -q "\"logDir\":\"$D1\"" "$OUT" && grep -q "\"logDir\":\"$D2\"" "$OUT" &&
+    grep -q "\"partition\":\"$LD-0\",\"size\":[1-9]" "$OUT" && [[ -d "$D1/$LD-0" && -d "$D2/$LD-1" ]]; then
+    pass "kafka-log-dirs --describe (two dirs, $LD-0 in the first, $LD-1 in the second, sizes)"
+  else
+    fail "kafka-log-dirs --describe (two dirs, $LD-0 in the first, $LD-1 in the second, sizes)" "want both dirs and $LD-0 with its size" "$OUT"
+  fi
+  printf '{"version":1,"partitions":[{"topic":"%s","partition":0,"replicas":[1],"log_dirs":["%s"]}]}\n' \
+    "$LD" "$D2" >"$WORK/logdirs-move.json"
+  if run logdirs-execute reassign_at "$J" --reassignment-json-file "$WORK/logdirs-move.json" --execute &&
+    grep -q "Successfully started moving log directory to $D2 for replica $LD-0 with broker 1" "$OUT"; then
+    pass "kafka-reassign-partitions --execute with log_dirs ($LD-0 to the second dir)"
+  else
+    fail "kafka-reassign-partitions --execute with log_dirs ($LD-0 to the second dir)" "want 'Successfully started moving log directory'" "$OUT"
+  fi
+  moved() { run logdirs-verify reassign_at "$J" --reassignment-json-file "$WORK/logdirs-move.json" --verify &&
+    grep -q "Reassignment of replica $LD-0-1 completed successfully\." "$OUT"; }
+  if wait_for 60 logdirs-verify moved && [[ -d "$D2/$LD-0" && ! -d "$D1/$LD-0" ]] &&
+    run logdirs-offsets tool org.apache.kafka.tools.GetOffsetShell --bootstrap-server "$J" --topic "$LD" &&
+    [[ "$(awk -F: '{s += $3} END {print s + 0}' "$OUT")" == 20000 ]]; then
+    pass "kafka-reassign-partitions --verify with log_dirs (moved on disk, 20,000 records kept)"
+  else
+    fail "kafka-reassign-partitions --verify with log_dirs (moved on disk, 20,000 records kept)" "want 'Reassignment of replica $LD-0-1 completed successfully.' and $LD-0 in $D2" "$OUT"
+  fi
+else
+  fail broker-start-logdirs "the broker with two log dirs did not start" "$WORK/jbod/broker.stderr"
+fi
 
 # --- a 3-node cluster: kafka-leader-election, kafka-reassign-partitions ------------------
 # Three nodes, every one a controller voter, on ports picked here (the controller voters must be
@@ -367,7 +414,7 @@ trap 'cluster_stop; cleanup' EXIT
 
 ctopics() { tool org.apache.kafka.tools.TopicCommand --bootstrap-server "$CB" "$@"; }
 elect() { tool org.apache.kafka.tools.LeaderElectionCommand --bootstrap-server "$CB" "$@"; }
-reassign() { tool org.apache.kafka.tools.reassign.ReassignPartitionsCommand --bootstrap-server "$CB" "$@"; }
+reassign() { reassign_at "$CB" "$@"; }
 
 for n in 1 2 3; do node_start "$n"; done
 cluster_up=1

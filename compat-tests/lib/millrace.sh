@@ -2,8 +2,8 @@
 # Helpers for compat-tests/*/run.sh. Source this file, then:
 #
 #   bin="$(millrace_bin)"            # broker path; builds it when missing
-#   millrace_start WORKDIR [--set name=value ...]
-#       starts a broker with data dir WORKDIR/data (stdout/stderr in
+#   millrace_start WORKDIR [--set name=value ...] [--log-dirs DIR1,DIR2,...]
+#       starts a broker with data dir WORKDIR/data, or with those log dirs (stdout/stderr in
 #       WORKDIR/broker.{stdout,stderr}) and waits for its "listening on" line;
 #       sets MILLRACE_PID, MILLRACE_PORT, MILLRACE_ADDR (127.0.0.1:PORT)
 #   millrace_stop                    # SIGTERM, then SIGKILL after 10 s; only $MILLRACE_PID
@@ -48,13 +48,19 @@ millrace_start() {
   mkdir -p "$workdir/data"
   MILLRACE_WORKDIR="$workdir"
   local out="$workdir/broker.stdout" err="$workdir/broker.stderr"
-  local args=(--data-dir "$workdir/data" --listen "${MILLRACE_LISTEN:-127.0.0.1:0}")
+  local args=(--listen "${MILLRACE_LISTEN:-127.0.0.1:0}") log_dirs=""
   while (($#)); do
     case "$1" in
       --set) args+=(--set "$2"); shift 2 ;;
+      --log-dirs) log_dirs="$2"; shift 2 ;;
       *) args+=(--set "$1"); shift ;;
     esac
   done
+  if [[ -n "$log_dirs" ]]; then
+    args+=(--set "log.dirs=$log_dirs")
+  else
+    args+=(--data-dir "$workdir/data")
+  fi
   "$bin" "${args[@]}" >"$out" 2>"$err" </dev/null &
   MILLRACE_PID=$!
   local timeout_s="${MILLRACE_START_TIMEOUT:-10}"

@@ -54,6 +54,7 @@ impl Harness {
         let dir = tempfile::tempdir().expect("tempdir");
         let store = Store::open(StoreConfig {
             data_dir: dir.path().to_path_buf(),
+            extra_log_dirs: Vec::new(),
             flush_policy: FlushPolicy::Never,
             flush_interval: Duration::from_millis(2),
             max_open_files: 64,

@@ -24,18 +24,21 @@ const FULL_BYTES: u64 = 1024 * 1024;
 /// The directories whose file systems the broker writes, and the produce low-water mark.
 #[derive(Debug, Clone)]
 pub struct DiskDirs {
-    /// The data dir, then the metadata log's root if it is elsewhere (`metadata.log.dir`).
+    /// Every log dir (`log.dirs`, the data dir first), then the metadata log's root if it is
+    /// elsewhere (`metadata.log.dir`).
     pub dirs: Vec<PathBuf>,
     /// `millrace.log.dir.min.free.bytes`.
     pub min_free: u64,
 }
 
 impl DiskDirs {
-    /// The data dir and (when `metadata.log.dir` puts it elsewhere) the metadata log's root.
-    pub fn new(config: &BrokerConfig, data_dir: &Path) -> DiskDirs {
+    /// Every log dir (`data_dir`, then `extra_log_dirs`) and (when `metadata.log.dir` puts it
+    /// elsewhere) the metadata log's root.
+    pub fn new(config: &BrokerConfig, data_dir: &Path, extra_log_dirs: &[PathBuf]) -> DiskDirs {
         let mut dirs = vec![data_dir.to_path_buf()];
+        dirs.extend(extra_log_dirs.iter().cloned());
         let meta = millrace_cluster::node::metadata_log_root(config, data_dir);
-        if meta != data_dir {
+        if !dirs.contains(&meta) {
             dirs.push(meta);
         }
         DiskDirs {

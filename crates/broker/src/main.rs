@@ -178,6 +178,7 @@ fn open_store(
     use anyhow::Context;
     let store_config = StoreConfig {
         data_dir: settings.data_dir.clone(),
+        extra_log_dirs: settings.extra_log_dirs.clone(),
         flush_policy: config.flush_policy(),
         flush_interval: config.flush_batch_interval(),
         max_open_files: config.max_open_files(),
@@ -291,7 +292,7 @@ async fn run(
         node_ready: ready.clone(),
         partition_level: config.metrics_partition_level(),
         fetch_sessions: fetch_sessions.clone(),
-        disk: disk_space::DiskDirs::new(&config, &settings.data_dir),
+        disk: disk_space::DiskDirs::new(&config, &settings.data_dir, &settings.extra_log_dirs),
     });
     let producer_ids = Arc::new(ProducerIdAllocator::new(
         node.controller.clone(),
@@ -383,26 +384,39 @@ async fn run(
             .await
             .context("group snapshot task")?;
     }
-    let partitions = store.partitions().len();
-    let flush_started = Instant::now();
-    tokio::task::spawn_blocking(move || store.shutdown())
-        .await
-        .context("store shutdown task")?
-        .context("store shutdown")?;
-    info!(
-        partitions,
-        elapsed_ms = flush_started.elapsed().as_millis(),
-        "shutting down: every log flushed, clean-shutdown marker written"
-    );
-    if let Err(e) = node.quorum.quorum().shutdown().await {
-        warn!(error = %e, "metadata quorum shutdown failed");
-    }
+    close_store_and_quorum(store, node.quorum.quorum()).await?;
     http_stop.cancel();
     if let Some(http) = http {
         let _ = http.await;
     }
     info!("clean shutdown complete");
     Ok(())
+}
+
+/// Flushes and closes the store, then stops the metadata quorum. With several log dirs, one
+/// offline dir fails the store's shutdown after the others were flushed and marked clean: the
+/// quorum still stops cleanly, then the error is returned.
+async fn close_store_and_quorum(
+    store: Arc<Store>,
+    quorum: &Arc<millrace_quorum::Quorum>,
+) -> anyhow::Result<()> {
+    use anyhow::Context;
+    let partitions = store.partitions().len();
+    let flush_started = Instant::now();
+    let stored = tokio::task::spawn_blocking(move || store.shutdown())
+        .await
+        .context("store shutdown task")?;
+    if stored.is_ok() {
+        info!(
+            partitions,
+            elapsed_ms = flush_started.elapsed().as_millis(),
+            "shutting down: every log flushed, clean-shutdown marker written"
+        );
+    }
+    if let Err(e) = quorum.shutdown().await {
+        warn!(error = %e, "metadata quorum shutdown failed");
+    }
+    stored.context("store shutdown")
 }
 
 /// `quota.window.num` and `quota.window.size.seconds` (validated as positive integers).

@@ -137,6 +137,21 @@ pub async fn start(
         Arc::clone(&controller),
         Arc::clone(&image),
     );
+    let offline_store = Arc::clone(store);
+    lifecycle.set_offline_replicas_source(Box::new(move || {
+        offline_store
+            .offline_partitions()
+            .into_iter()
+            .filter_map(|(tp, id)| Some((*id?.as_bytes(), tp.partition)))
+            .collect()
+    }));
+    // A failed log dir reaches the controller with the next heartbeat, sent at once.
+    let waker = Arc::downgrade(&lifecycle);
+    store.set_offline_listener(Arc::new(move |_dir: &std::path::Path| {
+        if let Some(lifecycle) = waker.upgrade() {
+            lifecycle.heartbeat_now();
+        }
+    }));
     tokio::spawn(lifecycle.clone().run(stop.child_token()));
     let replicas = ReplicaManager::new(
         ReplicaManagerConfig {

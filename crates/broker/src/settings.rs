@@ -133,7 +133,11 @@ pub struct ListenerSettings {
 #[derive(Debug)]
 pub struct Settings {
     pub config: BrokerConfig,
+    /// The first log dir (`--data-dir`, else `log.dirs`' first entry or `log.dir`): the store's
+    /// first dir, and where the metadata log, group snapshots and `meta.properties` live.
     pub data_dir: PathBuf,
+    /// `log.dirs` after its first entry: further log dirs of the store (JBOD).
+    pub extra_log_dirs: Vec<PathBuf>,
     /// Every Kafka listener, in the order `listeners` gives them.
     pub listeners: Vec<ListenerSettings>,
     /// The name of the listener brokers reach each other on (and the one the ready line names).
@@ -334,6 +338,27 @@ impl Settings {
             .clone()
             .or_else(|| config.log_dir().map(PathBuf::from))
             .unwrap_or_else(|| PathBuf::from(DEFAULT_DATA_DIR));
+        let extra_log_dirs: Vec<PathBuf> = if cli.data_dir.is_some() {
+            Vec::new()
+        } else {
+            config
+                .log_dirs()
+                .into_iter()
+                .skip(1)
+                .map(PathBuf::from)
+                .collect()
+        };
+        if let Some(dup) = extra_log_dirs
+            .iter()
+            .enumerate()
+            .find(|(i, d)| **d == data_dir || extra_log_dirs.iter().skip(i + 1).any(|e| e == *d))
+        {
+            return Err(SettingsError::Invalid {
+                what: "log.dirs".into(),
+                value: dup.1.display().to_string(),
+                reason: "a log dir is named twice".into(),
+            });
+        }
         let advertised = config.advertised_listeners()?;
         let mut listeners = Vec::new();
         for listener in config.listeners()? {
@@ -367,6 +392,7 @@ impl Settings {
         Ok(Self {
             config,
             data_dir,
+            extra_log_dirs,
             listeners,
             inter_broker_listener,
             quorum,
@@ -484,6 +510,28 @@ mod tests {
         assert_eq!(s.data_dir, PathBuf::from(DEFAULT_DATA_DIR));
         assert_eq!(s.config.node_id(), 1);
         assert!(s.listeners[0].advertised.is_none());
+    }
+
+    #[test]
+    fn log_dirs_is_a_list() {
+        let s = Settings::resolve(
+            &cli(&["--set", "log.dirs=/d/a, /d/b,,/d/c"]),
+            std::iter::empty(),
+        )
+        .unwrap();
+        assert_eq!(s.data_dir, PathBuf::from("/d/a"));
+        assert_eq!(
+            s.extra_log_dirs,
+            vec![PathBuf::from("/d/b"), PathBuf::from("/d/c")]
+        );
+        let s = Settings::resolve(&cli(&["--set", "log.dir=/d/x"]), std::iter::empty()).unwrap();
+        assert_eq!(
+            (s.data_dir, s.extra_log_dirs),
+            (PathBuf::from("/d/x"), Vec::new())
+        );
+        assert!(
+            Settings::resolve(&cli(&["--set", "log.dirs=/d/a,/d/a"]), std::iter::empty()).is_err()
+        );
     }
 
     #[test]

@@ -1001,6 +1001,22 @@ impl BrokerConfig {
         self.set.get(key).map(String::as_str)
     }
 
+    /// Every entry of `log.dirs` (comma-separated, trimmed, empty entries skipped) or `log.dir`,
+    /// in order; empty if the operator set neither. Kafka's rule: `log.dirs` wins over `log.dir`.
+    pub fn log_dirs(&self) -> Vec<String> {
+        self.set
+            .get("log.dirs")
+            .or_else(|| self.set.get("log.dir"))
+            .map(|v| {
+                v.split(',')
+                    .map(str::trim)
+                    .filter(|s| !s.is_empty())
+                    .map(str::to_string)
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
     /// `log.dirs` (first entry) or `log.dir`, if the operator set either.
     pub fn log_dir(&self) -> Option<String> {
         self.set

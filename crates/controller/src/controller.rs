@@ -45,8 +45,9 @@ use tracing::info;
 use uuid::Uuid;
 
 use crate::limits::{
-    ISR_CHANGES_PER_REQUEST_MAX, LEADER_REBALANCE_ELECTIONS_MAX, PARTITIONS_PER_TOPIC_MAX,
-    PRODUCER_ID_BLOCK_SIZE, RECORDS_PER_USER_OP_MAX,
+    ISR_CHANGES_PER_REQUEST_MAX, LEADER_REBALANCE_ELECTIONS_MAX,
+    OFFLINE_REPLICAS_PER_HEARTBEAT_MAX, PARTITIONS_PER_TOPIC_MAX, PRODUCER_ID_BLOCK_SIZE,
+    RECORDS_PER_USER_OP_MAX,
 };
 use crate::messages::{
     ControllerError, ControllerRequest, ControllerResponse, CreatedTopic, ElectionType, IsrChange,
@@ -124,6 +125,16 @@ impl ControllerConfig {
     }
 }
 
+/// One BrokerHeartbeat's fields (`ControllerRequest::BrokerHeartbeat`).
+struct Heartbeat {
+    node_id: i32,
+    broker_epoch: i64,
+    metadata_offset: u64,
+    want_fence: bool,
+    want_shutdown: bool,
+    offline_replicas: Vec<(Uuid, i32)>,
+}
+
 #[derive(Debug, Clone, Copy)]
 struct Session {
     last_contact_ms: i64,
@@ -140,6 +151,11 @@ pub struct Controller {
     /// schedules it one interval ahead, as activation does).
     next_rebalance_ms: Option<i64>,
     new_topic_id: Box<dyn FnMut() -> Uuid + Send + Sync>,
+    /// Per broker, its replicas on a failed log dir, as its last heartbeat reported them (soft
+    /// state: a new active controller learns them from the next heartbeats; a new incarnation
+    /// of the broker starts with none). Such a replica may neither lead nor stay in or join the
+    /// ISR (decision 0071).
+    offline_replicas: BTreeMap<i32, BTreeSet<(Uuid, i32)>>,
 }
 
 impl Controller {
@@ -157,6 +173,7 @@ impl Controller {
             sessions: BTreeMap::new(),
             next_rebalance_ms: None,
             new_topic_id,
+            offline_replicas: BTreeMap::new(),
         }
     }
 
@@ -181,6 +198,19 @@ impl Controller {
             .collect();
         self.next_rebalance_ms =
             Some(now_ms.saturating_add(self.config.leader_imbalance_check_interval_ms));
+        self.offline_replicas.clear();
+    }
+
+    /// Whether broker `b`'s replica of the partition is on a failed log dir.
+    fn replica_offline(&self, b: i32, topic_id: Uuid, partition: i32) -> bool {
+        self.offline_replicas
+            .get(&b)
+            .is_some_and(|set| set.contains(&(topic_id, partition)))
+    }
+
+    /// Whether `b` may lead the partition: an active broker whose replica is not offline.
+    fn can_lead(&self, image: &MetadataImage, b: i32, topic_id: Uuid, partition: i32) -> bool {
+        image.is_active(b) && !self.replica_offline(b, topic_id, partition)
     }
 
     fn min_isr(&self, topic: &TopicImage) -> usize {
@@ -247,13 +277,17 @@ impl Controller {
                 metadata_offset,
                 want_fence,
                 want_shutdown,
+                offline_replicas,
             } => self.heartbeat(
                 image,
-                node_id,
-                broker_epoch,
-                metadata_offset,
-                want_fence,
-                want_shutdown,
+                Heartbeat {
+                    node_id,
+                    broker_epoch,
+                    metadata_offset,
+                    want_fence,
+                    want_shutdown,
+                    offline_replicas,
+                },
                 now_ms,
             ),
             ControllerRequest::CreateTopics {
@@ -501,7 +535,9 @@ impl Controller {
                 let mut change =
                     PartitionChange::new(topic.topic_id, index, p, self.min_isr(topic));
                 change.election = Election::Preferred;
-                if let (Some(r), _) = change.build(|b| image.is_active(b)) {
+                if let (Some(r), _) =
+                    change.build(|b| self.can_lead(image, b, topic.topic_id, index))
+                {
                     records.push(r);
                 }
             }
@@ -519,7 +555,6 @@ impl Controller {
         unclean: &[i32],
         filter: impl Fn(&PartitionRegistration) -> bool,
     ) -> Vec<MetadataRecord> {
-        let is_active = |b: i32| !leaving.contains(&b) && image.is_active(b);
         let mut records = Vec::new();
         for topic in image.topics.values() {
             let min_isr = self.min_isr(topic);
@@ -528,7 +563,10 @@ impl Controller {
                 if !filter(p) {
                     continue;
                 }
-                let touched = p.isr.iter().any(|b| leaving.contains(b))
+                let index = i32::try_from(index).unwrap_or(i32::MAX);
+                let offline = |b: i32| self.replica_offline(b, topic.topic_id, index);
+                let is_active = |b: i32| !leaving.contains(&b) && image.is_active(b) && !offline(b);
+                let touched = p.isr.iter().any(|&b| leaving.contains(&b) || offline(b))
                     || p.elr
                         .iter()
                         .chain(&p.last_known_elr)
@@ -537,13 +575,10 @@ impl Controller {
                 if !touched && !needs_leader {
                     continue;
                 }
-                let mut change = PartitionChange::new(
-                    topic.topic_id,
-                    i32::try_from(index).unwrap_or(i32::MAX),
-                    p,
-                    min_isr,
-                );
-                change.target_isr.retain(|b| !leaving.contains(b));
+                let mut change = PartitionChange::new(topic.topic_id, index, p, min_isr);
+                change
+                    .target_isr
+                    .retain(|&b| !leaving.contains(&b) && !offline(b));
                 change.unclean_shutdown = unclean.to_vec();
                 if unclean_allowed {
                     change.election = Election::Unclean;
@@ -591,6 +626,8 @@ impl Controller {
             }
         }
         self.touch(node_id, now_ms);
+        // A new incarnation rescanned its log dirs: its heartbeats report anew what is offline.
+        self.offline_replicas.remove(&node_id);
         let mut records = vec![MetadataRecord::RegisterBroker {
             node_id,
             incarnation_id,
@@ -613,17 +650,18 @@ impl Controller {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn heartbeat(
-        &mut self,
-        image: &MetadataImage,
-        node_id: i32,
-        broker_epoch: i64,
-        metadata_offset: u64,
-        want_fence: bool,
-        want_shutdown: bool,
-        now_ms: i64,
-    ) -> Decision {
+    fn heartbeat(&mut self, image: &MetadataImage, beat: Heartbeat, now_ms: i64) -> Decision {
+        let Heartbeat {
+            node_id,
+            broker_epoch,
+            metadata_offset,
+            want_fence,
+            want_shutdown,
+            offline_replicas,
+        } = beat;
+        if offline_replicas.len() > OFFLINE_REPLICAS_PER_HEARTBEAT_MAX {
+            return Decision::error(too_large());
+        }
         let Some(b) = image
             .broker(node_id)
             .filter(|b| b.broker_epoch == broker_epoch)
@@ -633,7 +671,7 @@ impl Controller {
         self.touch(node_id, now_ms);
         let registration_offset = u64::try_from(b.broker_epoch).unwrap_or(u64::MAX);
         let is_caught_up = metadata_offset >= registration_offset;
-        let mut records = Vec::new();
+        let mut records = self.update_offline_replicas(image, node_id, offline_replicas);
         let mut should_shut_down = false;
         let mut is_fenced = b.fenced;
         if want_shutdown {
@@ -686,6 +724,40 @@ impl Controller {
                 should_shut_down,
             },
         }
+    }
+
+    /// Records the broker's offline replicas; for those newly offline, the partition changes
+    /// that take them out of the ISR and move their leadership to another in-sync replica (as
+    /// fencing does, but only for those partitions).
+    fn update_offline_replicas(
+        &mut self,
+        image: &MetadataImage,
+        node_id: i32,
+        offline: Vec<(Uuid, i32)>,
+    ) -> Vec<MetadataRecord> {
+        let offline: BTreeSet<(Uuid, i32)> = offline.into_iter().collect();
+        let known = self.offline_replicas.get(&node_id);
+        let newly: BTreeSet<(Uuid, i32)> = offline
+            .iter()
+            .filter(|r| !known.is_some_and(|k| k.contains(r)))
+            .copied()
+            .collect();
+        if offline.is_empty() {
+            self.offline_replicas.remove(&node_id);
+        } else {
+            self.offline_replicas.insert(node_id, offline);
+        }
+        if newly.is_empty() {
+            return Vec::new();
+        }
+        tracing::warn!(
+            broker = node_id,
+            replicas = newly.len(),
+            "replicas on a failed log dir: moving their leadership and leaving them out of the ISR"
+        );
+        self.partition_changes(image, &BTreeSet::new(), &[], |p| {
+            p.replicas.contains(&node_id)
+        })
     }
 
     fn create_topics(
@@ -979,10 +1051,15 @@ impl Controller {
                     "Broker {b} is fenced, shutting down or has a newer broker epoch; it cannot join the ISR"
                 ))));
             }
+            if self.replica_offline(b, topic.topic_id, partition) {
+                return answer(Err(ControllerError::IneligibleReplica(format!(
+                    "The replica of broker {b} is on a failed log dir; it cannot be in the ISR"
+                ))));
+            }
         }
         let mut change = PartitionChange::new(topic.topic_id, partition, p, self.min_isr(topic));
         change.target_isr = isr;
-        let (record, _) = change.build(|b| image.is_active(b));
+        let (record, _) = change.build(|b| self.can_lead(image, b, topic.topic_id, partition));
         let mut next = p.clone();
         let records = match record {
             Some(r) => {
@@ -1120,7 +1197,7 @@ impl Controller {
             ElectionType::Preferred => Election::Preferred,
             ElectionType::Unclean => Election::Unclean,
         };
-        let (record, outcome) = change.build(|b| image.is_active(b));
+        let (record, outcome) = change.build(|b| self.can_lead(image, b, topic.topic_id, index));
         match (record, election) {
             (Some(r), _) => {
                 if let ElectionOutcome::Unclean(b) = outcome {
@@ -1227,7 +1304,7 @@ impl Controller {
                 change.reassign(target)
             }
         };
-        let (record, _) = change.build(|b| image.is_active(b));
+        let (record, _) = change.build(|b| self.can_lead(image, b, topic.topic_id, index));
         if let Some(r) = record {
             records.push(r);
             touched.insert((topic.topic_id, index));

@@ -57,7 +57,12 @@ pub struct BrokerLifecycle {
     state: watch::Sender<Option<Registration>>,
     shutting_down: AtomicBool,
     wake: tokio::sync::Notify,
+    /// This broker's replicas on failed log dirs (topic id, partition), for every heartbeat.
+    offline_source: std::sync::OnceLock<OfflineReplicas>,
 }
+
+/// Lists the broker's replicas on failed log dirs (topic id bytes, partition).
+pub type OfflineReplicas = Box<dyn Fn() -> Vec<([u8; 16], i32)> + Send + Sync>;
 
 impl BrokerLifecycle {
     pub fn new(
@@ -73,7 +78,31 @@ impl BrokerLifecycle {
             state: watch::Sender::new(None),
             shutting_down: AtomicBool::new(false),
             wake: tokio::sync::Notify::new(),
+            offline_source: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Where heartbeats learn this broker's replicas on failed log dirs (the store's offline
+    /// dirs); without it, heartbeats report none. Set once; a second source is ignored.
+    pub fn set_offline_replicas_source(&self, source: OfflineReplicas) {
+        let _ = self.offline_source.set(source);
+    }
+
+    /// Wakes the heartbeat loop at once (a log dir failed: the controller should know now).
+    pub fn heartbeat_now(&self) {
+        self.wake.notify_one();
+    }
+
+    fn offline_replicas(&self) -> Vec<(Uuid, i32)> {
+        self.offline_source
+            .get()
+            .map(|source| {
+                source()
+                    .into_iter()
+                    .map(|(id, p)| (Uuid::from_bytes(id), p))
+                    .collect()
+            })
+            .unwrap_or_default()
     }
 
     pub fn incarnation_id(&self) -> Uuid {
@@ -127,6 +156,7 @@ impl BrokerLifecycle {
                 metadata_offset: self.image.current().offset,
                 want_fence: false,
                 want_shutdown,
+                offline_replicas: self.offline_replicas(),
             };
             match self.client.request(req, self.info.request_timeout).await {
                 ControllerResponse::Heartbeat {

@@ -71,3 +71,8 @@ const _: () = assert!(DECISION_ENTRY_BYTES_TARGET < DECISION_BYTES_MAX);
 const _: () = assert!(2 * DECISION_BYTES_MAX <= millrace_quorum::limits::SNAPSHOT_BYTES_MAX);
 const _: () = assert!(REGISTRATION_RETRY_MS_MIN <= REGISTRATION_RETRY_MS_MAX);
 const _: () = assert!(ISR_CHANGES_PER_REQUEST_MAX <= RECORDS_PER_USER_OP_MAX);
+
+/// Replicas: most offline replicas one BrokerHeartbeat may report (a broker's replicas on failed
+/// log dirs). Bounds the controller's soft state per broker; a heartbeat naming more is refused
+/// (INVALID_REQUEST). Enforced by `Controller::heartbeat`.
+pub const OFFLINE_REPLICAS_PER_HEARTBEAT_MAX: usize = 1_000_000;

@@ -45,6 +45,12 @@ pub enum ControllerRequest {
         want_fence: bool,
         /// Controlled shutdown: move my leaderships away, then tell me to stop.
         want_shutdown: bool,
+        /// This broker's replicas on a log dir that failed (Kafka's `OfflineLogDirs`, KIP-858,
+        /// given by partition since the image holds no directory assignments): (topic id,
+        /// partition). Every heartbeat carries the whole set; at most
+        /// `OFFLINE_REPLICAS_PER_HEARTBEAT_MAX`.
+        #[serde(default)]
+        offline_replicas: Vec<(Uuid, i32)>,
     },
     /// \[CreateTopics\]
     CreateTopics {

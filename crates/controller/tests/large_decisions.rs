@@ -300,6 +300,7 @@ impl Harness {
             metadata_offset: self.image.current().offset,
             want_fence: false,
             want_shutdown,
+            offline_replicas: Vec::new(),
         })
         .await
     }

@@ -13,14 +13,15 @@ use bytes::Bytes;
 use kafka_protocol::messages::ApiKey;
 
 use crate::api::{
-    acls, alter_configs, alter_partition_reassignments, api_versions, client_quotas,
-    consumer_group_describe, consumer_group_heartbeat, create_partitions, create_topics,
-    delete_groups, delete_records, delete_topics, describe_cluster, describe_configs,
-    describe_groups, describe_log_dirs, describe_producers, describe_topic_partitions,
-    elect_leaders, fetch, find_coordinator, heartbeat, init_producer_id, join_group, leave_group,
-    list_config_resources, list_groups, list_offsets, list_partition_reassignments, metadata,
-    offset_commit, offset_delete, offset_fetch, offset_for_leader_epoch, produce, sasl, sync_group,
-    transactions, txn_offset_commit, user_scram_credentials, write_txn_markers,
+    acls, alter_configs, alter_partition_reassignments, alter_replica_log_dirs, api_versions,
+    client_quotas, consumer_group_describe, consumer_group_heartbeat, create_partitions,
+    create_topics, delete_groups, delete_records, delete_topics, describe_cluster,
+    describe_configs, describe_groups, describe_log_dirs, describe_producers,
+    describe_topic_partitions, elect_leaders, fetch, find_coordinator, heartbeat, init_producer_id,
+    join_group, leave_group, list_config_resources, list_groups, list_offsets,
+    list_partition_reassignments, metadata, offset_commit, offset_delete, offset_fetch,
+    offset_for_leader_epoch, produce, sasl, sync_group, transactions, txn_offset_commit,
+    user_scram_credentials, write_txn_markers,
 };
 use crate::handler::{ApiHandler, Call};
 use crate::respond::{self, Pending, RequestCharge, Route};
@@ -102,6 +103,7 @@ pub const APIS: &[ApiEntry] = &[
     api::<delete_records::DeleteRecords>(),
     api::<offset_for_leader_epoch::OffsetForLeaderEpoch>(),
     api::<describe_log_dirs::DescribeLogDirs>(),
+    api::<alter_replica_log_dirs::AlterReplicaLogDirs>(),
     api::<describe_producers::DescribeProducers>(),
     api::<transactions::AddPartitionsToTxn>(),
     api::<transactions::AddOffsetsToTxn>(),

@@ -53,6 +53,7 @@ impl Harness {
         let dir = tempfile::tempdir().expect("tempdir");
         let store = Store::open(StoreConfig {
             data_dir: dir.path().to_path_buf(),
+            extra_log_dirs: Vec::new(),
             flush_policy: millrace_store::FlushPolicy::Batch,
             flush_interval: std::time::Duration::from_millis(2),
             max_open_files: 64,

@@ -37,6 +37,7 @@ fn logs() -> Logs {
     let dir = tempfile::tempdir().expect("tempdir");
     let store = Store::open(StoreConfig {
         data_dir: dir.path().to_path_buf(),
+        extra_log_dirs: Vec::new(),
         flush_policy: millrace_store::FlushPolicy::Batch,
         flush_interval: Duration::from_millis(2),
         max_open_files: 16,

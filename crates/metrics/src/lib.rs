@@ -92,6 +92,8 @@ pub struct Metrics {
     pub log_corrupt_batches: Counter,
     pub log_repaired_batches: Counter,
     pub log_scrubbed_bytes: Counter,
+    /// Log dirs offline after an I/O error (Kafka's OfflineLogDirectoryCount).
+    pub log_offline_dirs: Gauge,
     // ----- replication -----
     pub isr_shrinks: Counter,
     pub isr_expands: Counter,
@@ -135,6 +137,7 @@ impl Default for Metrics {
             log_corrupt_batches: Counter::default(),
             log_repaired_batches: Counter::default(),
             log_scrubbed_bytes: Counter::default(),
+            log_offline_dirs: Gauge::default(),
             isr_shrinks: Counter::default(),
             isr_expands: Counter::default(),
             leader_elections: Counter::default(),
@@ -192,6 +195,7 @@ impl Metrics {
             "log_corrupt_batches" => log_corrupt_batches: "Damaged stretches of sealed segments found by the scrubber (each one batch or more; not served until repaired)";
             "log_repaired_batches" => log_repaired_batches: "Damaged stretches of sealed segments replaced with a replica's bytes";
             "log_scrubbed" [Bytes] => log_scrubbed_bytes: "Bytes of sealed segments the scrubber read and checked";
+            "log_offline_dirs" => log_offline_dirs: "Log dirs offline after an I/O error, until the broker restarts (Kafka OfflineLogDirectoryCount)";
             "isr_shrinks" => isr_shrinks: "ISR shrinks of partitions led here (Kafka IsrShrinksPerSec)";
             "isr_expands" => isr_expands: "ISR expansions of partitions led here (Kafka IsrExpandsPerSec)";
             "leader_elections" => leader_elections: "Leaderships this broker took up";

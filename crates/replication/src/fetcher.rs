@@ -105,8 +105,11 @@ async fn run(
             .into_iter()
             .map(|h| ((h.topic_id, h.tp.partition), h))
             .collect();
+        // A replica on an offline log dir is not fetched for (Kafka stops its fetcher): it can
+        // store nothing until the broker restarts.
         let followed: Vec<Followed<PartitionKey>> = hosted
             .iter()
+            .filter(|(_, h)| !h.log.is_offline())
             .filter_map(|(key, h)| {
                 let position = manager.lock_partition(h).partition.fetch_position()?;
                 Some(Followed {

@@ -208,6 +208,11 @@ const ISR_CHECK_INTERVAL: Duration = Duration::from_millis(250);
 const ALTER_PARTITION_TIMEOUT: Duration = Duration::from_secs(10);
 
 impl ReplicaManager {
+    /// The store the replicas live in (log-dir APIs: DescribeLogDirs, AlterReplicaLogDirs).
+    pub fn store(&self) -> &Arc<Store> {
+        &self.store
+    }
+
     pub fn new(
         config: ReplicaManagerConfig,
         store: Arc<Store>,
@@ -256,11 +261,6 @@ impl ReplicaManager {
                 (!ranges.is_empty()).then_some((tp, ranges))
             })
             .collect()
-    }
-
-    /// The store the hosted replicas live in.
-    pub(crate) fn store(&self) -> &Arc<Store> {
-        &self.store
     }
 
     pub fn node_id(&self) -> i32 {

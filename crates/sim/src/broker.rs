@@ -12,6 +12,10 @@
 //!   answers through `apply_answer`, and the leader's side of a follower fetch;
 //! - `clients.rs`: produces, metadata requests, replies.
 //!
+//! A failed log dir (`faults.rs`) puts some of a broker's replicas in `offline`: they refuse
+//! produces, fetch nothing and apply no fetch answer, and the heartbeat reports them, until the
+//! broker restarts (the dir is rescanned then; its data is intact).
+//!
 //! The logs live on the broker's "disk": they survive a crash through [`SimLog`]'s crash model,
 //! while everything else (the replica state machines, registrations, fetch state) is rebuilt.
 
@@ -131,6 +135,9 @@ pub(crate) struct Broker {
     heartbeat_generation: u64,
     /// A restart is scheduled (the broker is down on purpose).
     pub restart_scheduled: bool,
+    /// Partitions whose replica is on a log dir that failed in this incarnation: no produce, no
+    /// fetching, reported in every heartbeat; the dir comes back at the next start.
+    pub offline: std::collections::BTreeSet<i32>,
 }
 
 impl Broker {
@@ -156,6 +163,7 @@ impl Broker {
             metadata_scheduled: false,
             heartbeat_generation: 0,
             restart_scheduled: false,
+            offline: std::collections::BTreeSet::new(),
         }
     }
 

@@ -31,6 +31,11 @@ pub(crate) enum Fault {
         partition: i32,
         chain: u32,
     },
+    /// The operator replaced the failed disk of that incarnation of the broker: a restart.
+    DiskReplaced {
+        broker: i32,
+        incarnation: u64,
+    },
 }
 
 impl World {
@@ -74,6 +79,19 @@ impl World {
                 }
             }
             Fault::Resume { broker } => self.resume(broker),
+            Fault::DiskReplaced {
+                broker,
+                incarnation,
+            } => {
+                let same = self
+                    .brokers
+                    .get(&broker)
+                    .is_some_and(|b| b.alive && b.incarnation == incarnation);
+                if same {
+                    self.trace(|| format!("fault: broker {broker} restarts on its replaced disk"));
+                    self.crash(broker, false);
+                }
+            }
             Fault::Heal { cut } => {
                 self.net.heal(cut);
                 self.trace(|| format!("net: cut {cut} healed"));
@@ -240,13 +258,57 @@ impl World {
                     format!("fault: delete records of p{p} below {new_start} on leader {leader}")
                 });
             }
-            // Preferred-leader election (85..=89).
+            // A log dir fails: one or two replicas of a broker go offline until it restarts.
+            85..=86 => self.fail_log_dir(&running),
+            // Preferred-leader election (87..=89).
             _ => {
                 self.stats.preferred_elections += 1;
                 self.trace(|| "fault: preferred leader election".to_string());
                 self.admin_preferred_election();
             }
         }
+    }
+
+    /// Some replicas of a running broker land on a failed log dir: they take no writes and leave
+    /// the ISR (the controller's rule, driven by the heartbeat) until the broker restarts, which
+    /// an operator does after a while (`DiskReplaced`).
+    fn fail_log_dir(&mut self, running: &[i32]) {
+        if !self.may_impair() {
+            return;
+        }
+        let Some(id) = self.rng.pick(running) else {
+            return;
+        };
+        let hosted: Vec<i32> = self
+            .brokers
+            .get(&id)
+            .map(|b| b.hosted.keys().copied().collect())
+            .unwrap_or_default();
+        let mut failed = Vec::new();
+        for _ in 0..self.rng.range(1, 2) {
+            if let Some(p) = self.rng.pick(&hosted) {
+                failed.push(p);
+            }
+        }
+        let Some(b) = self.brokers.get_mut(&id) else {
+            return;
+        };
+        if failed.is_empty() {
+            return;
+        }
+        b.offline.extend(failed.iter().copied());
+        let incarnation = b.incarnation;
+        self.stats.dir_failures += 1;
+        self.trace(|| format!("fault: a log dir of broker {id} fails: p{failed:?} offline"));
+        self.schedule_heartbeat(id, 0);
+        let replaced = self.rng.range(1_000, 8_000);
+        self.after(
+            replaced,
+            Ev::Fault(Fault::DiskReplaced {
+                broker: id,
+                incarnation,
+            }),
+        );
     }
 
     fn partition_network(&mut self) {
@@ -325,6 +387,17 @@ impl World {
         self.net.heal_all();
         self.stop_producers();
         let ids: Vec<i32> = self.brokers.keys().copied().collect();
+        // A failed log dir is replaced: its broker restarts (after resuming, if paused).
+        for &id in &ids {
+            let failed_dir = self
+                .brokers
+                .get(&id)
+                .is_some_and(|b| b.alive && !b.offline.is_empty());
+            if failed_dir {
+                self.resume(id);
+                self.stop_broker(id, Some(false));
+            }
+        }
         for id in ids {
             let (alive, paused) = match self.brokers.get(&id) {
                 Some(b) => (b.alive, b.paused),

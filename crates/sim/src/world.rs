@@ -119,6 +119,8 @@ pub struct Stats {
     pub leader_kills: u64,
     pub controlled_shutdowns: u64,
     pub preferred_elections: u64,
+    /// Log dirs failed (some replicas of a broker offline until it restarts).
+    pub dir_failures: u64,
     pub deletions: u64,
     pub metadata_entries: u64,
     /// Decisions committed as a metadata transaction of several entries.
@@ -149,6 +151,7 @@ impl Stats {
             + self.leader_kills
             + self.controlled_shutdowns
             + self.preferred_elections
+            + self.dir_failures
             + self.deletions
     }
 
@@ -166,6 +169,7 @@ impl Stats {
         self.leader_kills += o.leader_kills;
         self.controlled_shutdowns += o.controlled_shutdowns;
         self.preferred_elections += o.preferred_elections;
+        self.dir_failures += o.dir_failures;
         self.deletions += o.deletions;
         self.metadata_entries += o.metadata_entries;
         self.metadata_transactions += o.metadata_transactions;
@@ -191,7 +195,7 @@ impl fmt::Display for Stats {
             "{} steps, {} s simulated, {} faults ({} crashes of which {} power losses losing {} \
              unsynced records, {} pauses of which {} past the session timeout, {} partitions, {} \
              controller failovers losing {} proposals, {} leader kills, {} controlled shutdowns, {} \
-             preferred elections, {} record deletions), {} metadata entries ({} transactions, {} \
+             preferred elections, {} log dir failures, {} record deletions), {} metadata entries ({} transactions, {} \
              cut by a failover, {} aborted), {} AlterPartitions answered with an internal error, \
              {} leader changes, {} \
              divergence truncations, {} out-of-range log restarts, {} produce requests ({} \
@@ -211,6 +215,7 @@ impl fmt::Display for Stats {
             self.leader_kills,
             self.controlled_shutdowns,
             self.preferred_elections,
+            self.dir_failures,
             self.deletions,
             self.metadata_entries,
             self.metadata_transactions,

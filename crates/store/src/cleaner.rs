@@ -433,7 +433,7 @@ fn clean_segment(
     let Some((file, size)) = log.sealed_segment_file(base)? else {
         return Ok(0);
     };
-    let log_path = segment::segment_path(log.dir(), base, LOG_SUFFIX);
+    let log_path = segment::segment_path(&log.dir(), base, LOG_SUFFIX);
     let cleaned_path = with_suffix(&log_path, ".cleaned");
     let out_file = storage
         .open(&cleaned_path, true)
@@ -508,7 +508,7 @@ fn clean_segment(
     // Swap under the log's lock, which re-checks that nothing replaced or removed the segment
     // meanwhile. The rename to `.swap` is the commit point (see the module comment).
     let cleaned = std::mem::replace(&mut out.segment, Segment::new_empty(base, &config, now_ms));
-    let dir = log.dir().to_path_buf();
+    let dir = log.dir();
     let swapped = log.replace_sealed_segment(base, size, pass.generation, cleaned, |storage| {
         segment::swap_into_place(storage, &dir, base, &cleaned_path)
             .map_err(|e| io(format!("swap {} into place", cleaned_path.display()), e))

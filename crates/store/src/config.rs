@@ -265,8 +265,10 @@ impl LogConfig {
 /// Store-wide settings.
 #[derive(Clone, Debug)]
 pub struct StoreConfig {
-    /// Directory holding one sub-directory per partition.
+    /// The first log dir (`log.dirs`' first entry): one sub-directory per partition placed here.
     pub data_dir: PathBuf,
+    /// The further log dirs (`log.dirs` after its first entry), in order; empty for one dir.
+    pub extra_log_dirs: Vec<PathBuf>,
     /// `log.flush.policy`, default `Batch`.
     pub flush_policy: FlushPolicy,
     /// Group-commit period for `Batch` (default 2 ms).
@@ -285,12 +287,32 @@ impl StoreConfig {
             ..StoreConfig::default()
         }
     }
+
+    /// Defaults with several log dirs (`log.dirs`, in order; at least one). Empty: `new(".")`'s
+    /// default dir.
+    pub fn with_log_dirs(dirs: impl IntoIterator<Item = PathBuf>) -> StoreConfig {
+        let mut dirs = dirs.into_iter();
+        let mut config = StoreConfig::default();
+        if let Some(first) = dirs.next() {
+            config.data_dir = first;
+        }
+        config.extra_log_dirs = dirs.collect();
+        config
+    }
+
+    /// Every log dir, the first (`data_dir`) first.
+    pub fn log_dirs(&self) -> Vec<PathBuf> {
+        std::iter::once(self.data_dir.clone())
+            .chain(self.extra_log_dirs.iter().cloned())
+            .collect()
+    }
 }
 
 impl Default for StoreConfig {
     fn default() -> Self {
         StoreConfig {
             data_dir: PathBuf::from("./data"),
+            extra_log_dirs: Vec::new(),
             flush_policy: FlushPolicy::Batch,
             flush_interval: Duration::from_millis(2),
             max_open_files: 1024,

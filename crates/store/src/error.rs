@@ -35,6 +35,17 @@ pub enum StoreError {
         min_free: u64,
     },
     /// The store was shut down.
+    /// The same partition is live in two log dirs: the store refuses to open (as Kafka refuses
+    /// to start) rather than guess which copy is current.
+    #[error("partition {partition} found in two log dirs: {first} and {second}")]
+    DuplicateLog {
+        /// The partition.
+        partition: TopicPartition,
+        /// Its directory in one dir.
+        first: String,
+        /// Its directory in another.
+        second: String,
+    },
     #[error("store is shut down")]
     ShutDown,
     /// A file on disk failed validation and could not be repaired.

@@ -14,17 +14,21 @@
 //! (the one owner of a partition's state) → `recovery`, `retention`, `cleaner` (which call
 //! methods on the log) → `Store` (this file). `testing` holds batch fixtures for tests.
 //!
-//! Invariants: one directory `<topic>-<partition>` per partition under `data_dir`, holding its
-//! topic id (`partition.metadata`); every file mutation goes through `storage::Storage`; the
-//! clean-shutdown marker exists only between a successful `shutdown` and the next `open`; a data
-//! dir that saw an I/O error of unknown outcome goes offline (appends fail with
-//! `StoreError::Offline`) instead of panicking; the store deletes a partition directory only when
-//! asked to (`delete_partition`); `set_aside_partition` renames, never deletes.
+//! Invariants: one directory `<topic>-<partition>` per partition in exactly one of the log dirs
+//! (`data_dir` and `extra_log_dirs`, see `log_dirs`), holding its topic id
+//! (`partition.metadata`); every file mutation goes through `storage::Storage`; a dir's
+//! clean-shutdown marker exists only between a successful `shutdown` and the next `open`; a log
+//! dir that saw an I/O error of unknown outcome goes offline (appends to its partitions fail with
+//! `StoreError::Offline`) instead of panicking, and the other dirs go on; the store deletes a
+//! partition directory only when asked to (`delete_partition`) or once a replica move copied it
+//! elsewhere (`replica_move`); `set_aside_partition` renames, never deletes.
 //!
 //! Locking: a `RwLock` around the partition map (held briefly); one mutex per partition
 //! (`log/`); the flusher queue's own mutex (`flusher.rs`); the file cache's mutex
-//! (`file_cache.rs`); the offline state and checkpoint table in `shared.rs`. Lock order:
-//! partition map → partition → file cache → shared's locks; the flusher queue is a leaf.
+//! (`file_cache.rs`); each log dir's offline state and checkpoint table in `shared.rs`; the
+//! replica moves' table (`replica_move.rs`). Lock order: maintenance → partition map →
+//! partition → file cache → shared's locks, and moves' table → partition map / a log's location;
+//! the flusher queue is a leaf.
 
 pub mod batch;
 pub mod batch_walk;
@@ -42,11 +46,13 @@ mod index;
 mod leader_epoch;
 pub mod limits;
 mod log;
+mod log_dirs;
 mod partition_dir;
 mod producer_state;
 pub mod reader;
 pub mod records;
 mod recovery;
+mod replica_move;
 mod retention;
 mod scrub;
 mod segment;
@@ -79,15 +85,15 @@ pub use partition_dir::{
     inspect_partition_dir, partition_dirs, PartitionDirInfo, TopicId, ORPHANED_SUFFIX,
 };
 pub use producer_state::{AbortedTxn, BatchMetadata, ProducerStateEntry};
+pub use replica_move::{LogDirInfo, MoveError};
 pub use scrub::ScrubSettings;
-pub use shared::DurableListener;
+pub use shared::{DurableListener, OfflineListener};
 pub use watchers::Watchers;
 
-use checkpoint::{CLEAN_SHUTDOWN_FILE, HIGH_WATERMARK_FILE, LOG_START_FILE, RECOVERY_POINT_FILE};
+use checkpoint::CLEAN_SHUTDOWN_FILE;
 use limits::{SHUTDOWN_THREADS, SYNCFS_ROUND_PARTITIONS_MIN};
 use partition_dir::DELETE_SUFFIX;
-use recovery::PartitionCheckpoints;
-use shared::StoreShared;
+use shared::{LogDir, StoreShared};
 use storage::{OsStorage, Storage};
 
 /// What one `run_maintenance` tick did.
@@ -105,7 +111,7 @@ pub struct MaintenanceReport {
     pub no_space_errors: usize,
 }
 
-/// The store: all partition logs of one data dir. `Send + Sync`, used as `Arc<Store>`.
+/// The store: all partition logs of every log dir. `Send + Sync`, used as `Arc<Store>`.
 pub struct Store {
     shared: Arc<StoreShared>,
     partitions: RwLock<HashMap<TopicPartition, Arc<PartitionLog>>>,
@@ -116,10 +122,12 @@ pub struct Store {
     /// once per handle, so the flusher's grouped rounds keep their own and each sees every error.
     create_sync_all: Option<flusher::SyncAll>,
     maintenance: Mutex<cleaner::CleanerState>,
-    /// The clean-shutdown marker was there when the store opened.
+    /// The clean-shutdown marker was there when the store opened, in every log dir.
     opened_clean: bool,
     /// The scrubber thread and its stop flag, once started (`start_scrubber`).
     scrubber: Mutex<Option<(Arc<AtomicBool>, std::thread::JoinHandle<()>)>>,
+    /// Replica moves between log dirs in progress (`AlterReplicaLogDirs`).
+    moves: replica_move::Moves,
 }
 
 fn unix_nanos() -> u128 {
@@ -130,71 +138,44 @@ fn unix_nanos() -> u128 {
 }
 
 impl Store {
-    /// Opens (creating if needed) the data dir; see `API.md`.
+    /// Opens (creating if needed) every log dir; see `API.md`.
     pub fn open(config: StoreConfig) -> Result<Arc<Store>, StoreError> {
         Store::open_with_storage(config, Arc::new(OsStorage))
     }
 
     /// Like `open`, with every file mutation going through `storage` (crash-injection tests).
+    ///
+    /// Each log dir is scanned on its own (`log_dirs::scan`): a dir that cannot be created or
+    /// listed starts offline (its partitions are not served) unless every dir fails, which fails
+    /// the open. A partition found live in two dirs fails the open, as Kafka refuses to start.
     pub fn open_with_storage(
         config: StoreConfig,
         storage: Arc<dyn Storage>,
     ) -> Result<Arc<Store>, StoreError> {
-        let data_dir = config.data_dir.clone();
-        storage
-            .create_dir_all(&data_dir)
-            .map_err(|e| StoreError::io(format!("create {}", data_dir.display()), e))?;
-        let marker = data_dir.join(CLEAN_SHUTDOWN_FILE);
-        let clean = marker.exists();
         let shared = Arc::new(StoreShared::new(config, storage));
-        let recovery_points = shared.read_offset_checkpoint(RECOVERY_POINT_FILE);
-        let log_starts = shared.read_offset_checkpoint(LOG_START_FILE);
-        let high_watermarks = shared.read_offset_checkpoint(HIGH_WATERMARK_FILE);
-        let entries = std::fs::read_dir(&data_dir)
-            .map_err(|e| StoreError::io(format!("list {}", data_dir.display()), e))?;
-        for entry in entries {
-            let entry =
-                entry.map_err(|e| StoreError::io(format!("list {}", data_dir.display()), e))?;
-            let path = entry.path();
-            let is_doomed = entry
-                .file_name()
-                .to_str()
-                .is_some_and(|n| n.ends_with(DELETE_SUFFIX));
-            if is_doomed && path.is_dir() {
-                shared
-                    .storage
-                    .remove_dir_all(&path)
-                    .map_err(|e| StoreError::io(format!("remove {}", path.display()), e))?;
-            }
-        }
-        let dirs = partition_dirs(&data_dir)
-            .map_err(|e| StoreError::io(format!("list {}", data_dir.display()), e))?;
+        let scanned = log_dirs::scan(&shared)?;
+        let clean = scanned.clean;
         let mut partitions = HashMap::new();
-        for (tp, dir) in dirs {
-            let ckpt = PartitionCheckpoints {
-                recovery_point: recovery_points.get(&tp).copied(),
-                log_start_offset: log_starts.get(&tp).copied(),
-                high_watermark: high_watermarks.get(&tp).copied(),
-            };
-            let log = recovery::load_partition(&shared, tp.clone(), &dir, ckpt, clean)?;
-            partitions.insert(tp, log);
+        for (log_dir, found) in scanned.partitions {
+            let log = recovery::load_partition(
+                &shared,
+                &log_dir,
+                found.tp.clone(),
+                &found.dir,
+                found.checkpoints,
+                found.clean,
+            )?;
+            partitions.insert(found.tp, log);
         }
-        if clean {
-            shared
-                .storage
-                .remove_file(&marker)
-                .map_err(|e| StoreError::io(format!("remove {}", marker.display()), e))?;
-            shared
-                .storage
-                .sync_dir(&data_dir)
-                .map_err(|e| StoreError::io(format!("fsync {}", data_dir.display()), e))?;
-        }
+        log_dirs::remove_clean_markers(&shared, &scanned.markers)?;
         let queue = Arc::clone(&shared.flusher);
         let interval = shared.config.flush_interval;
         // Grouped rounds sync through one handle on the data directory, opened before the
-        // store writes anything more, so that it sees every later writeback error.
+        // store writes anything more, so that it sees every later writeback error. One `syncfs`
+        // covers one file system: with several log dirs every round syncs file by file.
+        let data_dir = shared.config.data_dir.clone();
         let sync_all = || -> Result<Option<flusher::SyncAll>, StoreError> {
-            if !shared.storage.sync_filesystem_reports_errors() {
+            if !shared.storage.sync_filesystem_reports_errors() || shared.dirs.len() != 1 {
                 return Ok(None);
             }
             let storage = Arc::clone(&shared.storage);
@@ -217,17 +198,14 @@ impl Store {
             maintenance: Mutex::new(cleaner::CleanerState::default()),
             opened_clean: clean,
             scrubber: Mutex::new(None),
+            moves: replica_move::Moves::default(),
         }))
     }
 
-    /// Whether the previous run of this data dir ended with a clean shutdown (the marker was
+    /// Whether the previous run of every log dir ended with a clean shutdown (the marker was
     /// there when the store opened): recovery was skipped, nothing unflushed could be lost.
     pub fn opened_after_clean_shutdown(&self) -> bool {
         self.opened_clean
-    }
-
-    fn partition_dir(&self, tp: &TopicPartition) -> PathBuf {
-        self.shared.data_dir().join(tp.to_string())
     }
 
     /// Creates an empty partition of the topic `topic_id` (recorded in its directory as
@@ -238,10 +216,11 @@ impl Store {
         config: LogConfig,
         topic_id: TopicId,
     ) -> Result<Arc<PartitionLog>, StoreError> {
-        self.shared.check_writable()?;
+        self.shared.check_running()?;
         let _guard = self.create_lock.lock();
-        self.write_new_partition(tp, &config, topic_id, true)?;
-        Ok(self.insert_new_partition(tp, config, topic_id))
+        let log_dir = self.place_new_partition()?;
+        self.write_new_partition(&log_dir, tp, &config, topic_id, true)?;
+        Ok(self.insert_new_partition(log_dir, tp, config, topic_id))
     }
 
     /// Creates many empty partitions, as `create_partition` each, with one answer per request in
@@ -266,14 +245,26 @@ impl Store {
         };
         let _guard = self.create_lock.lock();
         let mut named = std::collections::HashSet::new();
+        // Grouped creation happens only with one log dir (see `open`): every partition goes there.
+        let log_dir = match self.place_new_partition() {
+            Ok(d) => d,
+            Err(e) => {
+                let reason = e.to_string();
+                return batch
+                    .iter()
+                    .map(|_| Err(StoreError::Offline(reason.clone())))
+                    .collect();
+            }
+        };
         let written: Vec<Result<(), StoreError>> = batch
             .iter()
             .map(|(tp, config, id)| {
-                self.shared.check_writable()?;
+                self.shared.check_running()?;
+                log_dir.check_online()?;
                 if !named.insert(tp) {
                     return Err(StoreError::AlreadyExists(tp.clone()));
                 }
-                self.write_new_partition(tp, config, *id, false)
+                self.write_new_partition(&log_dir, tp, config, *id, false)
             })
             .collect();
         if written.iter().all(Result::is_err) {
@@ -288,8 +279,8 @@ impl Store {
             // The error may be any file's on this file system, another partition's unflushed
             // appends among them, and this handle will not report it again: as a grouped
             // flush round does, take the store offline.
-            let reason = format!("syncfs {}: {e}", self.shared.data_dir().display());
-            self.shared.mark_offline(reason.clone());
+            let reason = format!("syncfs {}: {e}", log_dir.path().display());
+            log_dir.mark_offline(reason.clone());
             return batch
                 .iter()
                 .map(|_| Err(StoreError::Offline(reason.clone())))
@@ -299,7 +290,7 @@ impl Store {
             .into_iter()
             .zip(written)
             .map(|((tp, config, id), written)| {
-                written.map(|()| self.insert_new_partition(&tp, config, id))
+                written.map(|()| self.insert_new_partition(Arc::clone(&log_dir), &tp, config, id))
             })
             .collect()
     }
@@ -309,6 +300,7 @@ impl Store {
     /// Called under `create_lock`.
     fn write_new_partition(
         &self,
+        log_dir: &LogDir,
         tp: &TopicPartition,
         config: &LogConfig,
         topic_id: TopicId,
@@ -327,7 +319,7 @@ impl Store {
             )));
         }
         let storage = &*self.shared.storage;
-        let dir = self.partition_dir(tp);
+        let dir = log_dir.path().join(tp.to_string());
         let io = |what: &str, e| StoreError::io(format!("{what} {}", dir.display()), e);
         // A directory left by a crashed create (never loaded, so never acknowledged anything):
         // start afresh.
@@ -351,7 +343,7 @@ impl Store {
         if sync {
             storage.sync_dir(&dir).map_err(|e| io("fsync", e))?;
             storage
-                .sync_dir(self.shared.data_dir())
+                .sync_dir(log_dir.path())
                 .map_err(|e| io("fsync parent of", e))?;
         }
         Ok(())
@@ -360,12 +352,20 @@ impl Store {
     /// The log of a partition `write_new_partition` wrote (and something synced), now served.
     fn insert_new_partition(
         &self,
+        log_dir: Arc<LogDir>,
         tp: &TopicPartition,
         config: LogConfig,
         topic_id: TopicId,
     ) -> Arc<PartitionLog> {
-        let dir = self.partition_dir(tp);
-        let log = PartitionLog::create(Arc::clone(&self.shared), tp.clone(), dir, config, topic_id);
+        let dir = log_dir.path().join(tp.to_string());
+        let location = log::Location { dir, log_dir };
+        let log = PartitionLog::create(
+            Arc::clone(&self.shared),
+            tp.clone(),
+            location,
+            config,
+            topic_id,
+        );
         self.partitions.write().insert(tp.clone(), Arc::clone(&log));
         log
     }
@@ -373,20 +373,29 @@ impl Store {
     /// Takes a partition out of the store and renames its directory to `<dir><suffix>`, fsyncing
     /// the data dir. Returns the new path.
     fn remove_from_store(&self, tp: &TopicPartition, suffix: &str) -> Result<PathBuf, StoreError> {
-        self.shared.check_writable()?;
+        self.shared.check_running()?;
+        let location = match self.partitions.read().get(tp) {
+            Some(log) => log.location(),
+            None => return Err(StoreError::UnknownPartition(tp.clone())),
+        };
+        location.log_dir.check_online()?;
+        // A move in progress of this partition stops (its copy is dropped) before the rename.
+        self.moves.cancel_and_wait(tp);
         let Some(log) = self.partitions.write().remove(tp) else {
             return Err(StoreError::UnknownPartition(tp.clone()));
         };
         log.mark_deleted();
-        let dir = self.partition_dir(tp);
-        let target = self.shared.data_dir().join(format!("{tp}{suffix}"));
+        let location = log.location();
+        let dir = location.dir;
+        let parent = location.log_dir.path();
+        let target = parent.join(format!("{tp}{suffix}"));
         let storage = &*self.shared.storage;
         storage
             .rename(&dir, &target)
             .map_err(|e| StoreError::io(format!("rename {}", dir.display()), e))?;
-        storage.sync_dir(self.shared.data_dir()).map_err(|e| {
-            StoreError::io(format!("fsync {}", self.shared.data_dir().display()), e)
-        })?;
+        storage
+            .sync_dir(parent)
+            .map_err(|e| StoreError::io(format!("fsync {}", parent.display()), e))?;
         self.shared.cache.invalidate_dir(&dir);
         Ok(target)
     }
@@ -488,16 +497,55 @@ impl Store {
     }
 
     /// Whether the data dir is offline, and why.
+
+    /// Calls `listener` when a log dir goes offline (once per dir), from the thread that saw the
+    /// error, possibly under a partition lock: it must return at once and not call the store (the
+    /// broker wakes its heartbeat, which then asks `offline_partitions`).
+    pub fn set_offline_listener(&self, listener: OfflineListener) {
+        if let Some(dir) = self.shared.dirs.first() {
+            dir.set_offline_listener(listener);
+        }
+    }
+
+    /// Why the store cannot write at all: every log dir is offline (the reasons joined). With
+    /// one log dir, whether it is offline. See `offline_log_dirs` for each dir.
     pub fn offline_reason(&self) -> Option<String> {
-        self.shared.offline_reason()
+        let reasons: Vec<String> = self
+            .shared
+            .dirs
+            .iter()
+            .map(|d| d.offline_reason())
+            .collect::<Option<Vec<String>>>()?;
+        Some(reasons.join("; "))
+    }
+
+    /// The offline log dirs and why each went offline, in `log.dirs` order.
+    pub fn offline_log_dirs(&self) -> Vec<(PathBuf, String)> {
+        self.shared
+            .dirs
+            .iter()
+            .filter_map(|d| Some((d.path().to_path_buf(), d.offline_reason()?)))
+            .collect()
     }
 
     /// One bounded tick of background work: retention, compaction, segment.ms rolls, flush.ms,
     /// offset checkpoints.
+    ///
+    /// Partitions of an offline log dir are skipped; a dir whose checkpoints cannot be written goes
+    /// offline (the other dirs keep going). `Offline` only when every dir is.
     pub fn run_maintenance(&self, now_ms: i64) -> Result<MaintenanceReport, StoreError> {
-        self.shared.check_writable()?;
+        self.shared.check_running()?;
+        if let Some(reason) = self.offline_reason() {
+            return Err(StoreError::Offline(reason));
+        }
         let mut cleaner = self.maintenance.lock();
-        let logs: Vec<Arc<PartitionLog>> = self.partitions.read().values().cloned().collect();
+        let logs: Vec<Arc<PartitionLog>> = self
+            .partitions
+            .read()
+            .values()
+            .filter(|log| !log.log_dir().is_offline())
+            .cloned()
+            .collect();
         let mut report = MaintenanceReport::default();
         for log in &logs {
             let result = (|| -> Result<(), StoreError> {
@@ -516,6 +564,8 @@ impl Store {
                 // Deleted during this tick: its files are gone, nothing to maintain.
                 Err(_) if log.is_deleted() => {}
                 Err(e) if e.is_no_space() => report.no_space_errors += 1,
+                // Its log dir went offline meanwhile: the other dirs' partitions go on.
+                Err(StoreError::Offline(_)) => {}
                 other => other?,
             }
         }
@@ -527,16 +577,12 @@ impl Store {
             Err(e) if e.is_no_space() => report.no_space_errors += 1,
             Err(e) => return Err(e),
         }
-        match self.shared.write_offset_checkpoints() {
-            // Retried at the next tick (the table forgets what it last wrote on failure).
-            Err(e) if e.is_no_space() => report.no_space_errors += 1,
-            other => other?,
-        }
+        // Retried at the next tick (the table forgets what it last wrote on failure).
+        report.no_space_errors += log_dirs::write_all_checkpoints(&self.shared);
         if report.no_space_errors > 0 {
             tracing::warn!(
-                data_dir = %self.shared.data_dir().display(),
                 errors = report.no_space_errors,
-                "maintenance found the disk full; what it could not write is retried next tick"
+                "maintenance found a log dir full; what it could not write is retried next tick"
             );
         }
         Ok(report)
@@ -550,23 +596,37 @@ impl Store {
         }
         self.stop_scrubber();
         // Let a running maintenance tick (retention, a cleaner swap) finish first.
+        // Stop replica moves (their copies are dropped at the next open), then let a running
+        // maintenance tick (retention, a cleaner swap) finish.
+        self.moves.cancel_all_and_wait();
         let _maintenance = self.maintenance.lock();
         self.stop_flusher();
-        if let Some(reason) = self.offline_reason() {
-            return Err(StoreError::Offline(reason));
-        }
-        let logs: Vec<Arc<PartitionLog>> = self.partitions.read().values().cloned().collect();
+        let all: Vec<Arc<PartitionLog>> = self.partitions.read().values().cloned().collect();
+        // An offline dir gets no marker (its next open recovers it); the others close cleanly.
+        let logs: Vec<Arc<PartitionLog>> = all
+            .iter()
+            .filter(|log| !log.log_dir().is_offline())
+            .cloned()
+            .collect();
         close_all(&logs)?;
         // Every partition's files are durable now (`close_all` returned only after each
         // `close` did): the checkpoints and the marker may vouch for them.
-        self.shared.write_offset_checkpoints()?;
-        let marker = self.shared.data_dir().join(CLEAN_SHUTDOWN_FILE);
-        checkpoint::write_atomic(&*self.shared.storage, &marker, b"")
-            .map_err(|e| StoreError::io(format!("write {}", marker.display()), e))?;
-        for log in &logs {
+        for log_dir in &self.shared.dirs {
+            if log_dir.is_offline() {
+                continue;
+            }
+            log_dir.write_offset_checkpoints()?;
+            let marker = log_dir.path().join(CLEAN_SHUTDOWN_FILE);
+            checkpoint::write_atomic(&*self.shared.storage, &marker, b"")
+                .map_err(|e| StoreError::io(format!("write {}", marker.display()), e))?;
+        }
+        for log in &all {
             log.fail_waiters(log::Failure::ShutDown);
         }
-        Ok(())
+        match self.offline_log_dirs().into_iter().next() {
+            Some((dir, reason)) => Err(StoreError::Offline(format!("{}: {reason}", dir.display()))),
+            None => Ok(()),
+        }
     }
 
     fn stop_flusher(&self) {

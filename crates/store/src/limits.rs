@@ -125,18 +125,25 @@ const _: () = assert!(SHUTDOWN_THREADS >= 1);
 /// those records, so the rest are counted in the message instead.
 pub const RECORD_ERRORS_MAX: usize = 1000;
 
-/// Bytes: a segment repair copies the undamaged parts of the segment in chunks of this size.
-pub const REPAIR_COPY_CHUNK_BYTES: usize = 1024 * 1024;
-
 /// Milliseconds: the scrubber thread looks for requested scans, a due pass and its stop flag
 /// at least this often (and sleeps for its rate limit in steps of at most this).
 pub const SCRUB_POLL_MS: u64 = 100;
 
 /// Milliseconds: the scrubber's rate limit is measured over windows of this length.
 pub const SCRUB_RATE_WINDOW_MS: u64 = 1_000;
+
 /// Milliseconds: how long one `statvfs` reading of a log dir's free space serves the produce
 /// path's low-water-mark check (`free_space`).
 pub const FREE_SPACE_CACHE_MS: u64 = 100;
 
 /// Directories whose free-space reading is cached at once (the cache is cleared beyond it).
 pub const FREE_SPACE_CACHE_DIRS_MAX: usize = 4096;
+
+/// Bytes: the buffer of one read/write step when a replica move copies a file between log dirs
+/// (`log/relocate.rs`), and when a repair rewrites a segment around its damaged batches
+/// (`log/damage.rs`). Bounds their memory; 1 MiB keeps the syscall count low.
+pub const COPY_CHUNK_BYTES: usize = 1024 * 1024;
+
+/// Attempts of a replica move whose log was truncated under its lock-free copy before it gives
+/// up (`replica_move`); each attempt copies the sealed segments again.
+pub const MOVE_COPY_ATTEMPTS: usize = 3;

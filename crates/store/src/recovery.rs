@@ -24,7 +24,7 @@ use crate::leader_epoch::LeaderEpochCache;
 use crate::log::{list_snapshots, now_ms, snapshot_path, LoadedLog, PartitionLog};
 use crate::partition_dir;
 use crate::segment::{self, Segment, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX};
-use crate::shared::StoreShared;
+use crate::shared::{LogDir, StoreShared};
 
 /// What the data-dir checkpoints say about one partition.
 #[derive(Debug, Clone, Copy, Default)]
@@ -235,6 +235,7 @@ fn rewrite_recovered_indexes(
 /// Loads (and if needed recovers) the partition in `dir`.
 pub(crate) fn load_partition(
     shared: &Arc<StoreShared>,
+    log_dir: &Arc<LogDir>,
     tp: TopicPartition,
     dir: &Path,
     ckpt: PartitionCheckpoints,
@@ -433,6 +434,7 @@ pub(crate) fn load_partition(
     let cleaner_point = crate::cleaner::read_cleaner_point(dir).unwrap_or(log_start_offset);
     PartitionLog::open(
         Arc::clone(shared),
+        Arc::clone(log_dir),
         LoadedLog {
             tp,
             dir: dir.to_path_buf(),

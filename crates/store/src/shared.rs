@@ -1,23 +1,27 @@
 //! What the store, every partition log and the flusher share: the store config, the `Storage`
 //! every file mutation goes through, the open-file cache, the flusher queue, the "data available"
-//! notification, whether the data dir is offline or shut down, and the table behind the three
-//! data-dir offset checkpoints.
+//! notification, whether the store is shut down, and one `LogDir` per log dir (`log.dirs`): its
+//! path, whether it is offline, and the table behind its three offset checkpoints.
 //!
-//! Where it sits: below `log` (each `PartitionLog` holds an `Arc<StoreShared>`), above the file
-//! formats. It knows no partition log: the checkpoint table holds each partition's
-//! `PartitionOffsets` (the very atomics its log updates), and waiters learn that the data dir went
-//! offline from a watch channel, so `log` → `shared` is the only direction.
+//! Where it sits: below `log` (each `PartitionLog` holds an `Arc<StoreShared>` and the
+//! `Arc<LogDir>` of the dir it lives in), above the file formats. It knows no partition log: the
+//! checkpoint table holds each partition's `PartitionOffsets` (the very atomics its log updates),
+//! and waiters learn that their log dir went offline from a watch channel, so `log` → `shared` is
+//! the only direction.
 //!
-//! Invariants: once offline, offline until the process restarts; a checkpoint written from the
-//! table never claims more than the logs' own offsets did while it was written (the log lowers its
-//! recovery point before it truncates, and raises it only after the fsyncs that justify it).
+//! Invariants: a log dir's offline state is its own (an I/O error in one dir takes only that dir's
+//! partitions offline, as Kafka's `LogDirFailureChannel` does); once offline, offline until the
+//! process restarts (a dir that comes back is rescanned by the next `Store::open`, never put back
+//! into service in place); a checkpoint written from a table never claims more than the logs' own
+//! offsets did while it was written (the log lowers its recovery point before it truncates, and
+//! raises it only after the fsyncs that justify it).
 //!
-//! Locking: the offline state and the checkpoint table each have their own lock, taken last (no
-//! other store lock is taken while holding them). The table's lock is held across the checkpoint
+//! Locking: each dir's offline state and checkpoint table have their own locks, taken last (no
+//! other store lock is taken while holding them). A table's lock is held across the checkpoint
 //! file writes so that two writers never interleave.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::Arc;
 
@@ -85,17 +89,31 @@ struct CheckpointTable {
     last_written: Option<CheckpointMaps>,
 }
 
+/// Told (once per dir) that a log dir went offline; it may run under a partition lock, so it must
+/// not block or call back into the store (see `Store::set_offline_listener`).
+pub type OfflineListener = Arc<dyn Fn(&Path) + Send + Sync>;
+
+/// One log dir (an entry of `log.dirs`): its path, whether it is offline, and its checkpoints.
+pub(crate) struct LogDir {
+    path: PathBuf,
+    storage: Arc<dyn Storage>,
+    /// Told when this dir goes offline (shared by every dir of the store).
+    offline_listener: Arc<parking_lot::RwLock<Option<OfflineListener>>>,
+    offline: Mutex<Option<String>>,
+    offline_flag: AtomicBool,
+    offline_watch: watch::Sender<bool>,
+    checkpoints: Mutex<CheckpointTable>,
+}
+
 /// State shared by the store, its partitions and the flusher.
 pub(crate) struct StoreShared {
     pub(crate) config: StoreConfig,
     pub(crate) storage: Arc<dyn Storage>,
     pub(crate) cache: FileCache,
     pub(crate) flusher: Arc<FlushQueue>,
-    offline: Mutex<Option<String>>,
-    offline_flag: AtomicBool,
-    offline_watch: watch::Sender<bool>,
+    /// Every log dir, in `log.dirs` order (the first is `config.data_dir`).
+    pub(crate) dirs: Vec<Arc<LogDir>>,
     shut_down: AtomicBool,
-    checkpoints: Mutex<CheckpointTable>,
     durable_listener: parking_lot::RwLock<Option<DurableListener>>,
     /// Partitions with damaged batches, and those to scrub first (`damage.rs`).
     pub(crate) damage: DamageBoard,
@@ -107,15 +125,24 @@ pub type DurableListener = Arc<dyn Fn(&TopicPartition) + Send + Sync>;
 
 impl StoreShared {
     pub(crate) fn new(config: StoreConfig, storage: Arc<dyn Storage>) -> StoreShared {
+        let offline_listener = Arc::new(parking_lot::RwLock::new(None));
+        let dirs = config
+            .log_dirs()
+            .into_iter()
+            .map(|path| {
+                Arc::new(LogDir::new(
+                    path,
+                    Arc::clone(&storage),
+                    Arc::clone(&offline_listener),
+                ))
+            })
+            .collect();
         StoreShared {
             cache: FileCache::new(config.max_open_files, Arc::clone(&storage)),
             storage,
             flusher: Arc::new(FlushQueue::default()),
-            offline: Mutex::new(None),
-            offline_flag: AtomicBool::new(false),
-            offline_watch: watch::Sender::new(false),
+            dirs,
             shut_down: AtomicBool::new(false),
-            checkpoints: Mutex::new(CheckpointTable::default()),
             durable_listener: parking_lot::RwLock::new(None),
             damage: DamageBoard::default(),
             config,
@@ -134,50 +161,95 @@ impl StoreShared {
         }
     }
 
-    pub(crate) fn data_dir(&self) -> &Path {
-        &self.config.data_dir
-    }
-
-    /// `Offline` or `ShutDown` if nothing may be written any more.
-    pub(crate) fn check_writable(&self) -> Result<(), StoreError> {
-        if self.offline_flag.load(Ordering::SeqCst) {
-            return Err(StoreError::Offline(
-                self.offline_reason().unwrap_or_default(),
-            ));
-        }
+    /// `ShutDown` once the store is shut down.
+    pub(crate) fn check_running(&self) -> Result<(), StoreError> {
         if self.shut_down.load(Ordering::SeqCst) {
             return Err(StoreError::ShutDown);
         }
         Ok(())
     }
 
+    /// Marks the store shut down; returns whether it already was.
+    pub(crate) fn set_shut_down(&self) -> bool {
+        self.shut_down.swap(true, Ordering::SeqCst)
+    }
+}
+
+impl LogDir {
+    fn new(
+        path: PathBuf,
+        storage: Arc<dyn Storage>,
+        offline_listener: Arc<parking_lot::RwLock<Option<OfflineListener>>>,
+    ) -> LogDir {
+        LogDir {
+            path,
+            storage,
+            offline_listener,
+            offline: Mutex::new(None),
+            offline_flag: AtomicBool::new(false),
+            offline_watch: watch::Sender::new(false),
+            checkpoints: Mutex::new(CheckpointTable::default()),
+        }
+    }
+
+    /// The directory (as configured in `log.dirs`).
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// `Offline` if the dir saw an I/O error of unknown outcome.
+    pub(crate) fn check_online(&self) -> Result<(), StoreError> {
+        if self.offline_flag.load(Ordering::SeqCst) {
+            return Err(StoreError::Offline(
+                self.offline_reason().unwrap_or_default(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Whether the dir is offline (cheap: one atomic load).
+    pub(crate) fn is_offline(&self) -> bool {
+        self.offline_flag.load(Ordering::SeqCst)
+    }
+
     pub(crate) fn offline_reason(&self) -> Option<String> {
         self.offline.lock().clone()
     }
 
-    /// Takes the data dir offline: later writes fail with `Offline`, and every `wait_durable`
-    /// (which watches `offline_watch`) wakes with an error.
+    /// Takes the log dir offline: later writes to its partitions fail with `Offline`, and every
+    /// `wait_durable` on them (which watches `offline_watch`) wakes with an error. Other dirs
+    /// keep serving.
     pub(crate) fn mark_offline(&self, reason: String) {
         {
             let mut offline = self.offline.lock();
             if offline.is_some() {
                 return;
             }
-            tracing::error!(data_dir = %self.config.data_dir.display(), %reason, "log directory going offline");
+            tracing::error!(log_dir = %self.path.display(), %reason, "log directory going offline");
+            millrace_metrics::global().log_offline_dirs.inc();
             *offline = Some(reason);
             self.offline_flag.store(true, Ordering::SeqCst);
         }
         self.offline_watch.send_replace(true);
+        let listener = self.offline_listener.read().clone();
+        if let Some(listener) = listener {
+            listener(&self.path);
+        }
     }
 
-    /// Becomes `true` when the data dir goes offline.
+    /// Sets who is told when this dir goes offline (the same listener for every dir).
+    pub(crate) fn set_offline_listener(&self, listener: OfflineListener) {
+        *self.offline_listener.write() = Some(listener);
+    }
+
+    /// Becomes `true` when the log dir goes offline.
     pub(crate) fn offline_watch(&self) -> watch::Receiver<bool> {
         self.offline_watch.subscribe()
     }
 
-    /// Marks the store shut down; returns whether it already was.
-    pub(crate) fn set_shut_down(&self) -> bool {
-        self.shut_down.swap(true, Ordering::SeqCst)
+    /// How many partitions the checkpoint table holds (those served from this dir).
+    pub(crate) fn partition_count(&self) -> usize {
+        self.checkpoints.lock().partitions.len()
     }
 
     /// Adds a partition's offsets to the checkpoint table.
@@ -210,7 +282,7 @@ impl StoreShared {
             if table.last_written.as_ref().and_then(|l| l.get(i)) == Some(map) {
                 continue;
             }
-            let path = self.config.data_dir.join(name);
+            let path = self.path.join(name);
             if let Err(e) =
                 checkpoint::write_atomic(&*self.storage, &path, &checkpoint::encode_offsets(map))
             {
@@ -225,7 +297,7 @@ impl StoreShared {
     /// One of the data-dir offset checkpoints; empty if missing or malformed (recovery then does
     /// more work, never loses data).
     pub(crate) fn read_offset_checkpoint(&self, name: &str) -> BTreeMap<TopicPartition, i64> {
-        let path = self.config.data_dir.join(name);
+        let path = self.path.join(name);
         match checkpoint::read_bounded(&path) {
             Ok(Some(bytes)) => checkpoint::decode_offsets(&bytes).unwrap_or_else(|| {
                 tracing::warn!(file = %path.display(), "malformed offset checkpoint ignored");

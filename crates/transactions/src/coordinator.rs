@@ -1129,6 +1129,7 @@ mod tests {
     fn setup(dir: &std::path::Path) -> (Arc<Store>, Arc<PartitionLog>) {
         let store = Store::open(StoreConfig {
             data_dir: dir.to_path_buf(),
+            extra_log_dirs: Vec::new(),
             flush_policy: FlushPolicy::Never,
             flush_interval: Duration::from_millis(1),
             max_open_files: 64,

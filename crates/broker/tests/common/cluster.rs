@@ -45,6 +45,8 @@ pub struct TestCluster {
     nodes: Vec<Node>,
     voters: String,
     settings: Vec<String>,
+    /// Further log dirs of some nodes (`log.dirs` = data dir, then these).
+    extra_log_dirs: Vec<(i32, PathBuf)>,
 }
 
 /// Ports are picked below Linux's ephemeral range (32768-60999), where no outgoing connection of
@@ -90,8 +92,20 @@ impl TestCluster {
     /// Starts `voters` quorum voters (ids 1..=voters) and `brokers` broker-only nodes (the ids
     /// after them). A start that loses a port to another process is tried again on new ports.
     pub fn start_mixed(voters: i32, brokers: i32, settings: &[&str]) -> TestCluster {
+        TestCluster::start_with_log_dirs(voters, brokers, settings, &[])
+    }
+
+    /// As `start_mixed`, where node `id` of each `(id, dir)` also has log dir `dir` (its
+    /// `log.dirs` is its data dir followed by these, in order).
+    pub fn start_with_log_dirs(
+        voters: i32,
+        brokers: i32,
+        settings: &[&str],
+        extra_log_dirs: &[(i32, PathBuf)],
+    ) -> TestCluster {
         for attempt in 1..=START_ATTEMPTS {
             let mut cluster = TestCluster::new(voters, brokers, settings);
+            cluster.extra_log_dirs = extra_log_dirs.to_vec();
             match cluster.start_all() {
                 Ok(()) => return cluster,
                 Err(id) if attempt < START_ATTEMPTS => {
@@ -132,6 +146,7 @@ impl TestCluster {
             nodes,
             voters,
             settings: settings.iter().map(|s| (*s).to_string()).collect(),
+            extra_log_dirs: Vec::new(),
         }
     }
 
@@ -191,11 +206,23 @@ impl TestCluster {
         let node = self.node(id);
         let log = File::create(&log_path).expect("create node log");
         let mut command = Command::new(env!("CARGO_BIN_EXE_millrace"));
+        let extra: Vec<String> = self
+            .extra_log_dirs
+            .iter()
+            .filter(|(n, _)| *n == id)
+            .map(|(_, d)| d.display().to_string())
+            .collect();
+        command.arg("--node-id").arg(id.to_string());
+        if extra.is_empty() {
+            command.arg("--data-dir").arg(&node.data_dir);
+        } else {
+            let dirs = std::iter::once(node.data_dir.display().to_string())
+                .chain(extra)
+                .collect::<Vec<_>>()
+                .join(",");
+            command.arg("--set").arg(format!("log.dirs={dirs}"));
+        }
         command
-            .arg("--node-id")
-            .arg(id.to_string())
-            .arg("--data-dir")
-            .arg(&node.data_dir)
             .arg("--listen")
             .arg(format!("127.0.0.1:{}", node.client_port))
             .arg("--controller-listen")

@@ -95,6 +95,7 @@ impl Harness {
             metadata_offset: self.offset,
             want_fence: false,
             want_shutdown,
+            offline_replicas: Vec::new(),
         })
     }
 
@@ -317,6 +318,7 @@ fn brokers_register_fenced_and_are_unfenced_once_caught_up() {
         metadata_offset: 0,
         want_fence: false,
         want_shutdown: false,
+        offline_replicas: Vec::new(),
     });
     assert!(matches!(
         r,
@@ -355,6 +357,7 @@ fn a_heartbeat_with_an_old_broker_epoch_is_stale() {
         metadata_offset: h.offset,
         want_fence: false,
         want_shutdown: false,
+        offline_replicas: Vec::new(),
     });
     assert_eq!(
         r,
@@ -1265,4 +1268,96 @@ fn scram_credentials_follow_kafkas_rules() {
         "{r:?}"
     );
     assert!(h.image.scram_credentials.is_empty());
+}
+
+#[test]
+fn replicas_on_a_failed_log_dir_lose_leadership_and_the_isr_until_the_broker_restarts() {
+    let mut h = Harness::new(&[]);
+    h.start(&[1, 2, 3]);
+    h.create("jbod", 6, 3, &[]);
+    let topic_id = h.image.topic("jbod").expect("topic").topic_id;
+    let led_by_1: Vec<i32> = (0..6)
+        .filter(|&p| h.partition("jbod", p).leader == 1)
+        .collect();
+    assert!(!led_by_1.is_empty());
+    // Broker 1 reports two of its replicas offline: partition 0 and one it leads.
+    let failed: Vec<i32> = {
+        let mut f = vec![0, led_by_1[0]];
+        f.dedup();
+        f
+    };
+    let before: Vec<PartitionRegistration> = (0..6).map(|p| h.partition("jbod", p)).collect();
+    let r = h.request(ControllerRequest::BrokerHeartbeat {
+        node_id: 1,
+        broker_epoch: h.epochs[&1],
+        metadata_offset: h.offset,
+        want_fence: false,
+        want_shutdown: false,
+        offline_replicas: failed.iter().map(|&p| (topic_id, p)).collect(),
+    });
+    assert!(matches!(
+        r,
+        ControllerResponse::Heartbeat {
+            is_fenced: false,
+            ..
+        }
+    ));
+    for p in 0..6 {
+        let now = h.partition("jbod", p);
+        if failed.contains(&p) {
+            assert_ne!(now.leader, 1, "partition {p}: {now:?}");
+            assert!(
+                !now.isr.contains(&1) && now.isr.len() == 2,
+                "partition {p}: {now:?}"
+            );
+        } else {
+            assert_eq!(now, before[p as usize], "partition {p} is untouched");
+        }
+    }
+    // Its leader proposes broker 1 back into the ISR: refused while the replica is offline.
+    let p = h.partition("jbod", failed[0]);
+    let mut isr: Vec<(i32, i64)> = p.isr.iter().map(|&b| (b, h.epochs[&b])).collect();
+    isr.push((1, h.epochs[&1]));
+    let r = h.request(ControllerRequest::AlterPartition {
+        node_id: p.leader,
+        broker_epoch: h.epochs[&p.leader],
+        topic_id,
+        partition: failed[0],
+        leader_epoch: p.leader_epoch,
+        partition_epoch: p.partition_epoch,
+        new_isr: isr.clone(),
+    });
+    assert!(
+        matches!(
+            r,
+            ControllerResponse::AlterPartition {
+                result: Err(ControllerError::IneligibleReplica(_))
+            }
+        ),
+        "{r:?}"
+    );
+    // Other partitions keep failing nothing, and a later tick changes nothing more.
+    let offset = h.offset;
+    h.tick();
+    assert_eq!(h.offset, offset);
+    // Restarted (its dirs rescanned), broker 1 may rejoin.
+    h.register(1, 1001, true);
+    h.heartbeat(1, false);
+    let p = h.partition("jbod", failed[0]);
+    let mut isr: Vec<(i32, i64)> = p.isr.iter().map(|&b| (b, h.epochs[&b])).collect();
+    isr.push((1, h.epochs[&1]));
+    let r = h.request(ControllerRequest::AlterPartition {
+        node_id: p.leader,
+        broker_epoch: h.epochs[&p.leader],
+        topic_id,
+        partition: failed[0],
+        leader_epoch: p.leader_epoch,
+        partition_epoch: p.partition_epoch,
+        new_isr: isr,
+    });
+    assert!(
+        matches!(r, ControllerResponse::AlterPartition { result: Ok(_) }),
+        "{r:?}"
+    );
+    assert!(h.partition("jbod", failed[0]).isr.contains(&1));
 }

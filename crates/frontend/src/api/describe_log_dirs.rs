@@ -1,6 +1,7 @@
-//! DescribeLogDirs (key 35): the one data directory and each partition's size on disk.
-//! Total and usable bytes are reported as unknown (-1): reading them needs `statvfs`, which is
-//! `unsafe` through libc, and the crate forbids unsafe code.
+//! DescribeLogDirs (key 35): every log dir of this broker (`log.dirs`, in order), each hosted
+//! replica's size on disk, replicas being moved into a dir as future replicas (`is_future_key`),
+//! and (v4) the file system's total and usable bytes from `statvfs` (`Store::describe_log_dirs`).
+//! An offline dir is answered with KAFKA_STORAGE_ERROR and no partitions, as Kafka answers it.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -12,8 +13,9 @@ use kafka_protocol::messages::{DescribeLogDirsRequest, DescribeLogDirsResponse};
 
 use super::{str_bytes, topic_name};
 use crate::authz::Authz;
-use crate::error_codes::CLUSTER_AUTHORIZATION_FAILED;
+use crate::error_codes::{CLUSTER_AUTHORIZATION_FAILED, KAFKA_STORAGE_ERROR};
 use millrace_cluster::acl::AclOperation;
+use millrace_store::{LogDirInfo, TopicPartition};
 
 use crate::handler::{api_handler, response_fields, Reply};
 use crate::BrokerContext;
@@ -40,39 +42,65 @@ pub fn handle(
     if !authz.cluster(AclOperation::Describe) {
         return DescribeLogDirsResponse::default().with_error_code(CLUSTER_AUTHORIZATION_FAILED);
     }
-    let cluster = &ctx.cluster;
     let wanted: Option<BTreeMap<String, Vec<i32>>> = request.topics.map(|topics| {
         topics
             .into_iter()
             .map(|t| (t.topic.0.to_string(), t.partitions))
             .collect()
     });
-    // The replicas hosted here, by topic.
-    let mut hosted: BTreeMap<String, Vec<DescribeLogDirsPartition>> = BTreeMap::new();
-    let _ = cluster;
-    let mut replicas = ctx.replicas.hosted();
-    replicas.sort_by(|a, b| a.tp.cmp(&b.tp));
-    for replica in replicas {
-        let tp = &replica.tp;
-        let wanted_here = match &wanted {
-            None => true,
-            Some(w) => w
-                .get(&tp.topic)
-                .is_some_and(|ps| ps.contains(&tp.partition)),
-        };
-        if !wanted_here {
-            continue;
-        }
+    let is_wanted = |tp: &TopicPartition| match &wanted {
+        None => true,
+        Some(w) => w
+            .get(&tp.topic)
+            .is_some_and(|ps| ps.contains(&tp.partition)),
+    };
+    let results = ctx
+        .replicas
+        .store()
+        .describe_log_dirs()
+        .into_iter()
+        .map(|dir| describe_dir(ctx, dir, &is_wanted))
+        .collect();
+    DescribeLogDirsResponse::default().with_results(results)
+}
+
+/// One log dir's entry.
+fn describe_dir(
+    ctx: &Arc<BrokerContext>,
+    dir: LogDirInfo,
+    is_wanted: &dyn Fn(&TopicPartition) -> bool,
+) -> DescribeLogDirsResult {
+    let path = dir.path.display().to_string();
+    let out = DescribeLogDirsResult::default()
+        .with_log_dir(str_bytes(&path))
+        .with_total_bytes(dir.total_bytes.map_or(-1, clamp))
+        .with_usable_bytes(dir.usable_bytes.map_or(-1, clamp));
+    if dir.offline.is_some() {
+        return out.with_error_code(KAFKA_STORAGE_ERROR);
+    }
+    let mut by_topic: BTreeMap<String, Vec<DescribeLogDirsPartition>> = BTreeMap::new();
+    for (tp, size) in dir.partitions.iter().filter(|(tp, _)| is_wanted(tp)) {
         // Kafka's offset lag: how far this replica's log end is behind the high watermark.
-        let lag = (replica.log.high_watermark() - replica.log.log_end_offset()).max(0);
-        hosted.entry(tp.topic.clone()).or_default().push(
+        let lag = ctx.replicas.store().partition(tp).map_or(0, |log| {
+            (log.high_watermark() - log.log_end_offset()).max(0)
+        });
+        by_topic.entry(tp.topic.clone()).or_default().push(
             DescribeLogDirsPartition::default()
                 .with_partition_index(tp.partition)
-                .with_partition_size(replica.log.size_bytes() as i64)
+                .with_partition_size(clamp(*size))
                 .with_offset_lag(lag),
         );
     }
-    let topics: Vec<DescribeLogDirsTopic> = hosted
+    for (tp, copied, lag) in dir.futures.iter().filter(|(tp, _, _)| is_wanted(tp)) {
+        by_topic.entry(tp.topic.clone()).or_default().push(
+            DescribeLogDirsPartition::default()
+                .with_partition_index(tp.partition)
+                .with_partition_size(clamp(*copied))
+                .with_offset_lag(*lag)
+                .with_is_future_key(true),
+        );
+    }
+    let topics = by_topic
         .into_iter()
         .map(|(name, partitions)| {
             DescribeLogDirsTopic::default()
@@ -80,10 +108,9 @@ pub fn handle(
                 .with_partitions(partitions)
         })
         .collect();
-    let result = DescribeLogDirsResult::default()
-        .with_log_dir(str_bytes(&ctx.data_dir))
-        .with_topics(topics)
-        .with_total_bytes(-1)
-        .with_usable_bytes(-1);
-    DescribeLogDirsResponse::default().with_results(vec![result])
+    out.with_topics(topics)
+}
+
+fn clamp(bytes: u64) -> i64 {
+    i64::try_from(bytes).unwrap_or(i64::MAX)
 }

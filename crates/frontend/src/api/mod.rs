@@ -8,6 +8,7 @@
 pub mod acls;
 pub mod alter_configs;
 pub mod alter_partition_reassignments;
+pub mod alter_replica_log_dirs;
 pub mod api_versions;
 pub mod client_quotas;
 pub mod consumer_group_describe;

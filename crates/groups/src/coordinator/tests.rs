@@ -19,6 +19,7 @@ fn logs() -> (tempfile::TempDir, Arc<Store>, Vec<Arc<PartitionLog>>) {
     let dir = tempfile::tempdir().expect("tempdir");
     let store = Store::open(StoreConfig {
         data_dir: dir.path().to_path_buf(),
+        extra_log_dirs: Vec::new(),
         flush_policy: millrace_store::FlushPolicy::Batch,
         flush_interval: Duration::from_millis(2),
         max_open_files: 16,
@@ -435,6 +436,7 @@ async fn sync_group_is_refused_when_the_group_record_is_not_durable() {
     let store = Store::open_with_storage(
         StoreConfig {
             data_dir: dir.path().to_path_buf(),
+            extra_log_dirs: Vec::new(),
             flush_policy: millrace_store::FlushPolicy::Batch,
             flush_interval: Duration::from_millis(2),
             max_open_files: 16,

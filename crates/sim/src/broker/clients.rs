@@ -12,8 +12,13 @@ impl World {
     pub fn leader_produce(&mut self, id: i32, client: i32, req_id: u64, p: i32, values: Vec<u64>) {
         let now = self.now;
         self.stats.produce_requests += 1;
+        let offline = self
+            .brokers
+            .get(&id)
+            .is_some_and(|b| b.offline.contains(&p));
         let result = match self.hosted_mut(id, p) {
             None => Err(PartitionErrorCode::NotLeaderOrFollower),
+            Some(_) if offline => Err(PartitionErrorCode::Storage),
             Some(h) => match h.partition.check_append(true) {
                 Err(e) => Err(error_code(e, 0)),
                 Ok(epoch) => {

@@ -57,12 +57,17 @@ impl World {
             return;
         }
         let want_shutdown = b.shutting_down;
+        let offline_replicas = match b.image.topic(TOPIC) {
+            Some(t) => b.offline.iter().map(|&p| (t.topic_id, p)).collect(),
+            None => Vec::new(),
+        };
         let req = ControllerRequest::BrokerHeartbeat {
             node_id: id,
             broker_epoch: reg.broker_epoch,
             metadata_offset: b.image.offset,
             want_fence: false,
             want_shutdown,
+            offline_replicas,
         };
         self.controller_call(id, CallKind::Heartbeat { want_shutdown }, req);
     }

@@ -33,6 +33,7 @@ impl World {
         b.isr_changes.clear();
         b.flush_scheduled = false;
         b.metadata_scheduled = false;
+        b.offline.clear();
         let mut unsynced = false;
         for h in b.hosted.values_mut() {
             let log = std::mem::take(&mut h.partition.log);

@@ -131,9 +131,11 @@ impl World {
         if !b.alive {
             return;
         }
+        let offline = &b.offline;
         let followed: Vec<Followed<i32>> = b
             .hosted
             .iter()
+            .filter(|(p, _)| !offline.contains(p))
             .filter_map(|(p, h)| {
                 Some(Followed {
                     key: *p,
@@ -355,6 +357,9 @@ impl World {
         let mut notes = Vec::new();
         let mut storage_error = None;
         for (fp, result) in resp.partitions {
+            if b.offline.contains(&fp.partition) {
+                continue;
+            }
             let (Some(h), Some(position)) =
                 (b.hosted.get_mut(&fp.partition), sent.get(&fp.partition))
             else {

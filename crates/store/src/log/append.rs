@@ -110,7 +110,8 @@ impl PartitionLog {
     /// by the produce path before a client append; replication and the coordinators' own appends
     /// do not ask, so they go on until the disk is really full.
     pub fn check_free_space(&self, min_free: u64) -> Result<(), StoreError> {
-        let log_dir = self.dir.parent().unwrap_or(&self.dir);
+        let dir = self.dir();
+        let log_dir = dir.parent().unwrap_or(&dir);
         crate::free_space::check(log_dir, min_free)
     }
 
@@ -247,11 +248,11 @@ impl PartitionLog {
         }
         let file = self.segment_file(seg, true)?;
         if let Err(e) = self.shared.storage.write_at(&file, records, pre_size) {
-            let path = seg.log_path(&self.dir);
+            let path = seg.log_path(&self.dir());
             // Cut a torn write back so no partial batch is ever visible; if even that fails the
             // file's state is unknown and the data dir goes offline.
             if let Err(e2) = self.shared.storage.set_len(&file, pre_size) {
-                self.shared.mark_offline(format!(
+                self.log_dir().mark_offline(format!(
                     "append to {} failed ({e}) and could not be rolled back ({e2})",
                     path.display()
                 ));
@@ -293,7 +294,7 @@ impl PartitionLog {
             FlushPolicy::Always => {
                 if let Err(e) = self.shared.storage.sync(&file) {
                     let err = StoreError::io(format!("fdatasync {}", self.tp), e);
-                    self.shared.mark_offline(err.to_string());
+                    self.log_dir().mark_offline(err.to_string());
                     return Err(err.into());
                 }
                 // The recovery point stays with the flusher: it also covers index files and the
@@ -350,7 +351,7 @@ impl PartitionLog {
         if let Some(seg) = inner.segments.get(&active_base) {
             self.write_index_files(seg)?;
         }
-        let new_path = segment::segment_path(&self.dir, new_base, LOG_SUFFIX);
+        let new_path = segment::segment_path(&self.dir(), new_base, LOG_SUFFIX);
         self.shared
             .cache
             .get(&new_path, true)
@@ -362,7 +363,7 @@ impl PartitionLog {
             inner
                 .pending
                 .sync_paths
-                .push(segment::segment_path(&self.dir, active_base, suffix));
+                .push(segment::segment_path(&self.dir(), active_base, suffix));
         }
         inner.pending.sync_dir = true;
         let snapshot = inner.producers.encode();
@@ -370,8 +371,8 @@ impl PartitionLog {
         if self.shared.config.flush_policy == FlushPolicy::Always {
             self.shared
                 .storage
-                .sync_dir(&self.dir)
-                .map_err(|e| StoreError::io(format!("fsync {}", self.dir.display()), e))?;
+                .sync_dir(&self.dir())
+                .map_err(|e| StoreError::io(format!("fsync {}", self.dir().display()), e))?;
         }
         Ok(())
     }

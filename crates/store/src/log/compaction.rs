@@ -129,7 +129,7 @@ impl PartitionLog {
         for suffix in [LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX] {
             self.shared
                 .cache
-                .invalidate(&segment::segment_path(&self.dir, base, suffix));
+                .invalidate(&segment::segment_path(&self.dir(), base, suffix));
         }
         cleaned.created_ms = inner
             .segments

@@ -19,7 +19,7 @@ use crate::batch;
 use crate::damage::DamagedRange;
 use crate::error::StoreError;
 use crate::index::IndexEntry;
-use crate::limits::{LOG_OVERHEAD_BYTES, REPAIR_COPY_CHUNK_BYTES};
+use crate::limits::{COPY_CHUNK_BYTES, LOG_OVERHEAD_BYTES};
 use crate::segment::{self, Segment, LOG_SUFFIX};
 use crate::storage::Storage;
 
@@ -219,7 +219,9 @@ impl PartitionLog {
         let Some((file, size)) = self.sealed_segment_file(segment_base)? else {
             return Err(RepairError::Stale(segment_base));
         };
-        let log_path = segment::segment_path(&self.dir, segment_base, LOG_SUFFIX);
+        // A replica move that changes the dir meanwhile makes the swap below fail (retried).
+        let dir = self.dir();
+        let log_path = segment::segment_path(&dir, segment_base, LOG_SUFFIX);
         let rewritten = PathBuf::from(format!("{}.cleaned", log_path.display()));
         let storage = &*self.shared.storage;
         let result = self.write_repaired(&file, size, segment_base, &given, &rewritten);
@@ -230,7 +232,6 @@ impl PartitionLog {
                 return Err(e);
             }
         };
-        let dir = self.dir.clone();
         let swapped =
             self.replace_sealed_segment(segment_base, size, generation, fresh, |storage| {
                 segment::swap_into_place(storage, &dir, segment_base, &rewritten).map_err(|e| {
@@ -242,8 +243,8 @@ impl PartitionLog {
             return Err(RepairError::Stale(segment_base));
         }
         storage
-            .sync_dir(&self.dir)
-            .map_err(|e| StoreError::io(format!("fsync {}", self.dir.display()), e))?;
+            .sync_dir(&dir)
+            .map_err(|e| StoreError::io(format!("fsync {}", dir.display()), e))?;
         self.record_damage(segment_base, &[]);
         millrace_metrics::global()
             .log_repaired_batches
@@ -362,10 +363,10 @@ fn copy_range(
     written: &mut u64,
 ) -> std::io::Result<()> {
     use std::os::unix::fs::FileExt;
-    let mut buf = vec![0u8; REPAIR_COPY_CHUNK_BYTES];
+    let mut buf = vec![0u8; COPY_CHUNK_BYTES];
     let mut pos = from;
     while pos < to {
-        let n = (to - pos).min(REPAIR_COPY_CHUNK_BYTES as u64) as usize;
+        let n = (to - pos).min(COPY_CHUNK_BYTES as u64) as usize;
         let chunk = buf.get_mut(..n).unwrap_or(&mut []);
         src.read_exact_at(chunk, pos)?;
         storage.write_at(dst, chunk, *written)?;

@@ -45,6 +45,9 @@ struct FlushWork {
     active_path: PathBuf,
     target: i64,
     generation: u64,
+    relocations: u64,
+    /// The partition directory when the work was taken (a move may change it).
+    taken_from: PathBuf,
     active_base: i64,
     sync_active: bool,
 }
@@ -87,9 +90,11 @@ impl PartitionLog {
         let sync_active = policy == FlushPolicy::Batch || pending.flush_active;
         FlushWork {
             pending,
-            active_path: segment::segment_path(&self.dir, active_base, LOG_SUFFIX),
+            active_path: segment::segment_path(&self.dir(), active_base, LOG_SUFFIX),
             target: inner.log_end_offset,
             generation: inner.generation,
+            relocations: inner.relocations,
+            taken_from: self.dir(),
             active_base,
             sync_active,
         }
@@ -121,8 +126,8 @@ impl PartitionLog {
         }
         if work.pending.sync_dir {
             storage
-                .sync_dir(&self.dir)
-                .map_err(|e| StoreError::io(format!("fsync {}", self.dir.display()), e))?;
+                .sync_dir(&self.dir())
+                .map_err(|e| StoreError::io(format!("fsync {}", self.dir().display()), e))?;
         }
         Ok(())
     }
@@ -135,6 +140,8 @@ impl PartitionLog {
             pending,
             target,
             generation,
+            relocations,
+            taken_from,
             active_base,
             sync_active,
             ..
@@ -151,6 +158,22 @@ impl PartitionLog {
             Ok(())
         });
         let mut inner = self.inner.lock();
+        if result.is_err() && inner.relocations != relocations {
+            // The log moved to another dir meanwhile (its files were copied and fsynced there):
+            // the failure was on the old paths, not the disk's. The work stays owed, in the new
+            // place, for the next round.
+            let mut pending = pending;
+            let dir = self.dir();
+            for path in &mut pending.sync_paths {
+                if let Ok(rest) = path.strip_prefix(&taken_from) {
+                    *path = dir.join(rest);
+                }
+            }
+            inner.pending.take_back(pending);
+            drop(inner);
+            self.enqueue_flush();
+            return;
+        }
         if let Err(e) = result {
             // The files synced but a snapshot or the epoch checkpoint found the disk full: that
             // write went through a temporary and left the old file as it was, so the outcome is
@@ -158,7 +181,7 @@ impl PartitionLog {
             // maintenance tick); the log bytes are durable, so the durable offset may move.
             let no_space = synced_ok && e.is_no_space();
             if !no_space && !self.is_deleted() {
-                self.shared.mark_offline(e.to_string());
+                self.log_dir().mark_offline(e.to_string());
             }
             // Nothing of this round counts as synced: its work stays pending, so that no later
             // round claims it (a round with nothing to sync would otherwise raise the recovery
@@ -176,7 +199,7 @@ impl PartitionLog {
             }
             return;
         }
-        if inner.generation != generation || self.shared.offline_reason().is_some() {
+        if inner.generation != generation || self.log_dir().offline_reason().is_some() {
             return;
         }
         let synced_to = if sync_active {
@@ -261,7 +284,7 @@ impl PartitionLog {
     /// shut down first or the partition was deleted.
     pub async fn wait_durable(&self, offset: i64) -> Result<(), StoreError> {
         let mut durable = self.durable.subscribe();
-        let mut offline = self.shared.offline_watch();
+        let mut offline = self.log_dir().offline_watch();
         loop {
             let d = *durable.borrow_and_update();
             if d.offset >= offset {
@@ -276,7 +299,7 @@ impl PartitionLog {
             }
             if *offline.borrow_and_update() {
                 return Err(StoreError::Offline(
-                    self.shared.offline_reason().unwrap_or_default(),
+                    self.log_dir().offline_reason().unwrap_or_default(),
                 ));
             }
             tokio::select! {
@@ -309,15 +332,15 @@ impl PartitionLog {
 
     /// Writes a producer snapshot at `offset` and deletes all but the newest few.
     fn write_snapshot(&self, offset: i64, payload: &[u8]) -> Result<(), StoreError> {
-        let path = snapshot_path(&self.dir, offset);
+        let path = snapshot_path(&self.dir(), offset);
         let bytes = checkpoint::encode_snapshot(offset, payload);
         checkpoint::write_atomic(&*self.shared.storage, &path, &bytes)
             .map_err(|e| StoreError::io(format!("write {}", path.display()), e))?;
-        let mut snapshots = list_snapshots(&self.dir);
+        let mut snapshots = list_snapshots(&self.dir());
         snapshots.sort_unstable();
         let excess = snapshots.len().saturating_sub(PRODUCER_SNAPSHOTS_KEPT);
         for old in snapshots.iter().take(excess) {
-            let p = snapshot_path(&self.dir, *old);
+            let p = snapshot_path(&self.dir(), *old);
             self.shared
                 .storage
                 .remove_file(&p)
@@ -332,7 +355,7 @@ impl PartitionLog {
     /// creates, renames and deletes no file. Either way the snapshot is durable on return, but for
     /// its directory entry, which `close` fsyncs next.
     fn write_snapshot_unless_on_disk(&self, offset: i64, payload: &[u8]) -> Result<(), StoreError> {
-        let path = snapshot_path(&self.dir, offset);
+        let path = snapshot_path(&self.dir(), offset);
         let same = match checkpoint::read_bounded(&path) {
             Ok(Some(on_disk)) => on_disk == checkpoint::encode_snapshot(offset, payload),
             // Missing, or unreadable (the write below reports what is wrong).
@@ -366,7 +389,7 @@ impl PartitionLog {
             return Ok(());
         }
         *on_disk = None;
-        let path = self.dir.join(LEADER_EPOCH_FILE);
+        let path = self.dir().join(LEADER_EPOCH_FILE);
         let bytes = checkpoint::encode_epochs(entries);
         checkpoint::write_atomic(&*self.shared.storage, &path, &bytes)
             .map_err(|e| StoreError::io(format!("write {}", path.display()), e))?;
@@ -402,7 +425,7 @@ impl PartitionLog {
                     .sync(&f)
                     .map_err(|e| StoreError::io(format!("fdatasync {}", p.display()), e))?;
             }
-            let path = seg.log_path(&self.dir);
+            let path = seg.log_path(&self.dir());
             let f = self
                 .shared
                 .cache
@@ -415,8 +438,8 @@ impl PartitionLog {
         let leo = inner.log_end_offset;
         self.write_snapshot_unless_on_disk(leo, &inner.producers.encode())?;
         storage
-            .sync_dir(&self.dir)
-            .map_err(|e| StoreError::io(format!("fsync {}", self.dir.display()), e))?;
+            .sync_dir(&self.dir())
+            .map_err(|e| StoreError::io(format!("fsync {}", self.dir().display()), e))?;
         self.offsets
             .recovery_point_atomic()
             .store(leo, Ordering::SeqCst);

@@ -69,7 +69,7 @@ impl PartitionLog {
                 self.ensure_loaded(seg, &config)?;
                 let ts = (seg.max_timestamp >= 0).then_some(seg.max_timestamp);
                 let mtime = if ts.is_none() {
-                    file_mtime_ms(&seg.log_path(&self.dir))
+                    file_mtime_ms(&seg.log_path(&self.dir()))
                 } else {
                     None
                 };
@@ -137,7 +137,7 @@ impl PartitionLog {
         let target = if offset < 0 { hwm } else { offset.min(hwm) };
         // Bounded per call; segments left below the new start go at the next maintenance tick.
         self.advance_log_start(target)?;
-        match self.shared.write_offset_checkpoints() {
+        match self.log_dir().write_offset_checkpoints() {
             // The segments below are gone already; the log start checkpoint follows at the next
             // maintenance tick (as Kafka checkpoints log start offsets in the background).
             Err(e) if e.is_no_space() => {
@@ -151,7 +151,7 @@ impl PartitionLog {
     /// Deletes the files of one segment (newest-first callers keep the log a prefix on a crash).
     fn remove_segment_files(&self, base: i64) -> Result<(), StoreError> {
         for suffix in [LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX] {
-            let p = segment::segment_path(&self.dir, base, suffix);
+            let p = segment::segment_path(&self.dir(), base, suffix);
             self.shared.cache.invalidate(&p);
             self.shared
                 .storage
@@ -227,7 +227,7 @@ impl PartitionLog {
                 inner.segments.remove(&base);
             }
             let new_base = offset.max(0);
-            let path = segment::segment_path(&self.dir, new_base, LOG_SUFFIX);
+            let path = segment::segment_path(&self.dir(), new_base, LOG_SUFFIX);
             self.shared
                 .cache
                 .get(&path, true)
@@ -264,7 +264,7 @@ impl PartitionLog {
                 return Err(StoreError::Corrupt("no active segment".into()));
             };
             let file = self.segment_file(seg, false)?;
-            let path = seg.log_path(&self.dir);
+            let path = seg.log_path(&self.dir());
             // Byte position of the first batch whose last offset >= `offset`.
             let mut cut = seg.size;
             segment::scan_batches(
@@ -307,9 +307,9 @@ impl PartitionLog {
         }
         // Producer state: drop snapshots past the end (all of them when the log restarted: they
         // describe records that are gone), rebuild from the newest one left.
-        for snap in super::list_snapshots(&self.dir) {
+        for snap in super::list_snapshots(&self.dir()) {
             if restarted || snap > leo {
-                let p = snapshot_path(&self.dir, snap);
+                let p = snapshot_path(&self.dir(), snap);
                 storage
                     .remove_file(&p)
                     .map_err(|e| StoreError::io(format!("remove {}", p.display()), e))?;
@@ -323,7 +323,7 @@ impl PartitionLog {
         self.enqueue_flush();
         // The on-disk recovery point must not stay above the new end: data appended after this
         // would otherwise escape validation after a power loss.
-        self.shared.write_offset_checkpoints()
+        self.log_dir().write_offset_checkpoints()
     }
 
     /// Producer state as of the log end: newest valid snapshot at or below it, plus the batch
@@ -335,12 +335,12 @@ impl PartitionLog {
     ) -> Result<ProducerStates, StoreError> {
         let leo = inner.log_end_offset;
         let log_start = self.offsets.log_start();
-        let mut snaps = super::list_snapshots(&self.dir);
+        let mut snaps = super::list_snapshots(&self.dir());
         snaps.sort_unstable();
         let mut state = ProducerStates::default();
         let mut from = i64::MIN;
         for snap in snaps.into_iter().rev().filter(|s| *s <= leo) {
-            let loaded = checkpoint::read_bounded(&snapshot_path(&self.dir, snap))
+            let loaded = checkpoint::read_bounded(&snapshot_path(&self.dir(), snap))
                 .ok()
                 .flatten()
                 .and_then(|bytes| {
@@ -367,7 +367,7 @@ impl PartitionLog {
             };
             self.ensure_loaded(seg, config)?;
             let file = self.segment_file(seg, false)?;
-            let path = seg.log_path(&self.dir);
+            let path = seg.log_path(&self.dir());
             let start = match seg.indexes.as_ref() {
                 Some((index, _)) if from > seg.base_offset => {
                     u64::from(index.lookup(from).position)

@@ -44,11 +44,12 @@ mod durability;
 mod follower;
 mod log_start;
 mod read;
+mod relocate;
 mod timestamps;
 mod transactions;
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 
@@ -64,7 +65,7 @@ use crate::leader_epoch::LeaderEpochCache;
 use crate::partition_dir::{self, TopicId};
 use crate::producer_state::{ProducerStateEntry, ProducerStates};
 use crate::segment::{self, Segment, INDEX_SUFFIX, TIME_INDEX_SUFFIX};
-use crate::shared::{PartitionOffsets, StoreShared};
+use crate::shared::{LogDir, PartitionOffsets, StoreShared};
 use crate::watchers::Watchers;
 
 pub(crate) use compaction::SealedSegment;
@@ -73,6 +74,7 @@ pub(crate) use damage::ScrubView;
 pub(crate) use durability::{list_snapshots, snapshot_path};
 pub use follower::ReplicatedAppend;
 pub use read::{FileSlice, Records};
+pub(crate) use relocate::{copy_file, Copied, SwapError};
 
 /// Result of a successful append.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -189,6 +191,9 @@ struct LogInner {
     /// Bumped at every change of `epochs` that is to reach the checkpoint file: a write of an
     /// older version never replaces a newer one (`write_epoch_checkpoint`).
     epochs_version: u64,
+    /// Bumped when the log moved to another log dir (`relocate.rs`): a flush round that took its
+    /// work before may fail on the old paths without the dir being at fault.
+    relocations: u64,
 }
 
 impl LogInner {
@@ -218,7 +223,9 @@ impl LogInner {
 /// The log of one partition. `Send + Sync`; used as `Arc<PartitionLog>`.
 pub struct PartitionLog {
     tp: TopicPartition,
-    dir: PathBuf,
+    /// The partition directory and the log dir holding it; changed only by a replica move
+    /// (`move_to`), under `inner`.
+    location: RwLock<Location>,
     topic_id: OnceLock<TopicId>,
     /// Whether `config.json` was found when the log was loaded (or written since).
     config_persisted: AtomicBool,
@@ -244,6 +251,13 @@ pub struct PartitionLog {
     log_end_watchers: Watchers,
     /// Damaged ranges of sealed segments, by first offset (`damage.rs`); a leaf lock.
     damage: Mutex<BTreeMap<i64, DamagedRange>>,
+}
+
+/// Where a log lives: its directory and the log dir (`log.dirs` entry) that holds it.
+#[derive(Clone)]
+pub(crate) struct Location {
+    pub(crate) dir: PathBuf,
+    pub(crate) log_dir: Arc<LogDir>,
 }
 
 /// What recovery found on disk, to build a `PartitionLog` from (`PartitionLog::open`).
@@ -279,7 +293,7 @@ impl PartitionLog {
     fn build(
         shared: Arc<StoreShared>,
         tp: TopicPartition,
-        dir: PathBuf,
+        location: Location,
         config: LogConfig,
         config_persisted: bool,
         inner: LogInner,
@@ -287,10 +301,10 @@ impl PartitionLog {
     ) -> Arc<PartitionLog> {
         let log_end_offset = inner.log_end_offset;
         let offsets = Arc::new(offsets);
-        shared.register_offsets(&tp, Arc::clone(&offsets));
+        location.log_dir.register_offsets(&tp, Arc::clone(&offsets));
         Arc::new_cyclic(|me| PartitionLog {
             tp,
-            dir,
+            location: RwLock::new(location),
             topic_id: OnceLock::new(),
             config_persisted: AtomicBool::new(config_persisted),
             shared,
@@ -317,7 +331,7 @@ impl PartitionLog {
     pub(crate) fn create(
         shared: Arc<StoreShared>,
         tp: TopicPartition,
-        dir: PathBuf,
+        location: Location,
         config: LogConfig,
         topic_id: TopicId,
     ) -> Arc<PartitionLog> {
@@ -334,11 +348,12 @@ impl PartitionLog {
             generation: 0,
             cleaner_point: 0,
             epochs_version: 0,
+            relocations: 0,
         };
         let log = PartitionLog::build(
             shared,
             tp,
-            dir,
+            location,
             config,
             true,
             inner,
@@ -353,6 +368,7 @@ impl PartitionLog {
     /// read that may not be on disk yet.
     pub(crate) fn open(
         shared: Arc<StoreShared>,
+        log_dir: Arc<LogDir>,
         loaded: LoadedLog,
     ) -> Result<Arc<PartitionLog>, StoreError> {
         let log_end_offset = loaded
@@ -376,6 +392,7 @@ impl PartitionLog {
             generation: 0,
             cleaner_point: loaded.cleaner_point,
             epochs_version: 0,
+            relocations: 0,
         };
         if loaded.epochs_unwritten {
             inner.stage_epochs();
@@ -386,7 +403,10 @@ impl PartitionLog {
         let log = PartitionLog::build(
             shared,
             loaded.tp,
-            loaded.dir,
+            Location {
+                dir: loaded.dir,
+                log_dir,
+            },
             config,
             persisted,
             inner,
@@ -418,8 +438,24 @@ impl PartitionLog {
     }
 
     /// The partition's directory.
-    pub(crate) fn dir(&self) -> &Path {
-        &self.dir
+    pub(crate) fn dir(&self) -> PathBuf {
+        self.location.read().dir.clone()
+    }
+
+    /// The log dir holding the partition.
+    pub(crate) fn log_dir(&self) -> Arc<LogDir> {
+        Arc::clone(&self.location.read().log_dir)
+    }
+
+    /// Whether the log dir holding the partition is offline (an I/O error there): it takes no
+    /// writes until the broker restarts and rescans the dir.
+    pub fn is_offline(&self) -> bool {
+        self.location.read().log_dir.is_offline()
+    }
+
+    /// Where the partition lives (directory and log dir).
+    pub(crate) fn location(&self) -> Location {
+        self.location.read().clone()
     }
 
     /// The topic id recorded in the partition directory (`partition.metadata`); `None` for a
@@ -447,7 +483,7 @@ impl PartitionLog {
         self.writable()?;
         partition_dir::write_topic_id(
             &*self.shared.storage,
-            &self.dir,
+            &self.dir(),
             topic_id,
             Durability::Synced,
         )?;
@@ -465,7 +501,8 @@ impl PartitionLog {
         if self.is_deleted() {
             return Err(StoreError::UnknownPartition(self.tp.clone()));
         }
-        self.shared.check_writable()
+        self.log_dir().check_online()?;
+        self.shared.check_running()
     }
 
     /// The store removed this partition (deleted or set aside).
@@ -479,7 +516,7 @@ impl PartitionLog {
         self.deleted.store(true, Ordering::SeqCst);
         let _inner = self.inner.lock();
         self.fail_waiters(Failure::Deleted);
-        self.shared.unregister_offsets(&self.tp);
+        self.log_dir().unregister_offsets(&self.tp);
         // Parked fetches find out now (UNKNOWN_TOPIC_OR_PARTITION), not at their deadline.
         self.wake_watchers();
     }
@@ -531,7 +568,7 @@ impl PartitionLog {
     pub fn update_config(&self, config: LogConfig) {
         match partition_dir::write_config(
             &*self.shared.storage,
-            &self.dir,
+            &self.dir(),
             &config,
             Durability::Synced,
         ) {
@@ -573,7 +610,7 @@ impl PartitionLog {
         if let Some(f) = seg.file.upgrade() {
             return Ok(f);
         }
-        let path = seg.log_path(&self.dir);
+        let path = seg.log_path(&self.dir());
         let f = self
             .shared
             .cache
@@ -589,9 +626,9 @@ impl PartitionLog {
             return Ok(());
         }
         let file = self.segment_file(seg, false)?;
-        seg.ensure_loaded(&self.dir, &file, config).map_err(|e| {
+        seg.ensure_loaded(&self.dir(), &file, config).map_err(|e| {
             StoreError::io(
-                format!("load indexes of {}", seg.log_path(&self.dir).display()),
+                format!("load indexes of {}", seg.log_path(&self.dir()).display()),
                 e,
             )
         })
@@ -606,7 +643,7 @@ impl PartitionLog {
         let mut written = Vec::new();
         if let Some((index, time_index)) = seg.encoded_indexes() {
             for (suffix, bytes) in [(INDEX_SUFFIX, index), (TIME_INDEX_SUFFIX, time_index)] {
-                let p = segment::segment_path(&self.dir, seg.base_offset, suffix);
+                let p = segment::segment_path(&self.dir(), seg.base_offset, suffix);
                 self.shared.cache.invalidate(&p);
                 let f = segment::write_index_file(&*self.shared.storage, &p, &bytes)
                     .map_err(|e| StoreError::io(format!("write {}", p.display()), e))?;

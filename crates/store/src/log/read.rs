@@ -227,7 +227,7 @@ impl PartitionLog {
         let Some((&base, seg)) = inner.segments.range_mut(..=offset).next_back() else {
             return Ok(());
         };
-        let path = seg.log_path(&self.dir);
+        let path = seg.log_path(&self.dir());
         let file = self
             .shared
             .cache

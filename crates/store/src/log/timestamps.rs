@@ -19,7 +19,7 @@ impl PartitionLog {
             };
             self.ensure_loaded(seg, &config)?;
             let file = self.segment_file(seg, false)?;
-            let path = seg.log_path(&self.dir);
+            let path = seg.log_path(&self.dir());
             if seg.max_timestamp < ts || seg.next_offset <= log_start {
                 continue;
             }

@@ -16,6 +16,7 @@ pub fn tp(topic: &str, partition: i32) -> TopicPartition {
 pub fn store_config(dir: &Path, policy: FlushPolicy) -> StoreConfig {
     StoreConfig {
         data_dir: dir.to_path_buf(),
+        extra_log_dirs: Vec::new(),
         flush_policy: policy,
         flush_interval: Duration::from_millis(1),
         max_open_files: 64,
