@@ -496,8 +496,6 @@ impl Store {
         self.shared.damage.subscribe()
     }
 
-    /// Whether the data dir is offline, and why.
-
     /// Calls `listener` when a log dir goes offline (once per dir), from the thread that saw the
     /// error, possibly under a partition lock: it must return at once and not call the store (the
     /// broker wakes its heartbeat, which then asks `offline_partitions`).
