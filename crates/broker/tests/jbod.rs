@@ -54,7 +54,8 @@ impl Tmpfs {
     fn mount(mount: &Path) -> Tmpfs {
         std::fs::create_dir_all(mount).expect("mount point");
         let status = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", "size=64m", "tmpfs"])
+            // Above `millrace.log.dir.min.free.bytes` (64 MiB), under which produce is refused.
+            .args(["-t", "tmpfs", "-o", "size=256m", "tmpfs"])
             .arg(mount)
             .status()
             .expect("run mount");
