@@ -167,6 +167,11 @@ fn oversized_body(key: ApiKey, v: i16) -> Option<Oversized> {
         ApiKey::DescribeLogDirs => array(v, f, "topics", |r: &mut DescribeLogDirsRequest, x| {
             r.topics = Some(x)
         }),
+        ApiKey::AlterReplicaLogDirs => {
+            array(v, f, "dirs", |r: &mut AlterReplicaLogDirsRequest, x| {
+                r.dirs = x
+            })
+        }
         ApiKey::DescribeProducers => {
             array(v, f, "topics", |r: &mut DescribeProducersRequest, x| {
                 r.topics = x
