@@ -106,6 +106,10 @@ pub const SHUTDOWN_THREADS: usize = 16;
 /// intervals at the default `index.interval.bytes`).
 pub const READ_SKIP_CHUNK_BYTES: usize = 8 * 1024;
 
+/// Bytes: a thread keeps the buffer it checks sealed-segment reads in (`log/read.rs`) while it is
+/// no larger than this; a larger read's buffer is freed after it.
+pub const READ_SCRATCH_RETAIN_BYTES: usize = 16 * 1024 * 1024;
+
 /// Bytes: the buffer through which `compression::reader` streams gzip and zstd output (snappy and
 /// lz4 stream from their own block buffer); the produce-time record walk never holds more of the
 /// decompressed payload than this plus the codec's own window or block.

@@ -4,9 +4,10 @@
 //! with one `pread` (pair assertion with the append's validation), or earlier (the append that
 //! wrote it, a reindex, a previous read: [`Checked`]), in which case [`PartitionLog::read_records`]
 //! returns the file region itself for the connection to `sendfile`, walking only batch headers to
-//! find where to cut (from the offset index entry nearest the cut). That shortcut is taken only in
-//! the active segment: a sealed segment's bytes are checked on every read, since they may have
-//! left the page cache and come back from the disk changed (decision 0072). Damaged batches the
+//! find where to cut (from the offset index entry nearest the cut). That trust holds only in the
+//! active segment: a sealed segment's bytes may have left the page cache and come back from the
+//! disk changed, so every read of them checks them again — in a buffer the thread reuses — before
+//! sending them from the file (decision 0072). Damaged batches the
 //! scrubber recorded are refused, and a read stops before them. An index that disagrees with the
 //! log is rebuilt from the log once.
 
@@ -330,7 +331,8 @@ struct Located {
     seg_next: i64,
     checked: Arc<Checked>,
     /// Not the active segment: its bytes may have left the page cache since they were checked,
-    /// and come back from the disk changed (bit rot), so reads check them again (decision 0072).
+    /// and come back from the disk changed (bit rot), so reads check them again before sending
+    /// them (decision 0072).
     sealed: bool,
 }
 
@@ -427,9 +429,16 @@ fn read_batches(at: &Located, window: Window, from_file: bool) -> std::io::Resul
     if first_base >= upper || (first_total > max_bytes && !min_one_batch) {
         return Ok(Some(Records::Memory(Bytes::new())));
     }
-    if from_file && !at.sealed {
+    if from_file {
         let len = walk_to_cut(&mut reader, at, window, first_pos, first_total, first_next)?;
-        if at.checked.covers(first_pos, first_pos + len as u64) {
+        // The active segment's bytes checked earlier are still the page cache's; a sealed
+        // segment's are checked now, in a reused buffer, and then sent from the file.
+        let sendable = if at.sealed {
+            checks_in_scratch(&at.file, first_pos, len, first_base)?
+        } else {
+            at.checked.covers(first_pos, first_pos + len as u64)
+        };
+        if sendable {
             return Ok(Some(Records::File(FileSlice {
                 file: Arc::clone(&at.file),
                 position: first_pos,
@@ -468,6 +477,42 @@ fn read_batches(at: &Located, window: Window, from_file: bool) -> std::io::Resul
     at.checked.read_checked(first_pos, first_pos + cut as u64);
     buf.truncate(cut);
     Ok(Some(Records::Memory(Bytes::from(buf))))
+}
+
+thread_local! {
+    /// The buffer a thread checks sealed-segment regions in before they are sent from the file.
+    static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Whether `[pos, pos + len)` of `file` holds whole valid batches with contiguous offsets from
+/// `first_base`: read into this thread's reused buffer (no fresh allocation per read) and each
+/// batch's CRC checked. A `false` sends the read through the in-memory path, which serves up to
+/// the bad batch and reports it.
+fn checks_in_scratch(file: &File, pos: u64, len: usize, first_base: i64) -> std::io::Result<bool> {
+    SCRATCH.with(|scratch| {
+        let mut buf = scratch.borrow_mut();
+        buf.resize(len, 0);
+        file.read_exact_at(&mut buf, pos)?;
+        let mut at = 0usize;
+        let mut expected = first_base;
+        let mut whole = true;
+        while at < len {
+            match batch::validate_stored(buf.get(at..).unwrap_or(&[])) {
+                Ok(h) if h.base_offset == expected => {
+                    expected = h.next_offset();
+                    at += h.total_size();
+                }
+                _ => {
+                    whole = false;
+                    break;
+                }
+            }
+        }
+        if buf.capacity() > crate::limits::READ_SCRATCH_RETAIN_BYTES {
+            *buf = Vec::new();
+        }
+        Ok(whole && at == len)
+    })
 }
 
 /// The length of the region a read returns from `first_pos` (the first batch, `first_total`
