@@ -17,10 +17,10 @@ mod common;
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::*;
+use millrace_store::testing::Tmpfs;
 use rdkafka::admin::{
     AdminClient, AdminOptions, AlterConfig, NewTopic, ResourceSpecifier, TopicReplication,
 };
@@ -44,46 +44,6 @@ const FILL_RECORDS_MAX: usize = 3 * (FS_BYTES as usize) / VALUE_BYTES;
 /// Records in flight at once while filling.
 const IN_FLIGHT: usize = 32;
 const WAIT: Duration = Duration::from_secs(30);
-
-/// A tmpfs mounted on a fresh directory; unmounted (lazily, so that a broker still holding files
-/// cannot block it) on drop.
-struct Tmpfs {
-    dir: tempfile::TempDir,
-}
-
-impl Tmpfs {
-    fn mount(bytes: u64) -> Tmpfs {
-        let dir = tempfile::tempdir().expect("mount point");
-        let status = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={bytes}"), "tmpfs"])
-            .arg(dir.path())
-            .status()
-            .expect("run mount");
-        assert!(
-            status.success(),
-            "mount -t tmpfs failed (the test needs root)"
-        );
-        Tmpfs { dir }
-    }
-
-    fn path(&self) -> &Path {
-        self.dir.path()
-    }
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        // Plainly first; lazily if something still holds a file there (a broker being killed).
-        let path = self.dir.path();
-        let plain = Command::new("umount").arg(path).status();
-        if !plain.is_ok_and(|s| s.success()) {
-            let lazy = Command::new("umount").arg("-l").arg(path).status();
-            if !lazy.is_ok_and(|s| s.success()) {
-                eprintln!("could not unmount the test tmpfs at {}", path.display());
-            }
-        }
-    }
-}
 
 fn admin(broker: &Broker) -> AdminClient<DefaultClientContext> {
     ClientConfig::new()
@@ -373,7 +333,7 @@ async fn free_space_with_the_disk_full(
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_full_disk_keeps_serving_frees_space_and_resumes() {
     let started = Instant::now();
-    let fs = Tmpfs::mount(FS_BYTES);
+    let fs = Tmpfs::mount_fresh(FS_BYTES).expect("mount a tmpfs");
     // `min.free.bytes` 0: the test drives the store to a real ENOSPC, the hard case.
     let http = free_port();
     let mut broker = Broker::start_in(
@@ -487,7 +447,7 @@ fn offset_of_middle(acked: &BTreeMap<i64, usize>) -> i64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_low_water_mark_refuses_produce_before_the_disk_is_full() {
     const MIN_FREE: u64 = 40 * 1024 * 1024;
-    let fs = Tmpfs::mount(FS_BYTES);
+    let fs = Tmpfs::mount_fresh(FS_BYTES).expect("mount a tmpfs");
     let http = free_port();
     let broker = Broker::start_in(
         data_dir_in(&fs),
@@ -554,7 +514,7 @@ async fn the_low_water_mark_refuses_produce_before_the_disk_is_full() {
 /// byte) wait for space rather than fail the quorum, and commit once space returns.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn only_the_metadata_disk_fills() {
-    let meta_fs = Tmpfs::mount(16 * 1024 * 1024);
+    let meta_fs = Tmpfs::mount_fresh(16 * 1024 * 1024).expect("mount a tmpfs");
     let meta_root = meta_fs.path().join("meta");
     let data = tempfile::tempdir().expect("data dir");
     let data_path = data.path().to_path_buf();

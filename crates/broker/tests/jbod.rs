@@ -12,8 +12,7 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -29,6 +28,7 @@ use kafka_protocol::messages::{
     CreateTopicsResponse, DescribeLogDirsRequest, DescribeLogDirsResponse,
 };
 use kafka_protocol::protocol::StrBytes;
+use millrace_store::testing::Tmpfs;
 use rdkafka::message::Message;
 use rdkafka::producer::FutureRecord;
 use rdkafka::Offset;
@@ -44,47 +44,9 @@ const SETTINGS: &[&str] = &[
     "auto.leader.rebalance.enable=false",
 ];
 
-/// A tmpfs mounted for the test; unmounted (lazily) when dropped, whatever happened.
-struct Tmpfs {
-    mount: PathBuf,
-    mounted: bool,
-}
-
-impl Tmpfs {
-    fn mount(mount: &Path) -> Tmpfs {
-        std::fs::create_dir_all(mount).expect("mount point");
-        let status = Command::new("mount")
-            // Above `millrace.log.dir.min.free.bytes` (64 MiB), under which produce is refused.
-            .args(["-t", "tmpfs", "-o", "size=256m", "tmpfs"])
-            .arg(mount)
-            .status()
-            .expect("run mount");
-        assert!(status.success(), "mounting a tmpfs needs root: {status:?}");
-        Tmpfs {
-            mount: mount.to_path_buf(),
-            mounted: true,
-        }
-    }
-
-    /// The disk "fails": a lazy unmount, after which nothing under the mount point resolves.
-    fn fail(&mut self) {
-        let status = Command::new("umount")
-            .arg("-l")
-            .arg(&self.mount)
-            .status()
-            .expect("run umount");
-        assert!(status.success(), "umount -l: {status:?}");
-        self.mounted = false;
-    }
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        if self.mounted {
-            let _ = Command::new("umount").arg("-l").arg(&self.mount).status();
-        }
-    }
-}
+/// The tmpfs's size: above `millrace.log.dir.min.free.bytes` (64 MiB), under which produce is
+/// refused.
+const TMPFS_BYTES: u64 = 256 * 1024 * 1024;
 
 /// (leader, isr) of every partition of `topic`, as node `addr` shows them.
 async fn views(addr: SocketAddr, topic: &str) -> BTreeMap<i32, (i32, Vec<i32>)> {
@@ -193,7 +155,7 @@ struct Acks {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_failed_log_dir_moves_its_partitions_and_the_other_dir_keeps_serving() {
     let base = tempfile::tempdir().expect("tmp");
-    let mut tmpfs = Tmpfs::mount(&base.path().join("mnt"));
+    let mut tmpfs = Tmpfs::mount(&base.path().join("mnt"), TMPFS_BYTES).expect("mount a tmpfs");
     let second_dir = base.path().join("mnt").join("data");
     let cluster = TestCluster::start_with_log_dirs(3, 0, SETTINGS, &[(1, second_dir.clone())]);
     let topic = unique_topic("jbod");
@@ -303,7 +265,7 @@ async fn a_failed_log_dir_moves_its_partitions_and_the_other_dir_keeps_serving()
     wait_until("acks after the move", acked_each(10)).await;
 
     acks.lock().expect("acks").since_mark.clear();
-    tmpfs.fail();
+    tmpfs.fail().expect("umount -l");
     let moved_in = wait_views(
         cluster.addr(2),
         &topic,

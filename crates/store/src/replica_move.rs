@@ -119,15 +119,6 @@ impl Moves {
     }
 }
 
-/// statvfs of `path`: (total, usable by an unprivileged writer).
-fn space(path: &Path) -> Option<(u64, u64)> {
-    let st = rustix::fs::statvfs(path).ok()?;
-    Some((
-        st.f_blocks.saturating_mul(st.f_frsize),
-        st.f_bavail.saturating_mul(st.f_frsize),
-    ))
-}
-
 impl Store {
     /// The log dir (as configured) of a hosted partition.
     pub fn log_dir_of(&self, tp: &TopicPartition) -> Option<PathBuf> {
@@ -152,7 +143,9 @@ impl Store {
             .dirs
             .iter()
             .map(|d| {
-                let (total, usable) = space(d.path()).unzip();
+                let (total, usable) = crate::free_space::total_and_free_bytes(d.path())
+                    .ok()
+                    .unzip();
                 LogDirInfo {
                     path: d.path().to_path_buf(),
                     offline: d.offline_reason(),

@@ -1,5 +1,6 @@
 //! Test fixtures: a small hand-written v2 batch encoder (no `kafka-protocol`), public so the front
-//! end can build batches for its tests too.
+//! end can build batches for its tests too; and `Tmpfs`, a real small file system for the store's
+//! and the broker's disk-full and failed-dir tests.
 
 use bytes::BytesMut;
 
@@ -50,4 +51,96 @@ pub fn encode_filler_batch(count: usize, value_bytes: usize, timestamp: i64) -> 
         .map(|_| (None, Some(&value[..]), timestamp))
         .collect();
     encode_batch(&recs, -1, -1, -1)
+}
+
+/// A tmpfs of a given size, for tests that need a real small file system (a full disk, a failing
+/// log dir). Mounting needs root. Dropped: unmounted — plainly, else lazily, so that a process
+/// still holding files there cannot block it — and its mount point removed if it made one.
+pub struct Tmpfs {
+    path: std::path::PathBuf,
+    mounted: bool,
+    made_mount_point: bool,
+}
+
+impl Tmpfs {
+    /// Mounts a tmpfs of `bytes` at `mount_point` (created if missing).
+    pub fn mount(mount_point: &std::path::Path, bytes: u64) -> std::io::Result<Tmpfs> {
+        std::fs::create_dir_all(mount_point)?;
+        Tmpfs::mount_on(mount_point.to_path_buf(), bytes, false)
+    }
+
+    /// Mounts a tmpfs of `bytes` on a fresh directory under the system's temp dir.
+    pub fn mount_fresh(bytes: u64) -> std::io::Result<Tmpfs> {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let path = std::env::temp_dir().join(format!(
+            "millrace-tmpfs-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&path)?;
+        Tmpfs::mount_on(path, bytes, true)
+    }
+
+    fn mount_on(path: std::path::PathBuf, bytes: u64, made: bool) -> std::io::Result<Tmpfs> {
+        let status = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={bytes}"), "tmpfs"])
+            .arg(&path)
+            .status()?;
+        if !status.success() {
+            return Err(std::io::Error::other(format!(
+                "mount -t tmpfs on {} failed ({status}); the test needs root",
+                path.display()
+            )));
+        }
+        Ok(Tmpfs {
+            path,
+            mounted: true,
+            made_mount_point: made,
+        })
+    }
+
+    /// The mount point.
+    pub fn path(&self) -> &std::path::Path {
+        &self.path
+    }
+
+    /// The file system "fails": a lazy unmount, after which no path under it resolves (open
+    /// files keep working until closed).
+    pub fn fail(&mut self) -> std::io::Result<()> {
+        let status = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.path)
+            .status()?;
+        if !status.success() {
+            return Err(std::io::Error::other(format!("umount -l: {status}")));
+        }
+        self.mounted = false;
+        Ok(())
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        if self.mounted {
+            let plain = std::process::Command::new("umount")
+                .arg(&self.path)
+                .status();
+            if !plain.is_ok_and(|s| s.success()) {
+                let lazy = std::process::Command::new("umount")
+                    .arg("-l")
+                    .arg(&self.path)
+                    .status();
+                if !lazy.is_ok_and(|s| s.success()) {
+                    eprintln!(
+                        "could not unmount the test tmpfs at {}",
+                        self.path.display()
+                    );
+                }
+            }
+        }
+        if self.made_mount_point {
+            let _ = std::fs::remove_dir(&self.path);
+        }
+    }
 }

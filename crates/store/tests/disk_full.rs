@@ -11,48 +11,14 @@ mod common;
 
 use std::io::Write;
 use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::*;
+use millrace_store::testing::Tmpfs;
 use millrace_store::{AppendError, FlushPolicy, LogConfig, TopicId};
 
 const FS_BYTES: u64 = 4 * 1024 * 1024;
 const APPENDS_MAX: usize = 1000;
-
-struct Tmpfs {
-    dir: tempfile::TempDir,
-}
-
-impl Tmpfs {
-    fn mount(bytes: u64) -> Tmpfs {
-        let dir = tempfile::tempdir().expect("mount point");
-        let status = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={bytes}"), "tmpfs"])
-            .arg(dir.path())
-            .status()
-            .expect("run mount");
-        assert!(
-            status.success(),
-            "mount -t tmpfs failed (the test needs root)"
-        );
-        Tmpfs { dir }
-    }
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        // Plainly first; lazily if something still holds a file there (a broker being killed).
-        let path = self.dir.path();
-        let plain = Command::new("umount").arg(path).status();
-        if !plain.is_ok_and(|s| s.success()) {
-            let lazy = Command::new("umount").arg("-l").arg(path).status();
-            if !lazy.is_ok_and(|s| s.success()) {
-                eprintln!("could not unmount the test tmpfs at {}", path.display());
-            }
-        }
-    }
-}
 
 /// A batch of 16 records of 1 KiB.
 fn big_batch(ts: i64) -> bytes::BytesMut {
@@ -74,11 +40,11 @@ fn segment_bytes_on_disk(dir: &Path) -> u64 {
 
 #[test]
 fn an_append_that_finds_the_disk_full_changes_nothing_and_the_dir_stays_online() {
-    let fs = Tmpfs::mount(FS_BYTES);
-    let data = fs.dir.path().join("data");
+    let fs = Tmpfs::mount_fresh(FS_BYTES).expect("mount a tmpfs");
+    let data = fs.path().join("data");
     std::fs::create_dir(&data).expect("data dir");
     // 512 KiB of ballast to free later.
-    let ballast = fs.dir.path().join("ballast");
+    let ballast = fs.path().join("ballast");
     std::fs::File::create(&ballast)
         .and_then(|mut f| f.write_all(&vec![0u8; 512 * 1024]))
         .expect("ballast");
