@@ -211,6 +211,15 @@ pub struct LogConfig {
     pub flush_messages: i64,
     /// `flush.ms`: fsync after this long (policy `never`).
     pub flush_ms: i64,
+    /// `remote.storage.enable`: closed segments are copied to the object store (tiered storage,
+    /// decision 0073); local segments then go only once copied and past local retention.
+    pub remote_storage_enable: bool,
+    /// `local.retention.ms`: how long the local tail of a tiered log keeps a segment; -2 (the
+    /// default) means `retention.ms`.
+    pub local_retention_ms: i64,
+    /// `local.retention.bytes`: the local tail's size bound of a tiered log; -2 (the default)
+    /// means `retention.bytes`.
+    pub local_retention_bytes: i64,
 }
 
 impl Default for LogConfig {
@@ -232,11 +241,34 @@ impl Default for LogConfig {
             message_timestamp_after_max_ms: 3_600_000,
             flush_messages: i64::MAX,
             flush_ms: i64::MAX,
+            remote_storage_enable: false,
+            local_retention_ms: -2,
+            local_retention_bytes: -2,
         }
     }
 }
 
 impl LogConfig {
+    /// The retention time the local segments obey: `local.retention.ms` on a tiered log (-2:
+    /// `retention.ms`), `retention.ms` otherwise.
+    pub fn local_retention_ms(&self) -> i64 {
+        if self.remote_storage_enable && self.local_retention_ms != -2 {
+            self.local_retention_ms
+        } else {
+            self.retention_ms
+        }
+    }
+
+    /// The size bound the local segments obey: `local.retention.bytes` on a tiered log (-2:
+    /// `retention.bytes`), `retention.bytes` otherwise.
+    pub fn local_retention_bytes(&self) -> i64 {
+        if self.remote_storage_enable && self.local_retention_bytes != -2 {
+            self.local_retention_bytes
+        } else {
+            self.retention_bytes
+        }
+    }
+
     /// `segment.bytes` clamped to what the on-disk format can address.
     pub(crate) fn effective_segment_bytes(&self) -> u64 {
         self.segment_bytes.clamp(
