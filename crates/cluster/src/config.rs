@@ -1213,6 +1213,11 @@ impl BrokerConfig {
             ),
             flush_messages: long("flush.messages", defaults.flush_messages),
             flush_ms: long("flush.ms", defaults.flush_ms),
+            remote_storage_enable: get("remote.storage.enable")
+                .trim()
+                .eq_ignore_ascii_case("true"),
+            local_retention_ms: long("local.retention.ms", defaults.local_retention_ms),
+            local_retention_bytes: long("local.retention.bytes", defaults.local_retention_bytes),
         }
     }
 }
