@@ -40,6 +40,7 @@ use crate::listeners::ListenerAddress;
 use crate::quota::ClientQuotas;
 // The partition registration is the payload of the Partition record and what a PartitionChange
 // changes, so it lives with the records; these names stay here for existing paths.
+use crate::remote_log::RemoteLog;
 use crate::records::{MetadataBatch, MetadataRecord};
 pub use crate::records::{PartitionRegistration, NO_LEADER};
 use crate::scram::{ScramCredential, ScramMechanism};
@@ -131,10 +132,20 @@ pub struct MetadataImage {
     /// Client quotas: entity → key → value.
     #[serde(default)]
     pub client_quotas: Arc<ClientQuotas>,
+    /// Tiered partitions' remote logs: topic id → partition → committed remote segments
+    /// (decision 0073). Shared: most batches do not touch them.
+    #[serde(default)]
+    pub remote_logs: Arc<RemoteLogs>,
+    /// Deleted topics whose remote objects are not yet purged: topic id → topic name.
+    #[serde(default)]
+    pub remote_purges: BTreeMap<Uuid, String>,
     /// The metadata transaction begun and not yet ended or aborted, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub transaction: Option<OpenTransaction>,
 }
+
+/// Remote logs by topic id, then partition.
+pub type RemoteLogs = BTreeMap<Uuid, BTreeMap<i32, Arc<RemoteLog>>>;
 
 /// A metadata transaction in progress: the records of one decision committed so far, not yet
 /// applied.
@@ -159,6 +170,11 @@ impl MetadataImage {
 
     pub fn partition(&self, topic: &str, index: i32) -> Option<&PartitionRegistration> {
         self.topic(topic).and_then(|t| t.partition(index))
+    }
+
+    /// A tiered partition's remote log; `None` before its first committed upload.
+    pub fn remote_log(&self, topic_id: Uuid, partition: i32) -> Option<&Arc<RemoteLog>> {
+        self.remote_logs.get(&topic_id)?.get(&partition)
     }
 
     pub fn broker(&self, node_id: i32) -> Option<&BrokerRegistration> {
@@ -411,6 +427,10 @@ impl MetadataImage {
             MetadataRecord::RemoveTopic { topic_id } => match self.topic_names.remove(topic_id) {
                 Some(name) => {
                     self.topics.remove(&name);
+                    if self.remote_logs.contains_key(topic_id) {
+                        Arc::make_mut(&mut self.remote_logs).remove(topic_id);
+                        self.remote_purges.insert(*topic_id, name);
+                    }
                 }
                 None => {
                     warn!(%topic_id, offset, "metadata: removal of an unknown topic skipped");
@@ -423,6 +443,38 @@ impl MetadataImage {
             }
             MetadataRecord::ProducerIds { next_producer_id } => {
                 self.next_producer_id = self.next_producer_id.max(*next_producer_id);
+            }
+            MetadataRecord::RemoteSegmentCommitted {
+                topic_id,
+                partition,
+                segment,
+            } => {
+                if self.topic_mut(*topic_id, offset).is_none() {
+                    return;
+                }
+                let logs = Arc::make_mut(&mut self.remote_logs);
+                let log = logs
+                    .entry(*topic_id)
+                    .or_default()
+                    .entry(*partition)
+                    .or_default();
+                if !Arc::make_mut(log).commit(segment.clone()) {
+                    warn!(%topic_id, partition, base = segment.base_offset, offset, "metadata: remote segment that does not follow the remote log skipped");
+                }
+            }
+            MetadataRecord::RemoteSegmentsDeleted {
+                topic_id,
+                partition,
+                through_end_offset,
+                log_start_offset,
+            } => {
+                let logs = Arc::make_mut(&mut self.remote_logs);
+                if let Some(log) = logs.get_mut(topic_id).and_then(|t| t.get_mut(partition)) {
+                    Arc::make_mut(log).delete_through(*through_end_offset, *log_start_offset);
+                }
+            }
+            MetadataRecord::RemoteTopicPurged { topic_id } => {
+                self.remote_purges.remove(topic_id);
             }
         }
     }

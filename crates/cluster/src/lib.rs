@@ -22,6 +22,7 @@ pub mod metadata;
 pub mod quota;
 pub mod records;
 pub mod recover;
+pub mod remote_log;
 pub mod scram;
 pub mod topic_name;
 

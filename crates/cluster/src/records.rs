@@ -174,6 +174,26 @@ pub enum MetadataRecord {
     },
     /// \[ProducerIdsRecord\] The next producer id not yet handed out in a block.
     ProducerIds { next_producer_id: i64 },
+    /// \[RemoteLogSegmentMetadataRecord, COPY_SEGMENT_FINISHED\] A tiered partition's leader
+    /// uploaded a segment and the controller accepted it (decision 0073): from this entry on the
+    /// segment is part of the remote log, readable and counted by retention.
+    RemoteSegmentCommitted {
+        topic_id: Uuid,
+        partition: i32,
+        segment: crate::remote_log::RemoteSegment,
+    },
+    /// \[RemoteLogSegmentMetadataUpdateRecord, DELETE_SEGMENT_STARTED\] Total retention let go
+    /// of the remote segments ending at or below `through_end_offset`; the leader deletes their
+    /// objects after this commits (a crash in between leaves orphans, which it cleans later).
+    RemoteSegmentsDeleted {
+        topic_id: Uuid,
+        partition: i32,
+        through_end_offset: i64,
+        log_start_offset: i64,
+    },
+    /// The remote objects of a deleted topic are gone (until then the image keeps the topic's
+    /// name in `remote_purges`, so some broker deletes them).
+    RemoteTopicPurged { topic_id: Uuid },
     /// \[BeginTransactionRecord\] The records that follow, up to the matching `EndTransaction`, are
     /// one decision spread over several entries: nothing of it is applied until its end.
     BeginTransaction { name: String },
@@ -207,6 +227,9 @@ impl MetadataRecord {
             Self::RemoveTopic { .. } => "RemoveTopic",
             Self::TopicConfigs { .. } => "TopicConfigs",
             Self::ProducerIds { .. } => "ProducerIds",
+            Self::RemoteSegmentCommitted { .. } => "RemoteSegmentCommitted",
+            Self::RemoteSegmentsDeleted { .. } => "RemoteSegmentsDeleted",
+            Self::RemoteTopicPurged { .. } => "RemoteTopicPurged",
             Self::BeginTransaction { .. } => "BeginTransaction",
             Self::EndTransaction => "EndTransaction",
             Self::AbortTransaction { .. } => "AbortTransaction",

@@ -400,6 +400,22 @@ impl Controller {
                 broker_epoch,
                 changes,
             } => self.alter_partitions(image, node_id, broker_epoch, changes),
+            ControllerRequest::RemoteLog {
+                node_id,
+                broker_epoch,
+                change,
+            } => {
+                if image.broker(node_id).map(|b| b.broker_epoch) != Some(broker_epoch) {
+                    return Decision::error(ControllerError::StaleBrokerEpoch);
+                }
+                match crate::remote_log::decide(image, node_id, change) {
+                    Ok(records) => Decision {
+                        records,
+                        response: ControllerResponse::RemoteLog { result: Ok(()) },
+                    },
+                    Err(e) => Decision::answer(ControllerResponse::RemoteLog { result: Err(e) }),
+                }
+            }
             ControllerRequest::ElectLeaders {
                 election,
                 partitions,

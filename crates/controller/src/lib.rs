@@ -23,6 +23,7 @@ pub mod placement;
 pub mod producer_ids;
 pub mod quorum;
 pub mod raft;
+pub mod remote_log;
 pub mod service;
 
 pub use client::ControllerClient;

@@ -14,6 +14,7 @@ use millrace_cluster::config::{ConfigChange, ConfigOp, TopicConfigs};
 use millrace_cluster::image::PartitionRegistration;
 use millrace_cluster::listeners::ListenerAddress;
 use millrace_cluster::records::EncodeError;
+use millrace_cluster::remote_log::RemoteSegment;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
@@ -113,6 +114,13 @@ pub enum ControllerRequest {
         broker_epoch: i64,
         changes: Vec<IsrChange>,
     },
+    /// Tiered storage (decision 0073): a leader commits an uploaded remote segment, or lets go
+    /// of remote segments past total retention, fenced by its broker epoch and leader epoch.
+    RemoteLog {
+        node_id: i32,
+        broker_epoch: i64,
+        change: RemoteLogChange,
+    },
     /// \[ElectLeaders\] `None` = every partition.
     ElectLeaders {
         election: ElectionType,
@@ -136,6 +144,30 @@ pub struct IsrChange {
     pub partition_epoch: i32,
     /// (broker id, broker epoch or -1) of each proposed ISR member.
     pub new_isr: Vec<(i32, i64)>,
+}
+
+/// One change of a tiered partition's remote log (`ControllerRequest::RemoteLog`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind")]
+pub enum RemoteLogChange {
+    /// The leader in `leader_epoch` uploaded `segment`; commit it if it follows the remote log.
+    Commit {
+        topic_id: Uuid,
+        partition: i32,
+        leader_epoch: i32,
+        segment: RemoteSegment,
+    },
+    /// The leader in `leader_epoch` lets go of the remote segments ending at or below
+    /// `through_end_offset`; the remote log then starts at `log_start_offset`.
+    Delete {
+        topic_id: Uuid,
+        partition: i32,
+        leader_epoch: i32,
+        through_end_offset: i64,
+        log_start_offset: i64,
+    },
+    /// A deleted topic's remote objects are gone.
+    Purged { topic_id: Uuid },
 }
 
 /// AlterPartitionReassignments for one topic.
@@ -260,6 +292,8 @@ pub enum ControllerResponse {
     DeleteAcls {
         results: Vec<Result<Vec<StandardAcl>, ControllerError>>,
     },
+    /// A `RemoteLog` change was committed (or refused).
+    RemoteLog { result: Result<(), ControllerError> },
     /// Per entry of the request, in order.
     AlterClientQuotas {
         results: Vec<Result<(), ControllerError>>,

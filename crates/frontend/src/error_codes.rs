@@ -191,8 +191,8 @@ pub fn from_store(err: &StoreError, context: &str) -> KafkaError {
         // A full disk refuses every produce until space is freed: no warning per request (it
         // would flood the log); `/ready`, the free-space gauges and the per-code error counter
         // show it.
-        StoreError::DiskFull { .. } => {
-            debug!(%context, error = %err, "disk full");
+        StoreError::DiskFull { .. } | StoreError::UploadBacklog { .. } => {
+            debug!(%context, error = %err, "disk full or upload backlog full");
             KafkaError::new(KAFKA_STORAGE_ERROR, err.to_string())
         }
         StoreError::Io(_)

@@ -632,6 +632,9 @@ impl ReplicaManager {
                 hosted
                     .log
                     .check_free_space(self.config.broker.log_dir_min_free_bytes())?;
+                // Tiered storage: the object store is behind by more than
+                // `millrace.remote.storage.max.pending.bytes`.
+                hosted.log.check_upload_backlog()?;
             }
         }
         self.append_in_epoch(tp, records, acks, None)

@@ -34,6 +34,11 @@ pub enum StoreError {
         /// The low-water mark (0 when the disk was really full).
         min_free: u64,
     },
+    /// Tiered storage: more bytes of closed segments wait for upload than
+    /// `millrace.remote.storage.max.pending.bytes` allows (the object store is down or slow).
+    /// Retriable: produce succeeds again once uploads catch up → KAFKA_STORAGE_ERROR.
+    #[error("{pending} bytes wait for upload to the object store, above the bound of {bound}")]
+    UploadBacklog { pending: u64, bound: u64 },
     /// The store was shut down.
     /// The same partition is live in two log dirs: the store refuses to open (as Kafka refuses
     /// to start) rather than guess which copy is current.

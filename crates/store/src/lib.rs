@@ -79,7 +79,7 @@ pub use damage::DamagedRange;
 pub use error::{AppendError, ReadError, StoreError};
 pub use log::{
     AppendInfo, FileSlice, PartitionLog, ReadResult, ReadUpperBound, Records, RepairError,
-    ReplicatedAppend,
+    ReplicatedAppend, TierSegment, NOTHING_COPIED,
 };
 pub use partition_dir::{
     inspect_partition_dir, partition_dirs, PartitionDirInfo, TopicId, ORPHANED_SUFFIX,

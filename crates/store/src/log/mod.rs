@@ -45,6 +45,7 @@ mod follower;
 mod log_start;
 mod read;
 mod relocate;
+mod tiered;
 mod timestamps;
 mod transactions;
 
@@ -74,6 +75,7 @@ pub(crate) use damage::ScrubView;
 pub(crate) use durability::{list_snapshots, snapshot_path};
 pub use follower::ReplicatedAppend;
 pub use read::{FileSlice, Records};
+pub use tiered::{TierSegment, NOTHING_COPIED};
 pub(crate) use relocate::{copy_file, Copied, SwapError};
 
 /// Result of a successful append.
@@ -251,6 +253,11 @@ pub struct PartitionLog {
     log_end_watchers: Watchers,
     /// Damaged ranges of sealed segments, by first offset (`damage.rs`); a leaf lock.
     damage: Mutex<BTreeMap<i64, DamagedRange>>,
+    /// Offsets below this are in the object store (`tiered.rs`; `NOTHING_COPIED` if none).
+    remote_copied_end: AtomicI64,
+    /// Bytes waiting for upload and the bound they passed (0: produce is not refused).
+    upload_backlog: std::sync::atomic::AtomicU64,
+    upload_backlog_bound: std::sync::atomic::AtomicU64,
 }
 
 /// Where a log lives: its directory and the log dir (`log.dirs` entry) that holds it.
@@ -323,6 +330,9 @@ impl PartitionLog {
             high_watermark_watchers: Watchers::default(),
             log_end_watchers: Watchers::default(),
             damage: Mutex::new(BTreeMap::new()),
+            remote_copied_end: AtomicI64::new(tiered::NOTHING_COPIED),
+            upload_backlog: std::sync::atomic::AtomicU64::new(0),
+            upload_backlog_bound: std::sync::atomic::AtomicU64::new(0),
         })
     }
 
