@@ -69,6 +69,9 @@ fn main() -> ExitCode {
             return ExitCode::from(EXIT_BAD_SETTINGS);
         }
     };
+    for warning in settings.warnings() {
+        warn!("{warning}");
+    }
     // TLS keystores and SASL settings are part of the configuration: unusable ones stop the broker
     // here, with the key named, like any other bad setting.
     let security = match listener_security(&settings) {

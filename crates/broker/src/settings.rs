@@ -24,6 +24,12 @@
 //! `process.roles=broker` — and `--controller-listen host:port` is its controller listener
 //! (default: its own entry in the voters list). Without voters the broker is a single-node cluster,
 //! a quorum of one.
+//!
+//! Tiered storage (`remote.log.storage.system.enable`, `millrace.remote.storage.*`, Kafka's
+//! `remote.log.manager.task.interval.ms`, `remote.fetch.max.wait.ms`, `log.local.retention.*`)
+//! is set like any other key; `millrace_cluster::config_tiered` refuses an enabled system without
+//! `millrace.remote.storage.url`, and [`Settings::warnings`] names a url given while the system is
+//! off (logged at start-up, not a refusal).
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -400,6 +406,12 @@ impl Settings {
             http_listen,
         })
     }
+
+    /// Settings that are usable but probably not what the operator meant, one line each, for
+    /// the start-up log.
+    pub fn warnings(&self) -> Vec<String> {
+        self.config.remote_storage_warning().into_iter().collect()
+    }
 }
 
 /// `1@host:port,2@host:port` → id → host:port.
@@ -655,6 +667,63 @@ mod tests {
             err.contains("'listeners'") && err.contains("CLIENTS"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn tiered_storage_without_a_url_is_refused_and_a_lone_url_warns() {
+        let err = Settings::resolve(
+            &cli(&["--set", "remote.log.storage.system.enable=true"]),
+            std::iter::empty(),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("millrace.remote.storage.url")
+                && err.contains("remote.log.storage.system.enable=true")
+                && !err.contains('\n'),
+            "{err}"
+        );
+        // The same from the environment, and accepted once the url is there too.
+        let vars = [("MILLRACE_REMOTE_LOG_STORAGE_SYSTEM_ENABLE", "true")];
+        assert!(Settings::resolve(&cli(&[]), env(&vars).into_iter()).is_err());
+        let s = Settings::resolve(
+            &cli(&[
+                "--set",
+                "millrace.remote.storage.url=file:///var/tmp/tiered",
+            ]),
+            env(&vars).into_iter(),
+        )
+        .unwrap();
+        let remote = s.config.remote_storage();
+        assert!(remote.remote_log_storage_system_enable);
+        assert_eq!(
+            remote.remote_storage_url.as_deref(),
+            Some("file:///var/tmp/tiered")
+        );
+        assert!(s.warnings().is_empty(), "{:?}", s.warnings());
+        // A url with the system off starts, with one warning line.
+        let s = Settings::resolve(
+            &cli(&[
+                "--set",
+                "millrace.remote.storage.url=file:///var/tmp/tiered",
+            ]),
+            std::iter::empty(),
+        )
+        .unwrap();
+        assert!(!s.config.remote_log_storage_system_enable());
+        let warnings = s.warnings();
+        assert!(
+            matches!(&warnings[..], [w] if w.contains("remote.log.storage.system.enable")),
+            "{warnings:?}"
+        );
+        // The defaults, as DescribeConfigs will show them.
+        let s = Settings::resolve(&cli(&[]), std::iter::empty()).unwrap();
+        let remote = s.config.remote_storage();
+        assert_eq!(remote.remote_storage_max_pending_bytes, 10 << 30);
+        assert_eq!(remote.remote_storage_cache_bytes, 64 << 20);
+        assert_eq!(remote.remote_storage_orphan_grace_ms, 600_000);
+        assert_eq!(remote.remote_log_manager_task_interval_ms, 30_000);
+        assert_eq!(remote.remote_fetch_max_wait_ms, 500);
     }
 
     #[test]

@@ -6,7 +6,10 @@
 //! DescribeConfigs lists every key with its value and source.
 //!
 //! Topic configs fall back to their broker synonym (`retention.ms` → `log.retention.ms` →
-//! `log.retention.minutes` → `log.retention.hours`), as in Kafka.
+//! `log.retention.minutes` → `log.retention.hours`), as in Kafka; the few Kafka topic configs
+//! without one (`remote.storage.enable`, `remote.log.copy.disable`,
+//! `remote.log.delete.on.disable`) have their own default ([`TopicFallback::Fixed`]). The rules
+//! between tiered-storage keys are in [`crate::config_tiered`].
 //!
 //! Millrace adds a few keys of its own, all prefixed as Kafka would name them:
 //! `log.flush.policy`, `log.flush.batch.interval.ms`, `log.max.open.files`.
@@ -120,6 +123,12 @@ const LONG_POS: ConfigType = ConfigType::Long {
 const BATCH_SIZE: ConfigType = ConfigType::Int {
     min: 0,
     max: MESSAGE_MAX_BYTES_MAX,
+};
+/// `local.retention.ms` / `local.retention.bytes` and their broker synonyms: -2 means "as
+/// `retention.*`", -1 unbounded (Kafka's `atLeast(-2)`).
+const LOCAL_RETENTION: ConfigType = ConfigType::Long {
+    min: -2,
+    max: i64::MAX,
 };
 const TIMESTAMP_TYPES: ConfigType = ConfigType::OneOf(&["CreateTime", "LogAppendTime"]);
 const COMPRESSION_TYPES: ConfigType =
@@ -355,6 +364,29 @@ pub static BROKER_CONFIGS: &[ConfigDef] = &[
         LONG_NONNEG,
     ),
     nodef("metadata.log.dir", ConfigType::Str),
+    // Tiered storage (KIP-405, decision 0073): Kafka's keys, then Millrace's object store
+    // (`config_tiered.rs` holds the rules between them).
+    def("remote.log.storage.system.enable", "false", ConfigType::Bool),
+    def("log.local.retention.ms", "-2", LOCAL_RETENTION),
+    def("log.local.retention.bytes", "-2", LOCAL_RETENTION),
+    def("remote.log.manager.task.interval.ms", "30000", LONG_POS),
+    def("remote.fetch.max.wait.ms", "500", INT_POS),
+    nodef("millrace.remote.storage.url", ConfigType::Str),
+    def(
+        "millrace.remote.storage.max.pending.bytes",
+        crate::config_tiered::MAX_PENDING_BYTES_DEFAULT,
+        LONG_POS,
+    ),
+    def(
+        "millrace.remote.storage.cache.bytes",
+        crate::config_tiered::CACHE_BYTES_DEFAULT,
+        LONG_POS,
+    ),
+    def(
+        "millrace.remote.storage.orphan.grace.ms",
+        crate::config_tiered::ORPHAN_GRACE_MS_DEFAULT,
+        LONG_NONNEG,
+    ),
     // TLS (also per listener, see LISTENER_CONFIGS).
     def("ssl.keystore.type", "JKS", KEYSTORE_TYPES),
     nodef("ssl.keystore.location", ConfigType::Str),
@@ -459,19 +491,48 @@ fn any_broker_def(key: &str) -> Option<&'static ConfigDef> {
     broker_def(suffix)
 }
 
-/// One topic-level key and the broker key it falls back to.
+/// Where a topic key's value comes from when the topic does not set it.
+#[derive(Debug, Clone, Copy)]
+pub enum TopicFallback {
+    /// The broker key of the same meaning (Kafka's server synonym), which has the default.
+    Broker(&'static str),
+    /// No broker key (Kafka's `CONFIGS_WITH_NO_SERVER_DEFAULTS`, e.g. `remote.storage.enable`):
+    /// this fixed default, described as DEFAULT_CONFIG with no synonyms.
+    Fixed(&'static str),
+}
+
+/// One topic-level key and what it falls back to.
 #[derive(Debug)]
 pub struct TopicConfigDef {
     pub name: &'static str,
     pub ty: ConfigType,
-    pub broker_synonym: &'static str,
+    pub fallback: TopicFallback,
 }
 
 const fn topic(name: &'static str, ty: ConfigType, broker_synonym: &'static str) -> TopicConfigDef {
     TopicConfigDef {
         name,
         ty,
-        broker_synonym,
+        fallback: TopicFallback::Broker(broker_synonym),
+    }
+}
+
+/// A topic key without a broker synonym, with its own default.
+const fn topic_only(name: &'static str, ty: ConfigType, default: &'static str) -> TopicConfigDef {
+    TopicConfigDef {
+        name,
+        ty,
+        fallback: TopicFallback::Fixed(default),
+    }
+}
+
+impl TopicConfigDef {
+    /// The broker key this topic key falls back to, if any.
+    pub fn broker_synonym(&self) -> Option<&'static str> {
+        match self.fallback {
+            TopicFallback::Broker(key) => Some(key),
+            TopicFallback::Fixed(_) => None,
+        }
     }
 }
 
@@ -533,6 +594,19 @@ pub static TOPIC_CONFIGS: &[TopicConfigDef] = &[
     ),
     topic("min.insync.replicas", INT_POS, "min.insync.replicas"),
     topic("preallocate", ConfigType::Bool, "log.preallocate"),
+    topic(
+        "local.retention.bytes",
+        LOCAL_RETENTION,
+        "log.local.retention.bytes",
+    ),
+    topic(
+        "local.retention.ms",
+        LOCAL_RETENTION,
+        "log.local.retention.ms",
+    ),
+    topic_only("remote.log.copy.disable", ConfigType::Bool, "false"),
+    topic_only("remote.log.delete.on.disable", ConfigType::Bool, "false"),
+    topic_only("remote.storage.enable", ConfigType::Bool, "false"),
     topic("retention.bytes", LONG_ANY, "log.retention.bytes"),
     topic("retention.ms", LONG_ANY, "log.retention.ms"),
     topic(
@@ -733,6 +807,7 @@ impl BrokerConfig {
         config.check_consumer_group_timeouts()?;
         config.check_consumer_group_assignors()?;
         config.check_listeners()?;
+        config.check_remote_storage()?;
         Ok(config)
     }
 
@@ -844,15 +919,15 @@ impl BrokerConfig {
         }
     }
 
-    fn long(&self, key: &str) -> Option<i64> {
+    pub(crate) fn long(&self, key: &str) -> Option<i64> {
         self.get(key).and_then(|v| v.parse().ok())
     }
 
-    fn long_or(&self, key: &str, fallback: i64) -> i64 {
+    pub(crate) fn long_or(&self, key: &str, fallback: i64) -> i64 {
         self.long(key).unwrap_or(fallback)
     }
 
-    fn bool_or(&self, key: &str, fallback: bool) -> bool {
+    pub(crate) fn bool_or(&self, key: &str, fallback: bool) -> bool {
         self.get(key)
             .map(|v| v.eq_ignore_ascii_case("true"))
             .unwrap_or(fallback)
@@ -1029,7 +1104,11 @@ impl BrokerConfig {
     /// The broker-level default of a topic key, following Kafka's synonym chains.
     pub fn topic_default(&self, topic_key: &str) -> Option<String> {
         let def = topic_def(topic_key)?;
-        let value = match def.broker_synonym {
+        let synonym = match def.fallback {
+            TopicFallback::Fixed(default) => return Some(default.to_string()),
+            TopicFallback::Broker(synonym) => synonym,
+        };
+        let value = match synonym {
             "log.retention.ms" => self
                 .long("log.retention.ms")
                 .or_else(|| self.long("log.retention.minutes").map(|m| m * 60_000))
@@ -1098,9 +1177,12 @@ impl BrokerConfig {
                         source: ConfigSource::DynamicTopicConfig,
                     });
                 }
-                let chain = match broker_chain(d.broker_synonym) {
-                    [] => std::slice::from_ref(&d.broker_synonym),
-                    chain => chain,
+                let chain: &[&'static str] = match &d.fallback {
+                    TopicFallback::Fixed(_) => &[],
+                    TopicFallback::Broker(synonym) => match broker_chain(synonym) {
+                        [] => std::slice::from_ref(synonym),
+                        chain => chain,
+                    },
                 };
                 for key in chain {
                     if let Some(v) = self.set.get(*key) {
@@ -1177,6 +1259,7 @@ impl BrokerConfig {
                 .unwrap_or_default()
         };
         let long = |key: &str, fallback: i64| get(key).trim().parse::<i64>().unwrap_or(fallback);
+        let flag = |key: &str| get(key).trim().eq_ignore_ascii_case("true");
         let defaults = LogConfig::default();
         LogConfig {
             segment_bytes: long("segment.bytes", defaults.segment_bytes as i64).max(14) as u64,
@@ -1213,11 +1296,11 @@ impl BrokerConfig {
             ),
             flush_messages: long("flush.messages", defaults.flush_messages),
             flush_ms: long("flush.ms", defaults.flush_ms),
-            remote_storage_enable: get("remote.storage.enable")
-                .trim()
-                .eq_ignore_ascii_case("true"),
+            remote_storage_enable: flag("remote.storage.enable"),
             local_retention_ms: long("local.retention.ms", defaults.local_retention_ms),
             local_retention_bytes: long("local.retention.bytes", defaults.local_retention_bytes),
+            remote_log_copy_disable: flag("remote.log.copy.disable"),
+            remote_log_delete_on_disable: flag("remote.log.delete.on.disable"),
         }
     }
 }
@@ -1524,7 +1607,8 @@ impl TopicConfigs {
             None => (
                 d.name,
                 broker.topic_default(d.name),
-                broker.source(d.broker_synonym),
+                d.broker_synonym()
+                    .map_or(ConfigSource::DefaultConfig, |k| broker.source(k)),
             ),
         })
     }
@@ -1615,6 +1699,75 @@ mod tests {
         assert_eq!(rm.source, ConfigSource::StaticBrokerConfig);
         let sb = find("segment.bytes");
         assert_eq!(sb.source, ConfigSource::DefaultConfig);
+    }
+
+    #[test]
+    fn describe_tiered_storage_keys_as_kafka() {
+        let broker =
+            BrokerConfig::from_layers([&layer(&[("log.local.retention.bytes", "1000")])]).unwrap();
+        let topic = TopicConfigs::new(layer(&[("local.retention.ms", "60000")])).unwrap();
+        let entries = broker.describe_topic(&topic);
+        let find = |n: &str| entries.iter().find(|e| e.name == n).unwrap().clone();
+        // No broker synonym (Kafka's configs without a server default): the default, no synonyms.
+        for key in [
+            "remote.storage.enable",
+            "remote.log.copy.disable",
+            "remote.log.delete.on.disable",
+        ] {
+            let e = find(key);
+            assert_eq!(e.value.as_deref(), Some("false"), "{key}");
+            assert_eq!(e.source, ConfigSource::DefaultConfig, "{key}");
+            assert!(e.synonyms.is_empty(), "{key}: {:?}", e.synonyms);
+            assert_eq!(e.ty.kafka_code(), 1, "{key} is a BOOLEAN");
+        }
+        let ms = find("local.retention.ms");
+        assert_eq!(ms.value.as_deref(), Some("60000"));
+        assert_eq!(ms.source, ConfigSource::DynamicTopicConfig);
+        assert_eq!(ms.ty.kafka_code(), 5, "LONG");
+        let names: Vec<_> = ms.synonyms.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["local.retention.ms", "log.local.retention.ms"]);
+        assert_eq!(ms.synonyms[1].value.as_deref(), Some("-2"));
+        let bytes = find("local.retention.bytes");
+        assert_eq!(bytes.value.as_deref(), Some("1000"));
+        assert_eq!(bytes.source, ConfigSource::StaticBrokerConfig);
+        // The broker resource lists the new keys with their defaults.
+        let described = BrokerConfig::default().describe_broker();
+        for (key, default) in [
+            ("remote.log.storage.system.enable", Some("false")),
+            ("log.local.retention.ms", Some("-2")),
+            ("log.local.retention.bytes", Some("-2")),
+            ("remote.log.manager.task.interval.ms", Some("30000")),
+            ("remote.fetch.max.wait.ms", Some("500")),
+            ("millrace.remote.storage.url", None),
+            (
+                "millrace.remote.storage.max.pending.bytes",
+                Some("10737418240"),
+            ),
+            ("millrace.remote.storage.cache.bytes", Some("67108864")),
+            ("millrace.remote.storage.orphan.grace.ms", Some("600000")),
+        ] {
+            let e = described
+                .iter()
+                .find(|e| e.name == key)
+                .unwrap_or_else(|| panic!("{key} not described"));
+            assert_eq!(e.value.as_deref(), default, "{key}");
+            assert_eq!(e.source, ConfigSource::DefaultConfig, "{key}");
+        }
+        // And the store sees them.
+        let t = TopicConfigs::new(layer(&[
+            ("remote.storage.enable", "true"),
+            ("remote.log.copy.disable", "true"),
+            ("local.retention.ms", "60000"),
+        ]))
+        .unwrap();
+        let lc = broker.log_config(&t);
+        assert!(lc.remote_storage_enable && lc.remote_log_copy_disable);
+        assert!(!lc.remote_log_delete_on_disable);
+        assert_eq!(
+            (lc.local_retention_ms, lc.local_retention_bytes),
+            (60_000, 1000)
+        );
+        assert!(TopicConfigs::new(layer(&[("local.retention.ms", "-3")])).is_err());
     }
 
     #[test]

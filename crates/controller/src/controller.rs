@@ -844,6 +844,10 @@ impl Controller {
         }
         let configs = TopicConfigs::new(spec.configs.clone())
             .map_err(|e| ControllerError::InvalidConfig(e.to_string()))?;
+        self.config
+            .broker
+            .check_topic_configs(&TopicConfigs::default(), &configs)
+            .map_err(|e| ControllerError::InvalidConfig(e.to_string()))?;
         let assignments = if spec.assignments.is_empty() {
             let partitions = spec
                 .partitions
@@ -978,6 +982,17 @@ impl Controller {
                 result: Err(ControllerError::UnknownTopicOrPartition(name.to_string())),
             });
         };
+        // The rules between keys (tiered storage's), for AlterConfigs and IncrementalAlterConfigs
+        // alike; each value on its own was checked when `configs` was built.
+        if let Err(e) = self
+            .config
+            .broker
+            .check_topic_configs(&topic.configs, &configs)
+        {
+            return Decision::answer(ControllerResponse::Configs {
+                result: Err(ControllerError::InvalidConfig(e.to_string())),
+            });
+        }
         if validate_only || configs == topic.configs {
             return Decision::answer(ControllerResponse::Configs { result: Ok(()) });
         }

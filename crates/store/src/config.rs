@@ -220,6 +220,12 @@ pub struct LogConfig {
     /// `local.retention.bytes`: the local tail's size bound of a tiered log; -2 (the default)
     /// means `retention.bytes`.
     pub local_retention_bytes: i64,
+    /// `remote.log.copy.disable` (KIP-950): a tiered log stops copying segments to the object
+    /// store; what is there stays readable, and local retention then equals retention.
+    pub remote_log_copy_disable: bool,
+    /// `remote.log.delete.on.disable` (KIP-950): set with `remote.storage.enable=false` to turn
+    /// tiering off and delete the log's remote segments.
+    pub remote_log_delete_on_disable: bool,
 }
 
 impl Default for LogConfig {
@@ -244,6 +250,8 @@ impl Default for LogConfig {
             remote_storage_enable: false,
             local_retention_ms: -2,
             local_retention_bytes: -2,
+            remote_log_copy_disable: false,
+            remote_log_delete_on_disable: false,
         }
     }
 }

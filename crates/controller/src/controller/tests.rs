@@ -691,6 +691,99 @@ fn incremental_alter_configs_and_min_isr_change_clears_elr() {
 }
 
 #[test]
+fn tiered_storage_rules_run_on_create_alter_and_incremental_alter() {
+    let refused = |response: ControllerResponse, needle: &str| match response {
+        ControllerResponse::Configs {
+            result: Err(ControllerError::InvalidConfig(m)),
+        } if m.contains(needle) => {}
+        ControllerResponse::CreateTopics { ref results } if matches!(&results[..], [(_, Err(ControllerError::InvalidConfig(m)))] if m.contains(needle)) =>
+            {}
+        other => panic!("expected INVALID_CONFIG with {needle:?}, got {other:?}"),
+    };
+    let create =
+        |name: &str, configs: &[(&str, &str)], validate_only| ControllerRequest::CreateTopics {
+            topics: vec![TopicSpec {
+                name: name.into(),
+                partitions: Some(1),
+                replication_factor: Some(1),
+                assignments: BTreeMap::new(),
+                configs: configs
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            }],
+            validate_only,
+        };
+    // Tiered storage off: a tiered topic is refused, validate_only included.
+    let mut off = Harness::new(&[]);
+    off.start(&[1]);
+    for validate_only in [true, false] {
+        let r = off.request(create(
+            "t",
+            &[("remote.storage.enable", "true")],
+            validate_only,
+        ));
+        refused(r, "remote.log.storage.system.enable=false");
+    }
+    assert!(off.image.topic("t").is_none());
+
+    let mut on = Harness::new(&[
+        ("remote.log.storage.system.enable", "true"),
+        ("millrace.remote.storage.url", "file:///tmp/tiered"),
+    ]);
+    on.start(&[1]);
+    let r = on.request(create(
+        "c",
+        &[
+            ("remote.storage.enable", "true"),
+            ("cleanup.policy", "compact"),
+        ],
+        false,
+    ));
+    refused(r, "compacted");
+    on.create(
+        "t",
+        1,
+        1,
+        &[
+            ("remote.storage.enable", "true"),
+            ("retention.bytes", "1000"),
+        ],
+    );
+    // AlterConfigs (the whole set) and IncrementalAlterConfigs meet the same rules.
+    let r = on.request(ControllerRequest::SetTopicConfigs {
+        name: "t".into(),
+        configs: BTreeMap::from([
+            ("remote.storage.enable".to_string(), "true".to_string()),
+            ("retention.bytes".to_string(), "1000".to_string()),
+            ("local.retention.bytes".to_string(), "2000".to_string()),
+        ]),
+        validate_only: false,
+    });
+    refused(r, "retention.bytes (1000)");
+    let set = |name: &str, value: &str| ConfigChangeSpec {
+        name: name.into(),
+        op: 0,
+        value: Some(value.into()),
+    };
+    let r = on.request(ControllerRequest::AlterTopicConfigs {
+        name: "t".into(),
+        changes: vec![set("remote.storage.enable", "false")],
+        validate_only: false,
+    });
+    refused(r, "remote.log.delete.on.disable=true");
+    let r = on.request(ControllerRequest::AlterTopicConfigs {
+        name: "t".into(),
+        changes: vec![set("local.retention.bytes", "500")],
+        validate_only: false,
+    });
+    assert_eq!(r, ControllerResponse::Configs { result: Ok(()) });
+    let configs = &on.image.topic("t").expect("t").configs;
+    assert_eq!(configs.get("local.retention.bytes"), Some("500"));
+    assert_eq!(configs.get("remote.storage.enable"), Some("true"));
+}
+
+#[test]
 fn producer_id_blocks_never_overlap() {
     let mut h = Harness::new(&[]);
     h.start(&[1, 2]);
