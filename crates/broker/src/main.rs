@@ -20,6 +20,7 @@ mod groups_log;
 mod node;
 mod observe;
 mod settings;
+mod tiered;
 mod txn_io;
 
 use std::io::Write;
@@ -287,7 +288,10 @@ async fn run(
     follow_offsets_leadership(&node, &groups);
     let ready = node.start_publishing(&store, &settings.data_dir, &token);
     let fetch_sessions = Arc::new(FetchSessionCache::new(config.fetch_session_slots()));
+    let tiered = tiered::start(&config, &node.replicas, &node.controller, &token)?;
+    let remote_reader = tiered.as_ref().map(|t| Arc::clone(&t.reader));
     observer.attach(observe::BrokerView {
+        tiered: tiered.as_ref().map(|t| Arc::clone(&t.manager)),
         cluster: cluster.clone(),
         replicas: node.replicas.clone(),
         groups: groups.clone(),
@@ -320,6 +324,7 @@ async fn run(
         quotas: Arc::new(millrace_frontend::quota::QuotaManager::new(quota_window(
             &settings.config,
         ))),
+        remote: remote_reader,
     });
     let timers = {
         let stop = token.clone();

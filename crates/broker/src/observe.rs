@@ -40,6 +40,7 @@ use millrace_metrics::prometheus_client::collector::Collector;
 use millrace_metrics::prometheus_client::encoding::{
     prometheus_text, DescriptorEncoder, EncodeMetric,
 };
+use millrace_metrics::prometheus_client::metrics::counter::ConstCounter;
 use millrace_metrics::prometheus_client::metrics::gauge::ConstGauge;
 use millrace_metrics::prometheus_client::metrics::MetricType;
 use millrace_metrics::prometheus_client::registry::Registry;
@@ -70,6 +71,8 @@ pub struct BrokerView {
     pub fetch_sessions: Arc<FetchSessionCache>,
     /// The log dirs' free space and the produce low-water mark (`disk_space`).
     pub disk: DiskDirs,
+    /// Tiered storage's remote log manager, when on.
+    pub tiered: Option<Arc<millrace_tiered::rlm::RemoteLogManager>>,
 }
 
 /// The HTTP side's shared state.
@@ -117,6 +120,14 @@ impl Observer {
                 )
                     }),
             );
+            if let Some(stats) = v.tiered.as_ref().map(|t| t.stats()) {
+                if stats.backlog_full {
+                    lines.push(format!(
+                        "tiered storage: {} bytes of closed segments wait for upload, above millrace.remote.storage.max.pending.bytes; produce to tiered topics is refused until uploads catch up",
+                        stats.pending_bytes
+                    ));
+                }
+            }
             lines
         })
     }
@@ -306,6 +317,37 @@ fn single(name: &str, help: &str, value: i64, encoder: &mut DescriptorEncoder) -
     ConstGauge::new(value).encode(metric)
 }
 
+/// Tiered storage's upload lag and work counts (Kafka's RemoteCopyLagBytes and
+/// RemoteCopyLagSegments, and the copy/delete counts), read from the manager at scrape time.
+fn encode_tiered(
+    stats: &millrace_tiered::rlm::RlmStats,
+    encoder: &mut DescriptorEncoder,
+) -> std::fmt::Result {
+    let gauge = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+    single(
+        "remote_upload_lag_bytes",
+        "Bytes of closed local segments of tiered partitions hosted here not yet in the object store (Kafka RemoteCopyLagBytes)",
+        gauge(stats.pending_bytes),
+        encoder,
+    )?;
+    single(
+        "remote_upload_lag_segments",
+        "Closed local segments of tiered partitions hosted here not yet in the object store (Kafka RemoteCopyLagSegments)",
+        gauge(stats.pending_segments),
+        encoder,
+    )?;
+    for (name, help, value) in [
+        ("remote_segments_copied", "Segments this broker uploaded and committed as leader", stats.segments_copied),
+        ("remote_segments_deleted", "Remote segments this broker deleted by retention as leader", stats.segments_deleted),
+        ("remote_copy_failures", "Segment uploads or commits that failed (retried next round)", stats.copy_errors),
+        ("remote_orphans_deleted", "Objects no committed segment named, deleted after the grace period", stats.orphans_deleted),
+    ] {
+        let metric = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
+        ConstCounter::new(value).encode(metric)?;
+    }
+    Ok(())
+}
+
 fn tp_labels(topic: &str, partition: i32) -> Vec<(&'static str, String)> {
     vec![
         ("topic", topic.to_string()),
@@ -335,6 +377,9 @@ impl Collector for StateCollector {
         )?;
         view.disk
             .encode(view.quorum.quorum().space_state(), &mut encoder)?;
+        if let Some(tiered) = &view.tiered {
+            encode_tiered(&tiered.stats(), &mut encoder)?;
+        }
         let (sessions, session_partitions) = view.fetch_sessions.stats();
         single(
             "fetch_sessions",

@@ -37,6 +37,7 @@ pub mod server;
 pub mod session;
 pub mod splice;
 pub mod testing;
+pub mod tiered;
 pub mod tls;
 pub mod versions;
 
@@ -72,4 +73,17 @@ pub struct BrokerContext {
     pub authorizer: Option<Arc<millrace_cluster::acl::Authorizer>>,
     /// The rates client quotas are enforced on.
     pub quotas: Arc<quota::QuotaManager>,
+    /// Tiered storage's remote reads (`remote.log.storage.system.enable`); `None`: off.
+    pub remote: Option<Arc<millrace_tiered::remote_read::RemoteReader>>,
+}
+
+impl BrokerContext {
+    /// `remote.fetch.max.wait.ms`: how long a Fetch waits for a remote read (Kafka's 500 ms).
+    pub fn remote_fetch_max_wait_ms(&self) -> u64 {
+        self.replicas
+            .config()
+            .broker
+            .remote_storage()
+            .remote_fetch_max_wait_ms
+    }
 }

@@ -189,6 +189,7 @@ pub fn single_node_context(
         fetch_sessions: Arc::new(crate::fetch_session::FetchSessionCache::new(1000)),
         authorizer: None,
         quotas: Default::default(),
+        remote: None,
     });
     (ctx, hold)
 }

@@ -276,6 +276,21 @@ impl ReplicaManager {
         self.broker_epoch.store(epoch, Ordering::SeqCst);
     }
 
+    /// This broker's epoch as last set (`set_broker_epoch`); -1 before registration.
+    pub fn broker_epoch(&self) -> i64 {
+        self.broker_epoch.load(Ordering::SeqCst)
+    }
+
+    /// The settings this manager runs with.
+    pub fn config(&self) -> &ReplicaManagerConfig {
+        &self.config
+    }
+
+    /// The committed metadata image the replicas follow.
+    pub fn image(&self) -> Arc<MetadataImage> {
+        self.image.current()
+    }
+
     pub fn partition(&self, tp: &TopicPartition) -> Option<Arc<HostedPartition>> {
         self.partitions.read().get(tp).cloned()
     }

@@ -60,6 +60,7 @@ use crate::handler::{response_fields, ApiHandler, Call, Reply, Spliced, Versions
 use crate::limits::{FETCH_RESPONSE_BYTES_MAX, FETCH_WAIT_MS_MAX};
 use crate::quota::{QuotaType, Throttle};
 use crate::splice;
+use crate::tiered::{self, RemoteWanted};
 use crate::BrokerContext;
 use millrace_cluster::acl::AclOperation;
 
@@ -236,7 +237,7 @@ pub async fn handle(
     loop {
         // Each partition registers the waiter before it is read, so a change between the read and
         // the wait is not missed (the wake-up is kept as a permit until `notified` is awaited).
-        let (response, files, bytes, any_error) = read_all(
+        let (mut response, files, mut bytes, any_error, remote_reads) = read_all(
             &ctx,
             &topics,
             fetcher,
@@ -246,7 +247,21 @@ pub async fn handle(
             version,
             &listener,
         );
-        let done = bytes >= min_bytes
+        let remote_read = !remote_reads.is_empty();
+        if remote_read {
+            bytes += read_remote(
+                &ctx,
+                &mut response,
+                remote_reads,
+                &topics,
+                max_bytes.saturating_sub(bytes),
+                bytes == 0,
+                read_committed,
+            )
+            .await;
+        }
+        let done = remote_read
+            || bytes >= min_bytes
             || any_error
             || Instant::now() >= deadline
             || ctx.shutdown.is_cancelled();
@@ -538,15 +553,17 @@ fn read_all(
     read_committed: bool,
     version: i16,
     listener: &str,
-) -> (FetchResponse, Vec<FileSlice>, usize, bool) {
+) -> (FetchResponse, Vec<FileSlice>, usize, bool, Vec<RemotePending>) {
     let mut total = 0usize;
+    let mut remote_reads = Vec::new();
     let mut files = Vec::new();
     let mut any_error = false;
     let mut hints: Vec<LeaderHint> = Vec::new();
     let mut responses = Vec::with_capacity(topics.len());
-    for topic in topics {
+    for (topic_index, topic) in topics.iter().enumerate() {
         let mut partitions = Vec::with_capacity(topic.partitions.len());
         for wanted in &topic.partitions {
+            let mut remote = None;
             let mut data = PartitionData::default()
                 .with_partition_index(wanted.partition)
                 .with_high_watermark(-1)
@@ -579,6 +596,7 @@ fn read_all(
                         read_committed,
                         follower_too,
                         &mut data,
+                        &mut remote,
                     ),
                     Fetcher::Follower {
                         replica_id,
@@ -623,6 +641,13 @@ fn read_all(
                     }
                 }
             }
+            if let Some(wanted) = remote {
+                remote_reads.push(RemotePending {
+                    topic_index,
+                    partition_index: partitions.len(),
+                    wanted,
+                });
+            }
             partitions.push(data);
         }
         let mut response = FetchableTopicResponse::default().with_partitions(partitions);
@@ -646,7 +671,79 @@ fn read_all(
             })
             .collect();
     }
-    (response, files, total, any_error)
+    (response, files, total, any_error, remote_reads)
+}
+
+/// A partition of a fetch answered from the object store once the local reads are done.
+struct RemotePending {
+    topic_index: usize,
+    partition_index: usize,
+    wanted: RemoteWanted,
+}
+
+/// Fills the partitions that read below the local log start from the object store, within the
+/// response's remaining bytes (Kafka's remote fetch: bounded by `remote.fetch.max.wait.ms`; a
+/// read that does not finish in time answers no records, and the consumer asks again). Returns
+/// the bytes added.
+async fn read_remote(
+    ctx: &Arc<BrokerContext>,
+    response: &mut FetchResponse,
+    pending: Vec<RemotePending>,
+    topics: &[WantedTopic],
+    mut room: usize,
+    mut first: bool,
+    read_committed: bool,
+) -> usize {
+    let wait = Duration::from_millis(ctx.remote_fetch_max_wait_ms());
+    let mut added = 0;
+    for p in pending {
+        let partition_max = topics
+            .get(p.topic_index)
+            .and_then(|t| t.partitions.get(p.partition_index))
+            .map_or(0, |w| w.partition_max_bytes);
+        let budget = partition_max.min(room);
+        if budget == 0 && !first {
+            continue;
+        }
+        let read = tokio::time::timeout(
+            wait,
+            tiered::read(ctx, &p.wanted, budget, first, read_committed),
+        )
+        .await;
+        let Some(data) = response
+            .responses
+            .get_mut(p.topic_index)
+            .and_then(|t| t.partitions.get_mut(p.partition_index))
+        else {
+            continue;
+        };
+        match read {
+            Ok(Ok(read)) => {
+                let len = read.records.len();
+                if read_committed {
+                    data.aborted_transactions = Some(
+                        read.aborted
+                            .iter()
+                            .map(|t| {
+                                AbortedTransaction::default()
+                                    .with_producer_id(ProducerId(t.producer_id))
+                                    .with_first_offset(t.first_offset)
+                            })
+                            .collect(),
+                    );
+                }
+                data.records = Some(read.records);
+                added += len;
+                room = room.saturating_sub(len);
+                first &= len == 0;
+            }
+            Ok(Err(e)) => data.error_code = e.code,
+            Err(_) => {
+                tracing::debug!(partition = %p.wanted.tp, "remote read did not finish within remote.fetch.max.wait.ms");
+            }
+        }
+    }
+    added
 }
 
 /// What a partition's read may take of the response.
@@ -670,6 +767,7 @@ fn read_for_consumer(
     read_committed: bool,
     follower_too: bool,
     data: &mut PartitionData,
+    remote: &mut Option<RemoteWanted>,
 ) -> Result<Records, Refusal> {
     let Budget {
         bytes: budget,
@@ -682,7 +780,7 @@ fn read_for_consumer(
     log.watch_high_watermark(waiter);
     let high_watermark = log.high_watermark();
     data.high_watermark = high_watermark;
-    data.log_start_offset = log.log_start_offset();
+    data.log_start_offset = tiered::log_start_offset(ctx, &hosted);
     // The last stable offset takes the partition lock: asked for here only when the answer is
     // decided without a read (a read reports it, taken under its own lock).
     let read_committed_end = read_committed.then(|| log.last_stable_offset());
@@ -720,6 +818,13 @@ fn read_for_consumer(
             Ok(read.records)
         }
         Err(e @ ReplicaError::Read(ReadError::OffsetOutOfRange { .. })) => {
+            // Below the local log start, inside the remote log: the object store answers, after
+            // the local reads of this fetch (`read_remote`).
+            if let Some(wanted) = tiered::remote_wanted(ctx, &hosted, wanted.fetch_offset) {
+                data.last_stable_offset = log.last_stable_offset();
+                *remote = Some(wanted);
+                return Ok(Records::Memory(Bytes::new()));
+            }
             tracing::debug!(error = %e, partition = %tp, "fetch out of range");
             Err(leadership::refusal(ctx, tp, &e))
         }

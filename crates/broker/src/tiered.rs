@@ -1,0 +1,112 @@
+//! Tiered storage in the broker (decision 0073): with `remote.log.storage.system.enable`, the
+//! object store named by `millrace.remote.storage.url` (credentials from the AWS environment), the
+//! remote reads the front end serves below the local log start, and the remote log manager task,
+//! whose commits go to the active controller with this broker's epoch.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use millrace_cluster::BrokerConfig;
+use millrace_controller::messages::{ControllerRequest, ControllerResponse, RemoteLogChange};
+use millrace_controller::ControllerClient;
+use millrace_replication::manager::ReplicaManager;
+use millrace_tiered::remote_read::RemoteReader;
+use millrace_tiered::rlm::{RemoteLogCommitter, RemoteLogManager, RlmSettings};
+use millrace_tiered::RemoteStorage;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tracing::{error, info};
+
+/// How long a remote-log commit waits for the controller's answer.
+const CONTROLLER_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Tiered storage as running: the reads for the front end and the manager's task.
+pub struct Tiered {
+    pub reader: Arc<RemoteReader>,
+    pub manager: Arc<RemoteLogManager>,
+    pub task: JoinHandle<()>,
+}
+
+/// Starts tiered storage when enabled; an unusable url or AWS environment refuses the start
+/// with a message that says what is missing.
+pub fn start(
+    config: &BrokerConfig,
+    replicas: &Arc<ReplicaManager>,
+    controller: &Arc<ControllerClient>,
+    stop: &CancellationToken,
+) -> anyhow::Result<Option<Tiered>> {
+    let settings = config.remote_storage();
+    if !settings.remote_log_storage_system_enable {
+        return Ok(None);
+    }
+    let url = settings
+        .remote_storage_url
+        .as_deref()
+        .context("remote.log.storage.system.enable=true needs millrace.remote.storage.url (s3://bucket/prefix or file:///path)")?;
+    let storage = RemoteStorage::from_url(
+        url,
+        |k| std::env::var(k).ok(),
+        settings.remote_storage_cache_bytes,
+    )
+    .map_err(|e| anyhow::anyhow!("{e}"))?;
+    info!(store = %storage.describe(), "tiered storage on");
+    {
+        // A wrong secret or an unreachable store is said at once, not only at the first upload;
+        // the broker still starts (the store may come back) and uploads wait meanwhile.
+        let storage = storage.clone();
+        tokio::spawn(async move {
+            match storage.probe().await {
+                Ok(()) => info!(store = %storage.describe(), "remote storage answers"),
+                Err(e) => error!(store = %storage.describe(), error = %e, "remote storage probe failed; uploads wait until it answers"),
+            }
+        });
+    }
+    let settings = RlmSettings {
+        task_interval: Duration::from_millis(settings.remote_log_manager_task_interval_ms),
+        max_pending_bytes: settings.remote_storage_max_pending_bytes,
+        orphan_grace_ms: i64::try_from(settings.remote_storage_orphan_grace_ms)
+            .unwrap_or(i64::MAX),
+    };
+    let committer = Arc::new(ControllerCommitter {
+        controller: Arc::clone(controller),
+        replicas: Arc::clone(replicas),
+    });
+    let manager = RemoteLogManager::new(storage.clone(), Arc::clone(replicas), committer, settings);
+    let reader = Arc::new(RemoteReader::new(storage));
+    let stop = stop.clone();
+    let task = tokio::spawn(Arc::clone(&manager).run(async move { stop.cancelled().await }));
+    Ok(Some(Tiered {
+        reader,
+        manager,
+        task,
+    }))
+}
+
+/// Sends remote-log changes to the active controller with this broker's epoch.
+struct ControllerCommitter {
+    controller: Arc<ControllerClient>,
+    replicas: Arc<ReplicaManager>,
+}
+
+impl RemoteLogCommitter for ControllerCommitter {
+    fn commit(
+        &self,
+        change: RemoteLogChange,
+    ) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send + '_>> {
+        Box::pin(async move {
+            let req = ControllerRequest::RemoteLog {
+                node_id: self.replicas.node_id(),
+                broker_epoch: self.replicas.broker_epoch(),
+                change,
+            };
+            match self.controller.request(req, CONTROLLER_TIMEOUT).await {
+                ControllerResponse::RemoteLog { result } => result.map_err(|e| e.to_string()),
+                ControllerResponse::Error { error } => Err(error.to_string()),
+                other => Err(format!("unexpected controller answer {other:?}")),
+            }
+        })
+    }
+}
