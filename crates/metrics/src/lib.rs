@@ -37,6 +37,10 @@ const FLUSH_SECONDS_BUCKETS: u16 = 16;
 /// Bytes per flush: 1 KiB, ×4 up to 256 GiB.
 const FLUSH_BYTES_FIRST_BUCKET: f64 = 1024.0;
 const FLUSH_BYTES_BUCKETS: u16 = 14;
+/// Object store request latency buckets: 1 ms doubling to ~33 s (16 buckets), past the remote
+/// storage's 30 s request timeout.
+const REMOTE_REQUEST_SECONDS_FIRST_BUCKET: f64 = 0.001;
+const REMOTE_REQUEST_SECONDS_BUCKETS: u16 = 16;
 
 /// One API at one version.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -56,6 +60,23 @@ pub struct ApiErrorLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct TopicLabels {
     pub topic: Arc<str>,
+}
+
+/// The kinds of object store request (tiered storage), the values of `RemoteOpLabels::op`.
+pub const REMOTE_OPS: [&str; 4] = ["put", "get", "delete", "list"];
+
+/// One kind of object store request (tiered storage): one of `REMOTE_OPS`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RemoteOpLabels {
+    pub op: &'static str,
+}
+
+fn remote_request_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(
+        REMOTE_REQUEST_SECONDS_FIRST_BUCKET,
+        2.0,
+        REMOTE_REQUEST_SECONDS_BUCKETS,
+    ))
 }
 
 fn request_histogram() -> Histogram {
@@ -104,10 +125,33 @@ pub struct Metrics {
     pub controller_decisions_refused: Counter,
     pub controller_metadata_transactions: Counter,
     pub controller_metadata_transactions_aborted: Counter,
+    // ----- tiered storage (Kafka's RemoteStorageMetrics) -----
+    pub remote_bytes_uploaded: Counter,
+    pub remote_bytes_fetched: Counter,
+    pub remote_requests: Family<RemoteOpLabels, Counter>,
+    pub remote_errors: Family<RemoteOpLabels, Counter>,
+    pub remote_request_duration: Family<RemoteOpLabels, Histogram, fn() -> Histogram>,
+    pub remote_cache_hits: Counter,
+    pub remote_cache_misses: Counter,
 }
 
 impl Default for Metrics {
     fn default() -> Self {
+        let metrics = Self::without_series();
+        // The op labels are a closed set: their series exist from the start, so the families
+        // are served (and documented) whether or not tiered storage is in use.
+        for op in REMOTE_OPS {
+            let labels = RemoteOpLabels { op };
+            drop(metrics.remote_requests.get_or_create(&labels));
+            drop(metrics.remote_errors.get_or_create(&labels));
+            drop(metrics.remote_request_duration.get_or_create(&labels));
+        }
+        metrics
+    }
+}
+
+impl Metrics {
+    fn without_series() -> Self {
         Self {
             requests: Family::default(),
             request_errors: Family::default(),
@@ -145,6 +189,13 @@ impl Default for Metrics {
             controller_decisions_refused: Counter::default(),
             controller_metadata_transactions: Counter::default(),
             controller_metadata_transactions_aborted: Counter::default(),
+            remote_bytes_uploaded: Counter::default(),
+            remote_bytes_fetched: Counter::default(),
+            remote_requests: Family::default(),
+            remote_errors: Family::default(),
+            remote_request_duration: Family::new_with_constructor(remote_request_histogram),
+            remote_cache_hits: Counter::default(),
+            remote_cache_misses: Counter::default(),
         }
     }
 }
@@ -203,6 +254,13 @@ impl Metrics {
             "controller_decisions_refused" => controller_decisions_refused: "Controller decisions that could never be committed (too large for the metadata log) and were answered with an error";
             "controller_metadata_transactions" => controller_metadata_transactions: "Controller decisions too large for one metadata entry, committed as a metadata transaction over several";
             "controller_metadata_transactions_aborted" => controller_metadata_transactions_aborted: "Metadata transactions this node aborted on becoming the active controller (its predecessor began and did not end them)";
+            "remote_bytes_uploaded" => remote_bytes_uploaded: "Bytes written to the remote (object) store, tiered storage (Kafka RemoteCopyBytesPerSec)";
+            "remote_bytes_fetched" => remote_bytes_fetched: "Bytes read from the remote store, tiered storage (Kafka RemoteFetchBytesPerSec)";
+            "remote_requests" => remote_requests: "Requests to the remote store, by op (put, get, delete, list)";
+            "remote_errors" => remote_errors: "Requests to the remote store that failed, by op (Kafka RemoteCopyErrorsPerSec, RemoteFetchErrorsPerSec)";
+            "remote_request" [Seconds] => remote_request_duration: "Duration of one request to the remote store, retries included, by op";
+            "remote_cache_hits" => remote_cache_hits: "Remote segment chunks read from the broker's chunk cache";
+            "remote_cache_misses" => remote_cache_misses: "Remote segment chunks that a read had to fetch from the remote store (or wait for)";
         }
     }
 
@@ -213,6 +271,18 @@ impl Metrics {
         };
         self.topic_bytes_in.get_or_create(&labels).inc_by(bytes);
         self.topic_records_in.get_or_create(&labels).inc_by(records);
+    }
+
+    /// Counts one request to the remote store: its op, how long it took, whether it failed.
+    pub fn record_remote_request(&self, op: &'static str, seconds: f64, failed: bool) {
+        let labels = RemoteOpLabels { op };
+        self.remote_requests.get_or_create(&labels).inc();
+        self.remote_request_duration
+            .get_or_create(&labels)
+            .observe(seconds);
+        if failed {
+            self.remote_errors.get_or_create(&labels).inc();
+        }
     }
 
     /// Counts record bytes returned to a consumer from `topic`.
@@ -246,6 +316,8 @@ mod tests {
             .observe(0.002);
         m.record_bytes_in(&Arc::from("t"), 100, 3);
         m.log_flush_bytes.observe(4096.0);
+        m.record_remote_request("get", 0.004, true);
+        m.remote_bytes_uploaded.inc_by(7);
         let mut registry = Registry::with_prefix("millrace");
         m.register(&mut registry);
         let mut text = String::new();
@@ -256,8 +328,35 @@ mod tests {
             "millrace_topic_records_in_total{topic=\"t\"} 3",
             "millrace_request_duration_seconds_count{api=\"Produce\",version=\"9\"} 1",
             "millrace_log_flush_bytes_count 1",
+            "millrace_remote_requests_total{op=\"get\"} 1",
+            "millrace_remote_errors_total{op=\"get\"} 1",
+            "millrace_remote_request_seconds_count{op=\"get\"} 1",
+            "millrace_remote_bytes_uploaded_total 7",
+            "millrace_remote_bytes_fetched_total 0",
+            "millrace_remote_cache_hits_total 0",
+            "millrace_remote_cache_misses_total 0",
             "# TYPE millrace_connections gauge",
             "# TYPE millrace_log_flush_duration_seconds histogram",
+        ] {
+            assert!(text.contains(line), "{line} missing from\n{text}");
+        }
+    }
+
+    /// docs/operations.md lists every family as served: the remote families are there before
+    /// any request (no tiered storage in use), one series per op.
+    #[test]
+    fn remote_families_are_served_before_any_request() {
+        let m = Metrics::default();
+        let mut registry = Registry::with_prefix("millrace");
+        m.register(&mut registry);
+        let mut text = String::new();
+        encode(&mut text, &registry).expect("encode");
+        for line in [
+            "millrace_remote_requests_total{op=\"put\"} 0",
+            "millrace_remote_errors_total{op=\"list\"} 0",
+            "millrace_remote_request_seconds_count{op=\"delete\"} 0",
+            "millrace_remote_bytes_uploaded_total 0",
+            "millrace_remote_cache_misses_total 0",
         ] {
             assert!(text.contains(line), "{line} missing from\n{text}");
         }

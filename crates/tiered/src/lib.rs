@@ -4,9 +4,19 @@
 //!
 //! - `layout`: where a remote segment's objects live in the bucket.
 //! - `error`: `TieredError`.
+//! - `store_url`: `millrace.remote.storage.url` and the AWS environment → a configured store.
+//! - `remote_storage`: `RemoteStorage`, the object store's operations (put, get, ranged reads,
+//!   delete, list, probe), bounded in time.
+//! - `chunk_cache`: the bounded, single-flight cache of object chunks behind ranged reads.
+//! - `testing`: a real SeaweedFS S3 server for tests (always compiled, for other crates' tests).
 
+pub mod chunk_cache;
 pub mod error;
 pub mod layout;
+pub mod remote_storage;
+pub mod store_url;
+pub mod testing;
 
 pub use error::TieredError;
 pub use layout::{ObjectKind, SegmentObjects};
+pub use remote_storage::{ListedObject, RemoteStorage};
