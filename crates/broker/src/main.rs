@@ -385,6 +385,10 @@ async fn run(
         warn!(error = %e, "server task failed");
     }
     let _ = maintenance.await;
+    // An upload cut here is never committed: its objects are orphans the next leader cleans.
+    if let Some(tiered) = &tiered {
+        tiered.task.abort();
+    }
     let _ = timers.await;
     {
         let groups = groups.clone();

@@ -337,10 +337,26 @@ fn encode_tiered(
         encoder,
     )?;
     for (name, help, value) in [
-        ("remote_segments_copied", "Segments this broker uploaded and committed as leader", stats.segments_copied),
-        ("remote_segments_deleted", "Remote segments this broker deleted by retention as leader", stats.segments_deleted),
-        ("remote_copy_failures", "Segment uploads or commits that failed (retried next round)", stats.copy_errors),
-        ("remote_orphans_deleted", "Objects no committed segment named, deleted after the grace period", stats.orphans_deleted),
+        (
+            "remote_segments_copied",
+            "Segments this broker uploaded and committed as leader",
+            stats.segments_copied,
+        ),
+        (
+            "remote_segments_deleted",
+            "Remote segments this broker deleted by retention as leader",
+            stats.segments_deleted,
+        ),
+        (
+            "remote_copy_failures",
+            "Segment uploads or commits that failed (retried next round)",
+            stats.copy_errors,
+        ),
+        (
+            "remote_orphans_deleted",
+            "Objects no committed segment named, deleted after the grace period",
+            stats.orphans_deleted,
+        ),
     ] {
         let metric = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
         ConstCounter::new(value).encode(metric)?;

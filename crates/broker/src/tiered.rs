@@ -60,15 +60,16 @@ pub fn start(
         tokio::spawn(async move {
             match storage.probe().await {
                 Ok(()) => info!(store = %storage.describe(), "remote storage answers"),
-                Err(e) => error!(store = %storage.describe(), error = %e, "remote storage probe failed; uploads wait until it answers"),
+                Err(e) => {
+                    error!(store = %storage.describe(), error = %e, "remote storage probe failed; uploads wait until it answers")
+                }
             }
         });
     }
     let settings = RlmSettings {
         task_interval: Duration::from_millis(settings.remote_log_manager_task_interval_ms),
         max_pending_bytes: settings.remote_storage_max_pending_bytes,
-        orphan_grace_ms: i64::try_from(settings.remote_storage_orphan_grace_ms)
-            .unwrap_or(i64::MAX),
+        orphan_grace_ms: i64::try_from(settings.remote_storage_orphan_grace_ms).unwrap_or(i64::MAX),
     };
     let committer = Arc::new(ControllerCommitter {
         controller: Arc::clone(controller),

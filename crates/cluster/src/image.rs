@@ -40,9 +40,9 @@ use crate::listeners::ListenerAddress;
 use crate::quota::ClientQuotas;
 // The partition registration is the payload of the Partition record and what a PartitionChange
 // changes, so it lives with the records; these names stay here for existing paths.
-use crate::remote_log::RemoteLog;
 use crate::records::{MetadataBatch, MetadataRecord};
 pub use crate::records::{PartitionRegistration, NO_LEADER};
+use crate::remote_log::RemoteLog;
 use crate::scram::{ScramCredential, ScramMechanism};
 
 /// A registered broker.

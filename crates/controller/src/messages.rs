@@ -293,7 +293,9 @@ pub enum ControllerResponse {
         results: Vec<Result<Vec<StandardAcl>, ControllerError>>,
     },
     /// A `RemoteLog` change was committed (or refused).
-    RemoteLog { result: Result<(), ControllerError> },
+    RemoteLog {
+        result: Result<(), ControllerError>,
+    },
     /// Per entry of the request, in order.
     AlterClientQuotas {
         results: Vec<Result<(), ControllerError>>,

@@ -94,7 +94,14 @@ pub async fn read(
     };
     let started = std::time::Instant::now();
     let result = reader
-        .read(&part, seg, wanted.offset, max_bytes, min_one, read_committed)
+        .read(
+            &part,
+            seg,
+            wanted.offset,
+            max_bytes,
+            min_one,
+            read_committed,
+        )
         .await;
     // A whole remote read (index, ranged GETs, checks) as op "read": its latency, and its
     // failures — missing or corrupt objects included — in the remote error counter.

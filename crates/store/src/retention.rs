@@ -24,7 +24,8 @@ pub(crate) fn apply_retention(log: &PartitionLog, now_ms: i64) -> Result<usize, 
         return Ok(0);
     }
     let config = log.config();
-    let (retention_ms, retention_bytes) = (config.local_retention_ms(), config.local_retention_bytes());
+    let (retention_ms, retention_bytes) =
+        (config.local_retention_ms(), config.local_retention_bytes());
     // A tiered log keeps what is not yet copied, whatever retention says.
     let copied_end = if config.remote_storage_enable {
         log.remote_copied_end()

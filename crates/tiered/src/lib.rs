@@ -8,12 +8,18 @@
 //! - `remote_storage`: `RemoteStorage`, the object store's operations (put, get, ranged reads,
 //!   delete, list, probe), bounded in time.
 //! - `chunk_cache`: the bounded, single-flight cache of object chunks behind ranged reads.
+//! - `segment_walk`: the checked pass over a local segment that plans its upload.
+//! - `rlm`: the remote log manager: uploads, remote retention, orphans (one task per broker).
+//! - `remote_read`: Fetch and timestamp lookups below the local log start.
 //! - `testing`: a real SeaweedFS S3 server for tests (always compiled, for other crates' tests).
 
 pub mod chunk_cache;
 pub mod error;
 pub mod layout;
+pub mod remote_read;
 pub mod remote_storage;
+pub mod rlm;
+pub mod segment_walk;
 pub mod store_url;
 pub mod testing;
 

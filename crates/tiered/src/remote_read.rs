@@ -109,8 +109,8 @@ impl RemoteReader {
             .map(|(ts, off)| (ts, off as i64))
             .collect();
         let key = objects.key(ObjectKind::TxnIndex);
-        let aborted: Vec<(i64, i64, i64)> = serde_json::from_slice(&self.storage.get(&key).await?)
-            .map_err(|e| corrupt(&key, e))?;
+        let aborted: Vec<(i64, i64, i64)> =
+            serde_json::from_slice(&self.storage.get(&key).await?).map_err(|e| corrupt(&key, e))?;
         let loaded = Arc::new(SegmentIndexes {
             index,
             time_index,
@@ -170,7 +170,10 @@ impl RemoteReader {
                 .map_err(|e| corrupt(&key, format!("at byte {pos}: {e}")))?;
             let total = prefix.total_size() as u64;
             if total > REMOTE_BATCH_BYTES_MAX || pos + total > size {
-                return Err(corrupt(&key, format!("batch of {total} bytes at byte {pos}")));
+                return Err(corrupt(
+                    &key,
+                    format!("batch of {total} bytes at byte {pos}"),
+                ));
             }
             if let Some((from, end)) = taken {
                 if end - from + total > max_bytes as u64 {

@@ -182,6 +182,33 @@ impl RemoteStorage {
         Ok(size)
     }
 
+    /// Uploads bytes `range` of the file at `path` as `key`, streaming them; returns the bytes
+    /// written (a segment's slice: an upload may start inside a local segment).
+    pub async fn put_file_range(
+        &self,
+        key: &str,
+        path: &Path,
+        range: std::ops::Range<u64>,
+    ) -> Result<u64, TieredError> {
+        let location = self.location(key)?;
+        let file = std::fs::File::open(path).map_err(|e| local(path, e))?;
+        let file = Arc::new(file);
+        let size = range.end.saturating_sub(range.start);
+        self.shared.cache.invalidate(key);
+        if size <= PUT_SINGLE_BYTES_MAX {
+            let bytes = read_at(&file, path, range.start, size).await?;
+            self.put_payload(key, &location, bytes).await?;
+        } else {
+            self.put_multipart_from(key, &location, &file, path, range.start, size)
+                .await?;
+        }
+        millrace_metrics::global()
+            .remote_bytes_uploaded
+            .inc_by(size);
+        debug!(key, size, "uploaded to remote storage");
+        Ok(size)
+    }
+
     /// Uploads `bytes` as `key` with one PUT (for small objects).
     pub async fn put_bytes(&self, key: &str, bytes: Bytes) -> Result<(), TieredError> {
         let location = self.location(key)?;
@@ -350,6 +377,20 @@ impl RemoteStorage {
         path: &Path,
         size: u64,
     ) -> Result<(), TieredError> {
+        self.put_multipart_from(key, location, file, path, 0, size)
+            .await
+    }
+
+    /// Multipart upload of `size` bytes of `file` from byte `start`.
+    async fn put_multipart_from(
+        &self,
+        key: &str,
+        location: &ObjectPath,
+        file: &Arc<std::fs::File>,
+        path: &Path,
+        start: u64,
+        size: u64,
+    ) -> Result<(), TieredError> {
         let upload = timed(Op::Put, self.shared.store.put_multipart(location))
             .await
             .map_err(|e| store_error(key, e))?;
@@ -358,7 +399,7 @@ impl RemoteStorage {
         // One pass per part: `size / MULTIPART_PART_BYTES + 1` at most.
         while offset < size {
             let len = MULTIPART_PART_BYTES.min(size - offset);
-            let part = match read_at(file, path, offset, len).await {
+            let part = match read_at(file, path, start + offset, len).await {
                 Ok(part) => part,
                 Err(e) => return Err(abort(key, writer, e).await),
             };

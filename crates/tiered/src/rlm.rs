@@ -210,9 +210,9 @@ impl RemoteLogManager {
         }
         let over = pending_bytes > self.settings.max_pending_bytes;
         for hosted in tiered {
-            hosted
-                .log
-                .set_upload_backlog(over.then_some((pending_bytes, self.settings.max_pending_bytes)));
+            hosted.log.set_upload_backlog(
+                over.then_some((pending_bytes, self.settings.max_pending_bytes)),
+            );
         }
         let mut stats = self.stats.lock();
         stats.pending_bytes = pending_bytes;
@@ -346,7 +346,10 @@ impl RemoteLogManager {
             .await?;
         let (_, snapshot) = log.producer_snapshot();
         self.storage
-            .put_bytes(&objects.key(ObjectKind::ProducerSnapshot), Bytes::from(snapshot))
+            .put_bytes(
+                &objects.key(ObjectKind::ProducerSnapshot),
+                Bytes::from(snapshot),
+            )
             .await?;
         let epochs: Vec<(i32, i64)> = log
             .leader_epoch_entries()
@@ -355,7 +358,10 @@ impl RemoteLogManager {
             .collect();
         let epochs_json = serde_json::to_vec(&epochs).unwrap_or_default();
         self.storage
-            .put_bytes(&objects.key(ObjectKind::LeaderEpochs), Bytes::from(epochs_json))
+            .put_bytes(
+                &objects.key(ObjectKind::LeaderEpochs),
+                Bytes::from(epochs_json),
+            )
             .await?;
         let aborted: Vec<(i64, i64, i64)> = log
             .aborted_in(slice.first_offset, seg.next_base_offset)
@@ -364,7 +370,10 @@ impl RemoteLogManager {
             .collect();
         let aborted_json = serde_json::to_vec(&aborted).unwrap_or_default();
         self.storage
-            .put_bytes(&objects.key(ObjectKind::TxnIndex), Bytes::from(aborted_json))
+            .put_bytes(
+                &objects.key(ObjectKind::TxnIndex),
+                Bytes::from(aborted_json),
+            )
             .await?;
         let segment = RemoteSegment {
             segment_id: objects.segment_id,
@@ -401,7 +410,9 @@ impl RemoteLogManager {
         stats.segments_copied += 1;
         stats.bytes_copied += bytes;
         drop(stats);
-        self.stuck.lock().remove(&(hosted.topic_id, hosted.tp.partition));
+        self.stuck
+            .lock()
+            .remove(&(hosted.topic_id, hosted.tp.partition));
         info!(
             partition = %hosted.tp,
             base_offset = slice.first_offset,
@@ -430,8 +441,10 @@ impl RemoteLogManager {
         let config = hosted.log.config();
         let log = &hosted.log;
         let copied_end = remote_end(Some(remote)).unwrap_or(NOTHING_COPIED);
-        let local_copied =
-            log.sealed_bytes_from(i64::MIN) - log.sealed_bytes_from(copied_end).min(log.sealed_bytes_from(i64::MIN));
+        let local_copied = log.sealed_bytes_from(i64::MIN)
+            - log
+                .sealed_bytes_from(copied_end)
+                .min(log.sealed_bytes_from(i64::MIN));
         let mut total = remote.size_bytes() + log.size_bytes().saturating_sub(local_copied);
         let now = now_ms();
         let mut through: Option<&RemoteSegment> = None;

@@ -109,7 +109,11 @@ pub fn plan_upload(path: &Path, size: u64, from: i64) -> Result<SegmentSlice, Ti
                 slice.index.push((h.base_offset, rel));
                 last_indexed = Some(rel);
             }
-            if slice.epochs.last().is_none_or(|(e, _)| *e != h.partition_leader_epoch) {
+            if slice
+                .epochs
+                .last()
+                .is_none_or(|(e, _)| *e != h.partition_leader_epoch)
+            {
                 slice.epochs.push((h.partition_leader_epoch, h.base_offset));
             }
             if h.max_timestamp > slice.max_timestamp {

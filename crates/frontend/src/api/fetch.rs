@@ -553,7 +553,13 @@ fn read_all(
     read_committed: bool,
     version: i16,
     listener: &str,
-) -> (FetchResponse, Vec<FileSlice>, usize, bool, Vec<RemotePending>) {
+) -> (
+    FetchResponse,
+    Vec<FileSlice>,
+    usize,
+    bool,
+    Vec<RemotePending>,
+) {
     let mut total = 0usize;
     let mut remote_reads = Vec::new();
     let mut files = Vec::new();

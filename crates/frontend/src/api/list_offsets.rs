@@ -20,8 +20,8 @@ use kafka_protocol::messages::list_offsets_response::{
     ListOffsetsPartitionResponse, ListOffsetsTopicResponse,
 };
 use kafka_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse};
-use millrace_replication::HostedPartition;
 use millrace_cluster::remote_log::RemoteLog;
+use millrace_replication::HostedPartition;
 use millrace_store::TopicPartition;
 
 use super::leadership;
@@ -99,7 +99,10 @@ pub fn handle(
                     }
                     let answer = match leadership::leader_replica(ctx, &tp, expected) {
                         Err(refusal) => Err(refusal.error.code),
-                        Ok(hosted) if p.timestamp >= 0 && remote_search(ctx, &hosted, p.timestamp).is_some() => {
+                        Ok(hosted)
+                            if p.timestamp >= 0
+                                && remote_search(ctx, &hosted, p.timestamp).is_some() =>
+                        {
                             if let Some(remote) = remote_search(ctx, &hosted, p.timestamp) {
                                 pending.push(RemoteLookup {
                                     topic_index,
@@ -189,8 +192,8 @@ async fn remote_lookups(
     pending: Vec<RemoteLookup>,
 ) -> ListOffsetsResponse {
     for p in pending {
-        let found = tiered::offset_for_timestamp(&ctx, &p.tp, p.topic_id, &p.remote, p.timestamp)
-            .await;
+        let found =
+            tiered::offset_for_timestamp(&ctx, &p.tp, p.topic_id, &p.remote, p.timestamp).await;
         let Some(out) = response
             .topics
             .get_mut(p.topic_index)

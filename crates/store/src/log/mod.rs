@@ -75,8 +75,8 @@ pub(crate) use damage::ScrubView;
 pub(crate) use durability::{list_snapshots, snapshot_path};
 pub use follower::ReplicatedAppend;
 pub use read::{FileSlice, Records};
-pub use tiered::{TierSegment, NOTHING_COPIED};
 pub(crate) use relocate::{copy_file, Copied, SwapError};
+pub use tiered::{TierSegment, NOTHING_COPIED};
 
 /// Result of a successful append.
 #[derive(Debug, Clone, PartialEq, Eq)]
