@@ -132,6 +132,33 @@ impl Observer {
         })
     }
 
+    /// Tiered storage's committed remote logs as this node's metadata image holds them (JSON:
+    /// per tiered partition its remote log start and segments), for operators and the fault
+    /// harness's checker.
+    pub fn remote_log_json(&self) -> String {
+        let Some(view) = self.view.get() else {
+            return "[]\n".into();
+        };
+        let image = view.replicas.image();
+        let mut out = Vec::new();
+        for (topic_id, partitions) in image.remote_logs.iter() {
+            let topic = image
+                .topic_by_id(*topic_id)
+                .map_or_else(|| topic_id.to_string(), |t| t.name.clone());
+            for (partition, log) in partitions {
+                out.push(serde_json::json!({
+                    "topic": topic,
+                    "partition": partition,
+                    "log_start_offset": log.log_start_offset,
+                    "segments": log.segments,
+                }));
+            }
+        }
+        let mut text = serde_json::Value::Array(out).to_string();
+        text.push('\n');
+        text
+    }
+
     fn metrics_text(&self) -> Result<String, std::fmt::Error> {
         let mut text = String::new();
         prometheus_text::encode(&mut text, &self.registry)?;
@@ -218,10 +245,15 @@ fn route(observer: &Observer, request: &Request<Incoming>) -> Response<Full<Byte
                 format!("not ready: {reason}\n"),
             ),
         },
+        "/remote-log" => reply(
+            StatusCode::OK,
+            "application/json",
+            observer.remote_log_json(),
+        ),
         _ => reply(
             StatusCode::NOT_FOUND,
             "text/plain",
-            "not found (try /metrics, /health, /ready)\n",
+            "not found (try /metrics, /health, /ready, /remote-log)\n",
         ),
     }
 }
