@@ -129,3 +129,53 @@ fn compact_only_topics_are_not_deleted_by_retention() {
     store.run_maintenance(NOW).expect("maintenance");
     assert_eq!(log.log_start_offset(), 0);
 }
+
+/// A tiered log (`remote.storage.enable`) keeps its local segments until the object store holds
+/// them (`remote_copied_end`), then deletes them by `local.retention.bytes`, not `retention.bytes`.
+#[test]
+fn a_tiered_log_deletes_only_what_the_object_store_holds_by_local_retention() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let store = open(dir.path(), FlushPolicy::Never);
+    let t = tp("ret-tiered", 0);
+    let config = LogConfig {
+        segment_bytes: 1000,
+        retention_bytes: -1,
+        retention_ms: -1,
+        remote_storage_enable: true,
+        local_retention_bytes: 2500,
+        ..LogConfig::default()
+    };
+    let log = store
+        .create_partition(&t, config, millrace_store::TopicId::from_bytes([7; 16]))
+        .expect("create");
+    for i in 0..40 {
+        log.append(keyed(NOW + i), 0).expect("append");
+    }
+    log.set_high_watermark(log.log_end_offset());
+    let size_before = log.size_bytes();
+    assert!(size_before > 2500);
+    // Nothing copied yet: nothing goes, whatever local retention says.
+    store.run_maintenance(NOW).expect("maintenance");
+    assert_eq!(log.log_start_offset(), 0);
+    assert_eq!(log.size_bytes(), size_before);
+    // Copied up to offset 20: only segments entirely below 20 go.
+    log.set_remote_copied_end(20);
+    store.run_maintenance(NOW).expect("maintenance");
+    let start = log.log_start_offset();
+    assert!(start > 0 && start <= 20, "log start {start}");
+    // Everything copied: local retention bounds the tail.
+    log.set_remote_copied_end(log.log_end_offset());
+    store.run_maintenance(NOW).expect("maintenance");
+    assert!(
+        log.size_bytes() <= 2500 + 1000,
+        "local tail {}",
+        log.size_bytes()
+    );
+    assert_contiguous(&read_all(&store, &t), log.log_start_offset());
+    // The upload plan sees the sealed segments from an offset on.
+    let sealed = log.sealed_segments_from(log.log_start_offset(), log.log_end_offset(), 100);
+    assert!(!sealed.is_empty());
+    assert!(sealed
+        .windows(2)
+        .all(|w| w[0].next_base_offset == w[1].base_offset));
+}

@@ -1454,3 +1454,111 @@ fn replicas_on_a_failed_log_dir_lose_leadership_and_the_isr_until_the_broker_res
     );
     assert!(h.partition("jbod", failed[0]).isr.contains(&1));
 }
+
+#[test]
+fn remote_segments_commit_only_from_the_current_leader_and_contiguously() {
+    use crate::messages::RemoteLogChange;
+    use millrace_cluster::remote_log::RemoteSegment;
+    let mut h = Harness::new(&[
+        ("remote.log.storage.system.enable", "true"),
+        ("millrace.remote.storage.url", "file:///tmp/x"),
+    ]);
+    h.start(&[1, 2, 3]);
+    h.create("t", 1, 3, &[("remote.storage.enable", "true")]);
+    let p = h.partition("t", 0);
+    let topic_id = h.image.topic("t").expect("t").topic_id;
+    let follower = *p
+        .replicas
+        .iter()
+        .find(|&&b| b != p.leader)
+        .expect("follower");
+    let segment = |base: i64, end: i64| RemoteSegment {
+        segment_id: Uuid::from_u128(base as u128 + 7),
+        base_offset: base,
+        end_offset: end,
+        leader_epoch: p.leader_epoch,
+        max_timestamp: 1,
+        size_bytes: 10,
+        epochs: vec![(p.leader_epoch, base)],
+    };
+    let commit = |h: &Harness, node_id: i32, leader_epoch: i32, seg: RemoteSegment| {
+        ControllerRequest::RemoteLog {
+            node_id,
+            broker_epoch: h.epochs[&node_id],
+            change: RemoteLogChange::Commit {
+                topic_id,
+                partition: 0,
+                leader_epoch,
+                segment: seg,
+            },
+        }
+    };
+    let ok = ControllerResponse::RemoteLog { result: Ok(()) };
+    assert_eq!(
+        h.request(commit(&h, p.leader, p.leader_epoch, segment(0, 9))),
+        ok
+    );
+    // Not the leader; an older leader epoch; a copy of offsets already owned: all refused.
+    assert_eq!(
+        h.request(commit(&h, follower, p.leader_epoch, segment(10, 19))),
+        ControllerResponse::RemoteLog {
+            result: Err(ControllerError::NotLeaderOrFollower)
+        }
+    );
+    assert_eq!(
+        h.request(commit(&h, p.leader, p.leader_epoch - 1, segment(10, 19))),
+        ControllerResponse::RemoteLog {
+            result: Err(ControllerError::FencedLeaderEpoch)
+        }
+    );
+    assert!(matches!(
+        h.request(commit(&h, p.leader, p.leader_epoch, segment(5, 19))),
+        ControllerResponse::RemoteLog {
+            result: Err(ControllerError::InvalidRequest(_))
+        }
+    ));
+    assert_eq!(
+        h.request(commit(&h, p.leader, p.leader_epoch, segment(10, 19))),
+        ok
+    );
+    let remote = h.image.remote_log(topic_id, 0).expect("remote log");
+    assert_eq!(
+        remote
+            .segments
+            .iter()
+            .map(|s| (s.base_offset, s.end_offset))
+            .collect::<Vec<_>>(),
+        vec![(0, 9), (10, 19)]
+    );
+    // Retention drops the oldest; deleting the topic leaves its objects to purge.
+    let delete = ControllerRequest::RemoteLog {
+        node_id: p.leader,
+        broker_epoch: h.epochs[&p.leader],
+        change: RemoteLogChange::Delete {
+            topic_id,
+            partition: 0,
+            leader_epoch: p.leader_epoch,
+            through_end_offset: 9,
+            log_start_offset: 10,
+        },
+    };
+    assert_eq!(h.request(delete), ok);
+    let remote = h.image.remote_log(topic_id, 0).expect("remote log");
+    assert_eq!(remote.start_offset(), Some(10));
+    assert_eq!(remote.segments.len(), 1);
+    h.request(ControllerRequest::DeleteTopics {
+        names: vec!["t".into()],
+    });
+    assert!(h.image.remote_log(topic_id, 0).is_none());
+    assert_eq!(
+        h.image.remote_purges.get(&topic_id).map(String::as_str),
+        Some("t")
+    );
+    let purged = ControllerRequest::RemoteLog {
+        node_id: p.leader,
+        broker_epoch: h.epochs[&p.leader],
+        change: RemoteLogChange::Purged { topic_id },
+    };
+    assert_eq!(h.request(purged), ok);
+    assert!(h.image.remote_purges.is_empty());
+}
