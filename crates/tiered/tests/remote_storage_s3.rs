@@ -224,6 +224,7 @@ async fn refused_and_missing_credentials_say_so() {
         !message.contains("not-the-secret"),
         "no secret in errors: {message}"
     );
+    println!("a wrong secret reads: {message}");
 
     let no_key_id = {
         let lookup = s3.env_lookup();
