@@ -461,12 +461,33 @@ fn store_error(key: &str, error: object_store::Error) -> TieredError {
         object_store::Error::PermissionDenied { .. }
         | object_store::Error::Unauthenticated { .. } => TieredError::Store {
             key: key.to_string(),
-            detail: format!("{REFUSED}: {error}"),
+            detail: format!("{REFUSED}: {}", refusal_summary(&error.to_string())),
         },
         other => TieredError::Store {
             key: key.to_string(),
             detail: other.to_string(),
         },
+    }
+}
+
+/// The status and S3's error code and message out of a refusal's text ("403 Forbidden,
+/// SignatureDoesNotMatch: The request signature ..."), or the whole text when it has no status.
+fn refusal_summary(text: &str) -> String {
+    let between = |open: &str, close: &str| {
+        let start = text.find(open)? + open.len();
+        let len = text[start..].find(close)?;
+        Some(text[start..start + len].trim().to_string())
+    };
+    let Some(status) = between("status code: ", ":") else {
+        return text.to_string();
+    };
+    match (
+        between("<Code>", "</Code>"),
+        between("<Message>", "</Message>"),
+    ) {
+        (Some(code), Some(message)) => format!("{status}, {code}: {message}"),
+        (Some(code), None) => format!("{status}, {code}"),
+        _ => status,
     }
 }
 
@@ -626,6 +647,18 @@ mod tests {
     fn check(chunks: &[&[u8]], chunks_start: u64, range: Range<u64>, expected: &[u8]) {
         let chunks: Vec<Bytes> = chunks.iter().map(|c| Bytes::copy_from_slice(c)).collect();
         assert_eq!(&slice_of_chunks(&chunks, chunks_start, range)[..], expected);
+    }
+
+    #[test]
+    fn a_refusal_is_summed_up_by_status_and_code() {
+        let text = "Error performing PUT http://h/b/k in 1ms - Server returned non-2xx status \
+                    code: 403 Forbidden: <?xml version=\"1.0\"?><Error><Code>SignatureDoesNotMatch\
+                    </Code><Message>The signature does not match.</Message></Error>";
+        assert_eq!(
+            refusal_summary(text),
+            "403 Forbidden, SignatureDoesNotMatch: The signature does not match."
+        );
+        assert_eq!(refusal_summary("connection reset"), "connection reset");
     }
 
     #[test]

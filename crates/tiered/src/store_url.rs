@@ -143,14 +143,15 @@ fn open_s3(
             DEFAULT_REGION.to_string()
         }
     };
+    // The client options first: `with_allow_http` writes into them.
     let mut builder = AmazonS3Builder::new()
+        .with_client_options(bounded_client())
         .with_bucket_name(bucket)
         .with_region(&region)
         .with_access_key_id(key_id)
         .with_secret_access_key(secret)
         .with_allow_http(allow_http)
         .with_virtual_hosted_style_request(is_true(var("AWS_VIRTUAL_HOSTED_STYLE_REQUEST")))
-        .with_client_options(bounded_client())
         .with_retry(bounded_retry());
     if let Some(token) = var("AWS_SESSION_TOKEN") {
         builder = builder.with_token(token);

@@ -1,5 +1,8 @@
-//! `SeaweedFs`: a real S3 server (SeaweedFS's `weed server -s3`) started for a test, with its
-//! data in a tempdir, on free loopback ports, with one S3 identity so credentials are checked.
+//! `SeaweedFs`: a real S3 server (SeaweedFS's `weed mini`: master, volume server, filer and S3
+//! gateway in one process) started for a test, with its data in a tempdir, on free loopback
+//! ports, with one S3 identity so credentials are checked. `weed mini` rather than
+//! `weed server -s3`: its single-node filer skips the 10 s wait for peer filers, so it is ready
+//! in about 4 s, also when restarted on old data (with a 1 s master election timeout).
 //! Always compiled so that other crates' integration tests (the broker's tiered-storage tests)
 //! can start one.
 //!
@@ -22,8 +25,7 @@ use std::time::{Duration, Instant};
 
 use crate::remote_storage::RemoteStorage;
 
-/// How long a start may take until S3 answers a signed write (SeaweedFS needs ~1-3 s; a master
-/// restarted on old data first elects itself).
+/// How long a start may take until S3 answers a signed write (`weed mini` needs about 4 s).
 pub const READY_TIMEOUT: Duration = Duration::from_secs(60);
 /// Pause between readiness polls.
 const POLL_INTERVAL: Duration = Duration::from_millis(100);
@@ -33,6 +35,9 @@ const HTTP_TIMEOUT: Duration = Duration::from_secs(2);
 const VOLUME_SIZE_LIMIT_MB: u32 = 64;
 /// Volumes the volume server may create (at most 8 × 64 MiB of data).
 const VOLUMES_MAX: u32 = 8;
+/// The master's election timeout: a master restarted on its old data waits this long before it
+/// leads again (SeaweedFS's default is 10 s).
+const ELECTION_TIMEOUT: &str = "1s";
 /// Bytes of the log shown when a start fails.
 const LOG_TAIL_BYTES: usize = 4096;
 
@@ -52,6 +57,8 @@ struct Ports {
     filer_grpc: u16,
     s3: u16,
     s3_grpc: u16,
+    admin: u16,
+    admin_grpc: u16,
 }
 
 /// A running SeaweedFS S3 server for one test.
@@ -87,14 +94,7 @@ impl SeaweedFs {
         server.spawn()?;
         let deadline = Instant::now() + READY_TIMEOUT;
         server.wait_until(deadline, "the S3 port answers", |s| {
-            http_status(s.ports.s3, "GET", "/").is_some()
-        })?;
-        let bucket_dir = format!("/buckets/{BUCKET}/");
-        server.wait_until(deadline, "the filer makes the bucket", |s| {
-            matches!(
-                http_status(s.ports.filer, "POST", &bucket_dir),
-                Some(200..=299)
-            )
+            http_answers(s.ports.s3)
         })?;
         server.wait_until_writable(deadline)?;
         Ok(server)
@@ -171,23 +171,27 @@ impl SeaweedFs {
             .map_err(|e| format!("SeaweedFS log: {e}"))?;
         let log_too = log.try_clone().map_err(|e| format!("SeaweedFS log: {e}"))?;
         let args = [
-            "server".to_string(),
+            "mini".to_string(),
             format!("-dir={}", dir.join("data").display()),
             "-ip=127.0.0.1".to_string(),
             "-ip.bind=127.0.0.1".to_string(),
             format!("-master.port={}", p.master),
             format!("-master.port.grpc={}", p.master_grpc),
             format!("-master.volumeSizeLimitMB={VOLUME_SIZE_LIMIT_MB}"),
+            format!("-master.electionTimeout={ELECTION_TIMEOUT}"),
             "-master.telemetry=false".to_string(),
             format!("-volume.port={}", p.volume),
             format!("-volume.port.grpc={}", p.volume_grpc),
             format!("-volume.max={VOLUMES_MAX}"),
-            "-volume.preStopSeconds=0".to_string(),
-            "-filer".to_string(),
             format!("-filer.port={}", p.filer),
             format!("-filer.port.grpc={}", p.filer_grpc),
             format!("-filer.localSocket={}", dir.join("filer.sock").display()),
-            "-s3".to_string(),
+            "-webdav=false".to_string(),
+            "-admin.ui=false".to_string(),
+            format!("-admin.port={}", p.admin),
+            format!("-admin.port.grpc={}", p.admin_grpc),
+            "-admin.port.legacy=0".to_string(),
+            format!("-bucket={BUCKET}"),
             format!("-s3.port={}", p.s3),
             format!("-s3.port.grpc={}", p.s3_grpc),
             "-s3.port.iceberg=0".to_string(),
@@ -238,9 +242,17 @@ impl SeaweedFs {
         let url = self.url("");
         let lookup = self.env_lookup();
         let storage = RemoteStorage::from_url(&url, lookup, 0).map_err(|e| e.to_string())?;
+        let last_error = std::cell::RefCell::new(String::new());
         self.wait_until(deadline, "a signed write works", |_| {
-            probe_blocking(&storage).is_ok()
+            match probe_blocking(&storage) {
+                Ok(()) => true,
+                Err(e) => {
+                    *last_error.borrow_mut() = e;
+                    false
+                }
+            }
         })
+        .map_err(|e| format!("{e}\nthe last probe failed with: {}", last_error.borrow()))
     }
 
     fn failure(&mut self, what: &str) -> String {
@@ -262,6 +274,7 @@ impl SeaweedFs {
             ("volume", p.volume_grpc),
             ("filer", p.filer_grpc),
             ("s3", p.s3_grpc),
+            ("admin", p.admin_grpc),
         ]
         .into_iter()
         .map(|(role, port)| PathBuf::from(format!("/tmp/seaweedfs-{role}-grpc-{port}.sock")))
@@ -315,9 +328,9 @@ fn weed_binary() -> Result<PathBuf, String> {
     Ok(PathBuf::from(path.trim()))
 }
 
-/// Eight distinct free loopback ports (held together while chosen, so they differ).
+/// Ten distinct free loopback ports (held together while chosen, so they differ).
 fn free_ports() -> Result<Ports, String> {
-    let listeners = (0..8)
+    let listeners = (0..10)
         .map(|_| TcpListener::bind("127.0.0.1:0"))
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| format!("free ports: {e}"))?;
@@ -326,9 +339,10 @@ fn free_ports() -> Result<Ports, String> {
         .map(|l| l.local_addr().map(|a| a.port()))
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| format!("free ports: {e}"))?;
-    let [master, master_grpc, volume, volume_grpc, filer, filer_grpc, s3, s3_grpc] = ports[..]
+    let [master, master_grpc, volume, volume_grpc, filer, filer_grpc, s3, s3_grpc, admin, admin_grpc] =
+        ports[..]
     else {
-        return Err("free ports: not eight".to_string());
+        return Err("free ports: not ten".to_string());
     };
     Ok(Ports {
         master,
@@ -339,21 +353,22 @@ fn free_ports() -> Result<Ports, String> {
         filer_grpc,
         s3,
         s3_grpc,
+        admin,
+        admin_grpc,
     })
 }
 
-/// The status of one bodiless HTTP/1.1 request to 127.0.0.1:`port`, None when nothing answers.
-fn http_status(port: u16, method: &str, path: &str) -> Option<u16> {
+/// True when an HTTP server answers `GET /` on 127.0.0.1:`port` (any status).
+fn http_answers(port: u16) -> bool {
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
-    let mut stream = TcpStream::connect_timeout(&addr, HTTP_TIMEOUT).ok()?;
-    stream.set_read_timeout(Some(HTTP_TIMEOUT)).ok()?;
-    stream.set_write_timeout(Some(HTTP_TIMEOUT)).ok()?;
-    let request = format!(
-        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
-    );
-    stream.write_all(request.as_bytes()).ok()?;
-    let mut head = [0u8; 12];
-    stream.read_exact(&mut head).ok()?;
-    // "HTTP/1.1 201"
-    std::str::from_utf8(head.get(9..12)?).ok()?.parse().ok()
+    let Ok(mut stream) = TcpStream::connect_timeout(&addr, HTTP_TIMEOUT) else {
+        return false;
+    };
+    let request = format!("GET / HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n");
+    let mut head = [0u8; 5];
+    stream.set_read_timeout(Some(HTTP_TIMEOUT)).is_ok()
+        && stream.set_write_timeout(Some(HTTP_TIMEOUT)).is_ok()
+        && stream.write_all(request.as_bytes()).is_ok()
+        && stream.read_exact(&mut head).is_ok()
+        && &head == b"HTTP/"
 }
