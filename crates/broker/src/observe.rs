@@ -425,9 +425,10 @@ impl Collector for StateCollector {
         )?;
         view.disk
             .encode(view.quorum.quorum().space_state(), &mut encoder)?;
-        if let Some(tiered) = &view.tiered {
-            encode_tiered(&tiered.stats(), &mut encoder)?;
-        }
+        // Served by every broker (zeros with tiered storage off), so the set of metric families
+        // is the same everywhere (docs/operations.md's table).
+        let tiered = view.tiered.as_ref().map(|t| t.stats()).unwrap_or_default();
+        encode_tiered(&tiered, &mut encoder)?;
         let (sessions, session_partitions) = view.fetch_sessions.stats();
         single(
             "fetch_sessions",

@@ -444,6 +444,15 @@ impl MetadataImage {
             MetadataRecord::ProducerIds { next_producer_id } => {
                 self.next_producer_id = self.next_producer_id.max(*next_producer_id);
             }
+            MetadataRecord::RemoteSegmentCommitted { .. }
+            | MetadataRecord::RemoteSegmentsDeleted { .. }
+            | MetadataRecord::RemoteTopicPurged { .. } => self.apply_remote(offset, record),
+        }
+    }
+
+    /// Applies a tiered-storage record (decision 0073) to the remote logs.
+    fn apply_remote(&mut self, offset: u64, record: &MetadataRecord) {
+        match record {
             MetadataRecord::RemoteSegmentCommitted {
                 topic_id,
                 partition,
@@ -476,6 +485,7 @@ impl MetadataImage {
             MetadataRecord::RemoteTopicPurged { topic_id } => {
                 self.remote_purges.remove(topic_id);
             }
+            _ => {}
         }
     }
 

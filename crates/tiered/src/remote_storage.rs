@@ -209,6 +209,11 @@ impl RemoteStorage {
         Ok(size)
     }
 
+    /// `put_bytes` with an owned key (for uploads joined together).
+    pub async fn put_bytes_owned(&self, key: String, bytes: Bytes) -> Result<(), TieredError> {
+        self.put_bytes(&key, bytes).await
+    }
+
     /// Uploads `bytes` as `key` with one PUT (for small objects).
     pub async fn put_bytes(&self, key: &str, bytes: Bytes) -> Result<(), TieredError> {
         let location = self.location(key)?;

@@ -178,13 +178,13 @@ impl RemoteLogManager {
             if let Err(e) = self.expire(&image, hosted, epoch).await {
                 warn!(partition = %hosted.tp, error = %e, "tiered storage: remote retention failed; retried next round");
             }
-            if round % ORPHAN_SCAN_EVERY_ROUNDS == 0 {
+            if round.is_multiple_of(ORPHAN_SCAN_EVERY_ROUNDS) {
                 if let Err(e) = self.clean_orphans(&image, hosted).await {
                     debug!(partition = %hosted.tp, error = %e, "tiered storage: orphan scan failed");
                 }
             }
         }
-        if round % ORPHAN_SCAN_EVERY_ROUNDS == 0 {
+        if round.is_multiple_of(ORPHAN_SCAN_EVERY_ROUNDS) {
             self.purge_deleted_topics(&image).await;
         }
         let image = self.replicas.image();
@@ -327,54 +327,45 @@ impl RemoteLogManager {
                 slice.start_pos..slice.end_pos,
             )
             .await?;
-        self.storage
-            .put_bytes(
-                &objects.key(ObjectKind::Index),
-                Bytes::from(encode_pairs(&slice.index)),
-            )
-            .await?;
         let time_index: Vec<(i64, u64)> = slice
             .time_index
             .iter()
             .map(|(ts, off)| (*ts, *off as u64))
             .collect();
-        self.storage
-            .put_bytes(
-                &objects.key(ObjectKind::TimeIndex),
-                Bytes::from(encode_pairs(&time_index)),
-            )
-            .await?;
         let (_, snapshot) = log.producer_snapshot();
-        self.storage
-            .put_bytes(
-                &objects.key(ObjectKind::ProducerSnapshot),
-                Bytes::from(snapshot),
-            )
-            .await?;
         let epochs: Vec<(i32, i64)> = log
             .leader_epoch_entries()
             .into_iter()
             .filter(|(_, start)| *start < seg.next_base_offset)
             .collect();
-        let epochs_json = serde_json::to_vec(&epochs).unwrap_or_default();
-        self.storage
-            .put_bytes(
-                &objects.key(ObjectKind::LeaderEpochs),
-                Bytes::from(epochs_json),
-            )
-            .await?;
         let aborted: Vec<(i64, i64, i64)> = log
             .aborted_in(slice.first_offset, seg.next_base_offset)
             .iter()
             .map(|t| (t.producer_id, t.first_offset, t.last_offset))
             .collect();
-        let aborted_json = serde_json::to_vec(&aborted).unwrap_or_default();
-        self.storage
-            .put_bytes(
-                &objects.key(ObjectKind::TxnIndex),
-                Bytes::from(aborted_json),
-            )
-            .await?;
+        // The segment's small objects go up together (each is one PUT).
+        let small = [
+            (ObjectKind::Index, Bytes::from(encode_pairs(&slice.index))),
+            (
+                ObjectKind::TimeIndex,
+                Bytes::from(encode_pairs(&time_index)),
+            ),
+            (ObjectKind::ProducerSnapshot, Bytes::from(snapshot)),
+            (
+                ObjectKind::LeaderEpochs,
+                Bytes::from(serde_json::to_vec(&epochs).unwrap_or_default()),
+            ),
+            (
+                ObjectKind::TxnIndex,
+                Bytes::from(serde_json::to_vec(&aborted).unwrap_or_default()),
+            ),
+        ];
+        futures::future::try_join_all(
+            small
+                .into_iter()
+                .map(|(kind, bytes)| self.storage.put_bytes_owned(objects.key(kind), bytes)),
+        )
+        .await?;
         let segment = RemoteSegment {
             segment_id: objects.segment_id,
             base_offset: slice.first_offset,

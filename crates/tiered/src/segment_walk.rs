@@ -143,7 +143,7 @@ pub fn encode_pairs(pairs: &[(i64, u64)]) -> Vec<u8> {
 
 /// Decodes `encode_pairs`' bytes; `None` when the length is not a whole number of pairs.
 pub fn decode_pairs(bytes: &[u8]) -> Option<Vec<(i64, u64)>> {
-    if bytes.len() % 16 != 0 {
+    if !bytes.len().is_multiple_of(16) {
         return None;
     }
     bytes

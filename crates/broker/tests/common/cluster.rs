@@ -47,6 +47,8 @@ pub struct TestCluster {
     settings: Vec<String>,
     /// Further log dirs of some nodes (`log.dirs` = data dir, then these).
     extra_log_dirs: Vec<(i32, PathBuf)>,
+    /// Environment variables every node gets on top of the test's (tiered storage's AWS_*).
+    env: Vec<(String, String)>,
 }
 
 /// Ports are picked below Linux's ephemeral range (32768-60999), where no outgoing connection of
@@ -103,9 +105,25 @@ impl TestCluster {
         settings: &[&str],
         extra_log_dirs: &[(i32, PathBuf)],
     ) -> TestCluster {
+        TestCluster::start_full(voters, brokers, settings, extra_log_dirs, &[])
+    }
+
+    /// `n` voters with extra settings and environment variables for every node.
+    pub fn start_with_env(n: i32, settings: &[&str], env: &[(String, String)]) -> TestCluster {
+        TestCluster::start_full(n, 0, settings, &[], env)
+    }
+
+    fn start_full(
+        voters: i32,
+        brokers: i32,
+        settings: &[&str],
+        extra_log_dirs: &[(i32, PathBuf)],
+        env: &[(String, String)],
+    ) -> TestCluster {
         for attempt in 1..=START_ATTEMPTS {
             let mut cluster = TestCluster::new(voters, brokers, settings);
             cluster.extra_log_dirs = extra_log_dirs.to_vec();
+            cluster.env = env.to_vec();
             match cluster.start_all() {
                 Ok(()) => return cluster,
                 Err(id) if attempt < START_ATTEMPTS => {
@@ -147,6 +165,7 @@ impl TestCluster {
             voters,
             settings: settings.iter().map(|s| (*s).to_string()).collect(),
             extra_log_dirs: Vec::new(),
+            env: Vec::new(),
         }
     }
 
@@ -238,6 +257,7 @@ impl TestCluster {
             command.arg("--set").arg(s);
         }
         let mut child = command
+            .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::from(log))
@@ -320,6 +340,11 @@ impl TestCluster {
     }
 
     /// A metric's value in the node's `/metrics` (`name` with its labels, as printed), if served.
+    /// Node `id`'s HTTP listener.
+    pub fn http_addr(&self, id: i32) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.node(id).http_port))
+    }
+
     pub fn metric(&self, id: i32, name: &str) -> Option<f64> {
         self.metrics(id).lines().find_map(|line| {
             let (n, value) = line.rsplit_once(' ')?;

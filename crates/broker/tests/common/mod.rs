@@ -76,9 +76,21 @@ pub struct Broker {
     ready_line: String,
     extra_args: Vec<String>,
     starts: usize,
+    /// Environment variables the process gets on top of the test's (tiered storage's AWS_*).
+    env: Vec<(String, String)>,
 }
 
 impl Broker {
+    /// Starts a broker with extra `--set name=value` settings and environment variables.
+    pub fn start_with_env(settings: &[&str], env: &[(String, String)]) -> Broker {
+        let args: Vec<String> = settings
+            .iter()
+            .flat_map(|s| ["--set".to_string(), (*s).to_string()])
+            .collect();
+        let data_dir = tempfile::tempdir().expect("create data dir");
+        Broker::start_in_env(data_dir, &args, env)
+    }
+
     /// Starts a broker on a fresh data directory and a free port.
     pub fn start() -> Broker {
         Broker::start_with(&[])
@@ -102,6 +114,14 @@ impl Broker {
     /// Starts a broker on `data_dir` (e.g. one made inside a test's own file system) with extra
     /// command-line arguments.
     pub fn start_in(data_dir: tempfile::TempDir, args: &[String]) -> Broker {
+        Broker::start_in_env(data_dir, args, &[])
+    }
+
+    fn start_in_env(
+        data_dir: tempfile::TempDir,
+        args: &[String],
+        env: &[(String, String)],
+    ) -> Broker {
         let log_dir = tempfile::tempdir().expect("create log dir");
         let extra_args = args.to_vec();
         let mut broker = Broker {
@@ -112,6 +132,7 @@ impl Broker {
             ready_line: String::new(),
             extra_args,
             starts: 0,
+            env: env.to_vec(),
         };
         broker.spawn("127.0.0.1:0");
         broker
@@ -132,6 +153,7 @@ impl Broker {
             .arg("--listen")
             .arg(listen)
             .args(&self.extra_args)
+            .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::from(log))
