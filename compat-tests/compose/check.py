@@ -1,5 +1,5 @@
-"""The compose test's client steps, each one bounded: create a topic, produce, consume (confluent-kafka),
-and the tiered-storage checks (the brokers' /remote-log, ListOffsets, the bucket).
+"""The compose test's client steps, each one bounded: create a topic, produce, consume
+(confluent-kafka), and the tiered-storage checks (the brokers' /remote-log, ListOffsets, the bucket).
 
     check.py create      BOOTSTRAP TOPIC PARTITIONS RF [NAME=VALUE ...]   (topic configs)
     check.py produce     BOOTSTRAP TOPIC FIRST COUNT [VALUE_BYTES]
@@ -130,7 +130,10 @@ def produce(bootstrap: str, topic: str, first: int, count: int, value_bytes: int
         while True:
             try:
                 producer.produce(
-                    topic, key=f"k{i}", value=value_of(topic, i, value_bytes), on_delivery=on_delivery
+                    topic,
+                    key=f"k{i}",
+                    value=value_of(topic, i, value_bytes),
+                    on_delivery=on_delivery,
                 )
                 break
             except BufferError:
@@ -197,7 +200,9 @@ def consume(bootstrap: str, topic: str, count: int) -> bool:
 
 
 def http_json(url: str):
-    with urllib.request.urlopen(url, timeout=IO_TIMEOUT_S) as response:
+    # The filer answers a folder listing in HTML unless asked for JSON.
+    request = urllib.request.Request(url, headers={"Accept": "application/json"})
+    with urllib.request.urlopen(request, timeout=IO_TIMEOUT_S) as response:
         return json.load(response)
 
 
@@ -286,7 +291,9 @@ class Reader:
             self.take(self.uvarint())
 
 
-def list_offsets_v8(addr: str, topic: str, partitions: list[int], timestamp: int) -> dict[int, tuple[int, int]]:
+def list_offsets_v8(
+    addr: str, topic: str, partitions: list[int], timestamp: int
+) -> dict[int, tuple[int, int]]:
     """One ListOffsets v8 request to ADDR: partition -> (error code, offset)."""
     name = topic.encode()
     body = struct.pack(">ib", -1, 0)  # replica id (a client), isolation level READ_UNCOMMITTED
@@ -371,7 +378,8 @@ def filer_entries(filer_addr: str, folder: str) -> list[dict]:
 
 
 def bucket(filer_addr: str, folder: str, topic: str, min_log_objects: int) -> bool:
-    """Counts the `.log` objects in the bucket under TOPIC's folder (<topic>-<topic id>/<partition>/)."""
+    """Counts the `.log` objects in the bucket under TOPIC's folder
+    (<topic>-<topic id>/<partition>/)."""
     end = deadline()
     seen = "nothing"
     while time.monotonic() < end:

@@ -24,8 +24,8 @@
 # the two left, produce 1,000 more, `start` it; `kill` node 1 (SIGKILL: not restarted, its
 # leaderships move after the broker session timeout), start it; kill -9 node 3's process (the
 # restart policy brings it back); every partition led with its ISR back to 3, all 2,000 records
-# read, and the tiered topic's 3,000 again from offset 0; `down -v` and remove the images — also on
-# failure or interruption (trap).
+# read, and the tiered topic's 3,000 again from offset 0; `down -v` and remove the images — also
+# on failure or interruption (trap).
 #
 # Env: MILLRACE_BIN (broker; built with cargo when unset), MILLRACE_WEED (SeaweedFS's weed; what
 #      scripts/seaweedfs.sh prints when unset), KCAT (default kcat), PYTHON (for the
@@ -435,7 +435,7 @@ client_step "tiered" produce "$ALL" "$TIERED_TOPIC" 0 "$TIERED_RECORDS" "$TIERED
 client_step "tiered" remote-log "$H1" "$TIERED_TOPIC" "$TIERED_PARTITIONS" "$TIERED_SEGMENTS_MIN"
 client_step "tiered" bucket "$FILER" "$BUCKET_FOLDER" "$TIERED_TOPIC" $((TIERED_PARTITIONS * TIERED_SEGMENTS_MIN))
 client_step "tiered" local-start "$ALL" "$TIERED_TOPIC" "$TIERED_PARTITIONS"
-echo "compose: tiered: uploaded and trimmed $(($(now_ms) - start)) ms after the produce began"
+echo "compose: tiered: produce, uploads and the local trim checked in $(($(now_ms) - start)) ms"
 client_step "tiered, from offset 0" consume "$ALL" "$TIERED_TOPIC" "$TIERED_RECORDS"
 
 # --- stop node 2: a controlled shutdown ------------------------------------------------
