@@ -1,24 +1,34 @@
 #!/usr/bin/env bash
 # Compose test: docker-compose.yml brings up one 3-node Millrace cluster in containers that
-# clients use through the brokers' host ports, that survives a stopped, a killed and a crashed node,
-# and that leaves nothing behind.
+# clients use through the brokers' host ports, that tiers a topic to the file's object store
+# (SeaweedFS), that survives a stopped, a killed and a crashed node, and that leaves nothing behind.
 #
 #   compat-tests/compose/run.sh
 #
 # Steps: install the engine when missing (apt-get install docker.io docker-compose) and start
 # dockerd when no daemon answers (stopped again at the end); build a FROM-scratch test image from
-# the broker binary plus exactly the shared libraries ldd lists (no image can be pulled here);
-# `up` docker-compose.yml with a loopback override (the test image, network_mode: host, each
-# broker on free 127.0.0.1 ports through the file's port variables); wait for the three ready
-# lines and for kcat -L to list brokers 1, 2, 3; create a 6-partition RF-3 topic through broker 3's
-# port (confluent-kafka AdminClient), produce 1,000 records with acks=all and read them back;
+# the broker binary plus exactly the shared libraries ldd lists (no image can be pulled here), and
+# one of the static `weed` binary (scripts/seaweedfs.sh, cached outside the clone) laid out like
+# deploy/seaweedfs/Dockerfile's; `up` docker-compose.yml with a loopback override (the test
+# images, network_mode: host, each broker's and the object store's ports free 127.0.0.1 ports
+# through the file's port variables, and the brokers' remote log manager and retention checks
+# every second instead of Kafka's 30 s and 5 min); wait for the object-store-bucket service to
+# exit 0, the three ready lines and for kcat -L to list brokers 1, 2, 3; create a 6-partition RF-3
+# topic through broker 3's port (confluent-kafka AdminClient), produce 1,000 records with
+# acks=all and read them back; tiered storage: a 3-partition topic with remote.storage.enable,
+# segment.bytes 128 KiB and local.retention.bytes 256 KiB gets 3,000 records of 1 KB, broker 1's
+# /remote-log lists at least 3 segments per partition contiguous from offset 0, the bucket holds
+# their .log objects (the filer's listing), every partition's local log start (ListOffsets -4) is
+# above 0 while its log start (-2) is 0, and all 3,000 records read back from offset 0;
 # `stop` node 2 (SIGTERM: exits 0, its leaderships move: controlled shutdown), read everything from
 # the two left, produce 1,000 more, `start` it; `kill` node 1 (SIGKILL: not restarted, its
 # leaderships move after the broker session timeout), start it; kill -9 node 3's process (the
 # restart policy brings it back); every partition led with its ISR back to 3, all 2,000 records
-# read; `down -v` and remove the image — also on failure or interruption (trap).
+# read, and the tiered topic's 3,000 again from offset 0; `down -v` and remove the images — also
+# on failure or interruption (trap).
 #
-# Env: MILLRACE_BIN (broker; built with cargo when unset), KCAT (default kcat), PYTHON (for the
+# Env: MILLRACE_BIN (broker; built with cargo when unset), MILLRACE_WEED (SeaweedFS's weed; what
+#      scripts/seaweedfs.sh prints when unset), KCAT (default kcat), PYTHON (for the
 #      venv, default python3), COMPOSE_STEP_TIMEOUT (seconds per step, default 60),
 #      KEEP_WORK=1 keeps the work dir (also kept when a check fails).
 # Last line printed: "N passed, M failed" ("0 passed, 0 failed" after a SKIP line when no
@@ -38,7 +48,20 @@ COMPOSE_FILE="$ROOT/docker-compose.yml"
 TOPIC="compose-$RANDOM$RANDOM"
 PROJECT="millrace-compose-test-$$"
 IMAGE="millrace-compose-test:$$"
+WEED_IMAGE="millrace-compose-test-weed:$$"
 SERVICES=(millrace-1 millrace-2 millrace-3)
+STORE_SERVICES=(object-store object-store-bucket)
+# The tiered topic: small segments and a small local tail, so 3,000 records of 1 KB over 3
+# partitions (about 1 MB each) roll about 8 segments per partition and leave the disk after upload.
+TIERED_TOPIC="$TOPIC-tiered"
+TIERED_PARTITIONS=3
+TIERED_RECORDS=3000
+TIERED_VALUE_BYTES=1000
+TIERED_SEGMENT_BYTES=131072
+TIERED_LOCAL_RETENTION_BYTES=262144
+TIERED_SEGMENTS_MIN=3
+# The bucket and prefix of the file's millrace.remote.storage.url, as a filer folder.
+BUCKET_FOLDER=/buckets/millrace/cluster
 
 passed=0
 failed=0
@@ -64,7 +87,7 @@ cleanup() {
     compose down -v --remove-orphans -t 30 >"$WORK/down.log" 2>&1 || true
   fi
   if [[ -n "$IMAGE_BUILT" ]]; then
-    timeout 60 docker image rm -f "$IMAGE" >/dev/null 2>&1 || true
+    timeout 60 docker image rm -f "$IMAGE" "$WEED_IMAGE" >/dev/null 2>&1 || true
   fi
   if [[ -n "$DOCKERD_PID" ]]; then
     kill -TERM "$DOCKERD_PID" 2>/dev/null || true
@@ -206,11 +229,58 @@ else
 fi
 rm -rf "$ctx"
 
+# --- the object store's test image: FROM scratch, the static weed binary ----------------
+# The layout of deploy/seaweedfs/Dockerfile's image (which builds weed from the Go module proxy,
+# out of reach here): /usr/bin/weed, a /tmp for its sockets, /data, and the empty
+# /buckets/millrace that object-store-bucket copies into the filer. That Dockerfile builds the
+# version scripts/seaweedfs.sh caches; a drift between the two is a failure.
+want_version="$(sed -nE 's/^VERSION="\$\{SEAWEEDFS_VERSION:-([^}]+)\}"$/\1/p' "$ROOT/scripts/seaweedfs.sh")"
+file_version="$(sed -nE 's/^ARG SEAWEEDFS_VERSION=(.+)$/\1/p' "$ROOT/deploy/seaweedfs/Dockerfile")"
+if [[ -n "$want_version" && "$want_version" == "$file_version" ]]; then
+  pass "deploy/seaweedfs/Dockerfile builds SeaweedFS $file_version, the version scripts/seaweedfs.sh caches"
+else
+  fail "SeaweedFS version" "deploy/seaweedfs/Dockerfile has '$file_version', scripts/seaweedfs.sh '$want_version'"
+fi
+weed="${MILLRACE_WEED:-}"
+if [[ -z "$weed" ]] && ! weed="$(timeout 1200 bash "$ROOT/scripts/seaweedfs.sh" 2>"$WORK/weed-build.log" | tail -n1)"; then
+  weed=""
+fi
+if [[ -z "$weed" || ! -x "$weed" ]]; then
+  fail "weed-binary" "no SeaweedFS binary ('$weed')" "$WORK/weed-build.log"
+  summary
+  exit 1
+fi
+if ldd "$weed" >/dev/null 2>&1; then
+  fail "weed-binary" "$weed is dynamically linked; a FROM-scratch image needs it static (CGO_ENABLED=0)"
+  summary
+  exit 1
+fi
+ctx="$WORK/weed-image"
+mkdir -p "$ctx/rootfs/usr/bin" "$ctx/rootfs/tmp" "$ctx/rootfs/data" "$ctx/rootfs/buckets/millrace"
+chmod 1777 "$ctx/rootfs/tmp"
+cp -l "$weed" "$ctx/rootfs/usr/bin/weed" 2>/dev/null || cp "$weed" "$ctx/rootfs/usr/bin/weed"
+cat >"$ctx/Dockerfile" <<'EOF'
+FROM scratch
+COPY rootfs/ /
+VOLUME /data
+ENTRYPOINT ["/usr/bin/weed"]
+EOF
+start=$(now_ms)
+if DOCKER_BUILDKIT=0 timeout 300 docker build -q -t "$WEED_IMAGE" "$ctx" >"$WORK/build-weed.log" 2>&1; then
+  pass "image: $WEED_IMAGE FROM scratch: the static weed ($("$weed" version 2>/dev/null | head -n1)) in $(($(now_ms) - start)) ms"
+else
+  fail "weed image" "docker build failed" "$WORK/build-weed.log"
+  summary
+  exit 1
+fi
+rm -rf "$ctx"
+
 # --- the compose project: the shipped file plus a loopback override -----------------
-# Six free loopback ports for the file's variables (CLUSTER_HOST, BROKER_n_PORT, CONTROLLER_n_PORT).
+# Free loopback ports for the file's variables: CLUSTER_HOST, BROKER_n_PORT, CONTROLLER_n_PORT,
+# HTTP_n_PORT, and the object store's STORE_*_PORT (HTTP and gRPC of S3, filer, master, volume).
 read -r -a ports < <("$VENV/bin/python" - <<'PY'
 import socket
-socks = [socket.socket() for _ in range(6)]
+socks = [socket.socket() for _ in range(17)]
 for s in socks:
     s.bind(("127.0.0.1", 0))
 print(" ".join(str(s.getsockname()[1]) for s in socks))
@@ -220,12 +290,26 @@ export CLUSTER_HOST=127.0.0.1
 export BROKER_1_PORT="${ports[0]}" CONTROLLER_1_PORT="${ports[1]}"
 export BROKER_2_PORT="${ports[2]}" CONTROLLER_2_PORT="${ports[3]}"
 export BROKER_3_PORT="${ports[4]}" CONTROLLER_3_PORT="${ports[5]}"
+export HTTP_1_PORT="${ports[6]}" HTTP_2_PORT="${ports[7]}" HTTP_3_PORT="${ports[8]}"
+export STORE_S3_PORT="${ports[9]}" STORE_S3_GRPC_PORT="${ports[10]}"
+export STORE_FILER_PORT="${ports[11]}" STORE_FILER_GRPC_PORT="${ports[12]}"
+export STORE_MASTER_PORT="${ports[13]}" STORE_MASTER_GRPC_PORT="${ports[14]}"
+export STORE_VOLUME_PORT="${ports[15]}" STORE_VOLUME_GRPC_PORT="${ports[16]}"
 B1="127.0.0.1:$BROKER_1_PORT" B2="127.0.0.1:$BROKER_2_PORT" B3="127.0.0.1:$BROKER_3_PORT"
 ALL="$B1,$B2,$B3"
+H1="127.0.0.1:$HTTP_1_PORT"
+FILER="127.0.0.1:$STORE_FILER_PORT"
 {
   echo "services:"
   for s in "${SERVICES[@]}"; do
     printf '  %s:\n    image: %s\n    network_mode: host\n' "$s" "$IMAGE"
+    # Kafka's remote.log.manager.task.interval.ms (30 s) and log.retention.check.interval.ms
+    # (5 min) would make the tiered steps wait minutes; the file keeps Kafka's defaults.
+    printf '    environment:\n      MILLRACE_REMOTE_LOG_MANAGER_TASK_INTERVAL_MS: "1000"\n'
+    printf '      MILLRACE_LOG_RETENTION_CHECK_INTERVAL_MS: "1000"\n'
+  done
+  for s in "${STORE_SERVICES[@]}"; do
+    printf '  %s:\n    image: %s\n    network_mode: host\n' "$s" "$WEED_IMAGE"
   done
 } >"$WORK/override.yml"
 compose() {
@@ -293,6 +377,21 @@ if ! compose up -d --no-build >"$WORK/up.log" 2>&1; then
   summary
   exit 1
 fi
+# The object store: object-store-bucket exits 0 once the filer has made the bucket (it fails
+# and is restarted while the filer is not up yet).
+bucket_made() {
+  local c
+  c="$(container_of object-store-bucket)"
+  [[ -n "$c" && "$(docker inspect -f '{{.State.Status}} {{.State.ExitCode}}' "$c" 2>/dev/null)" == "exited 0" ]]
+}
+end=$(($(now_ms) + T * 1000))
+until bucket_made || (($(now_ms) > end)); do sleep 0.3; done
+if bucket_made; then
+  pass "object store: S3 on 127.0.0.1:$STORE_S3_PORT, bucket millrace made by object-store-bucket ($(docker inspect -f '{{.RestartCount}}' "$(container_of object-store-bucket)") restarts) $(($(now_ms) - start)) ms after up"
+else
+  fail "object store" "object-store-bucket did not exit 0 within ${T}s"
+  compose logs --no-color --tail=15 object-store object-store-bucket 2>&1 | sed 's/^/      /'
+fi
 ok=1
 for s in "${SERVICES[@]}"; do
   wait_ready "$s" 1 || { ok=""; fail "up: $s ready" "no 'millrace ready' line within ${T}s"; compose logs --no-color --tail=15 "$s"; }
@@ -327,6 +426,17 @@ if [[ "$(tr ',' '\n' <<<"$replicas" | grep -c . || true)" == 3 ]]; then
 else
   fail "auto-created topic's replicas" "wanted 3, got '$replicas'" "$WORK/step.err"
 fi
+
+# --- tiered storage: segments upload to the object store, the local log keeps its tail --
+client_step "tiered" create "$B1" "$TIERED_TOPIC" "$TIERED_PARTITIONS" 3 remote.storage.enable=true \
+  segment.bytes="$TIERED_SEGMENT_BYTES" local.retention.bytes="$TIERED_LOCAL_RETENTION_BYTES"
+start=$(now_ms)
+client_step "tiered" produce "$ALL" "$TIERED_TOPIC" 0 "$TIERED_RECORDS" "$TIERED_VALUE_BYTES"
+client_step "tiered" remote-log "$H1" "$TIERED_TOPIC" "$TIERED_PARTITIONS" "$TIERED_SEGMENTS_MIN"
+client_step "tiered" bucket "$FILER" "$BUCKET_FOLDER" "$TIERED_TOPIC" $((TIERED_PARTITIONS * TIERED_SEGMENTS_MIN))
+client_step "tiered" local-start "$ALL" "$TIERED_TOPIC" "$TIERED_PARTITIONS"
+echo "compose: tiered: produce, uploads and the local trim checked in $(($(now_ms) - start)) ms"
+client_step "tiered, from offset 0" consume "$ALL" "$TIERED_TOPIC" "$TIERED_RECORDS"
 
 # --- stop node 2: a controlled shutdown ------------------------------------------------
 c2="$(container_of millrace-2)"
@@ -395,6 +505,7 @@ else
   fail "ISR back to 3" "not within ${T}s" "$WORK/why"
 fi
 client_step "after the restarts" consume "$ALL" "$TOPIC" 2000
+client_step "tiered, after the restarts" consume "$ALL" "$TIERED_TOPIC" "$TIERED_RECORDS"
 
 # --- tear down --------------------------------------------------------------------------
 if ((failed > 0)); then
@@ -404,9 +515,9 @@ fi
 start=$(now_ms)
 compose down -v --remove-orphans -t 30 >"$WORK/down.log" 2>&1 || true
 UP=""
-timeout 60 docker image rm -f "$IMAGE" >/dev/null 2>&1 || true
+timeout 60 docker image rm -f "$IMAGE" "$WEED_IMAGE" >/dev/null 2>&1 || true
 IMAGE_BUILT=""
-left="$(docker ps -aq --filter "label=com.docker.compose.project=$PROJECT"; docker volume ls -q --filter "label=com.docker.compose.project=$PROJECT"; docker network ls -q --filter "label=com.docker.compose.project=$PROJECT"; docker image ls -q "$IMAGE")"
+left="$(docker ps -aq --filter "label=com.docker.compose.project=$PROJECT"; docker volume ls -q --filter "label=com.docker.compose.project=$PROJECT"; docker network ls -q --filter "label=com.docker.compose.project=$PROJECT"; docker image ls -q "$IMAGE"; docker image ls -q "$WEED_IMAGE")"
 if [[ -z "$left" ]]; then
   pass "down -v and image rm: no container, volume, network or image of $PROJECT left ($(($(now_ms) - start)) ms)"
 else
