@@ -68,6 +68,12 @@ rustup component add rustfmt clippy >/dev/null 2>&1 || true
 
 # A full disk shows up as a linker killed by SIGBUS; say up front how much room there is.
 echo "== disk free: $(df -h --output=avail . | tail -1 | tr -d ' ')"
+# SeaweedFS (a real S3 server) for the tiered-storage tests: built once from the Go module proxy
+# and cached outside the clone (scripts/seaweedfs.sh; ~5-9 min cold, nothing when cached).
+stage "seaweedfs"
+command -v go >/dev/null || { echo "Go is required to build SeaweedFS for the tiered-storage tests: https://go.dev/dl"; exit 1; }
+MILLRACE_WEED="$(bash scripts/seaweedfs.sh)"
+export MILLRACE_WEED
 stage "fmt"
 cargo fmt --all -- --check
 # Cheap, so early: the checker's own test, then no module cycle inside any crate.
