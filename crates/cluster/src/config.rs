@@ -39,6 +39,15 @@ use crate::listeners::{
     LISTENER_PREFIX, SECURITY_PROTOCOL_MAP_DEFAULT,
 };
 
+/// `millrace.remote.storage.max.pending.bytes` default: 10 GiB of closed local segments not yet
+/// uploaded before produce to tiered topics is refused (a retriable error).
+pub(crate) const MAX_PENDING_BYTES_DEFAULT: &str = "10737418240";
+/// `millrace.remote.storage.cache.bytes` default: 64 MiB of remote segment data cached for reads.
+pub(crate) const CACHE_BYTES_DEFAULT: &str = "67108864";
+/// `millrace.remote.storage.orphan.grace.ms` default: ten minutes before an object no metadata
+/// names (an upload that did not finish) may be deleted.
+pub(crate) const ORPHAN_GRACE_MS_DEFAULT: &str = "600000";
+
 /// Where a config value came from, with Kafka's DescribeConfigs source codes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ConfigSource {
@@ -374,17 +383,17 @@ pub static BROKER_CONFIGS: &[ConfigDef] = &[
     nodef("millrace.remote.storage.url", ConfigType::Str),
     def(
         "millrace.remote.storage.max.pending.bytes",
-        crate::config_tiered::MAX_PENDING_BYTES_DEFAULT,
+        MAX_PENDING_BYTES_DEFAULT,
         LONG_POS,
     ),
     def(
         "millrace.remote.storage.cache.bytes",
-        crate::config_tiered::CACHE_BYTES_DEFAULT,
+        CACHE_BYTES_DEFAULT,
         LONG_POS,
     ),
     def(
         "millrace.remote.storage.orphan.grace.ms",
-        crate::config_tiered::ORPHAN_GRACE_MS_DEFAULT,
+        ORPHAN_GRACE_MS_DEFAULT,
         LONG_NONNEG,
     ),
     // TLS (also per listener, see LISTENER_CONFIGS).

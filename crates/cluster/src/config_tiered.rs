@@ -26,19 +26,14 @@
 //! (the remote log manager finds out when it starts), and Kafka's `remote.log.copy.lag.*`, which
 //! Millrace does not have.
 
-use crate::config::{parse_cleanup_policy, BrokerConfig, ConfigError, TopicConfigs};
+use crate::config::{
+    parse_cleanup_policy, BrokerConfig, ConfigError, TopicConfigs, CACHE_BYTES_DEFAULT,
+    MAX_PENDING_BYTES_DEFAULT, ORPHAN_GRACE_MS_DEFAULT,
+};
 use crate::config_error::invalid;
 
-/// `millrace.remote.storage.max.pending.bytes` default: 10 GiB of closed local segments not yet
-/// uploaded before produce to tiered topics is refused (a retriable error).
-pub(crate) const MAX_PENDING_BYTES_DEFAULT: &str = "10737418240";
 const MAX_PENDING_BYTES: u64 = 10 * 1024 * 1024 * 1024;
-/// `millrace.remote.storage.cache.bytes` default: 64 MiB of remote segment data cached for reads.
-pub(crate) const CACHE_BYTES_DEFAULT: &str = "67108864";
 const CACHE_BYTES: u64 = 64 * 1024 * 1024;
-/// `millrace.remote.storage.orphan.grace.ms` default: ten minutes before an object no metadata
-/// names (an upload that did not finish) may be deleted.
-pub(crate) const ORPHAN_GRACE_MS_DEFAULT: &str = "600000";
 const ORPHAN_GRACE_MS: u64 = 600_000;
 /// Kafka's `remote.log.manager.task.interval.ms` default.
 const TASK_INTERVAL_MS: u64 = 30_000;

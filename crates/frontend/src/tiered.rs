@@ -18,6 +18,8 @@ use crate::BrokerContext;
 
 /// The committed remote log of a hosted partition, if its topic is tiered and has one.
 pub fn remote_log(ctx: &BrokerContext, hosted: &HostedPartition) -> Option<Arc<RemoteLog>> {
+    // A broker without tiered storage pays nothing here on its fetch path.
+    ctx.remote.as_ref()?;
     if !hosted.log.config().remote_storage_enable {
         return None;
     }
