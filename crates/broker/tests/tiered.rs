@@ -387,17 +387,7 @@ async fn an_outage_holds_uploads_then_refuses_produce_then_catches_up() {
     let mut written = 200usize;
     let deadline = Instant::now() + Duration::from_secs(60);
     let refused = loop {
-        let batch = millrace_store::testing::encode_batch(
-            &[(None, Some(&value(written)[..]), now_ms())],
-            -1,
-            -1,
-            -1,
-        )
-        .freeze();
-        let response = conn
-            .request(9, &produce_request(&topic, 0, batch, -1))
-            .await;
-        let code = response.responses[0].partition_responses[0].error_code;
+        let code = produce_one(&mut conn, &topic, written).await;
         if code == KAFKA_STORAGE_ERROR {
             break true;
         }
@@ -421,17 +411,7 @@ async fn an_outage_holds_uploads_then_refuses_produce_then_catches_up() {
     // Uploads catch up; produce is accepted again.
     let deadline = Instant::now() + CATCH_UP;
     loop {
-        let batch = millrace_store::testing::encode_batch(
-            &[(None, Some(&value(written)[..]), now_ms())],
-            -1,
-            -1,
-            -1,
-        )
-        .freeze();
-        let response = conn
-            .request(9, &produce_request(&topic, 0, batch, -1))
-            .await;
-        if response.responses[0].partition_responses[0].error_code == 0 {
+        if produce_one(&mut conn, &topic, written).await == 0 {
             written += 1;
             break;
         }
@@ -443,6 +423,15 @@ async fn an_outage_holds_uploads_then_refuses_produce_then_catches_up() {
     }
     wait_tiered(http_addr, broker.data_dir(), &topic, written as i64).await;
     read_all_from_zero(&broker.bootstrap(), &topic, written).await;
+}
+
+/// Produces record `i` (acks=all, Produce v9); the partition's error code.
+async fn produce_one(conn: &mut RawConn, topic: &str, i: usize) -> i16 {
+    let batch =
+        millrace_store::testing::encode_batch(&[(None, Some(&value(i)[..]), now_ms())], -1, -1, -1)
+            .freeze();
+    let response = conn.request(9, &produce_request(topic, 0, batch, -1)).await;
+    response.responses[0].partition_responses[0].error_code
 }
 
 /// A remote object deleted behind the broker's back: the read fails with KAFKA_STORAGE_ERROR and

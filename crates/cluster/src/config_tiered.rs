@@ -26,10 +26,7 @@
 //! (the remote log manager finds out when it starts), and Kafka's `remote.log.copy.lag.*`, which
 //! Millrace does not have.
 
-use crate::config::{
-    parse_cleanup_policy, BrokerConfig, ConfigError, TopicConfigs, CACHE_BYTES_DEFAULT,
-    MAX_PENDING_BYTES_DEFAULT, ORPHAN_GRACE_MS_DEFAULT,
-};
+use crate::config::{parse_cleanup_policy, BrokerConfig, ConfigError, TopicConfigs};
 use crate::config_error::invalid;
 
 const MAX_PENDING_BYTES: u64 = 10 * 1024 * 1024 * 1024;
@@ -280,6 +277,7 @@ fn check_local_retention(
 
 #[cfg(test)]
 mod tests {
+    use crate::config::{CACHE_BYTES_DEFAULT, MAX_PENDING_BYTES_DEFAULT, ORPHAN_GRACE_MS_DEFAULT};
     use std::collections::BTreeMap;
 
     use super::*;
