@@ -541,6 +541,12 @@ def tiered_final(cluster: Cluster, admin) -> tuple:
     except (OSError, ValueError, RuntimeError) as exc:
         facts["bucket_listing_failed"] = repr(exc)[:300]
     res = tiered.check_remote_logs(answers, objects, TIERED_PREFIX)
+    for i, addr in nodes.items():
+        try:
+            text = tiered.http_get(addr, "/metrics")
+        except OSError as exc:
+            text = f"unreadable: {exc!r}"
+        (cluster.work / f"node{i}" / "metrics-at-end.txt").write_text(text)
     facts["segments_copied"] = metrics("millrace_remote_segments_copied")
     facts["copy_failures"] = metrics("millrace_remote_copy_failures")
     facts["orphans_deleted"] = metrics("millrace_remote_orphans_deleted")

@@ -57,6 +57,7 @@ OBJECT_STORE_KINDS = ("object-store-outage",)
 TIERED_PREFIX = "tiered"
 # remote.log.manager.task.interval.ms under the harness: uploads follow a segment roll closely.
 TIERED_TASK_INTERVAL_MS = "500"
+TIERED_RETENTION_CHECK_MS = "2000"
 # An upload whose commit failed (leader killed, route cut) leaves orphan objects; deleted after this.
 TIERED_ORPHAN_GRACE_MS = "30000"
 CLIENT_NETWORK_KINDS = ("client-cut-oneway", "client-cut-both")
@@ -433,6 +434,9 @@ class MillraceCluster(Cluster):
                     "millrace.remote.storage.url": f"s3://{BUCKET}/{TIERED_PREFIX}",
                     "remote.log.manager.task.interval.ms": TIERED_TASK_INTERVAL_MS,
                     "millrace.remote.storage.orphan.grace.ms": TIERED_ORPHAN_GRACE_MS,
+                    # Local retention (of uploaded segments too) runs on this period; Kafka's 5 min
+                    # would keep every segment local for a whole run.
+                    "log.retention.check.interval.ms": TIERED_RETENTION_CHECK_MS,
                 })
             http_addr = f"127.0.0.1:{free_port()}"
             args = [
