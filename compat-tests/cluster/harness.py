@@ -550,6 +550,8 @@ def tiered_final(cluster: Cluster, admin) -> tuple:
     facts["segments_copied"] = metrics("millrace_remote_segments_copied")
     facts["copy_failures"] = metrics("millrace_remote_copy_failures")
     facts["orphans_deleted"] = metrics("millrace_remote_orphans_deleted")
+    # Counters since each broker's last start (kills reset them): lower bounds for the run.
+    facts["remote_bytes_fetched"] = metrics("millrace_remote_bytes_fetched")
     facts["offsets_after"] = tiered_offsets(admin, cluster)
     return res, facts
 

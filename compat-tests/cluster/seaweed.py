@@ -8,8 +8,9 @@ to probe that a write works, and to list the bucket at the end (the filer's JSON
 listing: ``GET /buckets/<bucket>/<dir>/`` with ``Accept: application/json``), so the checks see
 what the store holds whatever the proxy does.
 
-The binary: env ``MILLRACE_WEED``, else what ``scripts/seaweedfs.sh`` prints (it builds and
-caches SeaweedFS once per machine). Only the process started here is ever signalled.
+The binary: env ``SEAWEEDFS_BIN``, else what ``scripts/seaweedfs.sh`` prints (it builds and
+caches SeaweedFS once per machine, ~9 minutes). Not ``MILLRACE_WEED`` as in the Rust tests: the
+brokers inherit the harness's environment and read every ``MILLRACE_*`` variable as a config. Only the process started here is ever signalled.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ MODE_DIR = 1 << 31  # Go's os.ModeDir in the filer's "Mode"
 
 
 def weed_binary(repo: Path) -> Path:
-    env = os.environ.get("MILLRACE_WEED")
+    env = os.environ.get("SEAWEEDFS_BIN")
     if env:
         return Path(env)
     out = subprocess.run(["bash", str(repo / "scripts" / "seaweedfs.sh")], capture_output=True, timeout=1800,
