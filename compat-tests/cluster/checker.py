@@ -40,6 +40,9 @@ concluded from it alone). The output records are those the final ``read_committe
 - ``missing-output``: an input record (acknowledged, or read from the input topic) with no
   output after the final drain: every input must come out exactly once.
 
+Another topic written and read the same way (the tiered topic of a Millrace run) is checked by
+``check(ops, topic)``: its records name their ``topic``; the main topic's carry none.
+
 Usage: ``python checker.py HISTORY.jsonl [--json OUT]``; exit status 1 when any anomaly.
 Only the standard library is used.
 """
@@ -123,8 +126,20 @@ class Result:
         return not any(self.anomalies.values())
 
 
-def check(ops: List[Op]) -> Result:
-    ops = sorted(ops, key=lambda o: o.get("i", 0))
+# Operations that belong to one topic's history. Records of the main topic carry no ``topic``
+# field; those of another topic checked the same way (the tiered topic) name it.
+TOPIC_OPERATIONS = ("send", "poll", "assign", "revoke", "commit", "committed", "drain-end")
+
+
+def of_topic(ops: Iterable[Op], topic: Optional[str]) -> List[Op]:
+    """``ops`` less the per-topic operations of other topics (``TOPIC_OPERATIONS``)."""
+    return [op for op in ops if op.get("f") not in TOPIC_OPERATIONS or op.get("topic") == topic]
+
+
+def check(ops: List[Op], topic: Optional[str] = None) -> Result:
+    """The anomalies of one topic's history: the main topic's (records without ``topic``) by
+    default, else those whose records name ``topic``."""
+    ops = sorted(of_topic(ops, topic), key=lambda o: o.get("i", 0))
     res = Result()
 
     # --- sends, by value (a producer has many sends in flight, so pair by value) --------------
@@ -319,6 +334,7 @@ def check(ops: List[Op]) -> Result:
         "committed_midrun_examples": midrun[:3],
         "faults": dict(sorted(faults.items())),
         "operations": sum(1 for op in ops if op.get("type") == "invoke" and op.get("process") != "nemesis"),
+        "topic_operations": sum(1 for op in ops if op.get("type") == "invoke" and op.get("f") in TOPIC_OPERATIONS),
     }
     return res
 
@@ -444,18 +460,18 @@ def _short(op: Op) -> str:
     return text if len(text) <= 400 else text[:397] + "..."
 
 
-def report(res: Result, out=None) -> None:
+def report(res: Result, out=None, topic: Optional[str] = None) -> None:
     out = out or sys.stdout
     s = res.stats
     print(
-        f"checked {s['operations']} operations: {s['sends']} sends ({s['sends_ok']} ok, "
+        f"{f'topic {topic}: ' if topic else ''}checked {s['topic_operations'] if topic else s['operations']} operations: {s['sends']} sends ({s['sends_ok']} ok, "
         f"{s['sends_fail']} fail, {s['sends_info']} info), {s['reads']} records read "
         f"({s['values_read']} distinct values), {s['commits_ok']} commits ok, "
         f"{s['committed_reads_ok']} committed-offset reads; committed offsets seen going back during "
         f"faults (not an anomaly): {s['committed_midrun_regressions']}",
         file=out,
     )
-    _print_anomalies(res, "", out)
+    _print_anomalies(res, f"{topic} " if topic else "", out)
 
 
 def _print_anomalies(res: Result, prefix: str, out) -> None:
@@ -478,6 +494,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     ops = load(args.history)
     res = check(ops)
     report(res)
+    others = sorted({op["topic"] for op in ops if op.get("f") == "send" and op.get("topic")})
+    for topic in others:
+        extra = check(ops, topic)
+        report(extra, topic=topic)
+        if not extra.valid():
+            res.anomalies = {k: v + extra.anomalies[k] for k, v in res.anomalies.items()}
     ctp = None
     if any(op.get("f") in ("txn", "ctp-send", "ctp-read") for op in ops):
         ctp = check_ctp(ops)

@@ -3,6 +3,12 @@ workload, then heal, drain and check the history.
 
     python harness.py [--system millrace|kafka] [--nodes 3] [--seed S] [--duration 240] [--broken]
 
+A Millrace cluster of 3 nodes also runs tiered storage (``tiered.py``, ``seaweed.py``): one
+SeaweedFS S3 server behind the ``s3`` proxy route, a tiered topic with its own producer and a
+reader that goes back to offset 0 every 30 s (checked like the main topic, in the same history),
+the ``kill-tiered-leader`` and ``object-store-outage`` faults, and at the end, once uploads have
+caught up, the remote-log checks against every broker's ``/remote-log`` and the bucket.
+
 Alongside the plain workload runs the transactional consume-transform-produce workload
 (``ctp.py``): an input producer, two transactional workers in a ``read_committed`` group, and a
 final drain of both topics; the process lane also kills the transaction coordinator of a
@@ -36,11 +42,13 @@ from typing import Dict, List, Optional
 import checker
 import ctp
 import replicas
+import tiered
 from chaos import Chaos
 from history import History, merge
-from nemesis import Nemesis, describe, fault_counts, make_schedule
+from nemesis import TIERED_PARTITIONS, TIERED_TOPIC, Nemesis, describe, fault_counts, make_schedule
 from procs import spawn, terminate, wait_until
-from systems import REPO, Cluster, KafkaCluster, MillraceCluster, millrace_has_cluster_support
+from seaweed import SeaweedFs, weed_binary
+from systems import REPO, TIERED_PREFIX, Cluster, KafkaCluster, MillraceCluster, millrace_has_cluster_support
 from workload import CLIENT_LOG, admin_client, create_topic
 
 HERE = Path(__file__).resolve().parent
@@ -52,6 +60,10 @@ CTP_RESTARTS_MAX = 60
 CTP_DRAIN_S = 240  # the transactional drain: waiting for the group to catch up, then both topics
 TOPIC = "chaos"
 GROUP = "chaos-group"
+# The tiered topic: 16 KiB segments, at most 64 KiB kept locally, the rest in the object store.
+TIERED_LOCAL_RETENTION_BYTES = 65536
+TIERED_REWIND_S = 30.0  # its reader goes back to offset 0 this often (reads from the object store)
+TIERED_CATCH_UP_S = 120.0  # after the drains: uploads catch up and every broker's image agrees
 
 
 def log(msg: str) -> None:
@@ -207,6 +219,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         f"{'BROKEN configuration' if args.broken else 'safe configuration'}, work dir {work}")
     chaos = Chaos(binary("CHAOS_PROXY_BIN", "millrace-chaos"), work / "chaos.log").start()
     cluster: Optional[Cluster] = None
+    object_store: Optional[SeaweedFs] = None
     checks = Checks()
     history: Optional[History] = None
     workers: List[WorkerProc] = []
@@ -215,7 +228,11 @@ def main(argv: Optional[List[str]] = None) -> int:
         if args.system == "kafka":
             cluster = KafkaCluster(work, chaos, nodes, args.broken)
         else:
-            cluster = MillraceCluster(work, chaos, nodes, args.broken, mbin)
+            if nodes > 1:
+                object_store = SeaweedFs(weed_binary(REPO), work).start()
+                log(f"object store: SeaweedFS S3 on {object_store.s3_upstream} (filer {object_store.filer}), "
+                    f"brokers reach it through the s3 route")
+            cluster = MillraceCluster(work, chaos, nodes, args.broken, mbin, object_store)
         (work / "routes.json").write_text(json.dumps(chaos.routes, indent=1))
         t_start = time.monotonic()
         cluster.start()
@@ -227,6 +244,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         for topic in (ctp.IN_TOPIC, ctp.OUT_TOPIC):
             wait_until(lambda t=topic: create_topic(cluster.bootstrap, t, ctp.PARTITIONS, cluster.replication_factor,
                                                     cluster.topic_config()) or True, 120, 2, f"topic {topic} created")
+        if cluster.tiered:
+            wait_until(lambda: create_topic(cluster.bootstrap, TIERED_TOPIC, TIERED_PARTITIONS, cluster.replication_factor,
+                                            cluster.tiered_topic_config(TIERED_LOCAL_RETENTION_BYTES)) or True,
+                       120, 2, f"topic {TIERED_TOPIC} created")
         wait_until(lambda: healthy(admin, cluster), 120, 1, "every partition led and in sync")
 
         lanes: Dict[str, tuple] = {"broken": ("isolate-leader-kill",)} if args.broken else cluster.fault_kinds()
@@ -250,6 +271,10 @@ def main(argv: Optional[List[str]] = None) -> int:
                                finishes=True)
         ctp_workers = [WorkerProc(work, t0_ns, "ctp", f"x{k}", dict(common, transactional_id=ctp.txn_id(k)),
                                   restarts_max=CTP_RESTARTS_MAX) for k in range(1, ctp.WORKERS + 1)]
+        tcommon = dict(common, topic=TIERED_TOPIC, partitions=TIERED_PARTITIONS, record_topic=True)
+        if cluster.tiered:
+            producers.append(WorkerProc(work, t0_ns, "producer", "t1", tcommon))
+            readers.append(WorkerProc(work, t0_ns, "reader", "rt1", dict(tcommon, rewind_s=TIERED_REWIND_S)))
         workers = producers + consumers + readers + [ctp_input] + ctp_workers
         for w in consumers + readers + ctp_workers + producers + [ctp_input]:
             w.start()
@@ -309,6 +334,14 @@ def main(argv: Optional[List[str]] = None) -> int:
         log("draining every partition from the beginning")
         out = run_once(work, t0_ns, "drain", "drain", dict(common, timeout=120), 180)
         drained = json.loads(out.splitlines()[-1]) if out else {"complete": False, "read": 0}
+        tiered_drained: dict = {}
+        offsets_before: Dict[int, dict] = {}
+        if cluster.tiered:
+            offsets_before = tiered_offsets(admin, cluster)
+            log(f"{TIERED_TOPIC} before its drain (ListOffsets): {offsets_before}")
+            log(f"draining {TIERED_TOPIC} from offset 0 (below the local log start: the object store)")
+            out = run_once(work, t0_ns, "drain", "drain-tiered", dict(tcommon, timeout=120), 180)
+            tiered_drained = json.loads(out.splitlines()[-1]) if out else {"complete": False, "read": 0}
         log("transactions: waiting for the group to commit every input, then draining both topics read_committed")
         out = run_once(work, t0_ns, "ctp-drain", "ctp-drain", dict(common, timeout=CTP_DRAIN_S), CTP_DRAIN_S + 60)
         ctp_drained = json.loads(out.splitlines()[-1]) if out else None
@@ -318,6 +351,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         for w in ctp_workers:
             w.wait(45)
         history.close()
+        tiered_res: Optional[tiered.TieredResult] = None
+        tiered_facts: dict = {}
+        if cluster.tiered:
+            tiered_res, tiered_facts = tiered_final(cluster, admin)
         routes = chaos.status()
         # Replicas below the HW, byte for byte: read from disk once every node stopped cleanly.
         cluster.stop()
@@ -343,13 +380,26 @@ def main(argv: Optional[List[str]] = None) -> int:
             print(f"nemesis errors ({len(nemesis.errors)}): " + "; ".join(nemesis.errors[:5]))
         res = checker.check(ops)
         checker.report(res)
+        tiered_topic_res = None
+        if cluster.tiered:
+            tiered_topic_res = checker.check(ops, TIERED_TOPIC)
+            checker.report(tiered_topic_res, topic=TIERED_TOPIC)
+            if tiered_res is not None:
+                tiered.report(tiered_res)
+            print(f"tiered facts: {json.dumps(tiered_facts)}")
         ctp_res = checker.check_ctp(ops)
         checker.report_ctp(ctp_res)
         with open(work / "result.json", "w", encoding="utf-8") as fh:
             json.dump({"seed": seed, "faults": counts, "counts": res.counts(), "stats": res.stats,
                        "ctp_counts": ctp_res.counts(), "ctp_stats": ctp_res.stats,
-                       "recovery_s": recovery_s, "drain": {k: v for k, v in drained.items() if k != "end_offsets"}},
-                      fh, indent=1)
+                       "recovery_s": recovery_s, "drain": {k: v for k, v in drained.items() if k != "end_offsets"},
+                       "tiered": None if not cluster.tiered else {
+                           "topic_counts": tiered_topic_res.counts() if tiered_topic_res else None,
+                           "topic_stats": tiered_topic_res.stats if tiered_topic_res else None,
+                           "counts": tiered_res.counts() if tiered_res else None,
+                           "stats": tiered_res.stats if tiered_res else None,
+                           "offsets_before_drain": offsets_before, "facts": tiered_facts}},
+                      fh, indent=1, default=str)
 
         kinds = set(_kinds(lanes))
         acked_min = max(100, int(args.duration * args.rate * 0.25))
@@ -375,6 +425,9 @@ def main(argv: Optional[List[str]] = None) -> int:
             for kind in checker.ANOMALIES:
                 checks.add(f"no {kind}", counts_a[kind] == 0, f"{counts_a[kind]}")
             add_ctp_checks(checks, ctp_res, ops, ctp_drained)
+            if cluster.tiered:
+                add_tiered_checks(checks, tiered_topic_res, tiered_res, tiered_facts, offsets_before,
+                                  tiered_drained, acked_min)
     except BaseException as exc:  # noqa: BLE001 - a harness failure is a failed check
         checks.add("harness ran to the end", False, repr(exc)[:500])
         if not isinstance(exc, Exception):
@@ -392,6 +445,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         if cluster is not None:
             cluster.stop()
         chaos.stop()
+        if object_store is not None:
+            object_store.stop()
         if checks.failed or keep:
             print(f"work dir kept: {work}")
         else:
@@ -419,6 +474,125 @@ def add_ctp_checks(checks: Checks, res: checker.Result, ops: List[dict], drained
     for kind in checker.CTP_ANOMALIES:
         n = res.counts()[kind]
         checks.add(f"no transactional {kind}", n == 0, f"{n}")
+
+
+def tiered_offsets(admin, cluster: Cluster) -> Dict[int, dict]:
+    """Per partition of the tiered topic, its leader's ListOffsets answers: ``remote_start``
+    (-2, the log start clients see), ``local_start`` (-4), ``last_tiered`` (-5) and ``end`` (-1,
+    the high watermark); an error code in place of an offset when the leader refused."""
+    out: Dict[int, dict] = {}
+    try:
+        parts = admin.list_topics(TIERED_TOPIC, timeout=10).topics[TIERED_TOPIC].partitions
+    except Exception as exc:  # noqa: BLE001 - no answer: the check that needs it fails, saying so
+        log(f"{TIERED_TOPIC}: no metadata for ListOffsets: {exc!r}")
+        return out
+    for p, meta in sorted(parts.items()):
+        row: Dict[str, object] = {"leader": meta.leader}
+        addr = cluster.client_addr.get(meta.leader)
+        for name, ts in (("remote_start", tiered.EARLIEST), ("local_start", tiered.EARLIEST_LOCAL),
+                         ("last_tiered", tiered.LATEST_TIERED), ("end", tiered.LATEST)):
+            try:
+                error, offset = tiered.list_offsets(addr, TIERED_TOPIC, [p], ts)[p] if addr else (-1, -1)
+                row[name] = offset if error == 0 else f"error {error}"
+            except (OSError, ValueError, KeyError) as exc:
+                row[name] = f"failed: {exc!r}"[:120]
+        out[p] = row
+    return out
+
+
+def tiered_final(cluster: Cluster, admin) -> tuple:
+    """After the drains, with the producers stopped: waits (bounded) for every broker's upload
+    lag to reach 0 and for their images to agree, then checks the remote logs against each other
+    and the bucket. Returns (TieredResult, facts for the summary)."""
+    facts: Dict[str, object] = {}
+    nodes = {i: n.http_addr for i, n in cluster.nodes.items() if n.alive() and n.http_addr}
+
+    def metrics(name: str) -> Dict[int, Optional[float]]:
+        got: Dict[int, Optional[float]] = {}
+        for i, addr in nodes.items():
+            try:
+                got[i] = tiered.metric(tiered.http_get(addr, "/metrics"), name)
+            except OSError:
+                got[i] = None
+        return got
+
+    t0 = time.monotonic()
+    try:
+        wait_until(lambda: all(v == 0 for v in metrics("millrace_remote_upload_lag_segments").values()),
+                   TIERED_CATCH_UP_S, 1, "upload lag 0 on every broker")
+        facts["uploads_caught_up"] = True
+    except TimeoutError as exc:
+        facts["uploads_caught_up"] = False
+        log(str(exc))
+    facts["catch_up_s"] = round(time.monotonic() - t0, 1)
+    facts["upload_lag_segments"] = metrics("millrace_remote_upload_lag_segments")
+
+    answers: Dict[int, list] = {}
+
+    def agree() -> bool:
+        answers.clear()
+        for i, addr in nodes.items():
+            answers[i] = sorted(tiered.remote_log(addr), key=lambda e: (e["topic"], e["partition"]))
+        return len({json.dumps(a, sort_keys=True) for a in answers.values()}) == 1
+    try:
+        wait_until(agree, max(10.0, TIERED_CATCH_UP_S - (time.monotonic() - t0)), 1,
+                   "every broker's /remote-log the same")
+    except TimeoutError as exc:
+        log(str(exc))  # judged below as brokers-disagree, with what each answered last
+    objects = None
+    try:
+        objects = cluster.object_store.list_objects(TIERED_PREFIX)
+    except (OSError, ValueError, RuntimeError) as exc:
+        facts["bucket_listing_failed"] = repr(exc)[:300]
+    res = tiered.check_remote_logs(answers, objects, TIERED_PREFIX)
+    for i, addr in nodes.items():
+        try:
+            text = tiered.http_get(addr, "/metrics")
+        except OSError as exc:
+            text = f"unreadable: {exc!r}"
+        (cluster.work / f"node{i}" / "metrics-at-end.txt").write_text(text)
+    facts["segments_copied"] = metrics("millrace_remote_segments_copied")
+    facts["copy_failures"] = metrics("millrace_remote_copy_failures")
+    facts["orphans_deleted"] = metrics("millrace_remote_orphans_deleted")
+    # Counters since each broker's last start (kills reset them): lower bounds for the run.
+    facts["remote_bytes_fetched"] = metrics("millrace_remote_bytes_fetched")
+    facts["offsets_after"] = tiered_offsets(admin, cluster)
+    return res, facts
+
+
+def add_tiered_checks(checks: Checks, topic_res: checker.Result, res: Optional[tiered.TieredResult], facts: dict,
+                      before: Dict[int, dict], drained: dict, acked_min: int) -> None:
+    """Tiered storage's checks: the tiered topic's history, the remote logs, and that it tiered."""
+    counts = topic_res.counts()
+    checks.add(f"{TIERED_TOPIC}: acknowledged sends >= {acked_min}", topic_res.stats["sends_ok"] >= acked_min,
+               f"{topic_res.stats['sends_ok']}")
+    checks.add(f"{TIERED_TOPIC}: final drain from offset 0 read every partition to its end",
+               bool(drained.get("complete")), f"{drained.get('read', 0)} records")
+    for kind in checker.ANOMALIES:
+        if kind == "committed-offset-regression":
+            continue  # no group reads the tiered topic
+        checks.add(f"{TIERED_TOPIC}: no {kind}", counts[kind] == 0, f"{counts[kind]}")
+    checks.add("tiered: uploads caught up after the heal (upload lag 0 on every broker)",
+               bool(facts.get("uploads_caught_up")), f"{facts.get('catch_up_s')}s")
+    if res is None:
+        checks.add("tiered: remote logs checked", False, "no answer")
+        return
+    per_partition = res.stats.get("segments_per_partition", {})
+    tiered_parts = [f"{TIERED_TOPIC}-{p}" for p in range(TIERED_PARTITIONS)]
+    checks.add(f"tiered: every {TIERED_TOPIC} partition has remote segments",
+               all(per_partition.get(tp, 0) > 0 for tp in tiered_parts),
+               ", ".join(f"{tp} {per_partition.get(tp, 0)}" for tp in tiered_parts))
+    local_starts = {p: row.get("local_start") for p, row in before.items()}
+    checks.add("tiered: before the drain every leader's local log started above 0 and the log at 0 "
+               "(so reads from 0 came from the object store)",
+               bool(before) and all(isinstance(v, int) and v > 0 for v in local_starts.values())
+               and all(row.get("remote_start") == 0 for row in before.values()),
+               "; ".join(f"p{p}: -2 {row.get('remote_start')}, -4 {row.get('local_start')}, "
+                         f"-5 {row.get('last_tiered')}, -1 {row.get('end')}" for p, row in sorted(before.items())))
+    checks.add("tiered: the bucket was listed", bool(res.stats.get("objects_listed")),
+               facts.get("bucket_listing_failed", f"{res.stats.get('objects', 0)} objects"))
+    for kind, n in res.counts().items():
+        checks.add(f"tiered: no {kind}", n == 0, f"{n}")
 
 
 def progress(work: Path) -> Dict[str, int]:

@@ -21,6 +21,13 @@ replica comparison and the consumers' read-back check that nothing damaged was s
 every replica is whole again. Apache Kafka does not repair damaged batches, so its runs have no
 storage lane.
 
+With tiered storage (Millrace, 3 nodes) the process lane also kills -9 the leader of a tiered
+partition (``kill-tiered-leader``), waiting up to a few seconds for a moment when that node has
+closed segments not yet uploaded (its ``millrace_remote_upload_lag_segments`` > 0; the record
+says whether it caught one), and an object-store lane cuts the brokers' ``s3`` route both ways
+for 5-20 s (``object-store-outage``), then leaves it whole for 8-20 s; the other lanes go on
+meanwhile, so leaders are killed and partitioned during uploads and outages.
+
 The broken configuration has its own lane: isolate the leader of a partition from its
 followers for a moment, kill -9 it while acks=1 writes are still unreplicated, let another
 replica take over, then heal and restart.
@@ -33,6 +40,7 @@ import threading
 import time
 from typing import Dict, List, Optional
 
+import tiered
 from ctp import WORKERS
 from history import History
 from systems import Cluster
@@ -43,8 +51,16 @@ DOWN_S = (1.0, 4.0)
 CUT_S = (3.0, 8.0)
 PARTITION_S = (3.0, 10.0)
 # Faults that kill a node and restart it (the schedule leaves time for the restart).
-KILL_KINDS = ("kill", "kill-controller", "kill-txn-coordinator", "isolate-leader-kill")
+KILL_KINDS = ("kill", "kill-controller", "kill-txn-coordinator", "isolate-leader-kill", "kill-tiered-leader")
+# An object-store outage: the s3 route cut, then whole again before the next outage.
+OUTAGE_S = (5.0, 20.0)
+OUTAGE_QUIET_S = (8.0, 20.0)
+# How long a kill-tiered-leader fault looks for pending uploads on its target before killing anyway.
+UPLOAD_WAIT_S = 8.0
+UPLOAD_POLL_S = 0.1
 TXN_SLOTS = WORKERS  # transactional worker slots; the schedule picks one per coordinator kill
+TIERED_TOPIC = "chaos-tiered"  # the tiered topic of a Millrace run (harness.py creates it)
+TIERED_PARTITIONS = 3
 # How long a flip-bytes fault waits for the scrubber and repair before the next storage fault
 # (Millrace's harness scrub interval is 3 s: two passes).
 FLIP_S = (6.0, 9.0)
@@ -104,6 +120,13 @@ def _params(rng: random.Random, kind: str, ids: List[int], partitions: int) -> d
         return dict(kind=kind, partition=rng.randrange(partitions), node=node, segment=round(rng.random(), 4),
                     batch=round(rng.random(), 4), byte=round(rng.random(), 4),
                     duration=round(rng.uniform(*FLIP_S), 2))
+    if kind == "kill-tiered-leader":
+        return dict(kind=kind, partition=rng.randrange(TIERED_PARTITIONS), node=node,
+                    duration=round(rng.uniform(*DOWN_S), 2))
+    if kind == "object-store-outage":
+        cut = round(rng.uniform(*OUTAGE_S), 2)
+        # The schedule spaces faults by ``duration``: the cut and the quiet time after it.
+        return dict(kind=kind, cut=cut, duration=round(cut + rng.uniform(*OUTAGE_QUIET_S), 2))
     if kind == "isolate-leader-kill":
         return dict(kind=kind, partition=rng.randrange(partitions), node=node,
                     isolate=round(rng.uniform(1.5, 3.0), 2), duration=round(rng.uniform(12.0, 15.0), 2))
@@ -142,10 +165,11 @@ class Nemesis:
             return found, "coordinator"
         return fallback, f"fallback ({'; '.join(failures)[:200]})"
 
-    def leader(self, partition: int, fallback: int) -> int:
+    def leader(self, partition: int, fallback: int, topic: Optional[str] = None) -> int:
+        topic = topic or self.topic
         try:
-            md = self.admin.list_topics(self.topic, timeout=5)
-            leader = md.topics[self.topic].partitions[partition].leader
+            md = self.admin.list_topics(topic, timeout=5)
+            leader = md.topics[topic].partitions[partition].leader
             if leader in self.cluster.nodes:
                 return leader
         except Exception:  # noqa: BLE001
@@ -255,6 +279,21 @@ class Nemesis:
             self.chaos.heal(sorted({r for r, _ in pairs}))
             self._restart(node)
             h.record("nemesis", "ok", kind, node=node)
+        elif kind == "kill-tiered-leader":
+            node = self.leader(fault["partition"], fault["node"], TIERED_TOPIC)
+            pending = self._wait_upload_lag(node)
+            h.record("nemesis", "invoke", kind, node=node, partition=fault["partition"], uploads_pending=pending,
+                     duration=fault["duration"])
+            self.cluster.nodes[node].kill9()
+            time.sleep(fault["duration"])
+            self._restart(node)
+            h.record("nemesis", "ok", kind, node=node)
+        elif kind == "object-store-outage":
+            h.record("nemesis", "invoke", kind, cut=fault["cut"], duration=fault["duration"])
+            self.chaos.cut(["s3"], "both")
+            time.sleep(fault["cut"])
+            self.chaos.heal(["s3"])
+            h.record("nemesis", "ok", kind)
         elif kind == "flip-bytes":
             self._flip_bytes(fault)
         else:
@@ -308,6 +347,22 @@ class Nemesis:
             at = pos + CRC_COVERED_FROM + int(fault["byte"] * (total - CRC_COVERED_FROM))
             return node, segment, pos, base, at
         return None
+
+    def _wait_upload_lag(self, node: int) -> Optional[float]:
+        """Polls ``node``'s upload lag (closed segments not yet in the object store) until it is
+        above 0 or ``UPLOAD_WAIT_S`` passes; returns the last value seen (None: unreadable)."""
+        addr = self.cluster.nodes[node].http_addr
+        seen: Optional[float] = None
+        deadline = time.monotonic() + UPLOAD_WAIT_S
+        while addr and time.monotonic() < deadline and not self.stop.is_set():
+            try:
+                seen = tiered.metric(tiered.http_get(addr, "/metrics"), "millrace_remote_upload_lag_segments")
+            except OSError:
+                seen = None
+            if seen:
+                break
+            time.sleep(UPLOAD_POLL_S)
+        return seen
 
     def _cut_pairs(self, pairs: List[tuple]) -> None:
         for direction in ("up", "down"):

@@ -2,7 +2,9 @@
 # Cluster fault test: the checker's unit tests, then the fault harness (harness.py) against
 # Millrace (default) or Apache Kafka, ending with "N passed, M failed".
 # The fault run has two workloads side by side: plain producers/consumers (workload.py) and
-# transactional consume-transform-produce (ctp.py), whose checks are also PASS/FAIL lines.
+# transactional consume-transform-produce (ctp.py), whose checks are also PASS/FAIL lines; a
+# 3-node Millrace run adds tiered storage (a SeaweedFS S3 server, a tiered topic, the remote-log
+# checks: tiered.py).
 #
 #   compat-tests/cluster/run.sh                         # Millrace: 3 nodes, or 1 node when the binary
 #                                                       # has no cluster support (it says so)
@@ -14,6 +16,8 @@
 # Extra args go to harness.py (--duration, --nodes, --rate, --keep, --min-faults ...).
 # Env: MILLRACE_BIN (broker; built with cargo when unset), CHAOS_PROXY_BIN (proxy; built when
 #      unset; not named MILLRACE_*: the broker reads every MILLRACE_* variable as a config),
+#      SEAWEEDFS_BIN (the object store of a 3-node Millrace run: tiered storage; default: what
+#      scripts/seaweedfs.sh prints, which builds SeaweedFS once per machine, ~9 min),
 #      PYTHON (interpreter for the venv, default python3), CLUSTER_TIMEOUT (seconds for the
 #      harness, default 900). --system kafka needs java >= 17 and mvn (jars resolved once).
 set -euo pipefail

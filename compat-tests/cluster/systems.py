@@ -6,6 +6,8 @@ Routes (names used by the nemesis and in the history):
   client connection to j (after bootstrap too) goes through it.
 - ``data{i}>{j}``: node i's inter-broker connections (replica fetch, forwarding) → node j.
 - ``ctrl{i}>{j}``: node i's controller connections (Raft, broker → controller) → node j.
+- ``s3`` (Millrace with tiered storage): every broker → the run's SeaweedFS S3 port
+  (``seaweed.py``); the ``object-store-outage`` fault cuts it.
 
 A one-way partition "i cannot reach j" cuts ``X{i}>{j}`` upstream and ``X{j}>{i}`` downstream:
 nothing i sends reaches j, on i's connections or on j's.
@@ -19,7 +21,9 @@ Adapters:
   ``controller.quorum.voters`` list.
 - ``MillraceCluster``: ``millrace`` with the cluster contract (``--controller-listen``,
   ``--controller-voters`` per node, ``MILLRACE_TEST_PEER_ADDRESSES`` for the data routes). A
-  binary without ``--controller-voters`` runs one node (no inter-node links).
+  binary without ``--controller-voters`` runs one node (no inter-node links). Given an object
+  store (3 nodes), tiered storage is on: every broker uploads to it through the ``s3`` route,
+  and serves ``/remote-log`` and ``/metrics`` on its HTTP listener (``Node.http_addr``).
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 from chaos import Chaos
+from seaweed import BUCKET, SeaweedFs
 from procs import spawn, free_port, terminate, wait_until
 
 HERE = Path(__file__).resolve().parent
@@ -44,6 +49,17 @@ KAFKA_POM = REPO / "compat-tests" / "reference" / "pom.xml"
 
 # Fault kinds, per lane. A process lane and a network lane run side by side.
 PROCESS_KINDS = ("kill", "pause", "kill-controller", "kill-txn-coordinator")
+# Tiered storage (Millrace, 3 nodes): kill -9 the leader of a tiered partition (while it has
+# segments waiting for upload, when it can), and cut the brokers' route to the object store.
+TIERED_PROCESS_KINDS = ("kill-tiered-leader",)
+OBJECT_STORE_KINDS = ("object-store-outage",)
+# The object store's folder for the run's tiered segments (``s3://<bucket>/<prefix>``).
+TIERED_PREFIX = "tiered"
+# remote.log.manager.task.interval.ms under the harness: uploads follow a segment roll closely.
+TIERED_TASK_INTERVAL_MS = "500"
+TIERED_RETENTION_CHECK_MS = "2000"
+# An upload whose commit failed (leader killed, route cut) leaves orphan objects; deleted after this.
+TIERED_ORPHAN_GRACE_MS = "30000"
 CLIENT_NETWORK_KINDS = ("client-cut-oneway", "client-cut-both")
 PEER_NETWORK_KINDS = ("partition-oneway", "partition-both", "isolate-controller")
 # Storage faults: only Millrace repairs damaged batches (issue 30), and only with replicas.
@@ -64,6 +80,7 @@ class Node:
         self.proc: Optional[subprocess.Popen] = None
         self.paused = False
         self.starts = 0
+        self.http_addr: Optional[str] = None  # HTTP listener (/metrics, /remote-log), if any
         self._ready = threading.Event()
         self._log_offset = 0
 
@@ -165,6 +182,9 @@ class Cluster:
         self.nodes: Dict[int, Node] = {}
         self.client_ports: Dict[int, int] = {i: free_port() for i in self.ids}
         self.client_addr: Dict[int, str] = {}
+
+    # Tiered storage (an object store behind the ``s3`` route): only a Millrace cluster has it.
+    tiered = False
 
     # --- topology ---------------------------------------------------------------------------
     @property
@@ -360,7 +380,22 @@ class MillraceCluster(Cluster):
         kinds = super().fault_kinds()
         if self.multi:
             kinds["storage"] = STORAGE_KINDS
+        if self.tiered:
+            kinds["process"] = kinds["process"] + TIERED_PROCESS_KINDS
+            kinds["object-store"] = OBJECT_STORE_KINDS
         return kinds
+
+    @property
+    def tiered(self) -> bool:
+        return self.object_store is not None
+
+    def tiered_topic_config(self, local_retention_bytes: int) -> Dict[str, str]:
+        """A topic whose closed segments go to the object store and leave the local log."""
+        return dict(super().topic_config(), **{
+            "remote.storage.enable": "true",
+            "segment.bytes": "16384",
+            "local.retention.bytes": str(local_retention_bytes),
+        })
 
     def topic_config(self) -> Dict[str, str]:
         cfg = super().topic_config()
@@ -372,10 +407,15 @@ class MillraceCluster(Cluster):
     name = "millrace"
     ready_timeout = 60.0
 
-    def __init__(self, work: Path, chaos: Chaos, nodes: int, broken: bool, binary: Path) -> None:
+    def __init__(self, work: Path, chaos: Chaos, nodes: int, broken: bool, binary: Path,
+                 object_store: Optional[SeaweedFs] = None) -> None:
         super().__init__(work, chaos, nodes, broken)
         self.add_client_routes()
         ctrl_ports = {i: free_port() for i in self.ids}
+        self.object_store = object_store if self.multi else None
+        s3_env: Dict[str, str] = {}
+        if self.object_store is not None:
+            s3_env = self.object_store.broker_env(self.chaos.add("s3", self.object_store.s3_upstream))
         for j in self.ids:
             settings = {
                 "num.partitions": "6",
@@ -388,11 +428,23 @@ class MillraceCluster(Cluster):
                 "unclean.leader.election.enable": "true" if broken else "false",
                 "millrace.log.scrub.interval.ms": MILLRACE_SCRUB_INTERVAL_MS,
             }
+            if self.object_store is not None:
+                settings.update({
+                    "remote.log.storage.system.enable": "true",
+                    "millrace.remote.storage.url": f"s3://{BUCKET}/{TIERED_PREFIX}",
+                    "remote.log.manager.task.interval.ms": TIERED_TASK_INTERVAL_MS,
+                    "millrace.remote.storage.orphan.grace.ms": TIERED_ORPHAN_GRACE_MS,
+                    # Local retention (of uploaded segments too) runs on this period; Kafka's 5 min
+                    # would keep every segment local for a whole run.
+                    "log.retention.check.interval.ms": TIERED_RETENTION_CHECK_MS,
+                })
+            http_addr = f"127.0.0.1:{free_port()}"
             args = [
                 str(binary), "--node-id", str(j), "--data-dir", str(work / f"node{j}" / "data"),
                 "--listen", f"127.0.0.1:{self.client_ports[j]}", "--advertised-listener", self.client_addr[j],
             ]
-            env: Dict[str, str] = {}
+            args += ["--http-listen", http_addr]
+            env: Dict[str, str] = dict(s3_env)
             if self.multi:
                 voters = []
                 peers = []
@@ -407,3 +459,4 @@ class MillraceCluster(Cluster):
             for k, v in settings.items():
                 args += ["--set", f"{k}={v}"]
             self.nodes[j] = MillraceNode(j, work, args, env)
+            self.nodes[j].http_addr = http_addr

@@ -396,3 +396,144 @@ def test_plain_checker_ignores_transactional_records():
     ctp_out_clean(h)
     res = checker.check(h.ops)
     assert res.valid(), res.counts()
+
+
+# --- another topic in the same history (the tiered topic) ---------------------------------------
+
+def test_a_topic_named_in_its_records_is_checked_apart_from_the_main_topic():
+    h = base()
+    h.poll("r1", {0: [(0, "p1-0"), (1, "p2-0"), (2, "p1-2")], 1: [(0, "p1-1"), (1, "p2-1")]})
+    # The tiered topic: t1-0 at offset 0 acknowledged, a reader saw offset 1 but never offset 0.
+    h._op(process="t1", type="invoke", f="send", partition=0, value="t1-0", topic="tiered")
+    h._op(process="t1", type="ok", f="send", partition=0, value="t1-0", offset=0, topic="tiered")
+    h._op(process="t1", type="invoke", f="send", partition=0, value="t1-1", topic="tiered")
+    h._op(process="t1", type="ok", f="send", partition=0, value="t1-1", offset=1, topic="tiered")
+    h._op(process="rt1", type="invoke", f="poll", topic="tiered")
+    h._op(process="rt1", type="ok", f="poll", reads={"0": [[1, "t1-1"]]}, topic="tiered")
+    assert h.result().valid(), "the main topic's check ignores the tiered topic's records"
+    res = checker.check(h.ops, "tiered")
+    assert only(res, "lost-write") == {}
+    assert res.anomalies["lost-write"][0]["value"] == "t1-0"
+    assert res.stats["sends_ok"] == 2
+
+
+# --- tiered storage: the remote logs of every broker and the bucket ------------------------------
+
+import copy  # noqa: E402
+
+import tiered  # noqa: E402
+
+PREFIX = "tiered"
+TOPIC_ID = "0b3c8f4e-0000-4000-8000-00000000abcd"
+
+
+def seg(n, base, end, size=1000):
+    return {"segment_id": f"00000000-0000-4000-8000-{n:012d}", "base_offset": base, "end_offset": end,
+            "leader_epoch": 1, "max_timestamp": 5, "size_bytes": size, "epochs": [[1, base]]}
+
+
+def remote_log(*segments, partition=0, start=0):
+    return {"topic": "chaos-tiered", "partition": partition, "log_start_offset": start, "segments": list(segments)}
+
+
+def bucket(answer):
+    """The objects a correct upload leaves for every segment of ``answer``."""
+    out = {}
+    for log in answer:
+        for s in log["segments"]:
+            stem = f"{PREFIX}/{log['topic']}-{TOPIC_ID}/{log['partition']}/{s['base_offset']:020}-{s['segment_id']}"
+            out[f"{stem}.log"] = s["size_bytes"]
+            out[f"{stem}.index"] = 24
+    return out
+
+
+def good_answer():
+    return [remote_log(seg(1, 0, 99), seg(2, 100, 180), seg(3, 181, 300)),
+            remote_log(seg(4, 0, 50), partition=1)]
+
+
+def tiered_check(answers, objects):
+    return tiered.check_remote_logs(answers, objects, PREFIX)
+
+
+def only_tiered(res, kind, n=1):
+    counts = res.counts()
+    assert counts[kind] == n, counts
+    assert not {k: v for k, v in counts.items() if k != kind and v}, counts
+
+
+def test_tiered_clean_remote_logs_have_no_anomaly():
+    answer = good_answer()
+    objects = bucket(answer)
+    objects[f"{PREFIX}/chaos-tiered-{TOPIC_ID}/0/00000000000000000301-00000000-0000-4000-8000-000000000099.log"] = 7
+    res = tiered_check({1: answer, 2: copy.deepcopy(answer), 3: copy.deepcopy(answer)}, objects)
+    assert res.valid(), res.counts()
+    assert res.stats["segments"] == 4
+    assert res.stats["segments_per_partition"] == {"chaos-tiered-0": 3, "chaos-tiered-1": 1}
+    assert res.stats["orphan_log_objects"] == 1  # an upload whose commit failed: not an anomaly
+
+
+def test_tiered_overlap_is_an_offset_owned_twice():
+    # A fake /remote-log answer whose second segment starts inside the first.
+    answer = [remote_log(seg(1, 0, 99), seg(2, 90, 180))]
+    res = tiered_check({1: answer, 2: copy.deepcopy(answer)}, bucket(answer))
+    only_tiered(res, "remote-segment-overlap", n=2)  # seen in both brokers' answers
+    bad = res.anomalies["remote-segment-overlap"][0]
+    assert (bad["topic"], bad["partition"], bad["offsets"]) == ("chaos-tiered", 0, [90, 99])
+
+
+def test_tiered_gap_between_segments():
+    answer = [remote_log(seg(1, 0, 99), seg(2, 101, 180))]
+    res = tiered_check({1: answer}, bucket(answer))
+    only_tiered(res, "remote-log-gap")
+    assert res.anomalies["remote-log-gap"][0]["missing"] == [100, 100]
+
+
+def test_tiered_unsorted_segments():
+    answer = [remote_log(seg(2, 100, 180), seg(1, 0, 99))]
+    res = tiered_check({1: answer}, bucket(answer))
+    only_tiered(res, "remote-log-unsorted")
+
+
+def test_tiered_malformed_segment():
+    answer = [remote_log(seg(1, 10, 9))]
+    res = tiered_check({1: answer}, bucket(answer))
+    only_tiered(res, "remote-segment-malformed")
+
+
+def test_tiered_brokers_disagree():
+    answer = good_answer()
+    behind = copy.deepcopy(answer)
+    behind[0]["segments"].pop()
+    res = tiered_check({1: answer, 2: answer, 3: behind}, bucket(answer))
+    only_tiered(res, "brokers-disagree")
+    assert res.anomalies["brokers-disagree"][0]["partition"] == 0
+    # A broker whose image lacks the partition altogether disagrees too.
+    res = tiered_check({1: answer, 2: answer[:1]}, bucket(answer))
+    only_tiered(res, "brokers-disagree")
+    assert res.anomalies["brokers-disagree"][0]["partition"] == 1
+
+
+def test_tiered_missing_object_and_wrong_size():
+    answer = good_answer()
+    objects = bucket(answer)
+    gone = f"{PREFIX}/chaos-tiered-{TOPIC_ID}/0/00000000000000000100-{answer[0]['segments'][1]['segment_id']}.log"
+    del objects[gone]
+    res = tiered_check({1: answer}, objects)
+    only_tiered(res, "missing-object")
+    objects = bucket(answer)
+    objects[gone] = 999
+    res = tiered_check({1: answer}, objects)
+    only_tiered(res, "object-size-mismatch")
+    # The object under another partition's folder does not count as this segment's.
+    objects = bucket(answer)
+    objects[gone.replace("/0/", "/1/")] = objects.pop(gone)
+    only_tiered(tiered_check({1: answer}, objects), "missing-object")
+
+
+def test_tiered_metric_reads_prometheus_text():
+    text = ("# TYPE millrace_remote_segments_copied counter\nmillrace_remote_segments_copied_total 12\n"
+            "millrace_remote_upload_lag_segments 0\n")
+    assert tiered.metric(text, "millrace_remote_segments_copied") == 12
+    assert tiered.metric(text, "millrace_remote_upload_lag_segments") == 0
+    assert tiered.metric(text, "millrace_absent") is None

@@ -151,3 +151,39 @@ def test_flip_bytes_damages_at_most_rf_minus_one_copies_of_a_batch(tmp_path: Pat
 
 def test_kafka_runs_have_no_storage_lane():
     assert "flip-bytes" not in systems.PROCESS_KINDS + systems.CLIENT_NETWORK_KINDS + systems.PEER_NETWORK_KINDS
+
+
+class FakeObjectStore:
+    s3_upstream = "127.0.0.1:8333"
+
+    def broker_env(self, endpoint: str) -> dict:
+        return {"AWS_ENDPOINT_URL": f"http://{endpoint}", "AWS_ALLOW_HTTP": "true"}
+
+
+def test_millrace_tiered_brokers_reach_the_object_store_through_the_s3_route(tmp_path: Path):
+    chaos = FakeChaos()
+    cluster = systems.MillraceCluster(tmp_path, chaos, 3, False, Path("/bin/millrace"), FakeObjectStore())
+    assert cluster.tiered
+    assert chaos.routes["s3"][1] == FakeObjectStore.s3_upstream
+    for node in cluster.nodes.values():
+        assert node.extra_env["AWS_ENDPOINT_URL"] == f"http://{chaos.routes['s3'][0]}"
+        assert "remote.log.storage.system.enable=true" in node.args
+        assert f"millrace.remote.storage.url=s3://{systems.BUCKET}/{systems.TIERED_PREFIX}" in node.args
+        assert node.args[node.args.index("--http-listen") + 1] == node.http_addr
+    kinds = cluster.fault_kinds()
+    assert kinds["object-store"] == systems.OBJECT_STORE_KINDS
+    assert "kill-tiered-leader" in kinds["process"]
+    cfg = cluster.tiered_topic_config(65536)
+    assert (cfg["remote.storage.enable"], cfg["local.retention.bytes"], cfg["segment.bytes"]) == ("true", "65536", "16384")
+    schedule = nemesis.make_schedule(5, 240, kinds, cluster.ids, 6, 1.0)
+    outages = [f for f in schedule if f["kind"] == "object-store-outage"]
+    assert outages and all(5 <= f["cut"] <= 20 and f["duration"] >= f["cut"] + 8 for f in outages)
+    assert {f["partition"] for f in schedule if f["kind"] == "kill-tiered-leader"} <= set(range(nemesis.TIERED_PARTITIONS))
+
+
+def test_kafka_and_plain_millrace_have_no_tiered_parts(tmp_path: Path):
+    chaos = FakeChaos()
+    cluster = systems.MillraceCluster(tmp_path, chaos, 3, False, Path("/bin/millrace"))
+    assert not cluster.tiered and "s3" not in chaos.routes
+    assert "object-store" not in cluster.fault_kinds()
+    assert not systems.Cluster.tiered

@@ -5,7 +5,8 @@
 CONFIG_JSON: ``role`` (producer | group | reader | committed | drain | controller | ctp-input |
 ctp | ctp-drain), ``name``, ``bootstrap``, ``topic``, ``partitions``, ``group``, ``rate``,
 ``broken``, ``history`` (file), ``t0_ns`` (the run's CLOCK_MONOTONIC origin), ``client_log``
-(librdkafka's log file); ``ctp-input`` also ``ctp_inputs`` and ``ctp_rate``, ``ctp`` also
+(librdkafka's log file), optional ``record_topic`` (every record names ``topic``: a topic
+checked apart from the main one) and ``rewind_s`` (a reader goes back to the beginning that often); ``ctp-input`` also ``ctp_inputs`` and ``ctp_rate``, ``ctp`` also
 ``transactional_id`` (``ctp.py`` describes the transactional workload).
 
 The worker stops when a line arrives on stdin or stdin closes (the harness died). ``drain`` and
@@ -29,6 +30,7 @@ from workload import (
     GroupConsumerWorker,
     ProducerWorker,
     ReaderWorker,
+    TopicHistory,
     admin_client,
     drain,
     reader_for_group,
@@ -49,6 +51,8 @@ def main() -> int:
         CLIENT_LOG.addHandler(handler)
         CLIENT_LOG.setLevel(logging.INFO)
     history = History(cfg["history"], cfg["t0_ns"])
+    if cfg.get("record_topic"):
+        history = TopicHistory(history, cfg["topic"])
     stop = threading.Event()
 
     def watch_stdin() -> None:
@@ -82,7 +86,7 @@ def main() -> int:
         elif role == "group":
             worker = GroupConsumerWorker(name, history, stop, bootstrap, topic, cfg["group"])
         elif role == "reader":
-            worker = ReaderWorker(name, history, stop, bootstrap, topic, cfg["partitions"])
+            worker = ReaderWorker(name, history, stop, bootstrap, topic, cfg["partitions"], cfg.get("rewind_s"))
         elif role == "committed":
             worker = CommittedReader(name, history, stop, bootstrap, topic, cfg["group"], cfg["partitions"])
             if cfg.get("once"):

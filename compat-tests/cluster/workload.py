@@ -259,11 +259,14 @@ def assign_from_beginning(consumer: Consumer, topic: str, partitions: int) -> No
 
 
 class ReaderWorker(Worker):
-    """A standalone reader (assign, no group): reads every partition from the beginning."""
+    """A standalone reader (assign, no group): reads every partition from the beginning; with
+    ``rewind_s``, goes back to the beginning that often (on a tiered topic those reads come
+    from the object store once the leaders' local logs start above 0)."""
 
-    def __init__(self, name, history, stop, bootstrap, topic, partitions) -> None:
+    def __init__(self, name, history, stop, bootstrap, topic, partitions, rewind_s: Optional[float] = None) -> None:
         super().__init__(name, history, stop)
         self.bootstrap, self.topic, self.partitions = bootstrap, topic, partitions
+        self.rewind_s = rewind_s
         self.read = 0
 
     def work(self) -> None:
@@ -277,9 +280,16 @@ class ReaderWorker(Worker):
         })
         self.history.record(self.proc_name, "ok", "assign", partitions=list(range(self.partitions)), seek="beginning")
         assign_from_beginning(consumer, self.topic, self.partitions)
+        next_rewind = time.monotonic() + self.rewind_s if self.rewind_s else None
         try:
             while not self.stop_event.is_set():
                 self.poll_batch(consumer)
+                if next_rewind is not None and time.monotonic() >= next_rewind:
+                    # An assignment change in the history: the reader's position may go back.
+                    self.history.record(self.proc_name, "ok", "assign", partitions=list(range(self.partitions)),
+                                        seek="beginning", rewind=True)
+                    assign_from_beginning(consumer, self.topic, self.partitions)
+                    next_rewind = time.monotonic() + self.rewind_s
         finally:
             close = threading.Thread(target=consumer.close, daemon=True)
             close.start()
@@ -300,6 +310,20 @@ class ReaderWorker(Worker):
         n = sum(len(v) for v in reads.values())
         self.read += n
         return n
+
+
+class TopicHistory:
+    """A ``History`` whose records all name ``topic``: the history of a topic other than the
+    main one, checked apart from it (``checker.check(ops, topic)``)."""
+
+    def __init__(self, history: History, topic: str) -> None:
+        self.history, self.topic = history, topic
+
+    def record(self, process: str, type_: str, f: str, t: Optional[float] = None, **fields):
+        return self.history.record(process, type_, f, t, topic=self.topic, **fields)
+
+    def close(self) -> None:
+        self.history.close()
 
 
 class CommittedReader(Worker):
