@@ -41,7 +41,7 @@ MODE_DIR = 1 << 31  # Go's os.ModeDir in the filer's "Mode"
 
 
 def weed_binary(repo: Path) -> Path:
-    env = os.environ.get("SEAWEEDFS_BIN")
+    env = os.environ.get("SEAWEEDFS_BIN") or os.environ.get("MILLRACE_WEED")
     if env:
         return Path(env)
     out = subprocess.run(["bash", str(repo / "scripts" / "seaweedfs.sh")], capture_output=True, timeout=1800,

@@ -12,7 +12,8 @@
 //! underscores). `MILLRACE_NODE_ID`, `MILLRACE_DATA_DIR`, `MILLRACE_LISTEN`,
 //! `MILLRACE_ADVERTISED_LISTENER` and `MILLRACE_CONFIG` are the flags' own variables;
 //! `MILLRACE_LOG` (log filter) and the test scripts' `MILLRACE_BIN`, `MILLRACE_START_TIMEOUT`,
-//! `MILLRACE_BUILD_TIMEOUT` and `MILLRACE_KEEP_WORK` are not config keys.
+//! `MILLRACE_BUILD_TIMEOUT`, `MILLRACE_KEEP_WORK` and `MILLRACE_WEED` (SeaweedFS for the tiered
+//! storage tests) are not config keys.
 //! `MILLRACE_CONTROLLER_LISTEN` and `MILLRACE_CONTROLLER_VOTERS` are the cluster flags' variables;
 //! `MILLRACE_TEST_PEER_ADDRESSES` (`2=host:port,3=host:port`: where this node reaches other
 //! brokers' Kafka listeners, for the fault-injection proxy) and `MILLRACE_TEST_FAIL_SYNC` are test
@@ -59,6 +60,7 @@ const NON_CONFIG_ENV: &[&str] = &[
     "START_TIMEOUT",
     "BUILD_TIMEOUT",
     "KEEP_WORK",
+    "WEED",
     "CONTROLLER_LISTEN",
     "CONTROLLER_VOTERS",
     "TEST_PEER_ADDRESSES",
