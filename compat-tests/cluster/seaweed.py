@@ -8,9 +8,9 @@ to probe that a write works, and to list the bucket at the end (the filer's JSON
 listing: ``GET /buckets/<bucket>/<dir>/`` with ``Accept: application/json``), so the checks see
 what the store holds whatever the proxy does.
 
-The binary: env ``SEAWEEDFS_BIN``, else what ``scripts/seaweedfs.sh`` prints (it builds and
-caches SeaweedFS once per machine, ~9 minutes). Not ``MILLRACE_WEED`` as in the Rust tests: the
-brokers inherit the harness's environment and read every ``MILLRACE_*`` variable as a config. Only the process started here is ever signalled.
+The binary: env ``SEAWEEDFS_BIN`` or ``MILLRACE_WEED`` (as the Rust tests; the broker knows it is
+not a config key), else what ``scripts/seaweedfs.sh`` prints (it builds and caches SeaweedFS once
+per machine, ~9 minutes). Only the process started here is ever signalled.
 """
 
 from __future__ import annotations
