@@ -435,7 +435,8 @@ async fn produce_one(conn: &mut RawConn, topic: &str, i: usize) -> i16 {
 }
 
 /// A remote object deleted behind the broker's back: the read fails with KAFKA_STORAGE_ERROR and
-/// the remote error metric counts it; reads of the local tail still work.
+/// the remote error metric counts it; reads of the local tail still work. Deleting the topic then
+/// empties its folder in the bucket.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deleted_remote_object_fails_the_read_loudly() {
     let weed = SeaweedFs::start().expect("SeaweedFS starts");
@@ -486,6 +487,36 @@ async fn a_deleted_remote_object_fails_the_read_loudly() {
         0,
         "the local tail still reads"
     );
+    // Deleting the topic deletes its remote objects too (the lowest-numbered broker purges them).
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", broker.bootstrap())
+        .create()
+        .expect("admin client");
+    for r in admin
+        .delete_topics(&[&topic], &AdminOptions::new())
+        .await
+        .expect("delete topics")
+    {
+        r.expect("topic deleted");
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let left = storage
+            .list("")
+            .await
+            .expect("list")
+            .into_iter()
+            .filter(|o| o.name.contains(&format!("{topic}-")))
+            .count();
+        if left == 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{left} objects of the deleted topic are still in the bucket"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 /// The error code of a consumer Fetch v12 of partition 0 at `offset`.
