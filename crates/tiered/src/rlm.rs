@@ -97,6 +97,10 @@ pub struct RemoteLogManager {
     round: std::sync::atomic::AtomicU64,
     /// Partitions whose copy is stuck (a gap, a refused commit), to warn once.
     stuck: Mutex<HashMap<(Uuid, i32), String>>,
+    /// Where this broker's last committed upload of each partition ended: the controller answers
+    /// once the record is committed, but this broker's image may apply it a moment later, and the
+    /// next upload must not start from the older end.
+    committed_ends: Mutex<HashMap<(Uuid, i32), i64>>,
 }
 
 fn now_ms() -> i64 {
@@ -128,6 +132,7 @@ impl RemoteLogManager {
             stats: Mutex::new(RlmStats::default()),
             round: std::sync::atomic::AtomicU64::new(0),
             stuck: Mutex::new(HashMap::new()),
+            committed_ends: Mutex::new(HashMap::new()),
         })
     }
 
@@ -237,7 +242,15 @@ impl RemoteLogManager {
         for _ in 0..COPY_SEGMENTS_PER_ROUND {
             let image = self.replicas.image();
             let remote = image.remote_log(hosted.topic_id, hosted.tp.partition);
-            let from = remote_end(remote.map(|r| &**r)).unwrap_or_else(|| log.log_start_offset());
+            let known = self
+                .committed_ends
+                .lock()
+                .get(&(hosted.topic_id, hosted.tp.partition))
+                .copied();
+            let from = match (remote_end(remote.map(|r| &**r)), known) {
+                (Some(image), Some(known)) => image.max(known),
+                (image, known) => image.or(known).unwrap_or_else(|| log.log_start_offset()),
+            };
             let Some(seg) = log.sealed_segments_from(from, upper, 1).into_iter().next() else {
                 return Ok(());
             };
@@ -397,6 +410,9 @@ impl RemoteLogManager {
             }
         }
         log.set_remote_copied_end(seg.next_base_offset);
+        self.committed_ends
+            .lock()
+            .insert((hosted.topic_id, hosted.tp.partition), seg.next_base_offset);
         let mut stats = self.stats.lock();
         stats.segments_copied += 1;
         stats.bytes_copied += bytes;
