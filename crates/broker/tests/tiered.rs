@@ -282,9 +282,10 @@ async fn a_tiered_topic_keeps_a_small_local_tail_and_reads_everything_back() {
     println!("single-broker tiered test took {:?}", started.elapsed());
 }
 
-/// Three nodes, replication factor 3: the leader is killed -9 while uploads run; afterwards every
-/// node's remote log is the same, contiguous, and every record reads back from 0; each node's
-/// local disk stays under its bound.
+/// Three nodes, replication factor 3, 100 × local.retention.bytes written: the leader is killed -9
+/// while uploads run; afterwards every node's remote log is the same and contiguous (no segment
+/// owned twice), every record reads back from 0, each node's local disk stays under its bound, and
+/// the leader answers ListOffsets -2/-4/-5 as Kafka means them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_keeps_one_remote_log_through_a_leader_kill() {
     let started = Instant::now();
@@ -298,7 +299,7 @@ async fn a_cluster_keeps_one_remote_log_through_a_leader_kill() {
     let mut cluster = TestCluster::start_with_env(3, &as_strs(&settings), &weed.env());
     let topic = unique_topic("tiered3");
     create_tiered_topic(&cluster.bootstrap(), &topic, 3).await;
-    let records = (60 * LOCAL_RETENTION_BYTES as usize) / VALUE_BYTES;
+    let records = (100 * LOCAL_RETENTION_BYTES as usize) / VALUE_BYTES;
     produce(&cluster.bootstrap(), &topic, 0, records / 2).await;
     // Kill the partition's leader while it uploads (its remote log manager runs every 200 ms).
     let leader = leader_of(&cluster, &topic).await;
@@ -325,6 +326,23 @@ async fn a_cluster_keeps_one_remote_log_through_a_leader_kill() {
             "node {id} sees the same remote log"
         );
     }
+    let leader = leader_of(&cluster, &topic).await;
+    let (earliest, earliest_local, latest_tiered) =
+        tiered_offsets(cluster.addr(leader), &topic).await;
+    assert_eq!(earliest, 0, "EARLIEST (-2) is the remote log's start");
+    assert!(
+        earliest_local > 0,
+        "EARLIEST_LOCAL (-4) is the leader's local start"
+    );
+    assert!(
+        last.iter().any(|s| s.1 == latest_tiered)
+            || latest_tiered > last.last().map_or(-1, |s| s.1),
+        "LATEST_TIERED (-5) {latest_tiered} is an uploaded segment's end"
+    );
+    assert!(
+        latest_tiered + 1 >= earliest_local,
+        "no gap between remote and local"
+    );
     read_all_from_zero(&cluster.bootstrap(), &topic, records).await;
     println!(
         "3-node tiered test: {} remote segments, took {:?}",
