@@ -178,6 +178,18 @@ fn remote_segments(http_addr: SocketAddr, topic: &str) -> Vec<(i64, i64)> {
         .collect()
 }
 
+/// The base offset of the partition's first local segment (from its `.log` file names).
+fn first_local_offset(data_dir: &Path, topic: &str) -> Option<i64> {
+    std::fs::read_dir(data_dir.join(format!("{topic}-0")))
+        .ok()?
+        .filter_map(Result::ok)
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            name.strip_suffix(".log")?.parse::<i64>().ok()
+        })
+        .min()
+}
+
 fn assert_contiguous(segments: &[(i64, i64)]) {
     for pair in segments.windows(2) {
         assert_eq!(
@@ -285,7 +297,8 @@ async fn a_tiered_topic_keeps_a_small_local_tail_and_reads_everything_back() {
 /// Three nodes, replication factor 3, 100 × local.retention.bytes written: the leader is killed -9
 /// while uploads run; afterwards every node's remote log is the same and contiguous (no segment
 /// owned twice), every record reads back from 0, each node's local disk stays under its bound, and
-/// the leader answers ListOffsets -2/-4/-5 as Kafka means them.
+/// the leader answers ListOffsets -2/-4/-5 as Kafka means them. Then a follower that lost the
+/// partition's directory rebuilds it from the leader's local tail, not from offset 0.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_keeps_one_remote_log_through_a_leader_kill() {
     let started = Instant::now();
@@ -343,6 +356,36 @@ async fn a_cluster_keeps_one_remote_log_through_a_leader_kill() {
         latest_tiered + 1 >= earliest_local,
         "no gap between remote and local"
     );
+    read_all_from_zero(&cluster.bootstrap(), &topic, records).await;
+
+    // A follower loses its disk (the partition's directory is gone): it rebuilds from the
+    // leader's local tail only — its log starts at the leader's local start, the older records
+    // stay in the object store — and rejoins with every record readable.
+    let follower = (1..=3).find(|&id| id != leader).expect("a follower");
+    cluster.stop(follower);
+    let dir = cluster.data_dir(follower).join(format!("{topic}-0"));
+    std::fs::remove_dir_all(&dir).expect("remove the follower's partition directory");
+    cluster.restart(follower);
+    let deadline = Instant::now() + CATCH_UP;
+    loop {
+        let local = local_log_bytes(cluster.data_dir(follower), &topic);
+        let first = first_local_offset(cluster.data_dir(follower), &topic);
+        if local > 0 && first.is_some_and(|f| f > 0) {
+            assert!(
+                local <= LOCAL_RETENTION_BYTES + 3 * SEGMENT_BYTES,
+                "the rebuilt replica holds only the tail: {local} bytes"
+            );
+            println!(
+                "lost-disk follower {follower} rebuilt from offset {first:?} with {local} local bytes"
+            );
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the follower did not rebuild its replica (local {local} bytes, first offset {first:?})"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     read_all_from_zero(&cluster.bootstrap(), &topic, records).await;
     println!(
         "3-node tiered test: {} remote segments, took {:?}",
@@ -561,4 +604,83 @@ async fn fetch_error(conn: &mut RawConn, topic: &str, offset: i64) -> i16 {
                 .with_partition_max_bytes(1 << 20)])]);
     let response = conn.request(12, &request).await;
     response.responses[0].partitions[0].error_code
+}
+
+/// read_committed across the boundary: transactions committed and aborted in turn on a tiered
+/// topic; once most of it is in the object store, a read_committed consumer from 0 gets exactly
+/// the committed records (the aborted transactions travel in the remote `.txnindex`) and a
+/// read_uncommitted one gets all of them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_committed_is_exact_across_the_remote_boundary() {
+    use rdkafka::producer::Producer;
+    let weed = SeaweedFs::start().expect("SeaweedFS starts");
+    let http_port = free_port();
+    let settings = tiered_settings(&weed, "txn", http_port);
+    let broker = Broker::start_with_env(&as_strs(&settings), &weed.env());
+    let http_addr: SocketAddr = format!("127.0.0.1:{http_port}").parse().expect("addr");
+    let topic = unique_topic("tieredtxn");
+    create_tiered_topic(&broker.bootstrap(), &topic, 1).await;
+    let producer = producer_at(
+        &broker.bootstrap(),
+        &[
+            ("transactional.id", "tiered-txn"),
+            ("enable.idempotence", "true"),
+            ("linger.ms", "5"),
+        ],
+    );
+    producer
+        .init_transactions(Duration::from_secs(30))
+        .expect("init_transactions");
+    // 40 transactions of 20 records: even ones commit, odd ones abort.
+    let (transactions, per) = (40usize, 20usize);
+    let mut committed = Vec::new();
+    for t in 0..transactions {
+        producer.begin_transaction().expect("begin");
+        let values: Vec<Vec<u8>> = (0..per).map(|i| value(t * per + i)).collect();
+        let mut pending = Vec::new();
+        for v in &values {
+            let record = FutureRecord::<(), [u8]>::to(&topic)
+                .partition(0)
+                .payload(&v[..]);
+            pending.push(producer.send(record, Duration::from_secs(30)));
+        }
+        for p in pending {
+            p.await.expect("acknowledged");
+        }
+        if t % 2 == 0 {
+            producer
+                .commit_transaction(Duration::from_secs(30))
+                .expect("commit");
+            committed.extend(values);
+        } else {
+            producer
+                .abort_transaction(Duration::from_secs(30))
+                .expect("abort");
+        }
+    }
+    // Each transaction's records and its marker: 21 offsets.
+    let end = (transactions * (per + 1)) as i64;
+    wait_tiered(http_addr, broker.data_dir(), &topic, end).await;
+    let (_, earliest_local, _) = tiered_offsets(broker.addr(), &topic).await;
+    assert!(
+        earliest_local > end / 2,
+        "most of the log is remote: local start {earliest_local} of {end}"
+    );
+    for (isolation, expect) in [
+        ("read_committed", committed.clone()),
+        (
+            "read_uncommitted",
+            (0..transactions * per).map(value).collect(),
+        ),
+    ] {
+        let consumer = consumer_at(&broker.bootstrap(), &[("isolation.level", isolation)]);
+        consumer_assign(&consumer, &topic, Offset::Beginning);
+        let got = recv_n(&consumer, expect.len(), Duration::from_secs(60)).await;
+        assert_no_message(&consumer, Duration::from_millis(1500)).await;
+        let got: Vec<Vec<u8>> = got
+            .iter()
+            .map(|m| m.payload().map(<[u8]>::to_vec).unwrap_or_default())
+            .collect();
+        assert_eq!(got, expect, "{isolation} reads exactly its records");
+    }
 }
