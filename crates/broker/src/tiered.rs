@@ -14,7 +14,7 @@ use millrace_controller::messages::{ControllerRequest, ControllerResponse, Remot
 use millrace_controller::ControllerClient;
 use millrace_replication::manager::ReplicaManager;
 use millrace_tiered::remote_read::RemoteReader;
-use millrace_tiered::rlm::{RemoteLogCommitter, RemoteLogManager, RlmSettings};
+use millrace_tiered::rlm::{CommitError, RemoteLogCommitter, RemoteLogManager, RlmSettings};
 use millrace_tiered::RemoteStorage;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -96,7 +96,7 @@ impl RemoteLogCommitter for ControllerCommitter {
     fn commit(
         &self,
         change: RemoteLogChange,
-    ) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send + '_>> {
+    ) -> Pin<Box<dyn Future<Output = Result<(), CommitError>> + Send + '_>> {
         Box::pin(async move {
             let req = ControllerRequest::RemoteLog {
                 node_id: self.replicas.node_id(),
@@ -104,9 +104,15 @@ impl RemoteLogCommitter for ControllerCommitter {
                 change,
             };
             match self.controller.request(req, CONTROLLER_TIMEOUT).await {
-                ControllerResponse::RemoteLog { result } => result.map_err(|e| e.to_string()),
-                ControllerResponse::Error { error } => Err(error.to_string()),
-                other => Err(format!("unexpected controller answer {other:?}")),
+                // The decision's own answer: committed, or refused and not in the log.
+                ControllerResponse::RemoteLog { result } => {
+                    result.map_err(|e| CommitError::Refused(e.to_string()))
+                }
+                // Not the controller any more, no quorum, a timeout: maybe committed.
+                ControllerResponse::Error { error } => Err(CommitError::Unknown(error.to_string())),
+                other => Err(CommitError::Unknown(format!(
+                    "unexpected controller answer {other:?}"
+                ))),
             }
         })
     }

@@ -58,14 +58,43 @@ pub struct RlmSettings {
     pub orphan_grace_ms: i64,
 }
 
+/// Why a remote-log change was not (known to be) committed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CommitError {
+    /// The controller refused it: it is not in the metadata log.
+    Refused(String),
+    /// No answer (a timeout, a controller change, a lost connection): it may or may not be
+    /// committed, so nothing it names may be deleted on its account.
+    Unknown(String),
+}
+
+impl std::fmt::Display for CommitError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CommitError::Refused(e) => write!(f, "the controller refused it: {e}"),
+            CommitError::Unknown(e) => write!(f, "its outcome is unknown: {e}"),
+        }
+    }
+}
+
 /// How a change of a remote log reaches the controller (the broker sends it with its broker
 /// epoch; tests may commit directly).
 pub trait RemoteLogCommitter: Send + Sync {
-    /// Commits `change`; `Err` carries the controller's refusal or the transport's failure.
+    /// Commits `change`.
     fn commit(
         &self,
         change: RemoteLogChange,
-    ) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send + '_>>;
+    ) -> Pin<Box<dyn Future<Output = Result<(), CommitError>> + Send + '_>>;
+}
+
+/// Commits `change` within `COMMIT_TIMEOUT`; a timeout is an unknown outcome.
+async fn commit_bounded(
+    committer: &dyn RemoteLogCommitter,
+    change: RemoteLogChange,
+) -> Result<(), CommitError> {
+    tokio::time::timeout(COMMIT_TIMEOUT, committer.commit(change))
+        .await
+        .unwrap_or_else(|_| Err(CommitError::Unknown("no answer in time".into())))
 }
 
 /// Counters of the manager's work, read by the metrics collector.
@@ -83,6 +112,13 @@ pub struct RlmStats {
     /// `pending_bytes` is over `millrace.remote.storage.max.pending.bytes`: produce to tiered
     /// topics is refused.
     pub backlog_full: bool,
+}
+
+/// How an upload failed: before its commit could take effect, or with its commit's outcome
+/// unknown.
+enum Upload {
+    NotCommitted(TieredError),
+    MaybeCommitted(TieredError),
 }
 
 /// The remote log manager of one broker.
@@ -312,15 +348,21 @@ impl RemoteLogManager {
             .upload_and_commit(hosted, &log, leader_epoch, seg, &slice, &objects)
             .await;
         self.in_flight.lock().remove(&segment_id);
-        if let Err(e) = &result {
+        match result {
+            Ok(()) => Ok(()),
             // Never committed: its objects are not data. Best effort now; the orphan scan
             // removes what this leaves.
-            for kind in ObjectKind::ALL {
-                let _ = self.storage.delete(&objects.key(kind)).await;
+            Err(Upload::NotCommitted(e)) => {
+                for kind in ObjectKind::ALL {
+                    let _ = self.storage.delete(&objects.key(kind)).await;
+                }
+                debug!(partition = %hosted.tp, error = %e, "tiered storage: upload abandoned");
+                Err(e)
             }
-            debug!(partition = %hosted.tp, error = %e, "tiered storage: upload abandoned");
+            // Perhaps committed: the objects stay. If the commit did not happen, the orphan scan
+            // deletes them after the grace period; if it did, they are the segment's data.
+            Err(Upload::MaybeCommitted(e)) => Err(e),
         }
-        result
     }
 
     async fn upload_and_commit(
@@ -331,7 +373,7 @@ impl RemoteLogManager {
         seg: &TierSegment,
         slice: &crate::segment_walk::SegmentSlice,
         objects: &SegmentObjects,
-    ) -> Result<(), TieredError> {
+    ) -> Result<(), Upload> {
         let bytes = self
             .storage
             .put_file_range(
@@ -339,7 +381,8 @@ impl RemoteLogManager {
                 &seg.log_path,
                 slice.start_pos..slice.end_pos,
             )
-            .await?;
+            .await
+            .map_err(Upload::NotCommitted)?;
         let time_index: Vec<(i64, u64)> = slice
             .time_index
             .iter()
@@ -378,7 +421,8 @@ impl RemoteLogManager {
                 .into_iter()
                 .map(|(kind, bytes)| self.storage.put_bytes_owned(objects.key(kind), bytes)),
         )
-        .await?;
+        .await
+        .map_err(Upload::NotCommitted)?;
         let segment = RemoteSegment {
             segment_id: objects.segment_id,
             base_offset: slice.first_offset,
@@ -394,20 +438,15 @@ impl RemoteLogManager {
             leader_epoch,
             segment,
         };
-        match tokio::time::timeout(COMMIT_TIMEOUT, self.committer.commit(change)).await {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => {
-                return Err(TieredError::Store {
-                    key: objects.key(ObjectKind::Log),
-                    detail: format!("the controller refused the commit: {e}"),
-                })
-            }
-            Err(_) => {
-                return Err(TieredError::Store {
-                    key: objects.key(ObjectKind::Log),
-                    detail: "the commit timed out".into(),
-                })
-            }
+        if let Err(e) = commit_bounded(&*self.committer, change).await {
+            let error = TieredError::Store {
+                key: objects.key(ObjectKind::Log),
+                detail: format!("the segment's commit failed: {e}"),
+            };
+            return Err(match e {
+                CommitError::Refused(_) => Upload::NotCommitted(error),
+                CommitError::Unknown(_) => Upload::MaybeCommitted(error),
+            });
         }
         log.set_remote_copied_end(seg.next_base_offset);
         self.committed_ends
@@ -484,20 +523,12 @@ impl RemoteLogManager {
             through_end_offset: last.end_offset,
             log_start_offset: last.end_offset + 1,
         };
-        match tokio::time::timeout(COMMIT_TIMEOUT, self.committer.commit(change)).await {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => {
-                return Err(TieredError::Store {
-                    key: hosted.tp.to_string(),
-                    detail: format!("the controller refused the deletion: {e}"),
-                })
-            }
-            Err(_) => {
-                return Err(TieredError::Store {
-                    key: hosted.tp.to_string(),
-                    detail: "the deletion's commit timed out".into(),
-                })
-            }
+        // Objects are deleted only once the deletion is known to be committed.
+        if let Err(e) = commit_bounded(&*self.committer, change).await {
+            return Err(TieredError::Store {
+                key: hosted.tp.to_string(),
+                detail: format!("the remote segments' deletion failed: {e}"),
+            });
         }
         for seg in &dropped {
             let objects = Self::objects(hosted, seg.base_offset, seg.segment_id);
@@ -594,9 +625,7 @@ impl RemoteLogManager {
             let change = RemoteLogChange::Purged {
                 topic_id: *topic_id,
             };
-            if let Ok(Ok(())) =
-                tokio::time::timeout(COMMIT_TIMEOUT, self.committer.commit(change)).await
-            {
+            if commit_bounded(&*self.committer, change).await.is_ok() {
                 info!(topic = %name, objects = listed.len(), "tiered storage: deleted topic's remote objects purged");
             }
         }
