@@ -9,23 +9,28 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
+use futures::future::BoxFuture;
+use millrace_cluster::remote_log::{RemoteLog, RemoteSegment};
 use millrace_cluster::BrokerConfig;
 use millrace_controller::messages::{ControllerRequest, ControllerResponse, RemoteLogChange};
 use millrace_controller::ControllerClient;
+use millrace_frontend::tiered::{RemoteReads, RemoteRecords};
 use millrace_replication::manager::ReplicaManager;
-use millrace_tiered::remote_read::RemoteReader;
+use millrace_store::TopicPartition;
+use millrace_tiered::remote_read::{RemotePartition, RemoteReader};
 use millrace_tiered::rlm::{CommitError, RemoteLogCommitter, RemoteLogManager, RlmSettings};
 use millrace_tiered::RemoteStorage;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info};
+use uuid::Uuid;
 
 /// How long a remote-log commit waits for the controller's answer.
 const CONTROLLER_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Tiered storage as running: the reads for the front end and the manager's task.
 pub struct Tiered {
-    pub reader: Arc<RemoteReader>,
+    pub reader: Arc<dyn RemoteReads>,
     pub manager: Arc<RemoteLogManager>,
     pub task: JoinHandle<()>,
 }
@@ -76,7 +81,7 @@ pub fn start(
         replicas: Arc::clone(replicas),
     });
     let manager = RemoteLogManager::new(storage.clone(), Arc::clone(replicas), committer, settings);
-    let reader = Arc::new(RemoteReader::new(storage));
+    let reader = Arc::new(Reads(Arc::new(RemoteReader::new(storage))));
     let stop = stop.clone();
     let task = tokio::spawn(Arc::clone(&manager).run(async move { stop.cancelled().await }));
     Ok(Some(Tiered {
@@ -114,6 +119,60 @@ impl RemoteLogCommitter for ControllerCommitter {
                     "unexpected controller answer {other:?}"
                 ))),
             }
+        })
+    }
+}
+
+/// The front end's remote reads over `millrace_tiered::remote_read`.
+struct Reads(Arc<RemoteReader>);
+
+impl RemoteReads for Reads {
+    fn read(
+        &self,
+        tp: TopicPartition,
+        topic_id: Uuid,
+        segment: RemoteSegment,
+        offset: i64,
+        max_bytes: usize,
+        min_one: bool,
+        read_committed: bool,
+    ) -> BoxFuture<'static, Result<RemoteRecords, String>> {
+        let reader = Arc::clone(&self.0);
+        Box::pin(async move {
+            let part = RemotePartition {
+                topic: &tp.topic,
+                topic_id,
+                partition: tp.partition,
+            };
+            reader
+                .read(&part, &segment, offset, max_bytes, min_one, read_committed)
+                .await
+                .map(|r| RemoteRecords {
+                    records: r.records,
+                    aborted: r.aborted,
+                })
+                .map_err(|e| e.to_string())
+        })
+    }
+
+    fn offset_for_timestamp(
+        &self,
+        tp: TopicPartition,
+        topic_id: Uuid,
+        remote: Arc<RemoteLog>,
+        timestamp: i64,
+    ) -> BoxFuture<'static, Result<Option<(i64, i64)>, String>> {
+        let reader = Arc::clone(&self.0);
+        Box::pin(async move {
+            let part = RemotePartition {
+                topic: &tp.topic,
+                topic_id,
+                partition: tp.partition,
+            };
+            reader
+                .offset_for_timestamp(&part, &remote, timestamp)
+                .await
+                .map_err(|e| e.to_string())
         })
     }
 }

@@ -74,7 +74,7 @@ pub struct BrokerContext {
     /// The rates client quotas are enforced on.
     pub quotas: Arc<quota::QuotaManager>,
     /// Tiered storage's remote reads (`remote.log.storage.system.enable`); `None`: off.
-    pub remote: Option<Arc<millrace_tiered::remote_read::RemoteReader>>,
+    pub remote: Option<Arc<dyn tiered::RemoteReads>>,
 }
 
 impl BrokerContext {

@@ -1,20 +1,61 @@
 //! What the front end knows of tiered storage (decision 0073): the log start offset clients
 //! see (the remote log's start when the object store holds older data than the local log), and
 //! the reads below the local log start — consumer Fetch and timestamp lookups — answered from the
-//! object store through `millrace_tiered::remote_read`. Followers never read remote data: a
+//! object store through [`RemoteReads`] (the broker's is `millrace_tiered::remote_read`, so the
+//! front end does not link the object-store client). Followers never read remote data: a
 //! follower below the leader's local start restarts its log there (replication's out-of-range
 //! rule), so a replica rebuilt after a lost disk copies only the local tail.
 
 use std::sync::Arc;
 
+use bytes::Bytes;
+use futures::future::BoxFuture;
 use millrace_cluster::remote_log::RemoteLog;
+use millrace_cluster::remote_log::RemoteSegment;
 use millrace_replication::HostedPartition;
+use millrace_store::AbortedTxn;
 use millrace_store::TopicPartition;
-use millrace_tiered::remote_read::{RemotePartition, RemoteRecords};
 use uuid::Uuid;
 
 use crate::error_codes::{KafkaError, KAFKA_STORAGE_ERROR, OFFSET_OUT_OF_RANGE};
 use crate::BrokerContext;
+
+/// What a remote read returns.
+#[derive(Debug, Clone, Default)]
+pub struct RemoteRecords {
+    /// Whole batches starting with the one holding the fetch offset.
+    pub records: Bytes,
+    /// For read_committed: aborted transactions the batches may hold records of.
+    pub aborted: Vec<AbortedTxn>,
+}
+
+/// Reads from the object store, as the front end needs them; errors are the operator's words
+/// (a missing or corrupt object, the store unreachable).
+pub trait RemoteReads: Send + Sync {
+    /// Whole batches of `segment` from the one holding `offset`: up to `max_bytes`, or the first
+    /// batch whole when `min_one`.
+    #[allow(clippy::too_many_arguments)]
+    fn read(
+        &self,
+        tp: TopicPartition,
+        topic_id: Uuid,
+        segment: RemoteSegment,
+        offset: i64,
+        max_bytes: usize,
+        min_one: bool,
+        read_committed: bool,
+    ) -> BoxFuture<'static, Result<RemoteRecords, String>>;
+
+    /// (timestamp, offset) of the first remote batch whose largest timestamp reaches
+    /// `timestamp`.
+    fn offset_for_timestamp(
+        &self,
+        tp: TopicPartition,
+        topic_id: Uuid,
+        remote: Arc<RemoteLog>,
+        timestamp: i64,
+    ) -> BoxFuture<'static, Result<Option<(i64, i64)>, String>>;
+}
 
 /// The committed remote log of a hosted partition, if its topic is tiered and has one.
 pub fn remote_log(ctx: &BrokerContext, hosted: &HostedPartition) -> Option<Arc<RemoteLog>> {
@@ -89,16 +130,12 @@ pub async fn read(
     let Some(seg) = wanted.remote.segment_for(wanted.offset) else {
         return Err(KafkaError::code(OFFSET_OUT_OF_RANGE));
     };
-    let part = RemotePartition {
-        topic: &wanted.tp.topic,
-        topic_id: wanted.topic_id,
-        partition: wanted.tp.partition,
-    };
     let started = std::time::Instant::now();
     let result = reader
         .read(
-            &part,
-            seg,
+            wanted.tp.clone(),
+            wanted.topic_id,
+            seg.clone(),
             wanted.offset,
             max_bytes,
             min_one,
@@ -114,7 +151,7 @@ pub async fn read(
     );
     result.map_err(|e| {
         tracing::warn!(partition = %wanted.tp, offset = wanted.offset, error = %e, "remote read failed");
-        KafkaError::new(KAFKA_STORAGE_ERROR, e.to_string())
+        KafkaError::new(KAFKA_STORAGE_ERROR, e)
     })
 }
 
@@ -123,22 +160,17 @@ pub async fn offset_for_timestamp(
     ctx: &BrokerContext,
     tp: &TopicPartition,
     topic_id: Uuid,
-    remote: &RemoteLog,
+    remote: &Arc<RemoteLog>,
     timestamp: i64,
 ) -> Result<Option<(i64, i64)>, KafkaError> {
     let Some(reader) = ctx.remote.as_ref() else {
         return Ok(None);
     };
-    let part = RemotePartition {
-        topic: &tp.topic,
-        topic_id,
-        partition: tp.partition,
-    };
     reader
-        .offset_for_timestamp(&part, remote, timestamp)
+        .offset_for_timestamp(tp.clone(), topic_id, Arc::clone(remote), timestamp)
         .await
         .map_err(|e| {
             millrace_metrics::global().record_remote_request("read", 0.0, true);
-            KafkaError::new(KAFKA_STORAGE_ERROR, e.to_string())
+            KafkaError::new(KAFKA_STORAGE_ERROR, e)
         })
 }
