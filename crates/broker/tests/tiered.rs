@@ -124,9 +124,15 @@ fn consumer_assign(consumer: &rdkafka::consumer::StreamConsumer, topic: &str, at
 
 /// (ListOffsets -2, -4, -5) of partition 0, with v9.
 async fn tiered_offsets(addr: SocketAddr, topic: &str) -> (i64, i64, i64) {
+    let out = list_offsets(addr, topic, &[-2, -4, -5]).await;
+    (out[0], out[1], out[2])
+}
+
+/// ListOffsets v9 of partition 0 for each of `timestamps`.
+async fn list_offsets(addr: SocketAddr, topic: &str, timestamps: &[i64]) -> Vec<i64> {
     let mut conn = RawConn::connect(addr).await;
     let mut out = Vec::new();
-    for timestamp in [-2, -4, -5] {
+    for &timestamp in timestamps {
         let request = ListOffsetsRequest::default()
             .with_replica_id((-1).into())
             .with_topics(vec![ListOffsetsTopic::default()
@@ -141,7 +147,7 @@ async fn tiered_offsets(addr: SocketAddr, topic: &str) -> (i64, i64, i64) {
         assert_eq!(p.error_code, 0, "ListOffsets {timestamp} answers");
         out.push(p.offset);
     }
-    (out[0], out[1], out[2])
+    out
 }
 
 /// Bytes of the partition's local `.log` files.
@@ -283,6 +289,12 @@ async fn a_tiered_topic_keeps_a_small_local_tail_and_reads_everything_back() {
     assert!(
         latest_tiered + 1 >= earliest_local,
         "no gap between the remote and the local log"
+    );
+    // A lookup by timestamp finds the first record, which only the remote log holds.
+    assert_eq!(
+        list_offsets(broker.addr(), &topic, &[0]).await,
+        vec![0],
+        "a timestamp lookup searches the remote log first"
     );
     read_all_from_zero(&broker.bootstrap(), &topic, records).await;
 

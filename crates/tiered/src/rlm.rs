@@ -243,11 +243,9 @@ impl RemoteLogManager {
                 hosted.log.set_remote_copied_end(end);
             }
             let from = if end == NOTHING_COPIED { i64::MIN } else { end };
-            pending_bytes += hosted.log.sealed_bytes_from(from);
-            pending_segments += hosted
-                .log
-                .sealed_segments_from(from, i64::MAX, usize::MAX)
-                .len() as u64;
+            let (segments, bytes) = hosted.log.sealed_from(from);
+            pending_segments += segments;
+            pending_bytes += bytes;
         }
         let over = pending_bytes > self.settings.max_pending_bytes;
         for hosted in tiered {
@@ -487,10 +485,9 @@ impl RemoteLogManager {
         let config = hosted.log.config();
         let log = &hosted.log;
         let copied_end = remote_end(Some(remote)).unwrap_or(NOTHING_COPIED);
-        let local_copied = log.sealed_bytes_from(i64::MIN)
-            - log
-                .sealed_bytes_from(copied_end)
-                .min(log.sealed_bytes_from(i64::MIN));
+        // Local bytes the remote log already holds are not counted twice.
+        let (_, sealed) = log.sealed_from(i64::MIN);
+        let local_copied = sealed.saturating_sub(log.sealed_from(copied_end).1);
         let mut total = remote.size_bytes() + log.size_bytes().saturating_sub(local_copied);
         let now = now_ms();
         let mut through: Option<&RemoteSegment> = None;

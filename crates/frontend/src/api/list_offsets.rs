@@ -99,34 +99,38 @@ pub fn handle(
                     }
                     let answer = match leadership::leader_replica(ctx, &tp, expected) {
                         Err(refusal) => Err(refusal.error.code),
-                        Ok(hosted)
-                            if p.timestamp >= 0
-                                && remote_search(ctx, &hosted, p.timestamp).is_some() =>
-                        {
-                            if let Some(remote) = remote_search(ctx, &hosted, p.timestamp) {
-                                pending.push(RemoteLookup {
-                                    topic_index,
-                                    partition_index,
-                                    tp: tp.clone(),
-                                    topic_id: hosted.topic_id,
-                                    remote,
-                                    timestamp: p.timestamp,
-                                    visible: visible_end(&hosted, read_committed),
-                                    leader_epoch: hosted.leader().map_or(-1, |(_, e)| e),
-                                    with_epoch: version >= LEADER_EPOCH_VERSION_MIN,
-                                });
+                        Ok(hosted) => {
+                            // A timestamp the remote log reaches is answered later, from it.
+                            let remote = (p.timestamp >= 0)
+                                .then(|| remote_search(ctx, &hosted, p.timestamp))
+                                .flatten();
+                            let leader_epoch = hosted.leader().map_or(-1, |(_, e)| e);
+                            match remote {
+                                Some(remote) => {
+                                    pending.push(RemoteLookup {
+                                        topic_index,
+                                        partition_index,
+                                        tp: tp.clone(),
+                                        topic_id: hosted.topic_id,
+                                        remote,
+                                        timestamp: p.timestamp,
+                                        visible: visible_end(&hosted, read_committed),
+                                        leader_epoch,
+                                        with_epoch: version >= LEADER_EPOCH_VERSION_MIN,
+                                    });
+                                    Ok(((-1, -1), -1))
+                                }
+                                None => lookup(
+                                    ctx,
+                                    &hosted,
+                                    p.timestamp,
+                                    read_committed,
+                                    version,
+                                    &tp.to_string(),
+                                )
+                                .map(|found| (found, leader_epoch)),
                             }
-                            Ok(((-1, -1), -1))
                         }
-                        Ok(hosted) => lookup(
-                            ctx,
-                            &hosted,
-                            p.timestamp,
-                            read_committed,
-                            version,
-                            &tp.to_string(),
-                        )
-                        .map(|found| (found, hosted.leader().map_or(-1, |(_, e)| e))),
                     };
                     match answer {
                         Ok(((offset, timestamp), leader_epoch)) => {

@@ -98,21 +98,21 @@ impl PartitionLog {
         out
     }
 
-    /// Bytes of sealed segments at or above `from`: what waits for upload.
-    pub fn sealed_bytes_from(&self, from: i64) -> u64 {
+    /// (segments, bytes) of the sealed segments that hold `from` or lie after it: what waits
+    /// for upload when `from` is the remote log's end.
+    pub fn sealed_from(&self, from: i64) -> (u64, u64) {
         let inner = self.inner.lock();
         let active = inner.active_base();
-        let bases: Vec<(i64, u64)> = inner
-            .segments
-            .range(..active)
-            .map(|(b, s)| (*b, s.size))
-            .collect();
-        bases
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| bases.get(i + 1).map_or(active, |(b, _)| *b) > from)
-            .map(|(_, (_, size))| *size)
-            .sum()
+        let mut sealed = inner.segments.range(..active).peekable();
+        let (mut count, mut bytes) = (0u64, 0u64);
+        while let Some((_, seg)) = sealed.next() {
+            let next = sealed.peek().map_or(active, |(b, _)| **b);
+            if next > from {
+                count += 1;
+                bytes += seg.size;
+            }
+        }
+        (count, bytes)
     }
 
     /// The leader-epoch entries (epoch, start offset), ascending.
