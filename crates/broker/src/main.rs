@@ -246,16 +246,25 @@ async fn run(
     // The HTTP listener comes up before the store opens, so /health and /ready answer during a
     // long recovery.
     let observer = observe::Observer::new();
+    let rest = millrace_rest::RestApi::new(
+        config.rest(),
+        listeners.first().map_or_else(
+            || Arc::from(settings.inter_broker_listener.as_str()),
+            |l| l.name.clone(),
+        ),
+    );
     let http_stop = CancellationToken::new();
     let http = match settings.http_listen {
         Some(addr) => {
             let http_listener = TcpListener::bind(addr)
                 .await
                 .with_context(|| format!("cannot listen on {addr} (millrace.http.listen)"))?;
-            info!(address = %http_listener.local_addr().context("HTTP listener address")?, "HTTP listener (metrics, health, readiness)");
-            Some(tokio::spawn(observe::serve(
+            info!(address = %http_listener.local_addr().context("HTTP listener address")?, "HTTP listener (metrics, health, readiness, HTTP API)");
+            let ops_observer = observer.clone();
+            Some(tokio::spawn(millrace_rest::server::serve(
                 http_listener,
-                observer.clone(),
+                rest.clone(),
+                Arc::new(move |request| observe::route(&ops_observer, request)),
                 http_stop.clone(),
             )))
         }
@@ -326,6 +335,7 @@ async fn run(
         ))),
         remote: remote_reader,
     });
+    rest.attach(ctx.clone());
     let timers = {
         let stop = token.clone();
         tokio::spawn(

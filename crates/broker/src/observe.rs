@@ -6,7 +6,8 @@
 //! broker lists what is degraded (a full log dir, the metadata log's space reserve spent) as
 //! `degraded: …` lines after `ready` (`disk_space`).
 //!
-//! What it owns: the listener, the registry, and the scrape-time collector. The event metrics
+//! What it owns: the operator's routes ([`route`]; the listener itself is `millrace-rest`'s
+//! server, which also serves the HTTP API), the registry, and the scrape-time collector. The event metrics
 //! (counters, histograms) live in `millrace_metrics` and are bumped where things happen; the
 //! state metrics (offsets, high watermarks, sizes, ISR health, group states and consumer lag) are
 //! read here when scraped, from the replica manager, the metadata image and the coordinator, so
@@ -15,23 +16,15 @@
 //!
 //! The listener starts before the store opens, so `/health` answers (and `/ready` says why not)
 //! during a long recovery; the broker's parts are handed over with [`Observer::attach`].
-//!
-//! Bounds: at most `HTTP_CONNECTIONS_MAX` connections at once (more wait in the accept queue), a
-//! request head must arrive within `HTTP_HEADER_READ_TIMEOUT`, one request per connection (no
-//! keep-alive), and no request body is read.
+//! No request body is read.
 
 use std::collections::HashMap;
-use std::convert::Infallible;
 use std::sync::{Arc, OnceLock};
-use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::body::Incoming;
-use hyper::server::conn::http1;
-use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::{TokioIo, TokioTimer};
 use millrace_cluster::Cluster;
 use millrace_controller::raft::RaftQuorum;
 use millrace_frontend::fetch_session::FetchSessionCache;
@@ -45,17 +38,9 @@ use millrace_metrics::prometheus_client::metrics::gauge::ConstGauge;
 use millrace_metrics::prometheus_client::metrics::MetricType;
 use millrace_metrics::prometheus_client::registry::Registry;
 use millrace_replication::ReplicaManager;
-use tokio::net::TcpListener;
-use tokio::sync::{watch, Semaphore};
-use tokio_util::sync::CancellationToken;
-use tracing::{debug, warn};
+use tokio::sync::watch;
 
 use crate::disk_space::DiskDirs;
-
-/// Concurrent HTTP connections served; more wait unaccepted.
-const HTTP_CONNECTIONS_MAX: usize = 64;
-/// A request head must arrive within this long.
-const HTTP_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The broker's parts the collector and `/ready` read; handed over once they exist.
 pub struct BrokerView {
@@ -166,58 +151,21 @@ impl Observer {
     }
 }
 
-/// Serves HTTP on `listener` until `stop` is cancelled.
-pub async fn serve(listener: TcpListener, observer: Arc<Observer>, stop: CancellationToken) {
-    let permits = Arc::new(Semaphore::new(HTTP_CONNECTIONS_MAX));
-    loop {
-        let Ok(permit) = permits.clone().acquire_owned().await else {
-            return;
-        };
-        let accepted = tokio::select! {
-            _ = stop.cancelled() => return,
-            accepted = listener.accept() => accepted,
-        };
-        let stream = match accepted {
-            Ok((stream, _)) => stream,
-            Err(e) => {
-                warn!(error = %e, "HTTP accept failed");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
-            }
-        };
-        let observer = observer.clone();
-        let stop = stop.clone();
-        tokio::spawn(async move {
-            let service = service_fn(move |request: Request<Incoming>| {
-                let observer = observer.clone();
-                async move { Ok::<_, Infallible>(route(&observer, &request)) }
-            });
-            let connection = http1::Builder::new()
-                .timer(TokioTimer::new())
-                .header_read_timeout(HTTP_HEADER_READ_TIMEOUT)
-                // One request per connection: an idle kept-alive connection would hold one of
-                // the HTTP_CONNECTIONS_MAX permits for as long as the client likes.
-                .keep_alive(false)
-                .serve_connection(TokioIo::new(stream), service);
-            tokio::pin!(connection);
-            tokio::select! {
-                r = connection.as_mut() => {
-                    if let Err(e) = r {
-                        debug!(error = %e, "HTTP connection ended with an error");
-                    }
-                }
-                _ = stop.cancelled() => {}
-            }
-            drop(permit);
-        });
+/// The operator's routes (`/metrics`, `/health`, `/ready`, `/remote-log`): `Some` answer for
+/// them, `None` for every other path (the HTTP API's, `millrace-rest`).
+pub fn route(observer: &Observer, request: &Request<Incoming>) -> Option<Response<Full<Bytes>>> {
+    let path = request.uri().path();
+    if !OPS_PATHS.contains(&path) {
+        return None;
     }
-}
-
-fn route(observer: &Observer, request: &Request<Incoming>) -> Response<Full<Bytes>> {
     if request.method() != Method::GET && request.method() != Method::HEAD {
-        return reply(StatusCode::METHOD_NOT_ALLOWED, "text/plain", "GET only\n");
+        return Some(reply(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "text/plain",
+            "GET only\n",
+        ));
     }
-    match request.uri().path() {
+    Some(match path {
         "/metrics" => match observer.metrics_text() {
             Ok(text) => reply(StatusCode::OK, prometheus_text::CONTENT_TYPE, text),
             Err(_) => reply(
@@ -226,7 +174,6 @@ fn route(observer: &Observer, request: &Request<Incoming>) -> Response<Full<Byte
                 "cannot encode the metrics\n",
             ),
         },
-        "/health" => reply(StatusCode::OK, "text/plain", "ok\n"),
         "/ready" => match observer.readiness() {
             // Ready, and what is degraded (if anything) below: a full disk still serves reads,
             // metadata and the deletes that free it, so it is not a reason for 503.
@@ -250,13 +197,12 @@ fn route(observer: &Observer, request: &Request<Incoming>) -> Response<Full<Byte
             "application/json",
             observer.remote_log_json(),
         ),
-        _ => reply(
-            StatusCode::NOT_FOUND,
-            "text/plain",
-            "not found (try /metrics, /health, /ready, /remote-log)\n",
-        ),
-    }
+        _ => reply(StatusCode::OK, "text/plain", "ok\n"),
+    })
 }
+
+/// The paths [`route`] answers.
+const OPS_PATHS: [&str; 4] = ["/metrics", "/health", "/ready", "/remote-log"];
 
 fn reply(status: StatusCode, content_type: &str, body: impl Into<Bytes>) -> Response<Full<Bytes>> {
     let mut response = Response::new(Full::new(body.into()));

@@ -396,6 +396,14 @@ pub static BROKER_CONFIGS: &[ConfigDef] = &[
         ORPHAN_GRACE_MS_DEFAULT,
         LONG_NONNEG,
     ),
+    // The HTTP API (REST Proxy v2/v3, stateless consumers; `config_rest.rs`).
+    def(
+        "millrace.rest.consumer.instance.timeout.ms",
+        "300000",
+        LONG_POS,
+    ),
+    def("millrace.rest.consumer.instances.max", "1000", INT_POS),
+    def("millrace.rest.request.bytes.max", "67108864", LONG_POS),
     // TLS (also per listener, see LISTENER_CONFIGS).
     def("ssl.keystore.type", "JKS", KEYSTORE_TYPES),
     nodef("ssl.keystore.location", ConfigType::Str),

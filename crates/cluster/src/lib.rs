@@ -15,6 +15,7 @@
 pub mod acl;
 pub mod config;
 mod config_error;
+pub mod config_rest;
 pub mod config_tiered;
 pub mod image;
 pub mod limits;

@@ -45,6 +45,9 @@ pub fn dispatch(
     let raw_key = i16::from_be_bytes([key_bytes[0], key_bytes[1]]);
     let version = i16::from_be_bytes([version_bytes[0], version_bytes[1]]);
     let key = ApiKey::try_from(raw_key).map_err(|_| format!("unknown API key {raw_key}"))?;
+    if key == ApiKey::Envelope {
+        return crate::envelope::serve(ctx, frame, session, version, dispatch);
+    }
     let api =
         registry::find(key).ok_or_else(|| format!("API {key:?} ({raw_key}) is not served"))?;
     let frame_bytes = frame.len();

@@ -81,6 +81,7 @@ pub const UNSUPPORTED_COMPRESSION_TYPE: i16 = 76;
 pub const INVALID_RECORD: i16 = 87;
 pub const INVALID_TIMESTAMP: i16 = 32;
 pub const TOPIC_DELETION_DISABLED: i16 = 73;
+pub const PRINCIPAL_DESERIALIZATION_FAILURE: i16 = 97;
 pub const UNKNOWN_TOPIC_ID: i16 = 100;
 pub const FETCH_SESSION_ID_NOT_FOUND: i16 = 70;
 pub const INVALID_FETCH_SESSION_EPOCH: i16 = 71;
@@ -468,6 +469,12 @@ pub fn error_name(code: i16) -> &'static str {
         133 => "SHARE_SESSION_LIMIT_REACHED",
         _ => "UNKNOWN",
     }
+}
+
+/// Whether Kafka marks `code` retriable (a client may try again: NOT_LEADER_OR_FOLLOWER,
+/// REQUEST_TIMED_OUT, …).
+pub fn is_retriable(code: i16) -> bool {
+    kafka_protocol::error::ResponseError::try_from_code(code).is_some_and(|e| e.is_retriable())
 }
 
 #[cfg(test)]

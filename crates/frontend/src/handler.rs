@@ -247,6 +247,9 @@ pub struct Spliced<R> {
     pub response: BoxFuture<'static, (R, Vec<FileSlice>)>,
     /// Takes the record bytes out of the response, leaving markers in their place.
     pub take_records: fn(&mut R, &[FileSlice]) -> Vec<Chunk>,
+    /// Puts the record bytes back inside the response, reading each file slice into memory (an
+    /// in-process caller, [`crate::inproc`], wants the whole response).
+    pub inline_records: fn(&mut R, &[FileSlice]) -> std::io::Result<()>,
     /// Not charged to the request quota (a follower's fetch, which Kafka exempts).
     pub request_quota_exempt: bool,
 }

@@ -46,7 +46,7 @@ pub(crate) struct Route {
 
 /// What a request's handling time is charged to (`request_percentage`).
 #[derive(Clone)]
-pub(crate) struct RequestCharge {
+pub struct RequestCharge {
     pub(crate) ctx: Arc<BrokerContext>,
     pub(crate) user: String,
     pub(crate) client_id: String,
@@ -56,7 +56,7 @@ pub(crate) struct RequestCharge {
 impl RequestCharge {
     /// Charges `spent` (in Kafka's unit: percent of one thread, per second); the throttle time,
     /// which also mutes the connection.
-    fn settle(&self, spent: Duration) -> i32 {
+    pub(crate) fn settle(&self, spent: Duration) -> i32 {
         let image = self.ctx.cluster.image();
         let throttle = self.ctx.quotas.record(
             &image,
@@ -113,7 +113,7 @@ pub(crate) fn ready<H: ApiHandler>(
 }
 
 /// A response that completes later (durability wait, long poll); `respond = false` drops it.
-fn later<H: ApiHandler>(
+pub(crate) fn later<H: ApiHandler>(
     route: Route,
     charge: Option<&RequestCharge>,
     response: BoxFuture<'static, H::Response>,
@@ -145,6 +145,7 @@ fn later_spliced<H: ApiHandler>(
         response,
         take_records,
         request_quota_exempt,
+        ..
     } = spliced;
     let charge = charge.cloned().filter(|_| !request_quota_exempt);
     let sync = route.started.elapsed();

@@ -22,7 +22,8 @@ pub struct Session {
     pub listener: Arc<str>,
     /// `Some` on a SASL listener.
     pub sasl: Option<Mutex<Authenticator>>,
-    /// `User:<name>` from a TLS client certificate (`ssl.principal.mapping.rules` applied).
+    /// `User:<name>` from a TLS client certificate (`ssl.principal.mapping.rules` applied), or as
+    /// another front end authenticated it ([`Session::authenticated`]).
     tls_principal: Option<String>,
     /// Until when a quota keeps this connection muted.
     pub throttle: Throttle,
@@ -40,6 +41,14 @@ impl Session {
             throttle: Throttle::default(),
             close_after: AtomicBool::new(false),
         }
+    }
+
+    /// A client that proved who it is some other way (the HTTP API's authentication): `principal`
+    /// as `User:<name>`, answered in `listener`'s addresses.
+    pub fn authenticated(peer: SocketAddr, listener: Arc<str>, principal: String) -> Self {
+        let mut session = Self::new(peer, listener, None);
+        session.tls_principal = Some(principal);
+        session
     }
 
     /// A client of the listener named `PLAINTEXT` (tests, fuzzing).

@@ -117,6 +117,21 @@ pub fn take_records(response: &mut FetchResponse, files: &[FileSlice]) -> Vec<Ch
     taken
 }
 
+/// Replaces every file marker in `response` with the bytes of its slice of `files`, read into
+/// memory.
+pub fn inline_records(response: &mut FetchResponse, files: &[FileSlice]) -> std::io::Result<()> {
+    for topic in &mut response.responses {
+        for partition in &mut topic.partitions {
+            if let Some(records) = partition.records.as_mut() {
+                if let Some(slice) = file_slice(records, files) {
+                    *records = slice.read_to_bytes()?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
 fn varint(mut value: u64, out: &mut BytesMut) {
     while value >= 0x80 {
         out.put_u8((value as u8) | 0x80);

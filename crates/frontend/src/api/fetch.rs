@@ -91,6 +91,7 @@ impl ApiHandler for Fetch {
         Reply::Spliced(Spliced {
             response: Box::pin(response),
             take_records: splice::take_records,
+            inline_records: splice::inline_records,
             // A follower's fetches are not charged to a request quota (Kafka exempts them).
             request_quota_exempt: follower,
         })
