@@ -1,5 +1,5 @@
 //! The HTTP API, a second front end beside the Kafka listener (decision 0075): Confluent's REST
-//! Proxy v2 ([`v2`]) and v3 ([`v3`]) and PolarStreams-style stateless consumers
+//! Proxy v2 ([`v2`]) and v3 ([`v3`], produce in [`v3_records`]) and PolarStreams-style stateless consumers
 //! ([`stateless`]), served on the broker's HTTP listener next to `/metrics`, `/health` and
 //! `/ready` ([`server`]).
 //!
@@ -15,6 +15,7 @@ pub mod server;
 pub mod stateless;
 pub mod v2;
 pub mod v3;
+pub mod v3_records;
 
 use std::sync::Arc;
 
@@ -54,6 +55,7 @@ pub fn router(api: Arc<RestApi>) -> Router {
     Router::new()
         .merge(v2::routes())
         .merge(v3::routes())
+        .merge(v3_records::routes())
         .merge(stateless::routes())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
