@@ -11,6 +11,7 @@
 pub mod error;
 pub mod gateway;
 pub mod limits;
+pub mod records;
 pub mod server;
 pub mod stateless;
 pub mod v2;
