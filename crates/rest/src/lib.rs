@@ -8,9 +8,11 @@
 //! codes and validation are the Kafka listener's, not a copy of them. What must happen on another
 //! broker (the partition's leader, the group's coordinator) is forwarded there.
 
+pub mod consume;
 pub mod error;
 pub mod gateway;
 pub mod limits;
+pub mod membership;
 pub mod records;
 pub mod server;
 pub mod stateless;
