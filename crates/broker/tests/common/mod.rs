@@ -1106,7 +1106,11 @@ pub fn http_with_body(
     let chunked = head
         .to_ascii_lowercase()
         .contains("transfer-encoding: chunked");
-    let body = if chunked { dechunk(rest) } else { rest.to_string() };
+    let body = if chunked {
+        dechunk(rest)
+    } else {
+        rest.to_string()
+    };
     (status, body)
 }
 
