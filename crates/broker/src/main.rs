@@ -261,9 +261,12 @@ async fn run(
                 .with_context(|| format!("cannot listen on {addr} (millrace.http.listen)"))?;
             info!(address = %http_listener.local_addr().context("HTTP listener address")?, "HTTP listener (metrics, health, readiness, HTTP API)");
             let ops_observer = observer.clone();
+            let security = millrace_rest::server::HttpSecurity::from_config(&config, &rest)
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
             Some(tokio::spawn(millrace_rest::server::serve(
                 http_listener,
                 rest.clone(),
+                security,
                 Arc::new(move |request| observe::route(&ops_observer, request)),
                 http_stop.clone(),
             )))
