@@ -11,12 +11,16 @@ pub const HTTP_CONNECTIONS_MAX: usize = 1024;
 /// The time a client has to send a request's headers (and, on HTTP/1.1, between requests on a
 /// kept-alive connection): hyper's `header_read_timeout`.
 pub const HTTP_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
-/// The longest a request body may go without a byte arriving (or, on HTTP/2, without the
-/// connection's body budget letting one more frame in) before the request answers 408: a client
+/// The longest a request body may go without a byte arriving before the request answers 408: a client
 /// that sends half a body and stalls holds no memory and no handler for longer
 /// (`request_body::RequestBody`). Between frames, not for the whole body, so that v3's streaming
 /// produce (one request, records for as long as the client sends them) stays open.
 pub const HTTP_BODY_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+/// The longest a request body's frame waits for its connection's body budget
+/// (`millrace.rest.request.bytes.max` bytes of bodies in flight at once) before the request
+/// answers 429: bodies that hold the budget between them and wait on each other are undone
+/// quickly (`request_body::RequestBody`).
+pub const HTTP_BODY_BUDGET_WAIT: Duration = Duration::from_secs(1);
 /// A connection with no request in flight for this long is closed (gracefully: HTTP/2 GOAWAY, or
 /// HTTP/1.1 closing after the answer): idle keep-alive connections do not hold one of the
 /// [`HTTP_CONNECTIONS_MAX`] slots for ever (`server`'s idle watch).
@@ -82,6 +86,7 @@ pub const ERROR_TEXT_BYTES_MAX: usize = 4096;
 pub const CLIENT_ID: &str = "millrace-rest";
 
 const _: () = assert!(H2_STREAM_WINDOW_BYTES <= H2_CONNECTION_WINDOW_BYTES);
+const _: () = assert!(HTTP_BODY_BUDGET_WAIT.as_millis() < HTTP_BODY_IDLE_TIMEOUT.as_millis());
 // h2's windows are at most 2^31 - 1 (RFC 9113 §6.9.1).
 const _: () = assert!(H2_CONNECTION_WINDOW_BYTES <= i32::MAX as u32);
 // hyper refuses a read buffer under 8 KiB.

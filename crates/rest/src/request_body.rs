@@ -7,15 +7,18 @@
 //! what it has read. Without a bound, a client that starts many large bodies and finishes none
 //! makes the broker hold all of them (PolarStreams hit exactly this). Here the bytes handlers hold
 //! for one connection's requests never exceed the budget (`millrace.rest.request.bytes.max`, so
-//! one largest request always fits): a frame that does not fit waits until another request of the
-//! connection finishes, and the client's HTTP/2 flow control windows stop it from sending more in
-//! the meantime. A connection whose bodies all wait on each other is undone by the idle timeout.
+//! one largest request always fits alone): a frame that does not fit waits up to
+//! [`HTTP_BODY_BUDGET_WAIT`] for another request of the connection to finish (the client's HTTP/2
+//! flow control windows stop it from sending more meanwhile), and its request then answers 429.
+//! The wait is short so that bodies that wait on each other (each holding part of the budget,
+//! none able to finish) are undone in a second, not after the idle timeout.
 //!
 //! The server keeps a [`BodyLedger`] per request: it holds the budget paid until the request is
 //! answered (a handler still holds what it read until then), and records how the body failed, so
 //! that the answer is 413 or 408 with Confluent's body whatever the handler made of the error.
 //!
 //! [`HTTP_BODY_IDLE_TIMEOUT`]: crate::limits::HTTP_BODY_IDLE_TIMEOUT
+//! [`HTTP_BODY_BUDGET_WAIT`]: crate::limits::HTTP_BODY_BUDGET_WAIT
 //! [`H2_STREAMS_PER_CONNECTION_MAX`]: crate::limits::H2_STREAMS_PER_CONNECTION_MAX
 
 use std::future::Future;
@@ -30,13 +33,17 @@ use parking_lot::Mutex;
 use tokio::sync::{AcquireError, OwnedSemaphorePermit, Semaphore, TryAcquireError};
 use tokio::time::{Instant, Sleep};
 
+use crate::limits::HTTP_BODY_BUDGET_WAIT;
+
 /// How a request body failed on the server's side of things.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BodyFault {
     /// More than `millrace.rest.request.bytes.max` bytes (413).
     TooLarge,
-    /// Nothing arrived (or fitted the connection's budget) for the idle timeout (408).
+    /// Nothing arrived for the idle timeout (408).
     Idle,
+    /// A frame did not fit the connection's body budget in time (429).
+    Busy,
 }
 
 /// Why reading a request body failed.
@@ -46,6 +53,8 @@ pub enum BodyError {
     TooLarge { limit: usize },
     #[error("no request body bytes for {after:?}")]
     Idle { after: Duration },
+    #[error("the connection's request bodies hold {budget} bytes already")]
+    Busy { budget: usize },
     #[error("the connection is closing")]
     Closed,
     #[error(transparent)]
@@ -126,6 +135,8 @@ pub struct RequestBody<B> {
     idle_timeout: Duration,
     idle: Pin<Box<Sleep>>,
     waiting: Option<Waiting>,
+    /// When a frame waiting for the budget gives up (armed when it starts waiting).
+    budget_wait: Pin<Box<Sleep>>,
     failed: bool,
 }
 
@@ -148,6 +159,7 @@ impl<B> RequestBody<B> {
             idle_timeout,
             idle: Box::pin(tokio::time::sleep(idle_timeout)),
             waiting: None,
+            budget_wait: Box::pin(tokio::time::sleep(HTTP_BODY_BUDGET_WAIT)),
             failed: false,
         }
     }
@@ -160,6 +172,9 @@ impl<B> RequestBody<B> {
             BodyFault::TooLarge => BodyError::TooLarge { limit: self.limit },
             BodyFault::Idle => BodyError::Idle {
                 after: self.idle_timeout,
+            },
+            BodyFault::Busy => BodyError::Busy {
+                budget: self.budget.total(),
             },
         })))
     }
@@ -207,7 +222,12 @@ where
                     this.failed = true;
                     Poll::Ready(Some(Err(BodyError::Closed)))
                 }
-                Poll::Pending => this.pending(cx),
+                Poll::Pending => {
+                    if this.budget_wait.as_mut().poll(cx).is_ready() {
+                        return this.fail(BodyFault::Busy);
+                    }
+                    this.pending(cx)
+                }
             };
         }
         let frame = match Pin::new(&mut this.inner).poll_frame(cx) {
@@ -236,6 +256,8 @@ where
             Err(TryAcquireError::NoPermits) => {
                 let acquire = this.budget.bytes.clone().acquire_many_owned(cost);
                 this.waiting = Some((frame, Box::pin(acquire)));
+                let deadline = Instant::now() + HTTP_BODY_BUDGET_WAIT;
+                this.budget_wait.as_mut().reset(deadline);
                 Pin::new(this).poll_frame(cx)
             }
             Err(TryAcquireError::Closed) => {
@@ -311,13 +333,43 @@ mod tests {
             100,
             idle,
         )));
-        tokio::time::sleep(Duration::from_secs(1)).await;
+        tokio::time::sleep(HTTP_BODY_BUDGET_WAIT / 2).await;
         assert!(!waiting.is_finished(), "it waits for the budget");
         drop(first);
         let got = waiting.await.expect("task");
         assert!(matches!(got, Ok(50)), "{got:?}");
         assert_eq!(budget.available(), 50);
         drop(second);
+        assert_eq!(budget.available(), 100);
+
+        // A frame that does not fit for HTTP_BODY_BUDGET_WAIT: Busy, and nothing is kept.
+        let holder = BodyLedger::default();
+        let got = collect(RequestBody::new(
+            body(vec![80], false),
+            budget.clone(),
+            holder.clone(),
+            100,
+            idle,
+        ))
+        .await;
+        assert!(matches!(got, Ok(80)), "{got:?}");
+        let ledger = BodyLedger::default();
+        let started = Instant::now();
+        let got = collect(RequestBody::new(
+            body(vec![10, 30], false),
+            budget.clone(),
+            ledger.clone(),
+            100,
+            idle,
+        ))
+        .await;
+        assert!(
+            matches!(got, Err(BodyError::Busy { budget: 100 })),
+            "{got:?}"
+        );
+        assert_eq!(started.elapsed(), HTTP_BODY_BUDGET_WAIT);
+        assert_eq!(ledger.fault(), Some(BodyFault::Busy));
+        drop((holder, ledger));
         assert_eq!(budget.available(), 100);
 
         // Past the limit: TooLarge, recorded in the ledger.

@@ -16,7 +16,8 @@
 //!
 //! Bad input answers with Confluent's JSON error body: a declared `Content-Length` above
 //! `millrace.rest.request.bytes.max` is 413 before the body is read, a body that grows past it is
-//! 413 whatever the handler made of the error, a stalled one 408, and axum's own plain-text
+//! 413 whatever the handler made of the error, a stalled one 408, one that cannot get its
+//! connection's body budget 429, and axum's own plain-text
 //! rejections (its body limit's 413, a bad path or query's 400) are rewritten as
 //! `{"error_code": <status>, "message": <their text>}` ([`confluent_error_body`]).
 
@@ -487,6 +488,16 @@ async fn handle(
             format!(
                 "The request body stopped arriving for {} ms",
                 limits.body_idle_timeout.as_millis()
+            ),
+        )
+        .into_response(),
+        Some(BodyFault::Busy) => RestError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            code::TOO_MANY_REQUESTS,
+            format!(
+                "This connection's request bodies in flight hold {} bytes \
+                 (millrace.rest.request.bytes.max); retry, or send fewer at once",
+                state.budget.total()
             ),
         )
         .into_response(),
