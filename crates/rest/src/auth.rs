@@ -121,7 +121,11 @@ impl Verified {
     }
 
     /// The entry for `id` if it is fresh and its credential unchanged.
-    fn holds(&mut self, id: &[u8; 32], credentials: &CredentialLookup) -> Option<String> {
+    fn holds(
+        &mut self,
+        id: &[u8; 32],
+        credentials: impl Fn(&str, ScramMechanism) -> Option<ScramCredential>,
+    ) -> Option<String> {
         let entry = self.entries.get(id)?;
         let current = credentials(&entry.user, entry.mechanism);
         if entry.at.elapsed() < AUTH_CACHE_TTL
@@ -157,7 +161,8 @@ pub struct Authentication {
     operator_routes: bool,
     failed_delay: Duration,
     plain: PlainUsers,
-    credentials: CredentialLookup,
+    /// SCRAM credentials: the metadata image's, once the server has the API; none before.
+    credentials: OnceLock<CredentialLookup>,
     verified: Mutex<Verified>,
     derivations: Arc<Semaphore>,
     /// PBKDF2 runs so far (what the cache saves, seen by tests).
@@ -165,21 +170,21 @@ pub struct Authentication {
 }
 
 impl Authentication {
-    /// `mode`, PLAIN users `plain`, SCRAM credentials from `credentials`; refused clients wait
-    /// `failed_delay`; `operator_routes`: the operator's routes ask for credentials too.
+    /// `mode` with PLAIN users `plain` (SCRAM users once [`Self::use_scram_credentials`]);
+    /// refused clients wait `failed_delay`; `operator_routes`: the operator's routes ask for
+    /// credentials too.
     pub fn new(
         mode: HttpAuthentication,
         operator_routes: bool,
         failed_delay: Duration,
         plain: PlainUsers,
-        credentials: CredentialLookup,
     ) -> Self {
         Self {
             mode,
             operator_routes,
             failed_delay,
             plain,
-            credentials,
+            credentials: OnceLock::new(),
             verified: Mutex::new(Verified::new()),
             derivations: Arc::new(Semaphore::new(AUTH_DERIVATIONS_CONCURRENT_MAX)),
             derived: AtomicUsize::new(0),
@@ -187,19 +192,27 @@ impl Authentication {
     }
 
     /// The settings of `rest` with the PLAIN users of its listener name in `config`.
-    pub fn from_config(
-        config: &BrokerConfig,
-        rest: &RestConfig,
-        credentials: CredentialLookup,
-    ) -> Result<Self, SaslConfigError> {
+    pub fn from_config(config: &BrokerConfig, rest: &RestConfig) -> Result<Self, SaslConfigError> {
         let plain = PlainUsers::from_config(config, &rest.listener_name)?.unwrap_or_default();
         Ok(Self::new(
             rest.authentication,
             rest.authenticate_operator_routes,
             rest.failed_authentication_delay,
             plain,
-            credentials,
         ))
+    }
+
+    /// SCRAM users from now on are those of `credentials` (the first call wins).
+    pub fn use_scram_credentials(&self, credentials: CredentialLookup) -> &Self {
+        let _ = self.credentials.set(credentials);
+        self
+    }
+
+    /// `user`'s SCRAM credential for `mechanism`, if there are SCRAM users yet.
+    fn scram_credential(&self, user: &str, mechanism: ScramMechanism) -> Option<ScramCredential> {
+        self.credentials
+            .get()
+            .and_then(|lookup| lookup(user, mechanism))
     }
 
     /// Whether the operator's routes ask for credentials.
@@ -252,14 +265,17 @@ impl Authentication {
         let id = {
             let mut verified = self.verified.lock();
             let id = verified.id(user, password);
-            if verified.holds(&id, &self.credentials).is_some() {
+            if verified
+                .holds(&id, |u, m| self.scram_credential(u, m))
+                .is_some()
+            {
                 return true;
             }
             id
         };
         let credentials: Vec<ScramCredential> = ScramMechanism::ALL
             .into_iter()
-            .filter_map(|m| (self.credentials)(user, m))
+            .filter_map(|m| self.scram_credential(user, m))
             .collect();
         let Ok(_permit) = self.derivations.clone().acquire_owned().await else {
             return false;
@@ -333,13 +349,6 @@ pub fn certificate_principal(
 ) -> Option<String> {
     let subject = millrace_frontend::principal::subject_name(cert_der)?;
     mapper.name(&subject).map(|name| format!("User:{name}"))
-}
-
-/// No SCRAM credentials at all (tests, or a listener that only has PLAIN users).
-pub fn no_credentials() -> CredentialLookup {
-    static NONE: OnceLock<CredentialLookup> = OnceLock::new();
-    NONE.get_or_init(|| Arc::new(|_: &str, _: ScramMechanism| None))
-        .clone()
 }
 
 #[cfg(test)]
@@ -416,8 +425,8 @@ mod tests {
             plain_users(
                 r#"org.apache.kafka.common.security.plain.PlainLoginModule required user_alice="alice-pw";"#,
             ),
-            credentials,
         );
+        auth.use_scram_credentials(credentials);
         let ok = |r: Result<String, Refusal>| r.expect("authenticated");
         assert_eq!(
             ok(auth.principal(&basic("alice", "alice-pw"), None).await),
@@ -473,7 +482,6 @@ mod tests {
             true,
             Duration::ZERO,
             PlainUsers::default(),
-            no_credentials(),
         );
         assert!(!auth.operator_routes(), "nothing to ask for without basic");
         let headers = basic("alice", "whatever");

@@ -49,7 +49,7 @@ use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
 use tracing::{debug, info, warn};
 
-use crate::auth::{certificate_principal, no_credentials, Authentication, CredentialLookup};
+use crate::auth::{certificate_principal, Authentication, CredentialLookup};
 use crate::error::{code, RestError};
 use crate::gateway::Caller;
 use crate::limits::{
@@ -84,29 +84,20 @@ pub struct HttpSecurity {
 }
 
 impl HttpSecurity {
-    /// What `config` says, SCRAM credentials from `api`'s metadata image.
-    pub fn from_config(
-        config: &BrokerConfig,
-        api: &Arc<RestApi>,
-    ) -> Result<Self, SecurityConfigError> {
+    /// What `config` says (`millrace.http.*`, the TLS settings and PLAIN users of
+    /// `millrace.http.listener.name`); SCRAM credentials come from the metadata image once
+    /// [`serve`] has the API. The TLS material is read here, so that an unusable keystore stops
+    /// the broker at start-up, naming the key.
+    pub fn from_config(config: &BrokerConfig) -> Result<Self, SecurityConfigError> {
         use millrace_cluster::config_rest::HttpSecurityProtocol;
-        let rest = &api.config;
+        let rest = config.rest();
         let tls = match rest.security_protocol {
             HttpSecurityProtocol::Plaintext => None,
             HttpSecurityProtocol::Ssl => Some(TlsListener::new(
                 TlsSettings::from_config(config, &rest.listener_name)?.with_alpn(&ALPN_PROTOCOLS),
             )?),
         };
-        let image_of = api.clone();
-        let credentials: CredentialLookup = Arc::new(move |user, mechanism| {
-            image_of
-                .gateway
-                .image()
-                .ok()?
-                .scram_credential(user, mechanism)
-                .cloned()
-        });
-        let authentication = Authentication::from_config(config, rest, credentials)?;
+        let authentication = Authentication::from_config(config, &rest)?;
         Ok(Self {
             tls,
             authentication: Arc::new(authentication),
@@ -122,7 +113,6 @@ impl HttpSecurity {
                 false,
                 Duration::ZERO,
                 Default::default(),
-                no_credentials(),
             )),
         }
     }
@@ -168,6 +158,16 @@ pub async fn serve(
     stop: CancellationToken,
 ) {
     let limits = ConnectionLimits::new(api.config.request_bytes_max);
+    let image_of = api.clone();
+    let credentials: CredentialLookup = Arc::new(move |user, mechanism| {
+        image_of
+            .gateway
+            .image()
+            .ok()?
+            .scram_credential(user, mechanism)
+            .cloned()
+    });
+    security.authentication.use_scram_credentials(credentials);
     serve_router(listener, crate::router(api), security, limits, ops, stop).await;
 }
 

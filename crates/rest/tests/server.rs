@@ -411,13 +411,16 @@ async fn basic_authentication_checks_plain_and_scram_users() {
     });
     let security = |operator_routes| HttpSecurity {
         tls: None,
-        authentication: Arc::new(Authentication::new(
-            HttpAuthentication::Basic,
-            operator_routes,
-            Duration::from_millis(10),
-            plain.clone(),
-            credentials.clone(),
-        )),
+        authentication: {
+            let authentication = Authentication::new(
+                HttpAuthentication::Basic,
+                operator_routes,
+                Duration::from_millis(10),
+                plain.clone(),
+            );
+            authentication.use_scram_credentials(credentials.clone());
+            Arc::new(authentication)
+        },
     };
     let server = start(security(false), ConnectionLimits::new(1024)).await;
     let addr = server.addr;
