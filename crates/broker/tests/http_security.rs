@@ -302,6 +302,19 @@ async fn tls_http1_http2_basic_and_mtls_on_a_real_broker() {
     for answer in answers {
         assert_eq!(answer.await.expect("task"), 404);
     }
+    // An oversized body on HTTP/2: 413 before the body is read.
+    let request = hyper::Request::post(format!("https://localhost{PROBE}"))
+        .header("content-length", "4096")
+        .body(())
+        .expect("request");
+    let mut ready = client.clone().ready().await.expect("ready");
+    let (answer, mut send) = ready.send_request(request, false).expect("send");
+    let _ = send.send_data(Bytes::from(vec![b'x'; 4096]), true);
+    let answer = tokio::time::timeout(ANSWER_WITHIN, answer)
+        .await
+        .expect("answer in time")
+        .expect("answer");
+    assert_eq!(answer.status().as_u16(), 413);
 
     // Plain HTTP on the TLS port is not served.
     let tcp = TcpStream::connect(http).await.expect("connect");
