@@ -124,3 +124,45 @@ impl Default for RestConfig {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    fn config(pairs: &[(&str, &str)]) -> Result<BrokerConfig, crate::config::ConfigError> {
+        let layer: BTreeMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        BrokerConfig::from_layers([&layer])
+    }
+
+    #[test]
+    fn http_security_settings_are_read_and_bad_values_refused() {
+        let defaults = config(&[]).expect("config").rest();
+        assert_eq!(defaults, RestConfig::default());
+        let set = config(&[
+            ("millrace.http.listener.security.protocol", "SSL"),
+            ("millrace.http.listener.name", "mtls"),
+            ("millrace.http.authentication", "basic"),
+            ("millrace.http.authentication.operator.routes", "true"),
+            ("connection.failed.authentication.delay.ms", "0"),
+        ])
+        .expect("config")
+        .rest();
+        assert_eq!(set.security_protocol, HttpSecurityProtocol::Ssl);
+        assert_eq!(set.listener_name, "MTLS");
+        assert_eq!(set.authentication, HttpAuthentication::Basic);
+        assert!(set.authenticate_operator_routes);
+        assert_eq!(set.failed_authentication_delay, Duration::ZERO);
+        for (key, value) in [
+            ("millrace.http.listener.security.protocol", "SASL_SSL"),
+            ("millrace.http.authentication", "digest"),
+            ("millrace.http.authentication.operator.routes", "sometimes"),
+        ] {
+            let err = config(&[(key, value)]).expect_err(value).to_string();
+            assert!(err.contains(key), "{err}");
+        }
+    }
+}
