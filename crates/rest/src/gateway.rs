@@ -24,7 +24,7 @@ use parking_lot::Mutex;
 use tracing::debug;
 
 use crate::error::RestError;
-use crate::limits::CLIENT_ID;
+use crate::limits::{CLIENT_ID, THROTTLE_MS_MAX};
 
 /// How long a forwarded request may take, the connection included.
 const FORWARD_TIMEOUT: Duration = Duration::from_secs(60);
@@ -90,6 +90,29 @@ impl Gateway {
     /// The session a Kafka handler sees for `caller`.
     pub fn session(&self, caller: &Caller) -> Session {
         Session::authenticated(caller.peer, self.listener.clone(), caller.principal.clone())
+    }
+
+    /// Holds the HTTP answer back for a Kafka response's `throttle_time_ms` (at most
+    /// [`THROTTLE_MS_MAX`]; at once when the broker shuts down), as a Kafka client's connection is
+    /// muted for it (KIP-219): a principal over its quota gets its answers that much later, so a
+    /// client that waits for each answer is slowed to its quota. Call it with the largest throttle
+    /// time of the Kafka responses behind one HTTP answer, before answering. A delay, not 429 with
+    /// `Retry-After`: the request was served (the records are written), so refusing it would be
+    /// wrong, and a delay needs nothing of the client.
+    pub async fn throttle(&self, throttle_time_ms: i32) {
+        let Some(ms) = u64::try_from(throttle_time_ms).ok().filter(|ms| *ms > 0) else {
+            return;
+        };
+        let delay = tokio::time::sleep(Duration::from_millis(ms.min(THROTTLE_MS_MAX)));
+        match self.ctx.get() {
+            Some(ctx) => {
+                tokio::select! {
+                    _ = delay => {}
+                    _ = ctx.shutdown.cancelled() => {}
+                }
+            }
+            None => delay.await,
+        }
     }
 
     /// Calls `H` on this broker at `version` as `caller`.
@@ -272,4 +295,24 @@ fn ip_bytes(peer: SocketAddr) -> Bytes {
         std::net::IpAddr::V6(ip) => out.put_slice(&ip.octets()),
     }
     out.freeze()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn throttle_waits_the_throttle_time_up_to_its_bound() {
+        let gateway = Gateway::new(Arc::from("PLAINTEXT"));
+        for (throttle_time_ms, want) in [
+            (0, Duration::ZERO),
+            (-5, Duration::ZERO),
+            (250, Duration::from_millis(250)),
+            (i32::MAX, Duration::from_millis(THROTTLE_MS_MAX)),
+        ] {
+            let started = tokio::time::Instant::now();
+            gateway.throttle(throttle_time_ms).await;
+            assert_eq!(started.elapsed(), want, "{throttle_time_ms}");
+        }
+    }
 }
