@@ -17,7 +17,7 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use millrace_cluster::image::MetadataImage;
-use millrace_frontend::handler::ApiHandler;
+use millrace_frontend::handler::{ApiHandler, ResponseFields};
 use millrace_frontend::session::Session;
 use millrace_frontend::{error_codes, inproc, BrokerContext};
 use parking_lot::Mutex;
@@ -95,8 +95,8 @@ impl Gateway {
     /// Holds the HTTP answer back for a Kafka response's `throttle_time_ms` (at most
     /// [`THROTTLE_MS_MAX`]; at once when the broker shuts down), as a Kafka client's connection is
     /// muted for it (KIP-219): a principal over its quota gets its answers that much later, so a
-    /// client that waits for each answer is slowed to its quota. Call it with the largest throttle
-    /// time of the Kafka responses behind one HTTP answer, before answering. A delay, not 429 with
+    /// client that waits for each answer is slowed to its quota. [`Gateway::call`] and
+    /// [`Gateway::call_on`] call it for every Kafka response they return. A delay, not 429 with
     /// `Retry-After`: the request was served (the records are written), so refusing it would be
     /// wrong, and a delay needs nothing of the client.
     pub async fn throttle(&self, throttle_time_ms: i32) {
@@ -115,7 +115,9 @@ impl Gateway {
         }
     }
 
-    /// Calls `H` on this broker at `version` as `caller`.
+    /// Calls `H` on this broker at `version` as `caller`. A response with a throttle time is
+    /// answered that much later ([`Gateway::throttle`]): every route honours the caller's quotas
+    /// as a Kafka client's muted connection does.
     pub async fn call<H: ApiHandler>(
         &self,
         caller: &Caller,
@@ -124,9 +126,18 @@ impl Gateway {
     ) -> Result<H::Response, RestError> {
         let ctx = self.context()?;
         let session = self.session(caller);
-        inproc::call::<H>(ctx, &session, CLIENT_ID, version, request)
+        let mut response = inproc::call::<H>(ctx, &session, CLIENT_ID, version, request)
             .await
-            .map_err(|e| RestError::internal(e.to_string()))
+            .map_err(|e| RestError::internal(e.to_string()))?;
+        self.throttled(&mut response).await;
+        Ok(response)
+    }
+
+    /// Waits out `response`'s throttle time, if it has one.
+    async fn throttled<R: ResponseFields>(&self, response: &mut R) {
+        if let Some(ms) = response.throttle_time_ms().map(|ms| *ms) {
+            self.throttle(ms).await;
+        }
     }
 
     /// Calls `H` on broker `node` (this one in process, another through an Envelope) at `version`
@@ -146,14 +157,17 @@ impl Gateway {
         if node == self.node_id()? {
             return self.call::<H>(caller, version, request).await;
         }
-        self.forward::<H>(node, caller, version, &request)
+        let mut response = self
+            .forward::<H>(node, caller, version, &request)
             .await
             .map_err(|reason| {
                 RestError::kafka(
                     error_codes::REQUEST_TIMED_OUT,
                     &format!("broker {node} ({reason})"),
                 )
-            })
+            })?;
+        self.throttled(&mut response).await;
+        Ok(response)
     }
 
     /// The leader of `topic`'s `partition`: 40401 for an unknown topic, 40402 for an unknown
