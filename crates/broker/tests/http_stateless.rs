@@ -5,7 +5,9 @@
 //! consumer of the group resumes at the committed offsets. In a 3-node cluster the polls of one
 //! consumer go to every broker in turn (as a load balancer would send them): partitions led
 //! elsewhere and the group's coordinator are reached through the broker that got the request, and
-//! nothing is lost or read twice.
+//! nothing is lost or read twice. With HTTP Basic and the ACL authorizer, the HTTP caller's
+//! principal is the one the ACLs are checked against: a user granted the group and topic reads,
+//! one without is refused 403, and no credentials are 401.
 
 #[path = "common/cluster.rs"]
 mod cluster;
@@ -293,4 +295,133 @@ fn a_consumer_id_that_register_did_not_give_is_refused() {
         r#"{"group":"g","topics":["t"],"start":"middle"}"#,
     );
     assert_eq!(status, 422, "{answer}");
+}
+
+/// Kafka's ACL codes.
+const TOPIC: i8 = 2;
+const GROUP: i8 = 3;
+const LITERAL: i8 = 3;
+const READ: i8 = 3;
+const DESCRIBE: i8 = 8;
+const ALLOW: i8 = 3;
+const JAAS: &str = "org.apache.kafka.common.security.plain.PlainLoginModule required \
+                    user_admin=\"admin-secret\" user_alice=\"alice-secret\" \
+                    user_bob=\"bob-secret\";";
+
+fn acl(
+    resource_type: i8,
+    name: &str,
+    principal: &str,
+    operation: i8,
+) -> kafka_protocol::messages::create_acls_request::AclCreation {
+    use kafka_protocol::protocol::StrBytes;
+    kafka_protocol::messages::create_acls_request::AclCreation::default()
+        .with_resource_type(resource_type)
+        .with_resource_name(StrBytes::from_string(name.to_string()))
+        .with_resource_pattern_type(LITERAL)
+        .with_principal(StrBytes::from_string(principal.to_string()))
+        .with_host(StrBytes::from_static_str("*"))
+        .with_operation(operation)
+        .with_permission_type(ALLOW)
+}
+
+/// One HTTP/1.1 POST with Basic credentials (`None`: without); (status, body).
+fn post_as(http: SocketAddr, user: Option<&str>, path: &str, body: &str) -> (u16, String) {
+    use base64::Engine;
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(http).expect("connect");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .expect("timeout");
+    let auth = user.map_or(String::new(), |u| {
+        let token = base64::engine::general_purpose::STANDARD.encode(format!("{u}:{u}-secret"));
+        format!("Authorization: Basic {token}\r\n")
+    });
+    write!(
+        stream,
+        "POST {path} HTTP/1.1\r\nHost: {http}\r\nConnection: close\r\n{auth}\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .expect("send");
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw).expect("read");
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let status = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let body = text
+        .split_once("\r\n\r\n")
+        .map_or("", |(_, b)| b)
+        .to_string();
+    (status, body)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_acls_see_the_http_callers_principal() {
+    let http_port = free_port();
+    let jaas = format!("listener.name.sasl_plaintext.plain.sasl.jaas.config={JAAS}");
+    let broker = Broker::start_with(&[
+        "listeners=SASL_PLAINTEXT://127.0.0.1:0,PLAINTEXT://127.0.0.1:0",
+        "listener.security.protocol.map=SASL_PLAINTEXT:SASL_PLAINTEXT,PLAINTEXT:PLAINTEXT",
+        "sasl.enabled.mechanisms=PLAIN",
+        jaas.as_str(),
+        "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+        "super.users=User:admin;User:ANONYMOUS",
+        &format!("millrace.http.listen=127.0.0.1:{http_port}"),
+        "millrace.http.authentication=basic",
+        "millrace.http.listener.name=SASL_PLAINTEXT",
+    ]);
+    let http = SocketAddr::from(([127, 0, 0, 1], http_port));
+    let plaintext = broker.listener_addr("PLAINTEXT").to_string();
+    let topic = unique_topic("stateless-acl");
+    let group = format!("{topic}-group");
+    create_topic(&plaintext, &topic, 1).await;
+    produce(&plaintext, &topic, 0, 6).await;
+    let mut admin = RawConn::connect(broker.listener_addr("PLAINTEXT")).await;
+    let grant = kafka_protocol::messages::CreateAclsRequest::default().with_creations(vec![
+        acl(TOPIC, &topic, "User:alice", READ),
+        acl(TOPIC, &topic, "User:alice", DESCRIBE),
+        acl(GROUP, &group, "User:alice", READ),
+    ]);
+    let answer = admin.request(3, &grant).await;
+    assert!(
+        answer.results.iter().all(|r| r.error_code == 0),
+        "{answer:?}"
+    );
+
+    let register = format!(r#"{{"group":"{group}","topics":["{topic}"],"start":"earliest"}}"#);
+    let (status, body) = post_as(http, None, "/v1/consumer/register", &register);
+    assert_eq!(status, 401, "no credentials: {body}");
+    let (status, body) = post_as(http, Some("bob"), "/v1/consumer/register", &register);
+    assert_eq!(status, 403, "bob has no ACL: {body}");
+    assert!(body.contains("40301"), "{body}");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let (status, body) = loop {
+        // The ACLs reach the image a moment after CreateAcls answers.
+        let answer = post_as(http, Some("alice"), "/v1/consumer/register", &register);
+        if answer.0 == 200 || Instant::now() > deadline {
+            break answer;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(status, 200, "alice may read: {body}");
+    let id = serde_json::from_str::<serde_json::Value>(&body).expect("JSON")["consumer_id"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    let mut got = 0;
+    while got < 6 {
+        assert!(Instant::now() < deadline, "alice read only {got} of 6");
+        let path = format!("/v1/consumer/poll?consumer_id={id}&timeout_ms=200");
+        let (status, body) = post_as(http, Some("alice"), &path, "");
+        assert_eq!(status, 200, "alice polls: {body}");
+        got += body.lines().count();
+    }
+    // bob may not use alice's consumer id: the token grants nothing.
+    let path = format!("/v1/consumer/poll?consumer_id={id}");
+    let (status, body) = post_as(http, Some("bob"), &path, "");
+    assert_eq!(status, 403, "bob with alice's consumer id: {body}");
 }

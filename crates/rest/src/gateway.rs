@@ -87,6 +87,16 @@ impl Gateway {
         &self.listener
     }
 
+    /// What `caller` may do, by the ACLs in force now (everything without an authorizer), for the
+    /// checks a route makes before calling a handler (Kafka's: a topic the caller may not
+    /// Describe is "not authorized", never "not found").
+    pub fn authz(&self, caller: &Caller) -> Result<millrace_frontend::authz::Authz, RestError> {
+        Ok(millrace_frontend::authz::Authz::for_session(
+            self.context()?,
+            &self.session(caller),
+        ))
+    }
+
     /// The session a Kafka handler sees for `caller`.
     pub fn session(&self, caller: &Caller) -> Session {
         Session::authenticated(caller.peer, self.listener.clone(), caller.principal.clone())

@@ -33,6 +33,7 @@ use axum::{Extension, Json, Router};
 use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
 use base64::Engine;
 use bytes::Bytes;
+use millrace_cluster::acl::AclOperation;
 use millrace_frontend::error_codes;
 use serde::{Deserialize, Serialize};
 
@@ -148,8 +149,17 @@ async fn register(
         }
     };
     let image = api.gateway.image()?;
-    if let Some(missing) = request.topics.iter().find(|t| image.topic(t).is_none()) {
-        return Err(RestError::topic_not_found(missing));
+    let authz = api.gateway.authz(&caller)?;
+    for topic in &request.topics {
+        if !authz.topic(AclOperation::Describe, topic) {
+            return Err(RestError::kafka(
+                error_codes::TOPIC_AUTHORIZATION_FAILED,
+                &format!("topic {topic}"),
+            ));
+        }
+        if image.topic(topic).is_none() {
+            return Err(RestError::topic_not_found(topic));
+        }
     }
     let token = Token {
         g: request.group.clone(),
