@@ -13,6 +13,7 @@ pub mod error;
 pub mod gateway;
 pub mod limits;
 pub mod membership;
+pub mod produce;
 pub mod records;
 pub mod server;
 pub mod stateless;
