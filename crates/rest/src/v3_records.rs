@@ -36,7 +36,7 @@ use axum::Router;
 use base64::Engine as _;
 use bytes::{Bytes, BytesMut};
 use futures::StreamExt;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::error::{code, RestError};
@@ -174,7 +174,7 @@ async fn buffered(target: Target, raw: Bytes) -> Response {
         let (status, report) = reports
             .pop()
             .unwrap_or_else(|| error_report(&RestError::internal("no report for the record")));
-        return json(status, &report);
+        return json(status, report);
     }
     let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(REPORTS_QUEUED_MAX);
     tokio::spawn(async move {
@@ -291,9 +291,9 @@ fn take_values(buffer: &[u8], done: bool) -> (Vec<Value>, usize, Option<RestErro
 }
 
 /// Produces the records `values` hold and answers one report per value, in order.
-async fn produce_group(target: &Target, values: Vec<Value>) -> Vec<(StatusCode, Value)> {
+async fn produce_group(target: &Target, values: Vec<Value>) -> Vec<(StatusCode, Bytes)> {
     let prepared: Vec<Result<Prepared, RestError>> = values.into_iter().map(prepare).collect();
-    let mut reports: Vec<Option<(StatusCode, Value)>> = vec![None; prepared.len()];
+    let mut reports: Vec<Option<(StatusCode, Bytes)>> = vec![None; prepared.len()];
     let mut good = Vec::new();
     for (i, p) in prepared.into_iter().enumerate() {
         match p {
@@ -345,30 +345,30 @@ async fn produce_group(target: &Target, values: Vec<Value>) -> Vec<(StatusCode, 
 }
 
 /// A record's report: 200 with where it went, or the Kafka error.
-fn report(target: &Target, prepared: &Prepared, outcome: &RecordOutcome) -> (StatusCode, Value) {
+fn report(target: &Target, prepared: &Prepared, outcome: &RecordOutcome) -> (StatusCode, Bytes) {
     match outcome {
         RecordOutcome::Written {
             partition,
             offset,
             timestamp_ms,
         } => {
-            let data = |d: &Option<(String, usize)>| match d {
-                Some((kind, size)) => serde_json::json!({ "type": kind, "size": size }),
-                None => Value::Null,
+            let data = |d: &Option<(String, usize)>| {
+                d.as_ref().map(|(kind, size)| DataReport {
+                    kind: kind.clone(),
+                    size: *size,
+                })
             };
-            (
-                StatusCode::OK,
-                serde_json::json!({
-                    "error_code": 200,
-                    "cluster_id": target.cluster_id,
-                    "topic_name": target.topic,
-                    "partition_id": partition,
-                    "offset": offset,
-                    "timestamp": format_rfc3339(*timestamp_ms),
-                    "key": data(&prepared.key_type),
-                    "value": data(&prepared.value_type),
-                }),
-            )
+            let delivered = DeliveryReport {
+                error_code: 200,
+                cluster_id: target.cluster_id.clone(),
+                topic_name: target.topic.clone(),
+                partition_id: *partition,
+                offset: *offset,
+                timestamp: format_rfc3339(*timestamp_ms),
+                key: data(&prepared.key_type),
+                value: data(&prepared.value_type),
+            };
+            (StatusCode::OK, to_json(&delivered))
         }
         RecordOutcome::Failed {
             partition,
@@ -381,12 +381,44 @@ fn report(target: &Target, prepared: &Prepared, outcome: &RecordOutcome) -> (Sta
     }
 }
 
+/// A delivery report, its fields in the document's order.
+#[derive(Debug, Serialize)]
+struct DeliveryReport {
+    error_code: i32,
+    cluster_id: String,
+    topic_name: String,
+    partition_id: i32,
+    offset: i64,
+    timestamp: String,
+    key: Option<DataReport>,
+    value: Option<DataReport>,
+}
+
+#[derive(Debug, Serialize)]
+struct DataReport {
+    #[serde(rename = "type")]
+    kind: String,
+    size: usize,
+}
+
+#[derive(Debug, Serialize)]
+struct ErrorReport<'a> {
+    error_code: i32,
+    message: &'a str,
+}
+
 /// An error report and the status a one-record request answers with.
-fn error_report(e: &RestError) -> (StatusCode, Value) {
-    (
-        e.status,
-        serde_json::json!({ "error_code": e.error_code, "message": e.message }),
-    )
+fn error_report(e: &RestError) -> (StatusCode, Bytes) {
+    let report = ErrorReport {
+        error_code: e.error_code,
+        message: &e.message,
+    };
+    (e.status, to_json(&report))
+}
+
+/// A report's JSON, its fields in the struct's order.
+fn to_json<T: Serialize>(value: &T) -> Bytes {
+    Bytes::from(serde_json::to_vec(value).unwrap_or_else(|_| b"{}".to_vec()))
 }
 
 /// One JSON value as the record `value` holds: partition, headers, key, value, timestamp.
@@ -533,15 +565,21 @@ fn content_type_is_json(headers: &HeaderMap) -> bool {
     )
 }
 
-fn json(status: StatusCode, value: &Value) -> Response {
-    body::json_response(status, "application/json", value)
+fn json(status: StatusCode, report: Bytes) -> Response {
+    let mut response = (status, report).into_response();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
 }
 
 /// A report as one line of a stream.
-fn line(value: &Value) -> Bytes {
-    let mut out = serde_json::to_vec(value).unwrap_or_else(|_| b"{}".to_vec());
-    out.push(b'\n');
-    Bytes::from(out)
+fn line(report: &Bytes) -> Bytes {
+    let mut out = BytesMut::with_capacity(report.len() + 1);
+    out.extend_from_slice(report);
+    out.extend_from_slice(b"\n");
+    out.freeze()
 }
 
 #[cfg(test)]

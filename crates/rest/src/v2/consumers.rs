@@ -20,7 +20,7 @@ use serde_json::Value;
 
 use super::body::{self, EmbeddedFormat, Media, RawBody};
 use super::instances::{
-    Instance, OffsetReset, Settings, Subscription, INSTANCE_NAME_BYTES_MAX,
+    retry_coordinator, Instance, OffsetReset, Settings, Subscription, INSTANCE_NAME_BYTES_MAX,
     PARTITIONS_PER_REQUEST_MAX, PATTERN_BYTES_MAX, READ_BYTES_MAX, REQUEST_TIMEOUT_DEFAULT,
     REQUEST_TIMEOUT_MAX,
 };
@@ -309,6 +309,18 @@ struct PartitionJson {
     partition: i32,
 }
 
+/// `{"partitions": [...]}` in an answer.
+#[derive(Debug, Serialize)]
+struct PartitionsJson {
+    partitions: Vec<PartitionJson>,
+}
+
+/// `{"offsets": [...]}` in an answer.
+#[derive(Debug, Serialize)]
+struct OffsetsJson {
+    offsets: Vec<CommittedJson>,
+}
+
 #[derive(Debug, Deserialize)]
 struct PartitionsBody {
     partitions: Vec<PartitionJson>,
@@ -366,9 +378,7 @@ pub async fn assignment(
         .into_iter()
         .map(|(topic, partition)| PartitionJson { topic, partition })
         .collect();
-    Ok(body::v2_ok(
-        &serde_json::json!({ "partitions": partitions }),
-    ))
+    Ok(body::v2_ok(&PartitionsJson { partitions }))
 }
 
 #[derive(Debug, Deserialize)]
@@ -651,9 +661,10 @@ pub async fn committed(
     };
     let partitions = partitions_of(request)?;
     let instance = api.v2.lock(&group, &name, &caller).await?;
-    let found =
+    let found = retry_coordinator(|| {
         crate::membership::committed(&api.gateway, &caller, &instance.group, Some(&partitions))
-            .await?;
+    })
+    .await?;
     let offsets: Vec<CommittedJson> = partitions
         .iter()
         .filter_map(|tp| {
@@ -665,7 +676,7 @@ pub async fn committed(
             })
         })
         .collect();
-    Ok(body::v2_ok(&serde_json::json!({ "offsets": offsets })))
+    Ok(body::v2_ok(&OffsetsJson { offsets }))
 }
 
 /// `scheme://host[:port]` the client used, for `base_uri`.

@@ -55,6 +55,11 @@ pub const READ_BYTES_MAX: i64 = 64 * 1024 * 1024;
 const UNASSIGNED_HEARTBEAT_INTERVAL: Duration = Duration::from_millis(250);
 /// The pause after a fetch round that returned only errors.
 const ERROR_BACKOFF: Duration = Duration::from_millis(50);
+/// How long a call waits for a group coordinator that is moving or loading (NOT_COORDINATOR,
+/// COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE), as a Kafka consumer retries them.
+const COORDINATOR_WAIT: Duration = Duration::from_secs(15);
+/// The pause between two tries while the coordinator moves.
+const COORDINATOR_BACKOFF: Duration = Duration::from_millis(100);
 /// Fetch rounds in one read at most (each waits for data, so this is rarely reached).
 const READ_ROUNDS_MAX: usize = 1000;
 /// An instance name's bytes at most (it is a URL path segment).
@@ -580,18 +585,26 @@ impl Instance {
             return Ok(());
         }
         let before: BTreeSet<TopicPartition> = member.assignment.iter().cloned().collect();
-        let mut beat = membership::heartbeat(gateway, caller, member).await;
-        if let Err(e) = &beat {
-            if e.message.contains("FENCED_MEMBER_EPOCH") || e.message.contains("UNKNOWN_MEMBER_ID")
-            {
-                // The coordinator no longer knows this member (its session expired, or the
-                // coordinator moved): join again as a new member, as a Kafka consumer does.
-                member.epoch = 0;
-                member.assignment.clear();
-                member.member_id = uuid::Uuid::new_v4().to_string();
-                beat = membership::heartbeat(gateway, caller, member).await;
+        let deadline = Instant::now() + COORDINATOR_WAIT;
+        let mut rejoined = false;
+        let beat = loop {
+            match membership::heartbeat(gateway, caller, member).await {
+                Err(e)
+                    if is_kafka(&e, &["FENCED_MEMBER_EPOCH", "UNKNOWN_MEMBER_ID"]) && !rejoined =>
+                {
+                    // The coordinator no longer knows this member (its session expired, or the
+                    // coordinator lost it): join again as a new member, as a Kafka consumer does.
+                    rejoined = true;
+                    member.epoch = 0;
+                    member.assignment.clear();
+                    member.member_id = uuid::Uuid::new_v4().to_string();
+                }
+                Err(e) if coordinator_moving(&e) && Instant::now() < deadline => {
+                    tokio::time::sleep(COORDINATOR_BACKOFF).await;
+                }
+                other => break other,
             }
-        }
+        };
         self.last_heartbeat = Some(Instant::now());
         let after: BTreeSet<TopicPartition> = member.assignment.iter().cloned().collect();
         let revoked: Vec<TopicPartition> = before.difference(&after).cloned().collect();
@@ -647,7 +660,10 @@ impl Instance {
             .as_ref()
             .filter(|m| m.epoch > 0)
             .map(|m| (m.member_id.as_str(), m.epoch));
-        let refused = membership::commit(gateway, caller, &self.group, member, offsets).await?;
+        let group = self.group.as_str();
+        let refused =
+            retry_coordinator(|| membership::commit(gateway, caller, group, member, offsets))
+                .await?;
         if let Some(((topic, partition), kafka_code)) = refused.into_iter().next() {
             return Err(RestError::kafka(
                 kafka_code,
@@ -790,7 +806,10 @@ impl Instance {
         if missing.is_empty() {
             return Ok(());
         }
-        let committed = membership::committed(gateway, caller, &self.group, Some(&missing)).await?;
+        let group = self.group.as_str();
+        let committed =
+            retry_coordinator(|| membership::committed(gateway, caller, group, Some(&missing)))
+                .await?;
         let mut unset = Vec::new();
         for tp in missing {
             match committed.get(&tp) {
@@ -862,6 +881,41 @@ impl Instance {
             partition,
             offset: record.offset,
         })
+    }
+}
+
+/// Whether `e` is one of the Kafka errors `names` (the gateway's REST errors name the Kafka error
+/// after a colon).
+fn is_kafka(e: &RestError, names: &[&str]) -> bool {
+    names.iter().any(|n| e.message.ends_with(&format!(": {n}")))
+}
+
+/// A coordinator that is moving or loading: the call is worth trying again shortly.
+pub fn coordinator_moving(e: &RestError) -> bool {
+    is_kafka(
+        e,
+        &[
+            "NOT_COORDINATOR",
+            "COORDINATOR_LOAD_IN_PROGRESS",
+            "COORDINATOR_NOT_AVAILABLE",
+        ],
+    )
+}
+
+/// `call` again while the group's coordinator moves, for at most [`COORDINATOR_WAIT`].
+pub async fn retry_coordinator<T, F, Fut>(mut call: F) -> Result<T, RestError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, RestError>>,
+{
+    let deadline = Instant::now() + COORDINATOR_WAIT;
+    loop {
+        match call().await {
+            Err(e) if coordinator_moving(&e) && Instant::now() < deadline => {
+                tokio::time::sleep(COORDINATOR_BACKOFF).await;
+            }
+            other => return other,
+        }
     }
 }
 

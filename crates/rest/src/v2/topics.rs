@@ -230,6 +230,14 @@ struct ProduceBodyRecord {
     value: Option<Value>,
 }
 
+/// A produce answer.
+#[derive(Debug, Serialize)]
+struct ProducedJson {
+    offsets: Vec<OffsetJson>,
+    key_schema_id: Option<i32>,
+    value_schema_id: Option<i32>,
+}
+
 /// One entry of a produce answer.
 #[derive(Debug, Serialize)]
 struct OffsetJson {
@@ -309,11 +317,11 @@ async fn produce_records(
     Ok(body::json_response(
         status,
         body::V2_JSON,
-        &serde_json::json!({
-            "key_schema_id": null,
-            "value_schema_id": null,
-            "offsets": offsets,
-        }),
+        &ProducedJson {
+            offsets,
+            key_schema_id: None,
+            value_schema_id: None,
+        },
     ))
 }
 
