@@ -11,6 +11,9 @@
 //! proxy does without one. Any other Content-Type is 415. JSON that does not fit a request's shape
 //! is 422 with the field named ([`body`]).
 //!
+//! Beside Confluent's paths, Redpanda's pandaproxy's `GET /topics/{t}/partitions/{p}/records`
+//! (`offset`, `timeout`, `max_bytes`) reads one partition without a consumer instance.
+//!
 //! Every call reaches the broker through the [`crate::gateway`], with the HTTP client's
 //! principal: a v2 request is authorized, throttled and validated exactly as the Kafka request
 //! behind it.
@@ -47,8 +50,14 @@ pub fn routes() -> Router<Arc<RestApi>> {
             "/topics/{topic}/partitions/{partition}/offsets",
             get(topics::offsets),
         )
+        .route(
+            "/topics/{topic}/partitions/{partition}/records",
+            get(topics::partition_records),
+        )
         .route("/brokers", get(topics::brokers))
         .route("/consumers/{group}", post(consumers::create))
+        // Confluent's reference writes the creation path with a trailing slash.
+        .route("/consumers/{group}/", post(consumers::create))
         .route(
             "/consumers/{group}/instances/{instance}",
             axum::routing::delete(consumers::delete),

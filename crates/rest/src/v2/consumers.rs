@@ -585,9 +585,10 @@ fn check_accept(headers: &HeaderMap, format: EmbeddedFormat) -> Result<(), RestE
     ))
 }
 
+/// `{"offsets": [...]}`; Redpanda's pandaproxy names the list `partitions`.
 #[derive(Debug, Deserialize)]
 struct CommitBody {
-    #[serde(default)]
+    #[serde(default, alias = "partitions")]
     offsets: Option<Vec<OffsetJson>>,
 }
 

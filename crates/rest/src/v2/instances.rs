@@ -848,40 +848,51 @@ impl Instance {
         Ok(())
     }
 
-    /// A record in the instance's format: base64 (binary) or the JSON the bytes hold (json).
+    /// A record in the instance's format.
     fn to_json(
         &self,
         topic: &str,
         partition: i32,
         record: &crate::records::FetchedRecord,
     ) -> Result<RecordJson, RestError> {
-        let convert = |bytes: &Option<bytes::Bytes>, what: &str| -> Result<Value, RestError> {
-            let Some(bytes) = bytes else {
-                return Ok(Value::Null);
-            };
-            match self.settings.format {
-                EmbeddedFormat::Json => serde_json::from_slice(bytes).map_err(|e| {
-                    RestError::new(
-                        StatusCode::INTERNAL_SERVER_ERROR,
-                        code::KAFKA_ERROR,
-                        format!(
-                            "The {what} of the record at offset {} of {topic}-{partition} is not \
-                             JSON ({e}); read it with a binary consumer, or seek past it",
-                            record.offset
-                        ),
-                    )
-                }),
-                _ => Ok(Value::String(base64::Engine::encode(&BASE64, bytes))),
-            }
-        };
-        Ok(RecordJson {
-            topic: topic.to_string(),
-            key: convert(&record.key, "key")?,
-            value: convert(&record.value, "value")?,
-            partition,
-            offset: record.offset,
-        })
+        record_json(self.settings.format, topic, partition, record)
     }
+}
+
+/// A record in `format`: base64 (binary) or the JSON its bytes hold (json; bytes that are not
+/// JSON are 500 50002, as Confluent's JSON deserializer fails them).
+pub fn record_json(
+    format: EmbeddedFormat,
+    topic: &str,
+    partition: i32,
+    record: &crate::records::FetchedRecord,
+) -> Result<RecordJson, RestError> {
+    let convert = |bytes: &Option<bytes::Bytes>, what: &str| -> Result<Value, RestError> {
+        let Some(bytes) = bytes else {
+            return Ok(Value::Null);
+        };
+        match format {
+            EmbeddedFormat::Json => serde_json::from_slice(bytes).map_err(|e| {
+                RestError::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    code::KAFKA_ERROR,
+                    format!(
+                        "The {what} of the record at offset {} of {topic}-{partition} is not \
+                         JSON ({e}); read it with a binary consumer, or seek past it",
+                        record.offset
+                    ),
+                )
+            }),
+            _ => Ok(Value::String(base64::Engine::encode(&BASE64, bytes))),
+        }
+    };
+    Ok(RecordJson {
+        topic: topic.to_string(),
+        key: convert(&record.key, "key")?,
+        value: convert(&record.value, "value")?,
+        partition,
+        offset: record.offset,
+    })
 }
 
 /// Whether `e` is one of the Kafka errors `names` (the gateway's REST errors name the Kafka error

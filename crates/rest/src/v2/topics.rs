@@ -13,7 +13,10 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use axum::extract::{Extension, Path, State};
+use std::time::Duration;
+
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Extension, Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use base64::Engine as _;
@@ -34,7 +37,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::body::{self, EmbeddedFormat, Media, RawBody};
-use crate::consume::{self, OffsetSpec};
+use super::instances::{record_json, READ_BYTES_MAX, REQUEST_TIMEOUT_MAX};
+use crate::consume::{self, FetchLimits, FetchPosition, OffsetSpec};
 use crate::error::{code, RestError};
 use crate::gateway::Caller;
 use crate::produce::{self, ProduceRecord, RecordOutcome};
@@ -188,6 +192,90 @@ pub async fn brokers(
     let mut ids: Vec<i32> = response.brokers.iter().map(|b| b.node_id.0).collect();
     ids.sort_unstable();
     Ok(body::v2_ok(&serde_json::json!({ "brokers": ids })))
+}
+
+/// `GET /topics/{t}/partitions/{p}/records`'s query (Redpanda's: all three are required there).
+#[derive(Debug, Deserialize)]
+pub struct PartitionReadQuery {
+    offset: i64,
+    #[serde(default)]
+    timeout: Option<i64>,
+    #[serde(default)]
+    max_bytes: Option<i64>,
+}
+
+/// `GET /topics/{t}/partitions/{p}/records?offset=&timeout=&max_bytes=` (Redpanda's pandaproxy):
+/// the records of one partition from `offset`, in the format `Accept` names (binary unless it
+/// names json), waiting up to `timeout` ms for some.
+pub async fn partition_records(
+    State(api): State<Arc<RestApi>>,
+    Extension(caller): Extension<Caller>,
+    Path((topic, partition)): Path<(String, String)>,
+    query: Result<Query<PartitionReadQuery>, QueryRejection>,
+    headers: HeaderMap,
+) -> Result<Response, RestError> {
+    let partition = partition_id(&partition)?;
+    let Query(query) = query.map_err(|e| {
+        RestError::bad_request(format!(
+            "offset (required), timeout and max_bytes are integers: {}",
+            e.body_text()
+        ))
+    })?;
+    let format = Media::accepted(&headers)
+        .into_iter()
+        .find_map(|m| match m {
+            Media::Embedded(f) => Some(f),
+            _ => None,
+        })
+        .unwrap_or(EmbeddedFormat::Binary);
+    if format.needs_schema() {
+        return Err(format.no_schema_registry());
+    }
+    if query.offset < 0 {
+        return Err(RestError::unprocessable("offset: must be 0 or more"));
+    }
+    let timeout = Duration::from_millis(u64::try_from(query.timeout.unwrap_or(1000)).unwrap_or(0))
+        .min(REQUEST_TIMEOUT_MAX);
+    let max_bytes = query
+        .max_bytes
+        .filter(|b| *b > 0)
+        .map_or(READ_BYTES_MAX, |b| b.min(READ_BYTES_MAX));
+    let position = FetchPosition {
+        topic: topic.clone(),
+        partition,
+        offset: query.offset,
+    };
+    let limits = FetchLimits {
+        max_bytes: i32::try_from(max_bytes).unwrap_or(i32::MAX),
+        partition_max_bytes: i32::try_from(max_bytes).unwrap_or(i32::MAX),
+        max_wait: timeout,
+    };
+    let fetched = consume::fetch(&api.gateway, &caller, &[position], limits).await?;
+    let mut out = Vec::new();
+    let mut bytes = 0i64;
+    for p in fetched {
+        if p.error_code != error_codes::NONE {
+            return Err(RestError::kafka(
+                p.error_code,
+                &format!("partition {topic}-{partition}"),
+            ));
+        }
+        for record in &p.records {
+            let size = record.key.as_ref().map_or(0, |k| k.len())
+                + record.value.as_ref().map_or(0, |v| v.len());
+            let size = i64::try_from(size).unwrap_or(i64::MAX);
+            if !out.is_empty() && bytes.saturating_add(size) > max_bytes {
+                break;
+            }
+            bytes = bytes.saturating_add(size);
+            out.push(record_json(format, &topic, partition, record)?);
+        }
+    }
+    Ok(body::json_response(
+        StatusCode::OK,
+        &format.media_type(),
+        &out,
+    ))
 }
 
 /// `POST /topics/{t}`.
