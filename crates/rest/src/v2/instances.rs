@@ -728,12 +728,13 @@ impl Instance {
             };
             let fetched = consume::fetch(gateway, caller, &positions, limits).await?;
             let mut errors = 0;
+            let mut out_of_range = Vec::new();
             for partition in fetched {
                 let tp = (partition.topic.clone(), partition.partition);
                 match partition.error_code {
                     error_codes::NONE => {}
                     error_codes::OFFSET_OUT_OF_RANGE => {
-                        self.positions.remove(&tp);
+                        out_of_range.push(tp);
                         errors += 1;
                         continue;
                     }
@@ -779,6 +780,11 @@ impl Instance {
                     self.positions.insert(tp, next);
                 }
             }
+            if !out_of_range.is_empty() {
+                // As a Kafka consumer: a position outside the log is reset by auto.offset.reset
+                // (not by the committed offset, which may be just as far outside).
+                self.reset_positions(gateway, caller, out_of_range).await?;
+            }
             if bytes >= min_bytes || (!out.is_empty() && bytes >= max_bytes) {
                 break;
             }
@@ -820,6 +826,16 @@ impl Instance {
                 None => unset.push(tp),
             }
         }
+        self.reset_positions(gateway, caller, unset).await
+    }
+
+    /// Sets the positions of `unset` where `auto.offset.reset` says (an error for `none`).
+    async fn reset_positions(
+        &mut self,
+        gateway: &Gateway,
+        caller: &Caller,
+        unset: Vec<TopicPartition>,
+    ) -> Result<(), RestError> {
         if unset.is_empty() {
             return Ok(());
         }
