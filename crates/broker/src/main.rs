@@ -82,6 +82,18 @@ fn main() -> ExitCode {
             return ExitCode::from(EXIT_BAD_SETTINGS);
         }
     };
+    // The same for the HTTP listener's TLS and authentication (`millrace.http.*`).
+    let http_security = match settings
+        .http_listen
+        .map(|_| millrace_rest::server::HttpSecurity::from_config(&settings.config))
+        .transpose()
+    {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("millrace: {e}");
+            return ExitCode::from(EXIT_BAD_SETTINGS);
+        }
+    };
     if let Err(e) = millrace_cluster::node::check_data_dir(&settings.config, &settings.data_dir) {
         eprintln!("millrace: {e}");
         return ExitCode::from(EXIT_AMBIGUOUS_DATA_DIR);
@@ -101,7 +113,7 @@ fn main() -> ExitCode {
     // reaches its first wait, instead of killing the process mid-open.
     let outcome = runtime.block_on(async {
         let shutdown = shutdown_signal();
-        run(settings, security, fail_sync_of, shutdown).await
+        run(settings, security, http_security, fail_sync_of, shutdown).await
     });
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
@@ -220,6 +232,7 @@ fn open_store(
 async fn run(
     settings: Settings,
     security: Vec<ListenerSecurity>,
+    http_security: Option<millrace_rest::server::HttpSecurity>,
     fail_sync_of: Option<String>,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> anyhow::Result<()> {
@@ -254,8 +267,8 @@ async fn run(
         ),
     );
     let http_stop = CancellationToken::new();
-    let http = match settings.http_listen {
-        Some(addr) => {
+    let http = match settings.http_listen.zip(http_security) {
+        Some((addr, security)) => {
             let http_listener = TcpListener::bind(addr)
                 .await
                 .with_context(|| format!("cannot listen on {addr} (millrace.http.listen)"))?;
@@ -264,6 +277,7 @@ async fn run(
             Some(tokio::spawn(millrace_rest::server::serve(
                 http_listener,
                 rest.clone(),
+                security,
                 Arc::new(move |request| observe::route(&ops_observer, request)),
                 http_stop.clone(),
             )))

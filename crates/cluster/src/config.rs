@@ -404,6 +404,25 @@ pub static BROKER_CONFIGS: &[ConfigDef] = &[
     ),
     def("millrace.rest.consumer.instances.max", "1000", INT_POS),
     def("millrace.rest.request.bytes.max", "67108864", LONG_POS),
+    // The HTTP listener's transport and authentication (`config_rest.rs`, docs/http.md): TLS
+    // from the `ssl.*` of listener `millrace.http.listener.name` (its `listener.name.<name>.ssl.*`,
+    // else the broker-wide `ssl.*`), HTTP Basic against the SASL users.
+    def(
+        "millrace.http.listener.security.protocol",
+        "PLAINTEXT",
+        ConfigType::OneOf(&["PLAINTEXT", "SSL"]),
+    ),
+    def("millrace.http.listener.name", "HTTP", ConfigType::Str),
+    def(
+        "millrace.http.authentication",
+        "none",
+        ConfigType::OneOf(&["none", "basic"]),
+    ),
+    def(
+        "millrace.http.authentication.operator.routes",
+        "false",
+        ConfigType::Bool,
+    ),
     // TLS (also per listener, see LISTENER_CONFIGS).
     def("ssl.keystore.type", "JKS", KEYSTORE_TYPES),
     nodef("ssl.keystore.location", ConfigType::Str),

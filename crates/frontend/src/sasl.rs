@@ -77,8 +77,8 @@ impl Mechanism {
 pub struct SaslSettings {
     listener: String,
     mechanisms: Vec<Mechanism>,
-    /// PLAIN's users: name → password.
-    plain_users: BTreeMap<String, String>,
+    /// PLAIN's users.
+    plain_users: PlainUsers,
     /// `connections.max.reauth.ms`; `None` = sessions do not expire.
     pub reauth: Option<Duration>,
     /// `connection.failed.authentication.delay.ms`.
@@ -92,7 +92,7 @@ impl std::fmt::Debug for SaslSettings {
         f.debug_struct("SaslSettings")
             .field("listener", &self.listener)
             .field("mechanisms", &self.mechanisms)
-            .field("plain_users", &self.plain_users.keys().collect::<Vec<_>>())
+            .field("plain_users", &self.plain_users)
             .field("reauth", &self.reauth)
             .finish_non_exhaustive()
     }
@@ -127,38 +127,17 @@ impl SaslSettings {
                 "no mechanism enabled".to_string(),
             ));
         }
-        let mut plain_users = BTreeMap::new();
-        if mechanisms.contains(&Mechanism::Plain) {
-            let key = format!(
-                "listener.name.{}.plain.sasl.jaas.config",
-                listener.to_ascii_lowercase()
-            );
-            let text = config.explicit(&key).ok_or_else(|| {
+        let plain_users = if mechanisms.contains(&Mechanism::Plain) {
+            PlainUsers::from_config(config, listener)?.ok_or_else(|| {
                 wrong(
-                    &key,
+                    &PlainUsers::jaas_key(listener),
                     "PLAIN needs the listener's JAAS line with user_<name>=\"<password>\" entries"
                         .to_string(),
                 )
-            })?;
-            let (module, options) = parse_jaas(text).map_err(|e| wrong(&key, e))?;
-            if module != PLAIN_LOGIN_MODULE {
-                return Err(wrong(
-                    &key,
-                    format!("login module {module}: PLAIN uses {PLAIN_LOGIN_MODULE}"),
-                ));
-            }
-            for (name, password) in options {
-                if let Some(user) = name.strip_prefix("user_") {
-                    plain_users.insert(user.to_string(), password);
-                }
-            }
-            if plain_users.is_empty() {
-                return Err(wrong(
-                    &key,
-                    "no user_<name>=\"<password>\" entry: nobody could authenticate".to_string(),
-                ));
-            }
-        }
+            })?
+        } else {
+            PlainUsers::default()
+        };
         // Validated as non-negative numbers by the config registry.
         let number = |key: &str, default: u64| {
             config
@@ -227,16 +206,80 @@ impl SaslSettings {
                     .to_string(),
             );
         }
-        // Compared in time independent of where they differ; an unknown user is compared against
-        // an empty password, so both failures take the same path.
-        let expected = self.plain_users.get(user).map_or("", String::as_str);
-        let matches = constant_time_eq(expected.as_bytes(), password.as_bytes())
-            && self.plain_users.contains_key(user);
-        if matches {
+        if self.plain_users.check(user, password) {
             Ok(user.to_string())
         } else {
             Err(INVALID_CREDENTIALS.to_string())
         }
+    }
+}
+
+/// PLAIN's users of one listener: the `user_<name>="<password>"` entries of its
+/// `listener.name.<name>.plain.sasl.jaas.config`. `Debug` names the users, never their passwords.
+#[derive(Clone, Default)]
+pub struct PlainUsers(BTreeMap<String, String>);
+
+impl std::fmt::Debug for PlainUsers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.0.keys()).finish()
+    }
+}
+
+impl PlainUsers {
+    /// The key of listener `listener`'s PLAIN JAAS line.
+    pub fn jaas_key(listener: &str) -> String {
+        format!(
+            "listener.name.{}.plain.sasl.jaas.config",
+            listener.to_ascii_lowercase()
+        )
+    }
+
+    /// The users of listener `listener` (upper case); `None` when it has no PLAIN JAAS line; an
+    /// error for a line that is not PLAIN's or names nobody.
+    pub fn from_config(
+        config: &BrokerConfig,
+        listener: &str,
+    ) -> Result<Option<Self>, SaslConfigError> {
+        let key = Self::jaas_key(listener);
+        let wrong = |reason: String| SaslConfigError {
+            listener: listener.to_string(),
+            key: key.clone(),
+            reason,
+        };
+        let Some(text) = config.explicit(&key) else {
+            return Ok(None);
+        };
+        let (module, options) = parse_jaas(text).map_err(wrong)?;
+        if module != PLAIN_LOGIN_MODULE {
+            return Err(wrong(format!(
+                "login module {module}: PLAIN uses {PLAIN_LOGIN_MODULE}"
+            )));
+        }
+        let users: BTreeMap<String, String> = options
+            .into_iter()
+            .filter_map(|(name, password)| {
+                name.strip_prefix("user_")
+                    .map(|user| (user.to_string(), password))
+            })
+            .collect();
+        if users.is_empty() {
+            return Err(wrong(
+                "no user_<name>=\"<password>\" entry: nobody could authenticate".to_string(),
+            ));
+        }
+        Ok(Some(Self(users)))
+    }
+
+    /// Whether `user` is one of them.
+    pub fn contains(&self, user: &str) -> bool {
+        self.0.contains_key(user)
+    }
+
+    /// Whether `password` is `user`'s. Compared in time independent of where they differ; an
+    /// unknown user is compared against an empty password, so both failures take the same path.
+    pub fn check(&self, user: &str, password: &str) -> bool {
+        let expected = self.0.get(user).map_or("", String::as_str);
+        constant_time_eq(expected.as_bytes(), password.as_bytes()) && self.0.contains_key(user)
     }
 }
 

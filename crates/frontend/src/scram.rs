@@ -13,12 +13,18 @@
 //!   broker before and after a restart, still tells a real user (same salt) from an unknown one.
 //! - [`derive_keys`] turns a salted password (what AlterUserScramCredentials carries) into the
 //!   StoredKey and ServerKey the log keeps.
+//! - [`verify_password`] checks a plain password against a credential without the exchange (the
+//!   HTTP listener's Basic authentication): PBKDF2 with the credential's salt and iterations, then
+//!   StoredKey and ServerKey compared in constant time. An unknown user costs the same PBKDF2.
 
+use std::num::NonZeroU32;
 use std::sync::OnceLock;
 
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine;
-use millrace_cluster::scram::{ScramCredential, ScramMechanism, SCRAM_ITERATIONS_MIN};
+use millrace_cluster::scram::{
+    ScramCredential, ScramMechanism, SCRAM_ITERATIONS_MAX, SCRAM_ITERATIONS_MIN,
+};
 use ring::{digest, hmac, rand::SecureRandom};
 
 use crate::constant_time::constant_time_eq;
@@ -63,6 +69,58 @@ fn hash(m: ScramMechanism, data: &[u8]) -> Vec<u8> {
 pub fn derive_keys(m: ScramMechanism, salted_password: &[u8]) -> (Vec<u8>, Vec<u8>) {
     let client_key = mac(m, salted_password, b"Client Key");
     (hash(m, &client_key), mac(m, salted_password, b"Server Key"))
+}
+
+/// SaltedPassword = PBKDF2(password, salt, iterations) with the mechanism's HMAC (RFC 5802's Hi).
+fn salted_password(
+    m: ScramMechanism,
+    password: &str,
+    salt: &[u8],
+    iterations: NonZeroU32,
+) -> Vec<u8> {
+    let alg = match m {
+        ScramMechanism::Sha256 => ring::pbkdf2::PBKDF2_HMAC_SHA256,
+        ScramMechanism::Sha512 => ring::pbkdf2::PBKDF2_HMAC_SHA512,
+    };
+    let mut out = vec![0u8; digest_alg(m).output_len()];
+    ring::pbkdf2::derive(alg, iterations, salt, password.as_bytes(), &mut out);
+    out
+}
+
+/// Whether `password` is the one `credential` was made from (`user`'s, for `mechanism`). With no
+/// credential (an unknown user) the same work is done with a decoy salt and `false` comes back,
+/// so that the time taken does not tell a user from a stranger. CPU-bound for milliseconds (4096
+/// to 16384 PBKDF2 rounds): call it off the async runtime's threads.
+pub fn verify_password(
+    mechanism: ScramMechanism,
+    user: &str,
+    password: &str,
+    credential: Option<&ScramCredential>,
+) -> bool {
+    let iterations = |n: i32| NonZeroU32::new(u32::try_from(n).unwrap_or(0));
+    match credential {
+        Some(c) if c.mechanism == mechanism => {
+            // Iterations outside Kafka's bounds cannot have been stored (the controller checks);
+            // refuse rather than run an unbounded derivation.
+            let Some(rounds) = iterations(c.iterations)
+                .filter(|_| (SCRAM_ITERATIONS_MIN..=SCRAM_ITERATIONS_MAX).contains(&c.iterations))
+            else {
+                return false;
+            };
+            let salted = salted_password(mechanism, password, &c.salt, rounds);
+            let (stored_key, server_key) = derive_keys(mechanism, &salted);
+            // Both compared, always, so that the time does not depend on which differs.
+            let stored = constant_time_eq(&stored_key, &c.stored_key);
+            let server = constant_time_eq(&server_key, &c.server_key);
+            stored & server
+        }
+        _ => {
+            if let Some(rounds) = iterations(SCRAM_ITERATIONS_MIN) {
+                let _ = salted_password(mechanism, password, &decoy_salt(mechanism, user), rounds);
+            }
+            false
+        }
+    }
 }
 
 /// A secret for this process, for decoy salts.
@@ -291,33 +349,25 @@ pub fn finish(pending: &ScramPending, message: &[u8]) -> Result<(String, Vec<u8>
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use std::num::NonZeroU32;
 
-    /// A SCRAM client, as the tests need one: (client-first, then a closure for client-final).
-    pub(crate) fn salted_password(
+    /// SaltedPassword for the tests' credentials.
+    pub(crate) fn salted(
         m: ScramMechanism,
         password: &str,
         salt: &[u8],
         iterations: u32,
     ) -> Vec<u8> {
-        let alg = match m {
-            ScramMechanism::Sha256 => ring::pbkdf2::PBKDF2_HMAC_SHA256,
-            ScramMechanism::Sha512 => ring::pbkdf2::PBKDF2_HMAC_SHA512,
-        };
-        let mut out = vec![0u8; digest_alg(m).output_len()];
-        ring::pbkdf2::derive(
-            alg,
-            NonZeroU32::new(iterations).expect("iterations"),
+        salted_password(
+            m,
+            password,
             salt,
-            password.as_bytes(),
-            &mut out,
-        );
-        out
+            NonZeroU32::new(iterations).expect("iterations"),
+        )
     }
 
     pub(crate) fn credential(m: ScramMechanism, password: &str) -> ScramCredential {
         let salt = b"pepper-and-salt!".to_vec();
-        let salted = salted_password(m, password, &salt, 4096);
+        let salted = salted(m, password, &salt, 4096);
         let (stored_key, server_key) = derive_keys(m, &salted);
         ScramCredential {
             mechanism: m,
@@ -353,7 +403,7 @@ pub(crate) mod tests {
             .expect("i")
             .parse()
             .expect("iterations");
-        let salted = salted_password(m, password, &salt, iterations);
+        let salted = salted(m, password, &salt, iterations);
         let without_proof = format!("c=biws,r={nonce}");
         let auth_message = format!("{client_first_bare},{server_first},{without_proof}");
         let client_key = mac(m, &salted, b"Client Key");
@@ -413,5 +463,35 @@ pub(crate) mod tests {
             first(ScramMechanism::Sha256, b"y,,n=a=2Cb=3D,r=x,ext=1", &lookup).expect("ok");
         assert_eq!(pending.user, "a,b=");
         assert!(finish(&pending, b"c=eSws,r=nope,p=AAAA").is_err());
+    }
+
+    #[test]
+    fn a_plain_password_is_checked_against_the_stored_keys() {
+        for m in ScramMechanism::ALL {
+            let known = credential(m, "alice-secret");
+            assert!(verify_password(m, "alice", "alice-secret", Some(&known)));
+            assert!(!verify_password(m, "alice", "alice-secret!", Some(&known)));
+            assert!(!verify_password(m, "alice", "", Some(&known)));
+            assert!(!verify_password(m, "mallory", "alice-secret", None));
+            // A credential of the other mechanism, or with iterations out of bounds, never matches.
+            let other = ScramMechanism::ALL
+                .into_iter()
+                .find(|o| *o != m)
+                .expect("two");
+            assert!(!verify_password(
+                other,
+                "alice",
+                "alice-secret",
+                Some(&known)
+            ));
+            let mut unbounded = known.clone();
+            unbounded.iterations = SCRAM_ITERATIONS_MAX + 1;
+            assert!(!verify_password(
+                m,
+                "alice",
+                "alice-secret",
+                Some(&unbounded)
+            ));
+        }
     }
 }

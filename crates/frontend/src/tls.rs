@@ -89,6 +89,9 @@ pub struct TlsSettings {
     protocols: Vec<&'static SupportedProtocolVersion>,
     /// `ssl.principal.mapping.rules`: a client certificate's subject → principal name.
     principal_mapper: Arc<PrincipalMapper>,
+    /// ALPN protocols offered, most preferred first (none on a Kafka listener; `h2` and
+    /// `http/1.1` on the HTTP listener).
+    alpn: Vec<Vec<u8>>,
 }
 
 impl TlsSettings {
@@ -244,7 +247,19 @@ impl TlsSettings {
             client_auth,
             protocols,
             principal_mapper,
+            alpn: Vec::new(),
         })
+    }
+
+    /// The same settings, offering `protocols` in ALPN (most preferred first).
+    pub fn with_alpn(mut self, protocols: &[&[u8]]) -> Self {
+        self.alpn = protocols.iter().map(|p| p.to_vec()).collect();
+        self
+    }
+
+    /// `ssl.client.auth` as read for this listener.
+    pub fn client_auth(&self) -> ClientAuth {
+        self.client_auth
     }
 
     /// The files the configuration is built from, for change detection.
@@ -342,9 +357,11 @@ impl TlsSettings {
             }
             _ => builder.with_no_client_auth(),
         };
-        builder
+        let mut config = builder
             .with_single_cert(chain, key)
-            .map_err(|e| self.rustls("the certificate and key", e))
+            .map_err(|e| self.rustls("the certificate and key", e))?;
+        config.alpn_protocols = self.alpn.clone();
+        Ok(config)
     }
 
     fn rustls(&self, what: &str, source: rustls::Error) -> TlsError {

@@ -17,14 +17,14 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use millrace_cluster::image::MetadataImage;
-use millrace_frontend::handler::ApiHandler;
+use millrace_frontend::handler::{ApiHandler, ResponseFields};
 use millrace_frontend::session::Session;
 use millrace_frontend::{error_codes, inproc, BrokerContext};
 use parking_lot::Mutex;
 use tracing::debug;
 
 use crate::error::RestError;
-use crate::limits::CLIENT_ID;
+use crate::limits::{CLIENT_ID, THROTTLE_MS_MAX};
 
 /// How long a forwarded request may take, the connection included.
 const FORWARD_TIMEOUT: Duration = Duration::from_secs(60);
@@ -92,7 +92,32 @@ impl Gateway {
         Session::authenticated(caller.peer, self.listener.clone(), caller.principal.clone())
     }
 
-    /// Calls `H` on this broker at `version` as `caller`.
+    /// Holds the HTTP answer back for a Kafka response's `throttle_time_ms` (at most
+    /// [`THROTTLE_MS_MAX`]; at once when the broker shuts down), as a Kafka client's connection is
+    /// muted for it (KIP-219): a principal over its quota gets its answers that much later, so a
+    /// client that waits for each answer is slowed to its quota. [`Gateway::call`] and
+    /// [`Gateway::call_on`] call it for every Kafka response they return. A delay, not 429 with
+    /// `Retry-After`: the request was served (the records are written), so refusing it would be
+    /// wrong, and a delay needs nothing of the client.
+    pub async fn throttle(&self, throttle_time_ms: i32) {
+        let Some(ms) = u64::try_from(throttle_time_ms).ok().filter(|ms| *ms > 0) else {
+            return;
+        };
+        let delay = tokio::time::sleep(Duration::from_millis(ms.min(THROTTLE_MS_MAX)));
+        match self.ctx.get() {
+            Some(ctx) => {
+                tokio::select! {
+                    _ = delay => {}
+                    _ = ctx.shutdown.cancelled() => {}
+                }
+            }
+            None => delay.await,
+        }
+    }
+
+    /// Calls `H` on this broker at `version` as `caller`. A response with a throttle time is
+    /// answered that much later ([`Gateway::throttle`]): every route honours the caller's quotas
+    /// as a Kafka client's muted connection does.
     pub async fn call<H: ApiHandler>(
         &self,
         caller: &Caller,
@@ -101,9 +126,18 @@ impl Gateway {
     ) -> Result<H::Response, RestError> {
         let ctx = self.context()?;
         let session = self.session(caller);
-        inproc::call::<H>(ctx, &session, CLIENT_ID, version, request)
+        let mut response = inproc::call::<H>(ctx, &session, CLIENT_ID, version, request)
             .await
-            .map_err(|e| RestError::internal(e.to_string()))
+            .map_err(|e| RestError::internal(e.to_string()))?;
+        self.throttled(&mut response).await;
+        Ok(response)
+    }
+
+    /// Waits out `response`'s throttle time, if it has one.
+    async fn throttled<R: ResponseFields>(&self, response: &mut R) {
+        if let Some(ms) = response.throttle_time_ms().map(|ms| *ms) {
+            self.throttle(ms).await;
+        }
     }
 
     /// Calls `H` on broker `node` (this one in process, another through an Envelope) at `version`
@@ -123,14 +157,17 @@ impl Gateway {
         if node == self.node_id()? {
             return self.call::<H>(caller, version, request).await;
         }
-        self.forward::<H>(node, caller, version, &request)
+        let mut response = self
+            .forward::<H>(node, caller, version, &request)
             .await
             .map_err(|reason| {
                 RestError::kafka(
                     error_codes::REQUEST_TIMED_OUT,
                     &format!("broker {node} ({reason})"),
                 )
-            })
+            })?;
+        self.throttled(&mut response).await;
+        Ok(response)
     }
 
     /// The leader of `topic`'s `partition`: 40401 for an unknown topic, 40402 for an unknown
@@ -272,4 +309,24 @@ fn ip_bytes(peer: SocketAddr) -> Bytes {
         std::net::IpAddr::V6(ip) => out.put_slice(&ip.octets()),
     }
     out.freeze()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn throttle_waits_the_throttle_time_up_to_its_bound() {
+        let gateway = Gateway::new(Arc::from("PLAINTEXT"));
+        for (throttle_time_ms, want) in [
+            (0, Duration::ZERO),
+            (-5, Duration::ZERO),
+            (250, Duration::from_millis(250)),
+            (i32::MAX, Duration::from_millis(THROTTLE_MS_MAX)),
+        ] {
+            let started = tokio::time::Instant::now();
+            gateway.throttle(throttle_time_ms).await;
+            assert_eq!(started.elapsed(), want, "{throttle_time_ms}");
+        }
+    }
 }

@@ -1,13 +1,15 @@
 //! The HTTP API, a second front end beside the Kafka listener (decision 0075): Confluent's REST
 //! Proxy v2 ([`v2`]) and v3 ([`v3`], produce in [`v3_records`]) and PolarStreams-style stateless consumers
 //! ([`stateless`]), served on the broker's HTTP listener next to `/metrics`, `/health` and
-//! `/ready` ([`server`]).
+//! `/ready` ([`server`]): HTTP/1.1 and HTTP/2, TLS with the broker's certificates, HTTP Basic
+//! against the SASL users or the mTLS principal ([`auth`]), bounded bodies ([`request_body`]).
 //!
 //! Every request reaches the broker's services through the same Kafka API handlers a Kafka client
 //! meets, called in process with the HTTP client's principal ([`gateway`]): ACLs, quotas, error
 //! codes and validation are the Kafka listener's, not a copy of them. What must happen on another
 //! broker (the partition's leader, the group's coordinator) is forwarded there.
 
+pub mod auth;
 pub mod consume;
 pub mod error;
 pub mod gateway;
@@ -15,6 +17,7 @@ pub mod limits;
 pub mod membership;
 pub mod produce;
 pub mod records;
+pub mod request_body;
 pub mod server;
 pub mod stateless;
 pub mod v2;

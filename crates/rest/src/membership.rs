@@ -23,12 +23,14 @@ use kafka_protocol::messages::{
     OffsetCommitRequest, OffsetFetchRequest, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::protocol::{Decodable, Encodable};
 use millrace_frontend::api::consumer_group_describe::ConsumerGroupDescribe;
 use millrace_frontend::api::consumer_group_heartbeat::ConsumerGroupHeartbeat;
 use millrace_frontend::api::find_coordinator::FindCoordinator;
 use millrace_frontend::api::offset_commit::OffsetCommit;
 use millrace_frontend::api::offset_fetch::OffsetFetch;
 use millrace_frontend::error_codes;
+use millrace_frontend::handler::ApiHandler;
 
 use crate::error::RestError;
 use crate::gateway::{Caller, Gateway};
@@ -106,6 +108,44 @@ pub async fn coordinator(
     }
 }
 
+/// Whether `code` says the group's coordinator moved or is still loading (ask again).
+fn coordinator_moving(code: i16) -> bool {
+    matches!(
+        code,
+        error_codes::NOT_COORDINATOR
+            | error_codes::COORDINATOR_LOAD_IN_PROGRESS
+            | error_codes::COORDINATOR_NOT_AVAILABLE
+    )
+}
+
+/// Calls `H` on `group`'s coordinator, asking again (bounded by [`COORDINATOR_WAIT`]) while the
+/// answer's `code` says the coordinator moved or is loading.
+async fn on_coordinator<H>(
+    gateway: &Gateway,
+    caller: &Caller,
+    group: &str,
+    version: i16,
+    request: H::Request,
+    code: fn(&H::Response) -> i16,
+) -> Result<H::Response, RestError>
+where
+    H: ApiHandler,
+    H::Request: Encodable + Clone,
+    H::Response: Decodable,
+{
+    let deadline = Instant::now() + COORDINATOR_WAIT;
+    loop {
+        let node = coordinator(gateway, caller, group).await?;
+        let response = gateway
+            .call_on::<H>(node, caller, version, request.clone())
+            .await?;
+        if !coordinator_moving(code(&response)) || Instant::now() >= deadline {
+            return Ok(response);
+        }
+        tokio::time::sleep(COORDINATOR_RETRY).await;
+    }
+}
+
 /// FindCoordinator on this broker (which creates `__consumer_offsets` if it has to).
 async fn find_coordinator(
     gateway: &Gateway,
@@ -154,10 +194,15 @@ pub async fn heartbeat(
                 .collect(),
         ))
         .with_topic_partitions(owned.or_else(|| Some(Vec::new())));
-    let node = coordinator(gateway, caller, &member.group).await?;
-    let response = gateway
-        .call_on::<ConsumerGroupHeartbeat>(node, caller, HEARTBEAT_VERSION, request)
-        .await?;
+    let response = on_coordinator::<ConsumerGroupHeartbeat>(
+        gateway,
+        caller,
+        &member.group,
+        HEARTBEAT_VERSION,
+        request,
+        |r| r.error_code,
+    )
+    .await?;
     if response.error_code != error_codes::NONE {
         return Err(RestError::kafka(
             response.error_code,
@@ -186,10 +231,15 @@ pub async fn leave(gateway: &Gateway, caller: &Caller, member: &Member) -> Resul
         .with_group_id(GroupId(StrBytes::from_string(member.group.clone())))
         .with_member_id(StrBytes::from_string(member.member_id.clone()))
         .with_member_epoch(LEAVE_EPOCH);
-    let node = coordinator(gateway, caller, &member.group).await?;
-    let response = gateway
-        .call_on::<ConsumerGroupHeartbeat>(node, caller, HEARTBEAT_VERSION, request)
-        .await?;
+    let response = on_coordinator::<ConsumerGroupHeartbeat>(
+        gateway,
+        caller,
+        &member.group,
+        HEARTBEAT_VERSION,
+        request,
+        |r| r.error_code,
+    )
+    .await?;
     match response.error_code {
         error_codes::NONE | error_codes::UNKNOWN_MEMBER_ID => Ok(()),
         code => Err(RestError::kafka(code, &format!("group {}", member.group))),
@@ -206,10 +256,15 @@ pub async fn describe(
 ) -> Result<Option<Member>, RestError> {
     let request = ConsumerGroupDescribeRequest::default()
         .with_group_ids(vec![GroupId(StrBytes::from_string(group.to_string()))]);
-    let node = coordinator(gateway, caller, group).await?;
-    let response = gateway
-        .call_on::<ConsumerGroupDescribe>(node, caller, DESCRIBE_VERSION, request)
-        .await?;
+    let response = on_coordinator::<ConsumerGroupDescribe>(
+        gateway,
+        caller,
+        group,
+        DESCRIBE_VERSION,
+        request,
+        |r| r.groups.first().map_or(error_codes::NONE, |g| g.error_code),
+    )
+    .await?;
     let Some(described) = response.groups.into_iter().next() else {
         return Ok(None);
     };
@@ -284,9 +339,10 @@ pub async fn committed(
             .with_group_id(GroupId(StrBytes::from_string(group.to_string())))
             .with_member_epoch(-1)
             .with_topics(topics)]);
-    let node = coordinator(gateway, caller, group).await?;
-    let response = gateway
-        .call_on::<OffsetFetch>(node, caller, OFFSET_FETCH_VERSION, request)
+    let response =
+        on_coordinator::<OffsetFetch>(gateway, caller, group, OFFSET_FETCH_VERSION, request, |r| {
+            r.groups.first().map_or(error_codes::NONE, |g| g.error_code)
+        })
         .await?;
     let Some(answer) = response.groups.into_iter().next() else {
         return Err(RestError::internal("OffsetFetch answered no group"));
@@ -359,10 +415,22 @@ pub async fn commit(
                 })
                 .collect(),
         );
-    let node = coordinator(gateway, caller, group).await?;
-    let response = gateway
-        .call_on::<OffsetCommit>(node, caller, OFFSET_COMMIT_VERSION, request)
-        .await?;
+    let response = on_coordinator::<OffsetCommit>(
+        gateway,
+        caller,
+        group,
+        OFFSET_COMMIT_VERSION,
+        request,
+        |r| {
+            r.topics
+                .iter()
+                .flat_map(|t| t.partitions.iter())
+                .map(|p| p.error_code)
+                .find(|c| coordinator_moving(*c))
+                .unwrap_or(error_codes::NONE)
+        },
+    )
+    .await?;
     Ok(response
         .topics
         .into_iter()

@@ -1,0 +1,296 @@
+//! Goal: stateless HTTP consumers (issue 32, `/v1/consumer/…`) against real brokers and real
+//! Kafka clients (librdkafka). A consumer reads every record produced by a Kafka producer exactly
+//! once over polls; each poll commits what the previous one delivered (the group's committed
+//! offsets, as a Kafka client reads them, trail by one poll), goodbye commits the rest, and a new
+//! consumer of the group resumes at the committed offsets. In a 3-node cluster the polls of one
+//! consumer go to every broker in turn (as a load balancer would send them): partitions led
+//! elsewhere and the group's coordinator are reached through the broker that got the request, and
+//! nothing is lost or read twice.
+
+#[path = "common/cluster.rs"]
+mod cluster;
+mod common;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use cluster::TestCluster;
+use common::*;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::producer::FutureRecord;
+use rdkafka::{Offset, TopicPartitionList};
+
+const PARTITIONS: i32 = 3;
+const RECORDS: usize = 300;
+/// How long a test waits for all records to arrive over polls.
+const POLL_DEADLINE: Duration = Duration::from_secs(60);
+
+async fn create_topic(bootstrap: &str, topic: &str, replication: i32) {
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .create()
+        .expect("admin client");
+    let results = admin
+        .create_topics(
+            &[NewTopic::new(
+                topic,
+                PARTITIONS,
+                TopicReplication::Fixed(replication),
+            )],
+            &AdminOptions::new().operation_timeout(Some(Duration::from_secs(20))),
+        )
+        .await
+        .expect("create topics");
+    for r in results {
+        r.expect("topic created");
+    }
+}
+
+/// Produces `count` keyed records (`key-<i>` → `value-<i>`) starting at `from`, spread over the
+/// partitions, with acks=all.
+async fn produce(bootstrap: &str, topic: &str, from: usize, count: usize) {
+    let producer = producer_at(bootstrap, &[("linger.ms", "5")]);
+    let keys: Vec<String> = (from..from + count).map(|i| format!("key-{i}")).collect();
+    let values: Vec<String> = (from..from + count).map(|i| format!("value-{i}")).collect();
+    let mut pending = Vec::new();
+    for (n, i) in (from..from + count).enumerate() {
+        let partition = i32::try_from(i).expect("small") % PARTITIONS;
+        let record = FutureRecord::to(topic)
+            .partition(partition)
+            .key(&keys[n])
+            .payload(&values[n]);
+        pending.push(producer.send(record, Duration::from_secs(30)));
+    }
+    for p in pending {
+        p.await.expect("acknowledged");
+    }
+}
+
+fn register(http: SocketAddr, group: &str, topic: &str) -> String {
+    let body = format!(r#"{{"group":"{group}","topics":["{topic}"],"start":"earliest"}}"#);
+    let (status, answer) = http_with_body(
+        http,
+        "POST",
+        "/v1/consumer/register",
+        "application/json",
+        &body,
+    );
+    assert_eq!(status, 200, "register: {answer}");
+    let json: serde_json::Value = serde_json::from_str(&answer).expect("JSON");
+    json["consumer_id"]
+        .as_str()
+        .expect("a consumer id")
+        .to_string()
+}
+
+/// One poll: the records it returned as (topic-partition, offset) → value.
+fn poll(http: SocketAddr, id: &str) -> Vec<((i32, i64), String)> {
+    let path = format!("/v1/consumer/poll?consumer_id={id}&format=string&timeout_ms=200");
+    let (status, answer) = http_with_body(http, "POST", &path, "application/json", "");
+    assert_eq!(status, 200, "poll: {answer}");
+    answer
+        .lines()
+        .map(|line| {
+            let r: serde_json::Value = serde_json::from_str(line).expect("an NDJSON line");
+            let partition =
+                i32::try_from(r["partition"].as_i64().expect("partition")).expect("i32");
+            let offset = r["offset"].as_i64().expect("offset");
+            let value = r["value"].as_str().expect("value").to_string();
+            assert_eq!(
+                r["key"].as_str().expect("key"),
+                value.replace("value-", "key-"),
+                "the key travels with its value"
+            );
+            ((partition, offset), value)
+        })
+        .collect()
+}
+
+/// Polls through `brokers` in turn until `want` records came, asserting none comes twice.
+fn poll_all(brokers: &[SocketAddr], id: &str, want: usize) -> BTreeMap<(i32, i64), String> {
+    let mut got = BTreeMap::new();
+    let deadline = Instant::now() + POLL_DEADLINE;
+    let mut turn = 0;
+    while got.len() < want {
+        assert!(
+            Instant::now() < deadline,
+            "only {} of {want} records within {POLL_DEADLINE:?}",
+            got.len()
+        );
+        for (at, value) in poll(brokers[turn % brokers.len()], id) {
+            assert!(
+                got.insert(at, value).is_none(),
+                "record {at:?} was delivered twice"
+            );
+        }
+        turn += 1;
+    }
+    assert_eq!(got.len(), want);
+    got
+}
+
+/// The group's committed offsets, as a Kafka client reads them: partition → offset.
+fn committed(bootstrap: &str, group: &str, topic: &str) -> BTreeMap<i32, i64> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", group)
+        .create()
+        .expect("consumer");
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..PARTITIONS {
+        tpl.add_partition(topic, p);
+    }
+    let answer = consumer
+        .committed_offsets(tpl, Duration::from_secs(10))
+        .expect("committed offsets");
+    answer
+        .elements()
+        .iter()
+        .filter_map(|e| match e.offset() {
+            Offset::Offset(o) => Some((e.partition(), o)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Where each partition ends after `records` spread by `produce`.
+fn ends(records: usize) -> BTreeMap<i32, i64> {
+    (0..PARTITIONS)
+        .map(|p| {
+            let n = (0..records)
+                .filter(|i| i32::try_from(*i).expect("small") % PARTITIONS == p)
+                .count();
+            (p, i64::try_from(n).expect("small"))
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stateless_consumer_reads_each_record_once_and_each_poll_commits_the_previous_one() {
+    let http_port = free_port();
+    let broker = Broker::start_with(&[&format!("millrace.http.listen=127.0.0.1:{http_port}")]);
+    let http = SocketAddr::from(([127, 0, 0, 1], http_port));
+    let topic = unique_topic("stateless");
+    let group = format!("{topic}-group");
+    create_topic(&broker.bootstrap(), &topic, 1).await;
+    produce(&broker.bootstrap(), &topic, 0, RECORDS).await;
+
+    let id = register(http, &group, &topic);
+    let got = poll_all(&[http], &id, RECORDS);
+    for ((_, _), value) in &got {
+        assert!(value.starts_with("value-"));
+    }
+    // Everything was delivered, but the last delivery is not yet committed: a poll commits the
+    // previous poll's delivery, so the committed offsets trail until the next poll.
+    let before = committed(&broker.bootstrap(), &group, &topic);
+    assert_ne!(
+        before,
+        ends(RECORDS),
+        "the last delivery is not committed before the next poll"
+    );
+    assert!(poll(http, &id).is_empty(), "nothing new to read");
+    assert_eq!(
+        committed(&broker.bootstrap(), &group, &topic),
+        ends(RECORDS)
+    );
+
+    // Goodbye commits what was delivered; a new consumer of the group resumes there.
+    produce(&broker.bootstrap(), &topic, RECORDS, 30).await;
+    let more = poll_all(&[http], &id, 30);
+    assert!(more.values().all(|v| {
+        v.trim_start_matches("value-")
+            .parse::<usize>()
+            .is_ok_and(|i| i >= RECORDS)
+    }));
+    let (status, answer) = http_with_body(
+        http,
+        "POST",
+        &format!("/v1/consumer/goodbye?consumer_id={id}"),
+        "application/json",
+        "",
+    );
+    assert_eq!(status, 204, "goodbye: {answer}");
+    assert_eq!(
+        committed(&broker.bootstrap(), &group, &topic),
+        ends(RECORDS + 30)
+    );
+    let (status, answer) = http_with_body(
+        http,
+        "POST",
+        &format!("/v1/consumer/poll?consumer_id={id}"),
+        "application/json",
+        "",
+    );
+    assert_eq!(status, 404, "a consumer that said goodbye: {answer}");
+    assert!(answer.contains("40403"), "{answer}");
+
+    let again = register(http, &group, &topic);
+    produce(&broker.bootstrap(), &topic, RECORDS + 30, 9).await;
+    let rest = poll_all(&[http], &again, 9);
+    assert!(rest.values().all(|v| {
+        v.trim_start_matches("value-")
+            .parse::<usize>()
+            .is_ok_and(|i| i >= RECORDS + 30)
+    }));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stateless_consumer_polls_through_every_broker_of_a_cluster() {
+    let cluster = TestCluster::start(3, &[]);
+    let topic = unique_topic("stateless-cluster");
+    let group = format!("{topic}-group");
+    create_topic(&cluster.bootstrap(), &topic, 3).await;
+    produce(&cluster.bootstrap(), &topic, 0, RECORDS).await;
+
+    let brokers: Vec<SocketAddr> = (1..=3).map(|id| cluster.http_addr(id)).collect();
+    let id = register(brokers[1], &group, &topic);
+    poll_all(&brokers, &id, RECORDS);
+    assert!(poll(brokers[2], &id).is_empty(), "nothing new to read");
+    assert_eq!(
+        committed(&cluster.bootstrap(), &group, &topic),
+        ends(RECORDS)
+    );
+
+    // More records, read through the brokers in the other order.
+    produce(&cluster.bootstrap(), &topic, RECORDS, 60).await;
+    let reversed: Vec<SocketAddr> = brokers.iter().rev().copied().collect();
+    let more = poll_all(&reversed, &id, 60);
+    assert_eq!(more.len(), 60);
+}
+
+#[test]
+fn a_consumer_id_that_register_did_not_give_is_refused() {
+    let http_port = free_port();
+    let _broker = Broker::start_with(&[&format!("millrace.http.listen=127.0.0.1:{http_port}")]);
+    let http = SocketAddr::from(([127, 0, 0, 1], http_port));
+    let (status, answer) = http_with_body(
+        http,
+        "POST",
+        "/v1/consumer/poll?consumer_id=bogus",
+        "application/json",
+        "",
+    );
+    assert_eq!(status, 422, "{answer}");
+    assert!(answer.contains("consumer_id"), "{answer}");
+    let (status, answer) = http_with_body(
+        http,
+        "POST",
+        "/v1/consumer/register",
+        "application/json",
+        r#"{"group":"g","topics":["no-such-topic"]}"#,
+    );
+    assert_eq!(status, 404, "{answer}");
+    assert!(answer.contains("40401"), "{answer}");
+    let (status, answer) = http_with_body(
+        http,
+        "POST",
+        "/v1/consumer/register",
+        "application/json",
+        r#"{"group":"g","topics":["t"],"start":"middle"}"#,
+    );
+    assert_eq!(status, 422, "{answer}");
+}
