@@ -18,8 +18,8 @@
 //! times at most. Nothing else is retried: a timed-out acks=-1 append may be in the log, and a
 //! second send would duplicate it (the REST client sees a retriable error and decides).
 //!
-//! A client quota's throttle applies as on the Kafka listener: the answer waits for the longest
-//! `throttle_time_ms` a leader returned (at most [`THROTTLE_WAIT_MAX`]).
+//! A client quota's throttle applies as on the Kafka listener: the gateway holds each leader's
+//! answer back for its `throttle_time_ms` ([`Gateway::throttle`]), so the HTTP answer waits too.
 //!
 //! Types to read first: [`ProduceRecord`], [`RecordOutcome`], [`produce`].
 
@@ -48,8 +48,6 @@ const PRODUCE_TIMEOUT_MS: i32 = 30_000;
 pub const PRODUCE_ATTEMPTS_MAX: usize = 3;
 /// The pause before a retry, for the metadata image to name the new leader.
 const RETRY_BACKOFF: Duration = Duration::from_millis(200);
-/// The longest a quota's throttle holds an answer back.
-pub const THROTTLE_WAIT_MAX: Duration = Duration::from_secs(30);
 /// Records in one HTTP produce request at most (the body limit bounds their bytes).
 pub const RECORDS_PER_REQUEST_MAX: usize = 100_000;
 
@@ -151,7 +149,6 @@ pub async fn produce(
 
     let mut results: BTreeMap<i32, PartitionResult> = BTreeMap::new();
     let mut pending: Vec<i32> = batches.keys().copied().collect();
-    let mut throttle_ms = 0;
     for attempt in 1..=PRODUCE_ATTEMPTS_MAX {
         if attempt > 1 {
             tokio::time::sleep(RETRY_BACKOFF).await;
@@ -183,10 +180,7 @@ pub async fn produce(
         });
         for (leader, partitions, answer) in futures::future::join_all(sends).await {
             match answer {
-                Ok(response) => {
-                    throttle_ms = throttle_ms.max(response.throttle_time_ms);
-                    read_response(topic, &partitions, &response, &mut results);
-                }
+                Ok(response) => read_response(topic, &partitions, &response, &mut results),
                 Err(e) => {
                     for p in partitions {
                         results.insert(
@@ -209,11 +203,6 @@ pub async fn produce(
             break;
         }
     }
-    if throttle_ms > 0 {
-        let wait = Duration::from_millis(u64::try_from(throttle_ms).unwrap_or(0));
-        tokio::time::sleep(wait.min(THROTTLE_WAIT_MAX)).await;
-    }
-
     let mut outcomes = vec![None; chosen.len()];
     for (partition, indexes) in &slots {
         let result = results.get(partition);
