@@ -15,6 +15,7 @@ pub mod error;
 pub mod gateway;
 pub mod limits;
 pub mod membership;
+pub mod produce;
 pub mod records;
 pub mod request_body;
 pub mod server;
