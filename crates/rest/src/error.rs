@@ -40,6 +40,8 @@ pub struct RestError {
     pub status: StatusCode,
     pub error_code: i32,
     pub message: String,
+    /// The Kafka error code behind it, when a handler answered one ([`RestError::kafka`]).
+    pub kafka_code: Option<i16>,
 }
 
 impl RestError {
@@ -48,7 +50,13 @@ impl RestError {
             status,
             error_code,
             message: message.into(),
+            kafka_code: None,
         }
+    }
+
+    /// Whether the Kafka error code behind this one is among `codes`.
+    pub fn is_kafka(&self, codes: &[i16]) -> bool {
+        self.kafka_code.is_some_and(|c| codes.contains(&c))
     }
 
     /// 404 40401.
@@ -105,6 +113,13 @@ impl RestError {
     /// The REST error for a Kafka error code from a handler (`code` is not NONE); `what` says what
     /// was asked for ("topic t", "group g").
     pub fn kafka(kafka_code: i16, what: &str) -> Self {
+        Self {
+            kafka_code: Some(kafka_code),
+            ..Self::from_kafka(kafka_code, what)
+        }
+    }
+
+    fn from_kafka(kafka_code: i16, what: &str) -> Self {
         let name = error_codes::error_name(kafka_code);
         let message = format!("{what}: {name}");
         match kafka_code {

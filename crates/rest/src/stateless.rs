@@ -196,7 +196,7 @@ async fn alive_member(
         };
         match membership::heartbeat(gateway, caller, &mut member).await {
             Ok(()) => return Ok(member),
-            Err(e) if e.message.contains("FENCED_MEMBER_EPOCH") => continue,
+            Err(e) if e.is_kafka(&[error_codes::FENCED_MEMBER_EPOCH]) => continue,
             Err(e) => return Err(e),
         }
     }

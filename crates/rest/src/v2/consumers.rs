@@ -20,7 +20,7 @@ use serde_json::Value;
 
 use super::body::{self, EmbeddedFormat, Media, RawBody};
 use super::instances::{
-    retry_coordinator, Instance, OffsetReset, Settings, Subscription, INSTANCE_NAME_BYTES_MAX,
+    Instance, OffsetReset, Settings, Subscription, INSTANCE_NAME_BYTES_MAX,
     PARTITIONS_PER_REQUEST_MAX, PATTERN_BYTES_MAX, READ_BYTES_MAX, REQUEST_TIMEOUT_DEFAULT,
     REQUEST_TIMEOUT_MAX,
 };
@@ -662,10 +662,9 @@ pub async fn committed(
     };
     let partitions = partitions_of(request)?;
     let instance = api.v2.lock(&group, &name, &caller).await?;
-    let found = retry_coordinator(|| {
+    let found =
         crate::membership::committed(&api.gateway, &caller, &instance.group, Some(&partitions))
-    })
-    .await?;
+            .await?;
     let offsets: Vec<CommittedJson> = partitions
         .iter()
         .filter_map(|tp| {

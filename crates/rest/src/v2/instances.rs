@@ -55,11 +55,6 @@ pub const READ_BYTES_MAX: i64 = 64 * 1024 * 1024;
 const UNASSIGNED_HEARTBEAT_INTERVAL: Duration = Duration::from_millis(250);
 /// The pause after a fetch round that returned only errors.
 const ERROR_BACKOFF: Duration = Duration::from_millis(50);
-/// How long a call waits for a group coordinator that is moving or loading (NOT_COORDINATOR,
-/// COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE), as a Kafka consumer retries them.
-const COORDINATOR_WAIT: Duration = Duration::from_secs(15);
-/// The pause between two tries while the coordinator moves.
-const COORDINATOR_BACKOFF: Duration = Duration::from_millis(100);
 /// Fetch rounds in one read at most (each waits for data, so this is rarely reached).
 const READ_ROUNDS_MAX: usize = 1000;
 /// An instance name's bytes at most (it is a URL path segment).
@@ -585,12 +580,14 @@ impl Instance {
             return Ok(());
         }
         let before: BTreeSet<TopicPartition> = member.assignment.iter().cloned().collect();
-        let deadline = Instant::now() + COORDINATOR_WAIT;
         let mut rejoined = false;
         let beat = loop {
             match membership::heartbeat(gateway, caller, member).await {
                 Err(e)
-                    if is_kafka(&e, &["FENCED_MEMBER_EPOCH", "UNKNOWN_MEMBER_ID"]) && !rejoined =>
+                    if e.is_kafka(&[
+                        error_codes::FENCED_MEMBER_EPOCH,
+                        error_codes::UNKNOWN_MEMBER_ID,
+                    ]) && !rejoined =>
                 {
                     // The coordinator no longer knows this member (its session expired, or the
                     // coordinator lost it): join again as a new member, as a Kafka consumer does.
@@ -598,9 +595,6 @@ impl Instance {
                     member.epoch = 0;
                     member.assignment.clear();
                     member.member_id = uuid::Uuid::new_v4().to_string();
-                }
-                Err(e) if coordinator_moving(&e) && Instant::now() < deadline => {
-                    tokio::time::sleep(COORDINATOR_BACKOFF).await;
                 }
                 other => break other,
             }
@@ -661,9 +655,7 @@ impl Instance {
             .filter(|m| m.epoch > 0)
             .map(|m| (m.member_id.as_str(), m.epoch));
         let group = self.group.as_str();
-        let refused =
-            retry_coordinator(|| membership::commit(gateway, caller, group, member, offsets))
-                .await?;
+        let refused = membership::commit(gateway, caller, group, member, offsets).await?;
         if let Some(((topic, partition), kafka_code)) = refused.into_iter().next() {
             return Err(RestError::kafka(
                 kafka_code,
@@ -813,9 +805,7 @@ impl Instance {
             return Ok(());
         }
         let group = self.group.as_str();
-        let committed =
-            retry_coordinator(|| membership::committed(gateway, caller, group, Some(&missing)))
-                .await?;
+        let committed = membership::committed(gateway, caller, group, Some(&missing)).await?;
         let mut unset = Vec::new();
         for tp in missing {
             match committed.get(&tp) {
@@ -909,41 +899,6 @@ pub fn record_json(
         partition,
         offset: record.offset,
     })
-}
-
-/// Whether `e` is one of the Kafka errors `names` (the gateway's REST errors name the Kafka error
-/// after a colon).
-fn is_kafka(e: &RestError, names: &[&str]) -> bool {
-    names.iter().any(|n| e.message.ends_with(&format!(": {n}")))
-}
-
-/// A coordinator that is moving or loading: the call is worth trying again shortly.
-pub fn coordinator_moving(e: &RestError) -> bool {
-    is_kafka(
-        e,
-        &[
-            "NOT_COORDINATOR",
-            "COORDINATOR_LOAD_IN_PROGRESS",
-            "COORDINATOR_NOT_AVAILABLE",
-        ],
-    )
-}
-
-/// `call` again while the group's coordinator moves, for at most [`COORDINATOR_WAIT`].
-pub async fn retry_coordinator<T, F, Fut>(mut call: F) -> Result<T, RestError>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<T, RestError>>,
-{
-    let deadline = Instant::now() + COORDINATOR_WAIT;
-    loop {
-        match call().await {
-            Err(e) if coordinator_moving(&e) && Instant::now() < deadline => {
-                tokio::time::sleep(COORDINATOR_BACKOFF).await;
-            }
-            other => return other,
-        }
-    }
 }
 
 /// Confluent's 409 40903.
