@@ -6,8 +6,10 @@
 //!
 //! Idempotence rules (protocol-checklist §3): producerId -1 → no checks. Duplicate first: same
 //! epoch and a cached batch with the same first AND last sequence → not appended, original offsets
-//! returned. Older epoch → InvalidProducerEpoch. Newer epoch → only firstSeq 0. Same epoch →
-//! firstSeq must be lastSeq + 1 (wrapping at i32::MAX to 0). Unknown producer id → any sequence.
+//! returned; for a transactional batch only a cached batch of the producer's ongoing transaction
+//! here counts (Kafka matches ended transactions' batches too; decision 0076). Older epoch →
+//! InvalidProducerEpoch. Newer epoch → only firstSeq 0. Same epoch → firstSeq must be lastSeq + 1
+//! (wrapping at i32::MAX to 0). Unknown producer id → any sequence.
 //!
 //! Transaction rules (Kafka's `ProducerAppendInfo`): a transactional batch of a producer with no
 //! ongoing transaction here starts one at its first offset; a non-transactional batch while one is
@@ -167,6 +169,7 @@ fn check_producer(p: Option<&Producer>, h: &BatchHeader) -> Result<Check, Append
             .batches
             .iter()
             .find(|b| b.first_sequence == first && b.last_sequence == last)
+            .filter(|b| !h.is_transactional() || in_ongoing_txn(p, b))
         {
             return Ok(Check::Duplicate(*dup));
         }
@@ -203,6 +206,16 @@ fn check_producer(p: Option<&Producer>, h: &BatchHeader) -> Result<Check, Append
         }
         _ => Ok(Check::Append),
     }
+}
+
+/// Whether cached batch `b` belongs to `p`'s ongoing transaction here. A transactional batch
+/// that matches a batch of an ended transaction is no retry: the client resolves every batch
+/// before EndTxn, and the coordinator's own abort bumps the epoch; it is a client that reused
+/// the sequences of a batch it gave up on (librdkafka after purging a possibly written batch on
+/// abort), and answering it as a duplicate would acknowledge records never written.
+fn in_ongoing_txn(p: &Producer, b: &BatchMetadata) -> bool {
+    p.txn_first_offset
+        .is_some_and(|txn_first| b.first_offset >= txn_first)
 }
 
 /// Applies a data batch at `first_offset` to its producer; returns whether it began a transaction.
@@ -732,6 +745,31 @@ mod tests {
             s.entries().iter().any(|e| e.producer_id == 2),
             "ongoing transaction keeps its producer"
         );
+    }
+
+    /// The fault harness's lost write (ctp `x1#36`): a transaction's batch (seq 748..797) is
+    /// written, its response lost, the client purges it on abort and reuses its sequences in the
+    /// next transaction. That batch is no retry, so it must not be answered as a duplicate.
+    #[test]
+    fn a_batch_of_an_ended_transaction_is_no_duplicate() {
+        let mut s = ProducerStates::default();
+        s.update(&at(txn(header(1, 0, 698, 50)), 722), None);
+        let (h, m) = marker_at(1, 0, 772, true, 7);
+        s.update(&h, Some(m));
+        s.update(&at(txn(header(1, 0, 748, 50)), 773), None);
+        check(&s, txn(header(1, 0, 748, 50)), "dup@773"); // a retry inside its transaction
+        let (h, m) = marker_at(1, 0, 823, false, 7);
+        s.update(&h, Some(m));
+        let (h, m) = marker_at(1, 0, 824, false, 8); // the next coordinator's retry
+        s.update(&h, Some(m));
+        check(&s, txn(header(1, 0, 748, 50)), "out_of_order");
+        check(&s, txn(header(1, 0, 698, 50)), "out_of_order");
+        check(&s, header(1, 0, 748, 50), "dup@773"); // not transactional: Kafka's rule
+        check(&s, txn(header(1, 0, 798, 50)), "append");
+        // The next transaction's own batches are duplicates again, an older one's are not.
+        s.update(&at(txn(header(1, 0, 798, 50)), 825), None);
+        check(&s, txn(header(1, 0, 798, 50)), "dup@825");
+        check(&s, txn(header(1, 0, 748, 50)), "out_of_order");
     }
 
     #[test]

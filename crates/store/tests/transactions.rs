@@ -138,3 +138,54 @@ fn markers_last_stable_offset_and_aborted_transactions_survive_restarts() {
     assert_eq!(log.last_stable_offset(), 8);
     assert_eq!(aborted(&log), vec![(1, 0)]);
 }
+
+/// The fault harness's lost write (ctp `x1#36`): a transaction's batch was written but its
+/// response lost; the client purged it on abort and sent its next transaction's records under
+/// the same sequences. The store must refuse that batch, not answer it as a duplicate of the
+/// aborted one (which would acknowledge records it never wrote), also after a restart.
+#[test]
+fn a_batch_reusing_an_ended_transactions_sequences_is_refused_not_acknowledged() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let t = tp("txn-reuse", 1);
+    let store = open(dir.path(), FlushPolicy::Always);
+    let log = store
+        .create_partition(
+            &t,
+            small_segments(),
+            millrace_store::TopicId::from_bytes([4; 16]),
+        )
+        .expect("create");
+    let written = log.append(txn_batch(7, 0, 5), 0).expect("txn 1"); // 0..=4
+    let retry = log.append(txn_batch(7, 0, 5), 0).expect("retry in txn 1");
+    assert!(
+        retry.duplicate && retry.base_offset == written.base_offset,
+        "a retry inside its transaction is still a duplicate"
+    );
+    log.append_marker(7, 0, marker(false, 7), 0)
+        .expect("abort 1"); // 5
+    log.append_marker(7, 0, marker(false, 8), 0)
+        .expect("abort 1 again, by the next coordinator"); // 6
+    let refused = |log: &PartitionLog| {
+        let end = log.log_end_offset();
+        assert!(
+            matches!(
+                log.append(txn_batch(7, 0, 5), 0),
+                Err(AppendError::OutOfOrderSequence(_))
+            ),
+            "the reused sequences 0..=4 are refused"
+        );
+        assert_eq!(log.log_end_offset(), end, "nothing written");
+    };
+    refused(&log);
+    drop(log);
+    drop(store); // no shutdown: the state is rebuilt from the log
+
+    let store = open(dir.path(), FlushPolicy::Always);
+    let log = store.partition(&t).expect("partition");
+    refused(&log);
+    let next = log
+        .append(txn_batch(7, 5, 5), 0)
+        .expect("txn 2 in sequence");
+    assert!(!next.duplicate);
+    assert_eq!(next.base_offset, 7);
+}
