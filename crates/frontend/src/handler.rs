@@ -58,8 +58,9 @@ pub trait ApiHandler {
     /// Never charged to the request quota (`request_percentage`).
     const REQUEST_QUOTA_EXEMPT: bool = false;
 
-    /// The decoded request, at the version of the request header.
-    type Request: Decodable;
+    /// The decoded request, at the version of the request header (also encodable: the HTTP API
+    /// forwards requests to other brokers and weighs in-process ones, `crate::inproc`).
+    type Request: Decodable + Encodable;
     /// The response, encoded at the request's version.
     type Response: Encodable + ResponseFields + Send + 'static;
 

@@ -9,12 +9,17 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use kafka_protocol::protocol::Encodable;
+
 use crate::authz::Authz;
 use crate::handler::{ApiHandler, Call, Reply, ResponseFields};
 use crate::respond::RequestCharge;
 use crate::session::Session;
 use crate::versions::ADVERTISED;
 use crate::BrokerContext;
+
+/// A request header's fixed part (key, version, correlation id, client id length).
+const REQUEST_HEADER_BYTES: usize = 10;
 
 /// Why an in-process call has no response.
 #[derive(Debug, thiserror::Error)]
@@ -48,6 +53,11 @@ pub async fn call<H: ApiHandler>(
         });
     }
     let started = Instant::now();
+    // What the request would weigh on the wire (produce quotas charge the whole request, as
+    // Kafka does): its body's size plus a request header's.
+    let frame_bytes = request
+        .compute_size(version)
+        .map_or(0, |size| size + REQUEST_HEADER_BYTES + client_id.len());
     let charge =
         (!H::REQUEST_QUOTA_EXEMPT && !ctx.cluster.image().client_quotas.is_empty()).then(|| {
             RequestCharge {
@@ -63,7 +73,7 @@ pub async fn call<H: ApiHandler>(
         authz: Authz::for_session(ctx, session),
         version,
         client_id,
-        frame_bytes: 0,
+        frame_bytes,
         advertised: ADVERTISED,
     };
     let mut response = match H::handle(call, request) {
