@@ -43,9 +43,9 @@ use crate::error::{code, RestError};
 use crate::gateway::Caller;
 use crate::produce::{self, ProduceRecord, RecordOutcome};
 use crate::records::OutgoingRecord;
+use crate::v2::body::BASE64;
 use crate::v2::body::{self, RawBody, SERIALIZATION_ERROR};
 use crate::v2::time::{format_rfc3339, parse_rfc3339};
-use crate::v2::topics::BASE64;
 use crate::RestApi;
 
 /// How long a stream may send nothing before it is ended.

@@ -15,6 +15,13 @@ use serde::Serialize;
 
 use crate::error::{code, RestError};
 
+/// Base64 as Confluent reads it: the standard alphabet, padding optional.
+pub const BASE64: base64::engine::GeneralPurpose = base64::engine::GeneralPurpose::new(
+    &base64::alphabet::STANDARD,
+    base64::engine::GeneralPurposeConfig::new()
+        .with_decode_padding_mode(base64::engine::DecodePaddingMode::Indifferent),
+);
+
 /// Confluent's 42207: a key or value could not be serialized (error.rs's [`code`] has the
 /// common codes).
 pub const SERIALIZATION_ERROR: i32 = 42207;

@@ -32,7 +32,7 @@ use serde_json::Value;
 use tracing::debug;
 
 use super::body::EmbeddedFormat;
-use super::topics::BASE64;
+use super::body::BASE64;
 use crate::consume::{self, FetchLimits, FetchPosition, OffsetSpec};
 use crate::error::{code, RestError};
 use crate::gateway::{Caller, Gateway};

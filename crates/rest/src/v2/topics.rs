@@ -36,6 +36,7 @@ use millrace_frontend::error_codes;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::body::BASE64;
 use super::body::{self, EmbeddedFormat, Media, RawBody};
 use super::instances::{record_json, READ_BYTES_MAX, REQUEST_TIMEOUT_MAX};
 use crate::consume::{self, FetchLimits, FetchPosition, OffsetSpec};
@@ -53,13 +54,6 @@ const DESCRIBE_CONFIGS_VERSION: i16 = 4;
 pub const RECORD_ERROR: i32 = 1;
 /// Confluent's per-record code for a retriable Kafka error.
 pub const RECORD_RETRIABLE_ERROR: i32 = 2;
-
-/// Base64 as Confluent reads it: the standard alphabet, padding optional.
-pub const BASE64: base64::engine::GeneralPurpose = base64::engine::GeneralPurpose::new(
-    &base64::alphabet::STANDARD,
-    base64::engine::GeneralPurposeConfig::new()
-        .with_decode_padding_mode(base64::engine::DecodePaddingMode::Indifferent),
-);
 
 /// A partition as v2 shows it.
 #[derive(Debug, Serialize)]
