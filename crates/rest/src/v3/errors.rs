@@ -19,6 +19,8 @@ pub const UNKNOWN_TOPIC_OR_PARTITION: i32 = 40403;
 pub const INVALID_PAYLOAD: i32 = 42206;
 /// Confluent's code for a broker that cannot be reached.
 pub const BROKER_NOT_AVAILABLE: i32 = 50302;
+/// Kafka's BROKER_NOT_AVAILABLE (the front end names no constant for it).
+const BROKER_NOT_AVAILABLE_KAFKA: i16 = 8;
 
 /// 404 with the generic code, `message` saying what was not found.
 pub fn not_found(message: impl Into<String>) -> RestError {
@@ -84,9 +86,6 @@ pub fn kafka(kafka_code: i16, message: Option<&str>, what: &str) -> RestError {
     };
     RestError::new(status, error_code, message)
 }
-
-/// Kafka's BROKER_NOT_AVAILABLE.
-const BROKER_NOT_AVAILABLE_KAFKA: i16 = 8;
 
 #[cfg(test)]
 mod tests {
