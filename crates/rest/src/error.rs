@@ -28,9 +28,36 @@ pub mod code {
     pub const INVALID_CONSUMER_CONFIG: i32 = 42204;
     pub const TOO_MANY_REQUESTS: i32 = 429;
     pub const INTERNAL: i32 = 500;
+    pub const KAFKA_BAD_REQUEST: i32 = 40002;
     pub const KAFKA_ERROR: i32 = 50002;
     pub const KAFKA_RETRIABLE_ERROR: i32 = 50003;
     pub const UNAVAILABLE: i32 = 503;
+}
+
+/// Kafka error codes that say the request itself is wrong (an existing topic, a bad config, a
+/// record the log refuses): the client's mistake, answered 400 with Confluent's 40002 rather than
+/// 500. Kafka's RECORD_LIST_TOO_LARGE (18) has no constant in the front end.
+pub fn is_bad_request(kafka_code: i16) -> bool {
+    const RECORD_LIST_TOO_LARGE: i16 = 18;
+    matches!(
+        kafka_code,
+        error_codes::TOPIC_ALREADY_EXISTS
+            | error_codes::INVALID_PARTITIONS
+            | error_codes::INVALID_REPLICATION_FACTOR
+            | error_codes::INVALID_REPLICA_ASSIGNMENT
+            | error_codes::INVALID_CONFIG
+            | error_codes::INVALID_REQUEST
+            | error_codes::INVALID_TOPIC_EXCEPTION
+            | error_codes::POLICY_VIOLATION
+            | error_codes::UNSUPPORTED_VERSION
+            | error_codes::SECURITY_DISABLED
+            | error_codes::TOPIC_DELETION_DISABLED
+            | error_codes::CORRUPT_MESSAGE
+            | error_codes::MESSAGE_TOO_LARGE
+            | RECORD_LIST_TOO_LARGE
+            | error_codes::INVALID_TIMESTAMP
+            | error_codes::INVALID_RECORD
+    )
 }
 
 /// One failed HTTP request: its status and Confluent's error body.
@@ -134,6 +161,9 @@ impl RestError {
             }
             error_codes::SASL_AUTHENTICATION_FAILED => {
                 Self::new(StatusCode::UNAUTHORIZED, code::UNAUTHORIZED, message)
+            }
+            c if is_bad_request(c) => {
+                Self::new(StatusCode::BAD_REQUEST, code::KAFKA_BAD_REQUEST, message)
             }
             error_codes::LEADER_NOT_AVAILABLE => {
                 Self::new(StatusCode::NOT_FOUND, code::LEADER_NOT_AVAILABLE, message)

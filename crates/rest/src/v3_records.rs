@@ -423,6 +423,14 @@ fn to_json<T: Serialize>(value: &T) -> Bytes {
 
 /// One JSON value as the record `value` holds: partition, headers, key, value, timestamp.
 fn prepare(value: Value) -> Result<Prepared, RestError> {
+    if !value.is_object() {
+        // serde would read a struct from an array too; a record is a JSON object.
+        return Err(RestError::new(
+            StatusCode::BAD_REQUEST,
+            400,
+            "Bad Request: a produce request is a JSON object",
+        ));
+    }
     let request: ProduceRequest = serde_json::from_value(value).map_err(|e| {
         RestError::new(
             StatusCode::BAD_REQUEST,
@@ -637,6 +645,10 @@ mod tests {
             .expect("not base64");
         assert_eq!(e.status, StatusCode::BAD_REQUEST);
         assert!(e.message.contains("value.data=1"), "{}", e.message);
+        let e = prepare(serde_json::json!([null, null]))
+            .err()
+            .expect("an array is no record");
+        assert_eq!(e.status, StatusCode::BAD_REQUEST);
         let e = prepare(serde_json::json!({"value": {"type": "AVRO", "data": 1}}))
             .err()
             .expect("avro");

@@ -9,10 +9,10 @@
 use axum::http::StatusCode;
 use millrace_frontend::error_codes as kafka;
 
-use crate::error::{code, RestError};
+use crate::error::{code, is_bad_request, RestError};
 
 /// Confluent's code for a request Kafka refused as invalid (an existing topic, a bad config).
-pub const BAD_REQUEST: i32 = 40002;
+pub const BAD_REQUEST: i32 = code::KAFKA_BAD_REQUEST;
 /// Confluent's code for a topic or partition Kafka does not know (v3; v2 says 40401/40402).
 pub const UNKNOWN_TOPIC_OR_PARTITION: i32 = 40403;
 /// Confluent's code for a payload that parses but cannot be used.
@@ -66,17 +66,7 @@ pub fn kafka(kafka_code: i16, message: Option<&str>, what: &str) -> RestError {
         | kafka::GROUP_AUTHORIZATION_FAILED
         | kafka::CLUSTER_AUTHORIZATION_FAILED
         | kafka::TRANSACTIONAL_ID_AUTHORIZATION_FAILED => (StatusCode::FORBIDDEN, code::FORBIDDEN),
-        kafka::TOPIC_ALREADY_EXISTS
-        | kafka::INVALID_PARTITIONS
-        | kafka::INVALID_REPLICATION_FACTOR
-        | kafka::INVALID_REPLICA_ASSIGNMENT
-        | kafka::INVALID_CONFIG
-        | kafka::INVALID_REQUEST
-        | kafka::INVALID_TOPIC_EXCEPTION
-        | kafka::POLICY_VIOLATION
-        | kafka::UNSUPPORTED_VERSION
-        | kafka::SECURITY_DISABLED
-        | kafka::TOPIC_DELETION_DISABLED => (StatusCode::BAD_REQUEST, BAD_REQUEST),
+        c if is_bad_request(c) => (StatusCode::BAD_REQUEST, BAD_REQUEST),
         BROKER_NOT_AVAILABLE_KAFKA => (StatusCode::SERVICE_UNAVAILABLE, BROKER_NOT_AVAILABLE),
         c if kafka::is_retriable(c) => (
             StatusCode::INTERNAL_SERVER_ERROR,
