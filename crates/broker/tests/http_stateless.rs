@@ -328,35 +328,15 @@ fn acl(
 /// One HTTP/1.1 POST with Basic credentials (`None`: without); (status, body).
 fn post_as(http: SocketAddr, user: Option<&str>, path: &str, body: &str) -> (u16, String) {
     use base64::Engine;
-    use std::io::{Read, Write};
-    let mut stream = std::net::TcpStream::connect(http).expect("connect");
-    stream
-        .set_read_timeout(Some(Duration::from_secs(60)))
-        .expect("timeout");
-    let auth = user.map_or(String::new(), |u| {
+    let auth = user.map(|u| {
         let token = base64::engine::general_purpose::STANDARD.encode(format!("{u}:{u}-secret"));
-        format!("Authorization: Basic {token}\r\n")
+        format!("Basic {token}")
     });
-    write!(
-        stream,
-        "POST {path} HTTP/1.1\r\nHost: {http}\r\nConnection: close\r\n{auth}\
-         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    )
-    .expect("send");
-    let mut raw = Vec::new();
-    stream.read_to_end(&mut raw).expect("read");
-    let text = String::from_utf8_lossy(&raw).into_owned();
-    let status = text
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    let body = text
-        .split_once("\r\n\r\n")
-        .map_or("", |(_, b)| b)
-        .to_string();
-    (status, body)
+    let mut headers = vec![("Content-Type", "application/json")];
+    if let Some(auth) = &auth {
+        headers.push(("Authorization", auth.as_str()));
+    }
+    http_with_headers(http, "POST", path, &headers, body)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1082,15 +1082,30 @@ pub fn http_with_body(
     content_type: &str,
     body: &str,
 ) -> (u16, String) {
+    http_with_headers(addr, method, path, &[("Content-Type", content_type)], body)
+}
+
+/// One HTTP/1.1 request with extra `headers` and a body; (status code, body), de-chunked.
+pub fn http_with_headers(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> (u16, String) {
     use std::io::Write as _;
     let mut stream = std::net::TcpStream::connect(addr).expect("connect to the HTTP listener");
     stream
         .set_read_timeout(Some(Duration::from_secs(60)))
         .expect("timeout");
+    let extra: String = headers
+        .iter()
+        .map(|(name, value)| format!("{name}: {value}\r\n"))
+        .collect();
     write!(
         stream,
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\
-         Content-Type: {content_type}\r\nContent-Length: {}\r\n\r\n{body}",
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n{extra}\
+         Content-Length: {}\r\n\r\n{body}",
         body.len()
     )
     .expect("send");
