@@ -174,25 +174,16 @@ pub struct BatchFields {
 /// Encodes an uncompressed v2 batch holding `records` (offsets and timestamps are absolute; deltas
 /// are computed against `fields.base_offset` / `fields.base_timestamp`). The CRC is computed.
 pub fn encode_records(fields: &BatchFields, records: &[Record]) -> BytesMut {
-    let mut body = BytesMut::new();
-    for r in records {
-        let mut rec = BytesMut::new();
-        rec.put_i8(0);
-        write_varlong(&mut rec, r.timestamp.wrapping_sub(fields.base_timestamp));
-        write_varlong(&mut rec, r.offset.wrapping_sub(fields.base_offset));
-        put_field(&mut rec, r.key.as_deref());
-        put_field(&mut rec, r.value.as_deref());
-        write_varlong(&mut rec, r.headers.len() as i64);
-        for (k, v) in &r.headers {
-            put_field(&mut rec, Some(k));
-            put_field(&mut rec, v.as_deref());
-        }
-        write_varlong(&mut body, rec.len() as i64);
-        body.extend_from_slice(&rec);
-    }
-    let mut out = BytesMut::with_capacity(BATCH_HEADER_BYTES + body.len());
+    // Every record's length is known before it is written, so the batch is written once, in
+    // place, with no per-record buffer and no second copy of the keys and values.
+    let lengths: Vec<usize> = records.iter().map(|r| record_len(fields, r)).collect();
+    let body_len: usize = lengths
+        .iter()
+        .map(|&len| varlong_len(len as i64) + len)
+        .sum();
+    let mut out = BytesMut::with_capacity(BATCH_HEADER_BYTES + body_len);
     out.put_i64(fields.base_offset);
-    out.put_i32((BATCH_HEADER_BYTES - 12 + body.len()) as i32);
+    out.put_i32((BATCH_HEADER_BYTES - 12 + body_len) as i32);
     out.put_i32(fields.partition_leader_epoch);
     out.put_i8(2);
     out.put_u32(0);
@@ -204,9 +195,53 @@ pub fn encode_records(fields: &BatchFields, records: &[Record]) -> BytesMut {
     out.put_i16(fields.producer_epoch);
     out.put_i32(fields.base_sequence);
     out.put_i32(records.len() as i32);
-    out.extend_from_slice(&body);
+    for (r, len) in records.iter().zip(lengths) {
+        write_varlong(&mut out, len as i64);
+        out.put_i8(0);
+        write_varlong(&mut out, r.timestamp.wrapping_sub(fields.base_timestamp));
+        write_varlong(&mut out, r.offset.wrapping_sub(fields.base_offset));
+        put_field(&mut out, r.key.as_deref());
+        put_field(&mut out, r.value.as_deref());
+        write_varlong(&mut out, r.headers.len() as i64);
+        for (k, v) in &r.headers {
+            put_field(&mut out, Some(k));
+            put_field(&mut out, v.as_deref());
+        }
+    }
     batch::rewrite_crc(&mut out);
     out
+}
+
+/// The bytes of one record after its length prefix, as `encode_records` writes it.
+fn record_len(fields: &BatchFields, r: &Record) -> usize {
+    1 + varlong_len(r.timestamp.wrapping_sub(fields.base_timestamp))
+        + varlong_len(r.offset.wrapping_sub(fields.base_offset))
+        + field_len(r.key.as_deref())
+        + field_len(r.value.as_deref())
+        + varlong_len(r.headers.len() as i64)
+        + r.headers
+            .iter()
+            .map(|(k, v)| field_len(Some(k)) + field_len(v.as_deref()))
+            .sum::<usize>()
+}
+
+/// The bytes `write_varlong` writes for `v`.
+fn varlong_len(v: i64) -> usize {
+    let mut z = ((v << 1) ^ (v >> 63)) as u64;
+    let mut n = 1;
+    while z >= 0x80 {
+        z >>= 7;
+        n += 1;
+    }
+    n
+}
+
+/// The bytes `put_field` writes for `v`.
+fn field_len(v: Option<&[u8]>) -> usize {
+    match v {
+        None => varlong_len(-1),
+        Some(b) => varlong_len(b.len() as i64) + b.len(),
+    }
 }
 
 fn put_field(out: &mut BytesMut, v: Option<&[u8]>) {
@@ -223,6 +258,15 @@ fn put_field(out: &mut BytesMut, v: Option<&[u8]>) {
 mod tests {
     use super::*;
     use crate::testing::encode_batch;
+
+    #[test]
+    fn varlong_len_is_what_write_varlong_writes() {
+        for v in [0i64, 1, -1, 63, -64, 64, 300, 1 << 20, i64::MAX, i64::MIN] {
+            let mut out = BytesMut::new();
+            write_varlong(&mut out, v);
+            assert_eq!(varlong_len(v), out.len(), "{v}");
+        }
+    }
 
     #[test]
     fn varints_round_trip() {
