@@ -87,7 +87,14 @@ pub fn serve(
             .admits(Instant::now())
             .map_err(|reason| format!("Envelope: {reason}"))?;
     }
-    if !Authz::for_session(ctx, session).cluster(AclOperation::ClusterAction) {
+    // Kafka's `fromPrivilegedListener`: only the brokers' own listener carries envelopes, so a
+    // client of another listener cannot speak as someone else even where no authorizer runs.
+    let privileged = ctx
+        .cluster
+        .config
+        .inter_broker_listener()
+        .is_ok_and(|l| *l.address.name == *session.listener);
+    if !privileged || !Authz::for_session(ctx, session).cluster(AclOperation::ClusterAction) {
         return refuse(CLUSTER_AUTHORIZATION_FAILED);
     }
     let Some(principal) = request
