@@ -71,8 +71,9 @@ async fn produce_over_http_slows_to_the_client_ids_quota() {
         throttled >= Duration::from_secs(2),
         "500 KB over a 40 KB/s quota took only {throttled:?}"
     );
+    // The throttles (~3.75 s) come on top of the requests' own time, however slow the machine.
     assert!(
-        throttled >= free * 3,
+        throttled >= free + Duration::from_secs(2),
         "with the quota {throttled:?}, without {free:?}"
     );
 }
