@@ -405,3 +405,30 @@ async fn the_acls_see_the_http_callers_principal() {
     let (status, body) = post_as(http, Some("bob"), &path, "");
     assert_eq!(status, 403, "bob with alice's consumer id: {body}");
 }
+
+/// A broker closes connections idle for `connections.max.idle.ms`, the forwarding ones between
+/// brokers too: a request forwarded after that must not fail on the closed connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forwarding_survives_connections_the_other_broker_closed_while_idle() {
+    const IDLE_MS: u64 = 1_000;
+    let cluster = TestCluster::start(3, &[&format!("connections.max.idle.ms={IDLE_MS}")]);
+    let topic = unique_topic("stateless-idle");
+    let group = format!("{topic}-group");
+    create_topic(&cluster.bootstrap(), &topic, 3).await;
+    produce(&cluster.bootstrap(), &topic, 0, 30).await;
+    let http = cluster.http_addr(1);
+    let id = register(http, &group, &topic);
+    poll_all(&[http], &id, 30);
+    // Every pooled forwarding connection of broker 1 is now past the other brokers' idle limit.
+    tokio::time::sleep(Duration::from_millis(IDLE_MS * 3)).await;
+    produce(&cluster.bootstrap(), &topic, 30, 30).await;
+    let path = format!("/v1/consumer/poll?consumer_id={id}&format=string&timeout_ms=200");
+    let (status, answer) = http_with_body(http, "POST", &path, "application/json", "");
+    assert_eq!(status, 200, "the first poll after the idle close: {answer}");
+    let mut got = answer.lines().count();
+    let deadline = Instant::now() + POLL_DEADLINE;
+    while got < 30 {
+        assert!(Instant::now() < deadline, "only {got} of 30");
+        got += poll(http, &id).len();
+    }
+}

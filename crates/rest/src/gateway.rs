@@ -256,31 +256,58 @@ impl Gateway {
             .with_request_principal(Some(Bytes::from(caller.principal.clone().into_bytes())))
             .with_client_host_address(ip_bytes(caller.peer));
 
+        // A pooled connection may have been closed by the other broker while idle
+        // (`connections.max.idle.ms`): when its socket fails it is dropped and the request sent
+        // once more on a new connection, as a Kafka client reconnects.
         let pooled = {
             let mut idle = self.idle.lock();
             idle.iter()
                 .position(|(n, _)| *n == node)
                 .map(|i| idle.swap_remove(i).1)
         };
-        let mut connection = match pooled {
-            Some(c) => c,
-            None => millrace_replication::client::BrokerConnection::connect(
-                &format!("{}:{}", broker.host, broker.port),
-                CLIENT_ID,
-                FORWARD_TIMEOUT,
-            )
-            .await
-            .map_err(|e| e.to_string())?,
+        let sent = match pooled {
+            Some(mut c) => match c
+                .send(
+                    ApiKey::Envelope,
+                    ENVELOPE_VERSION,
+                    &envelope,
+                    FORWARD_TIMEOUT,
+                )
+                .await
+            {
+                Ok(answer) => Ok((c, answer)),
+                // Only a closed or reset socket is retried: a timeout may be a request the other
+                // broker is still working on.
+                Err(e @ millrace_replication::client::ClientError::Io { .. }) => {
+                    debug!(node, error = %e, "pooled forwarding connection failed; reconnecting");
+                    Err(())
+                }
+                Err(e) => return Err(e.to_string()),
+            },
+            None => Err(()),
         };
-        let answer: EnvelopeResponse = connection
-            .send(
-                ApiKey::Envelope,
-                ENVELOPE_VERSION,
-                &envelope,
-                FORWARD_TIMEOUT,
-            )
-            .await
-            .map_err(|e| e.to_string())?;
+        let (connection, answer): (_, EnvelopeResponse) = match sent {
+            Ok(done) => done,
+            Err(()) => {
+                let mut c = millrace_replication::client::BrokerConnection::connect(
+                    &format!("{}:{}", broker.host, broker.port),
+                    CLIENT_ID,
+                    FORWARD_TIMEOUT,
+                )
+                .await
+                .map_err(|e| e.to_string())?;
+                let answer = c
+                    .send(
+                        ApiKey::Envelope,
+                        ENVELOPE_VERSION,
+                        &envelope,
+                        FORWARD_TIMEOUT,
+                    )
+                    .await
+                    .map_err(|e| e.to_string())?;
+                (c, answer)
+            }
+        };
         {
             let mut idle = self.idle.lock();
             if idle.iter().filter(|(n, _)| *n == node).count() < FORWARD_CONNECTIONS_IDLE_MAX {
