@@ -81,7 +81,11 @@ pub fn handle(
     let members = version >= MEMBER_VERSION_MIN;
     let commit = CommitRequest {
         group_id,
-        generation_id: if members { request.generation_id } else { -1 },
+        generation_id: if members {
+            request.generation_id_or_member_epoch
+        } else {
+            -1
+        },
         member_id: if members {
             request.member_id.to_string()
         } else {
