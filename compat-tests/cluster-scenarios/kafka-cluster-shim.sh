@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Apache Kafka 4.1.1 (one KRaft node, broker + controller) behind Millrace's cluster command line,
-# so that the cluster scenarios and the leader-change tests can be checked against the reference
-# by hand (not in CI: three JVMs need ~1 min to start on 2 cores):
+# Apache Kafka 4.4.0 (reference/pom.xml's kafka.version; one KRaft node, broker + controller)
+# behind Millrace's cluster command line, so that the cluster scenarios and the leader-change
+# tests can be checked against the reference by hand (not in CI: three JVMs need ~1 min to start
+# on 2 cores):
 #
 #   MILLRACE_BIN=$PWD/compat-tests/cluster-scenarios/kafka-cluster-shim.sh \
 #       compat-tests/cluster-scenarios/run.sh
@@ -16,7 +17,8 @@
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-CPFILE="$HERE/../.work/kafka-cluster-shim.classpath"
+REF_VERSION="$(sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' "$HERE/../reference/pom.xml")"
+CPFILE="$HERE/../.work/kafka-cluster-shim-$REF_VERSION.classpath"
 
 node_id="" data_dir="" listen="" clisten="" voters="" sets=()
 while (($#)); do

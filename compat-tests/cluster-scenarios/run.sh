@@ -6,7 +6,7 @@
 #   compat-tests/cluster-scenarios/run.sh [pytest args...]     e.g. -k controller
 #   (run by compat-tests/run-all.sh like every */run.sh; about 95 s on 2 cores)
 #   MILLRACE_BIN=$PWD/compat-tests/cluster-scenarios/kafka-cluster-shim.sh \
-#       compat-tests/cluster-scenarios/run.sh                  # against Apache Kafka 4.1.1 (by hand, ~4 min)
+#       compat-tests/cluster-scenarios/run.sh                  # against Apache Kafka 4.4.0 (by hand, ~4 min)
 #
 # Needs python3, java 17+ and mvn (Kafka's tools, resolved by compat-tests/java/common.sh), kcat
 # (installed with apt-get when missing).

@@ -8,7 +8,7 @@
 #
 #   compat-tests/cluster/run.sh                         # Millrace: 3 nodes, or 1 node when the binary
 #                                                       # has no cluster support (it says so)
-#   compat-tests/cluster/run.sh --system kafka          # Apache Kafka 4.1.1, 3 nodes (reference run)
+#   compat-tests/cluster/run.sh --system kafka          # Apache Kafka 4.4.0, 3 nodes (reference run)
 #   compat-tests/cluster/run.sh --system kafka --broken # acks=1, min.insync.replicas=1, unclean
 #                                                       # election: must REPORT lost writes
 #   compat-tests/cluster/run.sh --seed 1234             # rerun a seed (same faults, same order)

@@ -14,7 +14,8 @@ nothing i sends reaches j, on i's connections or on j's.
 
 Adapters:
 
-- ``KafkaCluster``: Apache Kafka 4.1.1 in KRaft combined mode (broker + controller per node).
+- ``KafkaCluster``: Apache Kafka (the reference, ``reference/pom.xml``: 4.4.0) in KRaft combined
+  mode (broker + controller per node).
   Per-pair data routes use one listener per *connecting* node: node j listens on B1..BN and
   advertises ``Bi`` as the route ``data{i}>{j}``; node i sets ``inter.broker.listener.name=Bi``,
   so it reaches every peer through its own routes. Controller routes come from a per-node
@@ -30,6 +31,8 @@ from __future__ import annotations
 
 import base64
 import os
+import re
+import shutil
 import signal
 import subprocess
 import threading
@@ -336,16 +339,29 @@ class KafkaCluster(Cluster):
                 raise RuntimeError(f"kafka storage format failed for node {j}: see {self.nodes[j].dir / 'format.log'}")
 
 
+def kafka_ref_version() -> str:
+    """The reference broker's version: reference/pom.xml's kafka.version."""
+    found = re.search(r"<kafka\.version>([^<]+)</kafka\.version>", KAFKA_POM.read_text())
+    if not found:
+        raise RuntimeError(f"no <kafka.version> in {KAFKA_POM}")
+    return found.group(1)
+
+
 def ensure_kafka_jars() -> None:
-    if (KAFKA_LIBS / ".complete").exists():
+    """The reference jars in KAFKA_LIBS, resolved once per version (as reference/kafka-shim.sh:
+    .complete holds the version they are)."""
+    version = kafka_ref_version()
+    marker = KAFKA_LIBS / ".complete"
+    if marker.exists() and marker.read_text().strip() == version:
         return
+    shutil.rmtree(KAFKA_LIBS, ignore_errors=True)
     KAFKA_LIBS.mkdir(parents=True, exist_ok=True)
     subprocess.run(
         ["mvn", "-q", "-B", "-f", str(KAFKA_POM), "dependency:copy-dependencies",
          f"-DoutputDirectory={KAFKA_LIBS}", "-DincludeScope=runtime"],
         check=True, timeout=1200,
     )
-    (KAFKA_LIBS / ".complete").touch()
+    marker.write_text(version + "\n")
 
 
 class MillraceNode(Node):

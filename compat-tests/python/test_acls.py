@@ -94,7 +94,7 @@ codes are asserted; librdkafka's texts where they name the failing request):
   its coordinator lookup).
 - ACLs live in the metadata log: a restart on the same data dir keeps them all.
 
-Runs against Apache Kafka 4.1.1 too (MILLRACE_BIN=compat-tests/reference/kafka-shim.sh).
+Runs against Apache Kafka too (the reference broker, 4.4.0) (MILLRACE_BIN=compat-tests/reference/kafka-shim.sh).
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@
   kafka-python stops at v9: a known id appends, an unknown id gets
   UNKNOWN_TOPIC_ID and appends nothing anywhere.
 
-Runs against Apache Kafka 4.1.1 too (compat-tests/reference/kafka-shim.sh),
+Runs against Apache Kafka too (the reference broker, 4.4.0) (compat-tests/reference/kafka-shim.sh),
 with the same assertions.
 """
 

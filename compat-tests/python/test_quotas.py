@@ -106,7 +106,7 @@ What Apache Kafka 4.1.1 does (asserted where marked *):
   default user+default client-id, default user, client-id, default client-id; a user-level quota is
   one rate shared by all of that user's client ids. Quotas are kept in the metadata log* (restart).
 
-Runs against Apache Kafka 4.1.1 too (MILLRACE_BIN=compat-tests/reference/kafka-shim.sh).
+Runs against Apache Kafka too (the reference broker, 4.4.0) (MILLRACE_BIN=compat-tests/reference/kafka-shim.sh).
 """
 
 from __future__ import annotations

@@ -45,7 +45,7 @@ here: Kafka also closes the connection on a second ApiVersions before authentica
 SaslAuthenticate without a SaslHandshake. The broker's JAAS line needs no username/password here
 (the inter-broker listener is PLAINTEXT): Kafka 4.1.1 starts without them.
 
-Runs against Apache Kafka 4.1.1 too (MILLRACE_BIN=compat-tests/reference/kafka-shim.sh).
+Runs against Apache Kafka too (the reference broker, 4.4.0) (MILLRACE_BIN=compat-tests/reference/kafka-shim.sh).
 """
 
 from __future__ import annotations

@@ -46,7 +46,7 @@ log), so every check after a change waits, bounded, for it to take effect. kafka
 nothing (exit 0) when describing a user that has no credentials. The broker's own wording of
 UNACCEPTABLE_CREDENTIAL is "Too few iterations" / "Too many iterations"; only that prefix is asserted.
 
-Runs against Apache Kafka 4.1.1 too (MILLRACE_BIN=compat-tests/reference/kafka-shim.sh).
+Runs against Apache Kafka too (the reference broker, 4.4.0) (MILLRACE_BIN=compat-tests/reference/kafka-shim.sh).
 """
 
 from __future__ import annotations

@@ -31,7 +31,7 @@ sees _ALL_BROKERS_DOWN. librdkafka does not even send the untrusted certificate 
 issuer found in server trusted certificate authorities, not sending any client certificates"),
 as the server's CertificateRequest names the CAs it accepts.
 
-Runs against Apache Kafka 4.1.1 too (MILLRACE_BIN=compat-tests/reference/kafka-shim.sh, which
+Runs against Apache Kafka too (the reference broker, 4.4.0) (MILLRACE_BIN=compat-tests/reference/kafka-shim.sh, which
 merges `listeners` with its own PLAINTEXT and CONTROLLER listeners); the reload test skips there.
 """
 

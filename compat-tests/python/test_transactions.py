@@ -78,7 +78,7 @@ What Apache Kafka 4.1.1 does (asserted):
   old epoch -> INVALID_PRODUCER_EPOCH (47) on v0/v1, PRODUCER_FENCED (90) on v2; the right epoch
   with no transaction open -> INVALID_TXN_STATE (48), commit and abort alike.
 
-Runs against Apache Kafka 4.1.1 too (MILLRACE_BIN=compat-tests/reference/kafka-shim.sh).
+Runs against Apache Kafka too (the reference broker, 4.4.0) (MILLRACE_BIN=compat-tests/reference/kafka-shim.sh).
 """
 
 from __future__ import annotations

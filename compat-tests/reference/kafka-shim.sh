@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Apache Kafka 4.1.1 (single-node KRaft) behind the Millrace command-line
+# Apache Kafka 4.4.0 (single-node KRaft; the version is reference/pom.xml's kafka.version) behind the Millrace command-line
 # contract, so the client suites can be checked against a reference broker:
 #
 #   MILLRACE_BIN=compat-tests/reference/kafka-shim.sh MILLRACE_START_TIMEOUT=120 \
@@ -66,12 +66,15 @@ while (($#)); do
 done
 [[ -n "$data_dir" && -n "$listen" ]] || { echo "usage: $0 --data-dir DIR --listen HOST:PORT [--set k=v]..." >&2; exit 2; }
 
-if [[ ! -f "$LIBS/.complete" ]]; then
-  echo "kafka-shim: resolving Kafka jars with mvn into $LIBS" >&2
+# The jars are resolved once per version: .complete holds the version they are.
+REF_VERSION="$(sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' "$HERE/pom.xml")"
+if [[ "$(cat "$LIBS/.complete" 2>/dev/null)" != "$REF_VERSION" ]]; then
+  echo "kafka-shim: resolving Kafka $REF_VERSION jars with mvn into $LIBS" >&2
+  rm -rf "$LIBS"
   mkdir -p "$LIBS"
   timeout 900 mvn -q -B -f "$HERE/pom.xml" dependency:copy-dependencies \
     -DoutputDirectory="$LIBS" -DincludeScope=runtime >&2
-  touch "$LIBS/.complete"
+  echo "$REF_VERSION" >"$LIBS/.complete"
 fi
 
 host="${listen%:*}" port="${listen##*:}"

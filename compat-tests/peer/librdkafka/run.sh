@@ -29,7 +29,7 @@
 #      RDK_STAGES ("single cluster" by default; "cluster" skips the single broker),
 #      RDK_CLUSTER_BIN, RDK_CLUSTER_FULL, RDK_CLUSTER_PARALLEL (stage 2, below),
 #      KEEP_WORK=1.
-# Apache Kafka 4.1.1 as the reference: MILLRACE_BIN=$PWD/compat-tests/reference/kafka-shim.sh
+# Apache Kafka 4.4.0 as the reference: MILLRACE_BIN=$PWD/compat-tests/reference/kafka-shim.sh
 # (stage 2 then uses cluster-scenarios/kafka-cluster-shim.sh), or for stage 2 alone
 #   RDK_STAGES=cluster MILLRACE_BIN=$PWD/compat-tests/cluster-scenarios/kafka-cluster-shim.sh
 # Last line printed: "N passed, M failed" (allow-listed tests only).
@@ -285,7 +285,7 @@ fi
 # controlled.shutdown.enable=false: the three are stopped at once, and the last one's controlled
 # shutdown would wait out its 10 s for a controller quorum that is gone.
 # RDK_CLUSTER_BIN: the node binary (default MILLRACE_BIN; with MILLRACE_BIN=.../reference/
-# kafka-shim.sh it is cluster-scenarios/kafka-cluster-shim.sh, Apache Kafka 4.1.1 nodes).
+# kafka-shim.sh it is cluster-scenarios/kafka-cluster-shim.sh, Apache Kafka 4.4.0 nodes).
 # 0098_consumer_txn also runs Kafka's Java TransactionProducerCli (tests/java): KAFKA_PATH is a
 # directory of ours, bin/kafka-run-class.sh (plain `java -cp`) and libs/ with kafka-clients and
 # its runtime jars (compat-tests/.work/kafka-ref/libs, else ~/.m2), compiled once with javac.
