@@ -617,6 +617,10 @@ impl SharePartition {
             None if base < self.start_offset => base = self.start_offset,
             _ => {}
         }
+        if base.min(log_base) > last_to_acquire {
+            // The window is full and the log skipped past SPEO: nothing inside it to re-acquire.
+            return;
+        }
         let keys: Vec<i64> = self
             .cache
             .range(base.min(log_base)..=last_to_acquire)
@@ -819,10 +823,10 @@ impl SharePartition {
         }
         let mut last_acquired = last;
         if remaining < last - first + 1 {
-            last_acquired = log_batch_end(acq.log, first + remaining - 1).min(last);
+            last_acquired = log_batch_end(acq.log, first.saturating_add(remaining - 1)).min(last);
         }
         let taken = if acq.mode == AcquireMode::RecordLimit {
-            let acquired_last = last_acquired.min(first + remaining - 1);
+            let acquired_last = last_acquired.min(first.saturating_add(remaining - 1));
             let mut batch = InFlightBatch::new(
                 first,
                 last_acquired,

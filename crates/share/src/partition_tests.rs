@@ -864,3 +864,228 @@ fn corrupt_persisted_state_and_log_batches_are_errors() {
         assert!(matches!(res, Err(ShareError::InvalidLogBatches(_))));
     }
 }
+
+/// A small deterministic PRNG (xorshift64*), so the random walk below is reproducible.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    fn below(&mut self, n: u64) -> i64 {
+        i64::try_from(self.next() % n).expect("small")
+    }
+}
+
+/// Checks the cache's structure: batches sorted, non-overlapping, runs contiguous.
+fn check_structure(sp: &SharePartition) {
+    let mut prev_last: Option<i64> = None;
+    for (key, b) in &sp.cache {
+        assert_eq!(*key, b.first);
+        if let Some(p) = prev_last {
+            assert!(b.first > p, "overlapping batches");
+        }
+        prev_last = Some(b.last);
+        let mut next = b.first;
+        for run in &b.runs {
+            assert_eq!(run.first, next, "runs not contiguous");
+            assert!(run.first <= run.last);
+            next = run.last + 1;
+            let acquired = run.rec.state == RecordState::Acquired;
+            assert_eq!(acquired, run.rec.member.is_some());
+            assert_eq!(acquired, run.rec.lock_deadline_ms.is_some());
+        }
+        assert_eq!(next, b.last + 1, "runs do not cover the batch");
+    }
+}
+
+fn state_at(sp: &SharePartition, offset: i64) -> Option<RecordState> {
+    let (_, b) = sp.cache.range(..=offset).next_back()?;
+    b.runs
+        .iter()
+        .find(|r| r.first <= offset && offset <= r.last)
+        .map(|r| r.rec.state)
+}
+
+#[test]
+fn random_operations_keep_every_invariant() {
+    const MEMBERS: [&str; 3] = ["a", "b", "c"];
+    let types = [
+        AckType::Gap,
+        AckType::Accept,
+        AckType::Release,
+        AckType::Reject,
+        AckType::Renew,
+    ];
+    for seed in 1..=40u64 {
+        let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+        let log: Vec<LogBatch> = {
+            // Batches of 1..=7 records with occasional compaction holes between them.
+            let mut v = Vec::new();
+            let mut next = 0;
+            for _ in 0..120 {
+                let len = 1 + rng.below(7);
+                v.push(LogBatch {
+                    first: next,
+                    last: next + len - 1,
+                });
+                next += len + if rng.below(5) == 0 { rng.below(3) } else { 0 };
+            }
+            v
+        };
+        let cfg = SharePartitionConfig {
+            delivery_count_limit: 2 + i16::try_from(rng.below(5)).expect("small"),
+            max_record_locks: 40,
+            record_lock_duration_ms: 1000,
+            renew_enabled: rng.below(2) == 0,
+        };
+        let mut sp = with_cfg(0, cfg);
+        let mut accepted: Vec<(i64, i64)> = Vec::new();
+        let mut now = T0;
+        let (mut acquired_n, mut acked_n, mut refused_n) = (0, 0, 0);
+        for _ in 0..400 {
+            now += rng.below(300);
+            let start_before = sp.start_offset();
+            match rng.below(10) {
+                0..=3 => {
+                    let member = MEMBERS[usize::try_from(rng.below(3)).expect("small")];
+                    let mode = if rng.below(3) == 0 {
+                        AcquireMode::RecordLimit
+                    } else {
+                        AcquireMode::BatchOptimized
+                    };
+                    let before = sp.clone();
+                    let batches = read(&log, sp.next_fetch_offset());
+                    let batches = &batches[..batches
+                        .len()
+                        .min(1 + usize::try_from(rng.below(8)).expect("small"))];
+                    let aborted: Vec<(i64, i64)> = if rng.below(4) == 0 {
+                        batches.iter().take(1).map(|b| (b.first, b.last)).collect()
+                    } else {
+                        vec![]
+                    };
+                    let max = u32::try_from(1 + rng.below(30)).expect("small");
+                    let got = sp
+                        .acquire(
+                            member,
+                            batches,
+                            max,
+                            u32::try_from(rng.below(10)).expect("small"),
+                            mode,
+                            &aborted,
+                            now,
+                        )
+                        .expect("acquire");
+                    for range in got {
+                        acquired_n += range.last - range.first + 1;
+                        assert!(range.first >= before.start_offset(), "acquired below SPSO");
+                        assert!(
+                            range.delivery_count <= cfg.delivery_count_limit,
+                            "delivered past the limit"
+                        );
+                        for offset in range.first..=range.last {
+                            let was = state_at(&before, offset);
+                            assert!(
+                                was.is_none() || was == Some(RecordState::Available),
+                                "offset {offset} acquired from {was:?}"
+                            );
+                            assert!(
+                                !accepted.iter().any(|(f, l)| *f <= offset && offset <= *l),
+                                "accepted offset redelivered"
+                            );
+                        }
+                    }
+                }
+                4..=6 => {
+                    let mut member = MEMBERS[usize::try_from(rng.below(3)).expect("small")];
+                    let mut first = sp.start_offset() - 3 + rng.below(30);
+                    let mut last = first + rng.below(12) - 1;
+                    // Half the time, acknowledge what a member really holds.
+                    let held: Vec<(i64, i64, &str)> = sp
+                        .cache
+                        .values()
+                        .flat_map(|b| &b.runs)
+                        .filter(|r| r.rec.state == RecordState::Acquired)
+                        .filter_map(|r| {
+                            MEMBERS
+                                .iter()
+                                .find(|m| r.rec.is_owned_by(m))
+                                .map(|m| (r.first, r.last, *m))
+                        })
+                        .collect();
+                    if rng.below(2) == 0 && !held.is_empty() {
+                        let (f, l, m) =
+                            held[usize::try_from(rng.below(held.len() as u64)).expect("small")];
+                        (first, last, member) = (f, l, m);
+                    }
+                    let n = if rng.below(2) == 0 {
+                        1
+                    } else {
+                        usize::try_from((last - first + 1).max(0)).expect("small")
+                    };
+                    let batch = AckBatch {
+                        first,
+                        last,
+                        types: (0..n)
+                            .map(|_| types[usize::try_from(rng.below(5)).expect("small")])
+                            .collect(),
+                    };
+                    let is_renew = rng.below(2) == 0;
+                    let before = sp.clone();
+                    match sp.acknowledge(member, std::slice::from_ref(&batch), is_renew, now) {
+                        Ok(change) => {
+                            acked_n += 1;
+                            for b in &change.batches {
+                                if b.state == RecordState::Acknowledged.id() {
+                                    accepted.push((b.first, b.last));
+                                }
+                            }
+                        }
+                        Err(_) => {
+                            refused_n += 1;
+                            assert_eq!(
+                                sp.cache, before.cache,
+                                "a failed acknowledgement changed state"
+                            );
+                            assert_eq!(sp.start_offset(), before.start_offset());
+                        }
+                    }
+                }
+                7 => {
+                    sp.expire_locks(now);
+                }
+                8 => {
+                    sp.release_member(MEMBERS[usize::try_from(rng.below(3)).expect("small")], now);
+                }
+                _ => {
+                    if rng.below(8) == 0 {
+                        sp.archive_below(sp.start_offset() + rng.below(5));
+                    }
+                }
+            }
+            assert!(sp.start_offset() >= start_before, "SPSO moved back");
+            check_structure(&sp);
+            assert!(
+                sp.in_flight_span() <= i64::from(cfg.max_record_locks) + 7 + 30,
+                "window unbounded"
+            );
+            let persisted = sp.persisted_state();
+            assert!(persisted
+                .batches
+                .iter()
+                .all(|b| b.first >= sp.start_offset()));
+        }
+        assert!(
+            acquired_n > 100 && acked_n > 10 && refused_n > 10,
+            "seed {seed}: {acquired_n} {acked_n} {refused_n}"
+        );
+        assert!(
+            sp.start_offset() > 50,
+            "seed {seed}: the walk made progress"
+        );
+    }
+}
