@@ -35,8 +35,8 @@ use millrace_controller::ProducerIdAllocator;
 use millrace_frontend::fetch_session::FetchSessionCache;
 use millrace_frontend::BrokerContext;
 use millrace_groups::{
-    Assignor, ConsumerGroupConfig, CoordinatorConfig, GroupConfig, GroupCoordinator, ShareGroupConfig,
-    OFFSETS_TOPIC,
+    Assignor, ConsumerGroupConfig, CoordinatorConfig, GroupConfig, GroupCoordinator,
+    ShareGroupConfig, OFFSETS_TOPIC,
 };
 use millrace_replication::LeadershipChange;
 use millrace_store::{Store, StoreConfig};
