@@ -344,6 +344,29 @@ async fn share_group_survives_replay_and_snapshot() {
             first.delete_groups(vec!["sg".into()]).await,
             vec![Err(GroupError::NonEmptyGroup)]
         );
+        let join = first.join(JoinRequest {
+            group_id: "sg".into(),
+            session_timeout_ms: 10_000,
+            rebalance_timeout_ms: 10_000,
+            member_id: String::new(),
+            group_instance_id: None,
+            protocol_type: "consumer".into(),
+            protocols: vec![crate::group::Protocol {
+                name: "range".into(),
+                metadata: Bytes::new(),
+            }],
+            client_id: "c".into(),
+            client_host: "/127.0.0.1".into(),
+            require_known_member_id: false,
+        });
+        assert!(matches!(
+            join.await.error,
+            Some(GroupError::GroupIdNotFoundWith(m)) if m == "Group sg is not a classic group."
+        ));
+        assert!(matches!(
+            first.describe_group("sg"),
+            Err(GroupError::GroupIdNotFoundWith(_))
+        ));
         let listed = first.list_groups(&[]).expect("list");
         assert!(listed.iter().any(|g| g.group_id == "sg"
             && g.group_type == "share"
