@@ -35,7 +35,8 @@ use millrace_controller::ProducerIdAllocator;
 use millrace_frontend::fetch_session::FetchSessionCache;
 use millrace_frontend::BrokerContext;
 use millrace_groups::{
-    Assignor, ConsumerGroupConfig, CoordinatorConfig, GroupConfig, GroupCoordinator, OFFSETS_TOPIC,
+    Assignor, ConsumerGroupConfig, CoordinatorConfig, GroupConfig, GroupCoordinator,
+    ShareGroupConfig, OFFSETS_TOPIC,
 };
 use millrace_replication::LeadershipChange;
 use millrace_store::{Store, StoreConfig};
@@ -672,8 +673,23 @@ fn open_group_coordinator(
         max_size: long("group.consumer.max.size", i64::from(i32::MAX)).max(1) as usize,
         assignors,
     };
+    let share_defaults = ShareGroupConfig::default();
+    let share = ShareGroupConfig {
+        session_timeout_ms: clamp_i32(long(
+            "group.share.session.timeout.ms",
+            i64::from(share_defaults.session_timeout_ms),
+        ))
+        .max(1),
+        heartbeat_interval_ms: clamp_i32(long(
+            "group.share.heartbeat.interval.ms",
+            i64::from(share_defaults.heartbeat_interval_ms),
+        ))
+        .max(1),
+        max_size: usize::try_from(long("group.share.max.size", 200).max(1)).unwrap_or(200),
+    };
     let coordinator = CoordinatorConfig {
         consumer,
+        share,
         group,
         offsets_retention_ms: long("offsets.retention.minutes", 10_080).saturating_mul(60_000),
         snapshot_dir: Some(data_dir.join("group_snapshot.sled")),

@@ -258,6 +258,16 @@ fn oversized_body(key: ApiKey, v: i16) -> Option<Oversized> {
             "group_ids",
             |r: &mut ConsumerGroupDescribeRequest, x| r.group_ids = x,
         ),
+        ApiKey::ShareGroupHeartbeat => {
+            string(v, f, "group_id", |r: &mut ShareGroupHeartbeatRequest, x| {
+                r.group_id = x.into()
+            })
+        }
+        ApiKey::ShareGroupDescribe => {
+            array(v, f, "group_ids", |r: &mut ShareGroupDescribeRequest, x| {
+                r.group_ids = x
+            })
+        }
         ApiKey::SaslHandshake => string(v, f, "mechanism", |r: &mut SaslHandshakeRequest, x| {
             r.mechanism = x
         }),

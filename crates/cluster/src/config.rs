@@ -9,7 +9,8 @@
 //! `log.retention.minutes` → `log.retention.hours`), as in Kafka; the few Kafka topic configs
 //! without one (`remote.storage.enable`, `remote.log.copy.disable`,
 //! `remote.log.delete.on.disable`) have their own default ([`TopicFallback::Fixed`]). The rules
-//! between tiered-storage keys are in [`crate::config_tiered`].
+//! between tiered-storage keys are in [`crate::config_tiered`], those between the share group
+//! keys (`group.share.*`) in [`crate::config_share`].
 //!
 //! Millrace adds a few keys of its own, all prefixed as Kafka would name them:
 //! `log.flush.policy`, `log.flush.batch.interval.ms`, `log.max.open.files`.
@@ -112,6 +113,16 @@ const INT_POS: ConfigType = ConfigType::Int {
     min: 1,
     max: i32::MAX as i64,
 };
+/// Any 32-bit integer (a Kafka INT without a validator).
+const INT_ANY: ConfigType = ConfigType::Int {
+    min: i32::MIN as i64,
+    max: i32::MAX as i64,
+};
+
+/// A Kafka INT with `Range.between(min, max)`.
+const fn int_range(min: i64, max: i64) -> ConfigType {
+    ConfigType::Int { min, max }
+}
 const INT_NONNEG: ConfigType = ConfigType::Int {
     min: 0,
     max: i32::MAX as i64,
@@ -329,6 +340,66 @@ pub static BROKER_CONFIGS: &[ConfigDef] = &[
         "org.apache.kafka.coordinator.group.assignor.UniformAssignor,org.apache.kafka.coordinator.group.assignor.RangeAssignor",
         ConfigType::Str,
     ),
+    // KIP-932 share groups: Kafka's names, defaults and ranges (`ShareGroupConfig`,
+    // `GroupCoordinatorConfig`); the rules between them are in `config_share.rs`.
+    def("group.share.delivery.count.limit", "5", int_range(2, 10)),
+    def("group.share.min.delivery.count.limit", "2", int_range(2, 5)),
+    def("group.share.max.delivery.count.limit", "10", int_range(5, 25)),
+    def(
+        "group.share.record.lock.duration.ms",
+        "30000",
+        int_range(1_000, 3_600_000),
+    ),
+    def(
+        "group.share.min.record.lock.duration.ms",
+        "15000",
+        int_range(1_000, 30_000),
+    ),
+    def(
+        "group.share.max.record.lock.duration.ms",
+        "60000",
+        int_range(30_000, 3_600_000),
+    ),
+    def(
+        "group.share.partition.max.record.locks",
+        "2000",
+        int_range(100, 10_000),
+    ),
+    def(
+        "group.share.min.partition.max.record.locks",
+        "100",
+        int_range(100, 2_000),
+    ),
+    def(
+        "group.share.max.partition.max.record.locks",
+        "4000",
+        int_range(2_000, 10_000),
+    ),
+    def("group.share.max.share.sessions", "2000", INT_POS),
+    def("share.fetch.purgatory.purge.interval.requests", "1000", INT_ANY),
+    def(
+        "group.share.persister.class.name",
+        "org.apache.kafka.server.share.persister.DefaultStatePersister",
+        ConfigType::Str,
+    ),
+    def(
+        "group.share.dlq.manager.class.name",
+        "org.apache.kafka.server.share.dlq.DefaultShareGroupDLQManager",
+        ConfigType::Str,
+    ),
+    def("group.share.session.timeout.ms", "45000", INT_POS),
+    def("group.share.min.session.timeout.ms", "45000", INT_POS),
+    def("group.share.max.session.timeout.ms", "60000", INT_POS),
+    def("group.share.heartbeat.interval.ms", "5000", INT_POS),
+    def("group.share.min.heartbeat.interval.ms", "5000", INT_POS),
+    def("group.share.max.heartbeat.interval.ms", "15000", INT_POS),
+    def("group.share.max.size", "200", int_range(1, 1_000)),
+    def("group.share.assignors", "simple", ConfigType::Str),
+    def("group.share.assignment.interval.ms", "1000", INT_NONNEG),
+    def("group.share.min.assignment.interval.ms", "0", INT_NONNEG),
+    def("group.share.max.assignment.interval.ms", "15000", INT_NONNEG),
+    def("group.share.assignor.offload.enable", "true", ConfigType::Bool),
+    def("group.share.initialize.retry.interval.ms", "30000", INT_POS),
     // The cluster: roles, the controller quorum, broker sessions, replication.
     def(
         "process.roles",
@@ -842,6 +913,7 @@ impl BrokerConfig {
         config.check_request_budget()?;
         config.check_consumer_group_timeouts()?;
         config.check_consumer_group_assignors()?;
+        config.check_share_groups()?;
         config.check_listeners()?;
         config.check_remote_storage()?;
         Ok(config)

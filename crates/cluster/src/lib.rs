@@ -16,6 +16,7 @@ pub mod acl;
 pub mod config;
 mod config_error;
 pub mod config_rest;
+pub mod config_share;
 pub mod config_tiered;
 pub mod image;
 pub mod limits;

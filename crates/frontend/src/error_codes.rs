@@ -304,7 +304,7 @@ pub fn from_group(err: &GroupError, context: &str) -> KafkaError {
         GroupError::MemberIdRequired => MEMBER_ID_REQUIRED,
         GroupError::GroupMaxSizeReached => GROUP_MAX_SIZE_REACHED,
         GroupError::FencedInstanceId => FENCED_INSTANCE_ID,
-        GroupError::GroupIdNotFound => GROUP_ID_NOT_FOUND,
+        GroupError::GroupIdNotFound | GroupError::GroupIdNotFoundWith(_) => GROUP_ID_NOT_FOUND,
         GroupError::NonEmptyGroup => NON_EMPTY_GROUP,
         GroupError::GroupSubscribedToTopic => GROUP_SUBSCRIBED_TO_TOPIC,
         GroupError::OffsetMetadataTooLarge => OFFSET_METADATA_TOO_LARGE,

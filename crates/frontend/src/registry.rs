@@ -20,8 +20,8 @@ use crate::api::{
     describe_topic_partitions, elect_leaders, fetch, find_coordinator, heartbeat, init_producer_id,
     join_group, leave_group, list_config_resources, list_groups, list_offsets,
     list_partition_reassignments, metadata, offset_commit, offset_delete, offset_fetch,
-    offset_for_leader_epoch, produce, sasl, sync_group, transactions, txn_offset_commit,
-    user_scram_credentials, write_txn_markers,
+    offset_for_leader_epoch, produce, sasl, share_group_describe, share_group_heartbeat,
+    sync_group, transactions, txn_offset_commit, user_scram_credentials, write_txn_markers,
 };
 use crate::handler::{ApiHandler, Call};
 use crate::respond::{self, Pending, RequestCharge, Route};
@@ -126,6 +126,8 @@ pub const APIS: &[ApiEntry] = &[
     api::<offset_delete::OffsetDelete>(),
     api::<consumer_group_heartbeat::ConsumerGroupHeartbeat>(),
     api::<consumer_group_describe::ConsumerGroupDescribe>(),
+    api::<share_group_heartbeat::ShareGroupHeartbeat>(),
+    api::<share_group_describe::ShareGroupDescribe>(),
 ];
 
 /// The entry of `key`, if it is served at all.

@@ -148,6 +148,7 @@ pub fn single_node_context(
     let groups = GroupCoordinator::new(
         CoordinatorConfig {
             consumer: Default::default(),
+            share: Default::default(),
             group: GroupConfig {
                 initial_rebalance_delay_ms: 0,
                 ..GroupConfig::default()

@@ -354,7 +354,7 @@ fn compile_subscription(source: &str) -> Result<regex::Regex, GroupError> {
 
 /// FNV-1a over the topics' names, ids and partition counts, in order: stable across runs and
 /// versions, so a group loaded from its records knows whether its topics changed meanwhile.
-fn topics_hash(topics: &BTreeSet<TopicInfo>) -> i64 {
+pub(crate) fn topics_hash(topics: &BTreeSet<TopicInfo>) -> i64 {
     const OFFSET_BASIS: u64 = 0xcbf2_9ce4_8422_2325;
     const PRIME: u64 = 0x0000_0100_0000_01b3;
     let mut h = OFFSET_BASIS;

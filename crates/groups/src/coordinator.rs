@@ -1,4 +1,5 @@
-//! The group coordinator: owns every group (classic, or KIP-848 consumer group) whose
+//! The group coordinator: owns every group (classic, KIP-848 consumer group or KIP-932 share
+//! group) whose
 //! `__consumer_offsets` partition this broker leads and has loaded, the JoinGroup/SyncGroup requests parked on them, the timers, and
 //! the records it writes to and replays from `__consumer_offsets`.
 //!
@@ -49,6 +50,7 @@
 //! `impl GroupCoordinator` blocks in the files under `coordinator/`, along Kafka's lines:
 //! - `classic.rs`: JoinGroup, SyncGroup, Heartbeat, LeaveGroup (Kafka's `ClassicGroup`);
 //! - `consumer.rs`: KIP-848 ConsumerGroupHeartbeat and ConsumerGroupDescribe;
+//! - `share.rs`: KIP-932 ShareGroupHeartbeat and ShareGroupDescribe;
 //! - `offsets.rs`: OffsetCommit, TxnOffsetCommit and its markers, OffsetFetch, OffsetDelete;
 //! - `admin.rs`: ListGroups, DescribeGroups, DeleteGroups, the metrics' view;
 //! - `timers.rs`: session and rebalance deadlines, offset expiry, the periodic snapshot;
@@ -79,6 +81,7 @@ use crate::group_log::{GroupLog, GroupLogError};
 use crate::limits::{GROUP_ID_BYTES_MAX, LOADER_THREADS_MAX};
 use crate::replay::{self, ReplayError};
 pub use crate::reply::Reply;
+use crate::share_group::{InitializedPartitions, ShareGroupConfig};
 use crate::snapshot::SnapshotStore;
 use crate::txn_offsets::TxnOffsets;
 
@@ -92,6 +95,7 @@ mod consumer;
 mod encode;
 mod offsets;
 mod shard;
+mod share;
 mod snapshots;
 #[cfg(test)]
 mod tests;
@@ -106,6 +110,8 @@ pub struct CoordinatorConfig {
     pub group: GroupConfig,
     /// The group.consumer.* settings of KIP-848 consumer groups.
     pub consumer: ConsumerGroupConfig,
+    /// The group.share.* settings of KIP-932 share groups.
+    pub share: ShareGroupConfig,
     /// offsets.retention.minutes, in ms.
     pub offsets_retention_ms: i64,
     /// Where the sled snapshot lives; `None` = no snapshot.
@@ -181,6 +187,14 @@ pub struct GroupDescription {
     pub protocol_type: String,
     pub protocol_name: String,
     pub members: Vec<MemberDescription>,
+}
+
+/// What DeleteGroups removed with a group that the group coordinator does not own itself: for a
+/// share group, its share partitions that have share state (empty for other groups), which the
+/// caller drops from the share-partition state (Kafka's DeleteShareGroupState).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DeletedGroup {
+    pub share_partitions: InitializedPartitions,
 }
 
 /// Topic → partitions, as OffsetFetch asks; `None` = every committed offset of the group.
@@ -516,8 +530,11 @@ impl GroupCoordinator {
             partition,
             &led.log,
             snapshot,
-            &self.config.group,
-            &self.config.consumer,
+            &replay::ReplayConfigs {
+                group: &self.config.group,
+                consumer: &self.config.consumer,
+                share: &self.config.share,
+            },
             now_ms(),
             &|| !current(),
         );
@@ -546,6 +563,14 @@ impl GroupCoordinator {
                             GroupEntry::new(Group::new(&id, &self.config.group, now))
                         })
                         .consumer = Some(consumer);
+                }
+                for (id, share) in replayed.share_groups {
+                    let entry = guard.groups.entry(id.clone()).or_insert_with(|| {
+                        GroupEntry::new(Group::new(&id, &self.config.group, now))
+                    });
+                    if entry.consumer.is_none() {
+                        entry.share = Some(share);
+                    }
                 }
                 guard.txn = replayed.txn;
                 guard.dirty = replayed.records > 0;

@@ -45,6 +45,10 @@ pub enum GroupError {
     /// The group does not exist (DeleteGroups, OffsetDelete).
     #[error("The group id does not exist.")]
     GroupIdNotFound,
+    /// GROUP_ID_NOT_FOUND with Kafka's message saying why: the group is missing ("Share group X
+    /// not found.") or is of another type ("Group X is not a share group.").
+    #[error("{0}")]
+    GroupIdNotFoundWith(String),
     /// The group has members (DeleteGroups, OffsetDelete on a non-consumer group).
     #[error("The group is not empty.")]
     NonEmptyGroup,

@@ -1,6 +1,8 @@
 //! Millrace's group coordinator: classic consumer groups (JoinGroup, SyncGroup, Heartbeat,
 //! LeaveGroup), KIP-848 consumer groups (ConsumerGroupHeartbeat, server-side assignors in
-//! [`assignor`], the state machine in [`consumer_group`]), committed offsets, and their
+//! [`assignor`], the state machine in [`consumer_group`]), KIP-932 share groups
+//! (ShareGroupHeartbeat, the `simple` assignor in [`share_assignor`], the state machine in
+//! [`share_group`]), committed offsets, and their
 //! persistence in the compacted internal topic `__consumer_offsets`, in Kafka's own record
 //! formats.
 //!
@@ -29,6 +31,8 @@ pub mod limits;
 pub mod records;
 mod replay;
 mod reply;
+pub mod share_assignor;
+pub mod share_group;
 pub mod snapshot;
 mod txn_offsets;
 
@@ -49,6 +53,10 @@ pub use group::{
     SyncRequest, SyncResponse,
 };
 pub use group_log::{DurableGroupLog, GroupAppend, GroupLog, GroupLogError};
+pub use share_group::{
+    InitializedPartitions, ShareGroupConfig, ShareGroupDescription, ShareGroupState,
+    ShareHeartbeatRequest, ShareHeartbeatResponse, ShareMember,
+};
 
 /// The internal topic holding commits and group metadata.
 pub const OFFSETS_TOPIC: &str = "__consumer_offsets";

@@ -5,11 +5,13 @@
 //! 2 = GroupMetadataKey (group), and the KIP-848 consumer group records 3 = ConsumerGroupMetadata
 //! (group epoch), 5 = ConsumerGroupMemberMetadata (subscription), 6 =
 //! ConsumerGroupTargetAssignmentMetadata (assignment epoch), 7 =
-//! ConsumerGroupTargetAssignmentMember, 8 = ConsumerGroupCurrentMemberAssignment; other types
-//! (4, partition metadata, which Kafka 4.1 no longer writes; regexes; share and streams groups)
-//! are skipped. Values start with an i16 version. Millrace writes OffsetCommitValue v3 and
+//! ConsumerGroupTargetAssignmentMember, 8 = ConsumerGroupCurrentMemberAssignment, and the KIP-932
+//! share group records 10 = ShareGroupMemberMetadata, 11 = ShareGroupMetadata, 12 =
+//! ShareGroupTargetAssignmentMetadata, 13 = ShareGroupTargetAssignmentMember, 14 =
+//! ShareGroupCurrentMemberAssignment, 15 = ShareGroupStatePartitionMetadata; other types (4,
+//! partition metadata, which Kafka 4.1 no longer writes; regexes; streams groups) are skipped. Values start with an i16 version. Millrace writes OffsetCommitValue v3 and
 //! GroupMetadataValue v3 and reads v0-v3 of both (v4 is flexible and unused by classic groups);
-//! the consumer group values are v0, in the flexible encoding (compact strings and arrays,
+//! the consumer and share group values are v0, in the flexible encoding (compact strings and arrays,
 //! tagged fields, which are skipped on read). A record with a null value is a tombstone. Keys'
 //! strings are i16-length-prefixed UTF-8 (-1 = null), bytes are i32-length-prefixed.
 //! Layouts: apache/kafka `group-coordinator/src/main/resources/common/message/*.json`.
@@ -37,6 +39,14 @@ pub const CONSUMER_MEMBER_METADATA_KEY_TYPE: i16 = 5;
 pub const CONSUMER_TARGET_METADATA_KEY_TYPE: i16 = 6;
 pub const CONSUMER_TARGET_MEMBER_KEY_TYPE: i16 = 7;
 pub const CONSUMER_CURRENT_ASSIGNMENT_KEY_TYPE: i16 = 8;
+
+/// Key record types of the KIP-932 share group records.
+pub const SHARE_MEMBER_METADATA_KEY_TYPE: i16 = 10;
+pub const SHARE_GROUP_METADATA_KEY_TYPE: i16 = 11;
+pub const SHARE_TARGET_METADATA_KEY_TYPE: i16 = 12;
+pub const SHARE_TARGET_MEMBER_KEY_TYPE: i16 = 13;
+pub const SHARE_CURRENT_ASSIGNMENT_KEY_TYPE: i16 = 14;
+pub const SHARE_STATE_PARTITION_METADATA_KEY_TYPE: i16 = 15;
 
 /// What a record in `__consumer_offsets` is about.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -72,6 +82,33 @@ pub enum RecordKey {
         group: String,
         member: String,
     },
+    /// ShareGroupMetadataKey: the share group's epoch.
+    ShareGroup {
+        group: String,
+    },
+    /// ShareGroupMemberMetadataKey: a share group member's subscription.
+    ShareMember {
+        group: String,
+        member: String,
+    },
+    /// ShareGroupTargetAssignmentMetadataKey: the share group's assignment epoch.
+    ShareTargetEpoch {
+        group: String,
+    },
+    /// ShareGroupTargetAssignmentMemberKey: a share group member's target assignment.
+    ShareTarget {
+        group: String,
+        member: String,
+    },
+    /// ShareGroupCurrentMemberAssignmentKey: a share group member's epoch and assignment.
+    ShareCurrent {
+        group: String,
+        member: String,
+    },
+    /// ShareGroupStatePartitionMetadataKey: which share partitions of the group have state.
+    ShareStatePartitions {
+        group: String,
+    },
 }
 
 impl RecordKey {
@@ -83,7 +120,13 @@ impl RecordKey {
             | RecordKey::ConsumerMember { group, .. }
             | RecordKey::ConsumerTargetEpoch { group }
             | RecordKey::ConsumerTarget { group, .. }
-            | RecordKey::ConsumerCurrent { group, .. } => group,
+            | RecordKey::ConsumerCurrent { group, .. }
+            | RecordKey::ShareGroup { group }
+            | RecordKey::ShareMember { group, .. }
+            | RecordKey::ShareTargetEpoch { group }
+            | RecordKey::ShareTarget { group, .. }
+            | RecordKey::ShareCurrent { group, .. }
+            | RecordKey::ShareStatePartitions { group } => group,
         }
     }
 }
@@ -113,6 +156,43 @@ pub struct ConsumerCurrentValue {
     pub state: i8,
     pub assigned: TopicPartitions,
     pub pending_revocation: TopicPartitions,
+}
+
+/// ShareGroupMemberMetadataValue.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ShareMemberValue {
+    pub rack_id: Option<String>,
+    pub client_id: String,
+    pub client_host: String,
+    pub subscribed_topic_names: Vec<String>,
+}
+
+/// ShareGroupCurrentMemberAssignmentValue. `state` is always 0 (stable): share group members
+/// have no revocation phase.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ShareCurrentValue {
+    pub member_epoch: i32,
+    pub previous_member_epoch: i32,
+    pub state: i8,
+    pub assigned: TopicPartitions,
+}
+
+/// One topic of ShareGroupStatePartitionMetadataValue: its id, name and partitions.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SharePartitionsInfo {
+    pub topic_id: uuid::Uuid,
+    pub topic_name: String,
+    pub partitions: Vec<i32>,
+}
+
+/// ShareGroupStatePartitionMetadataValue: the share partitions whose state is being
+/// initialized, is initialized, and the topics whose state is being deleted.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ShareStatePartitionsValue {
+    pub initializing: Vec<SharePartitionsInfo>,
+    pub initialized: Vec<SharePartitionsInfo>,
+    /// (topic id, topic name).
+    pub deleting: Vec<(uuid::Uuid, String)>,
 }
 
 /// OffsetCommitValue.
@@ -174,6 +254,23 @@ pub enum RecordValue {
     /// ConsumerGroupTargetAssignmentMemberValue.
     ConsumerTarget(TopicPartitions),
     ConsumerCurrent(ConsumerCurrentValue),
+    /// ShareGroupMetadataValue: the group epoch and the hash of its subscribed topics' metadata
+    /// (a plain field here, unlike the consumer group's tagged one; Millrace's own FNV-1a hash).
+    ShareGroup {
+        epoch: i32,
+        metadata_hash: i64,
+    },
+    ShareMember(ShareMemberValue),
+    /// ShareGroupTargetAssignmentMetadataValue: the assignment epoch and (tagged field 0,
+    /// KIP-1263) when the assignment was computed; 0 = not written.
+    ShareTargetEpoch {
+        assignment_epoch: i32,
+        assignment_timestamp_ms: i64,
+    },
+    /// ShareGroupTargetAssignmentMemberValue.
+    ShareTarget(TopicPartitions),
+    ShareCurrent(ShareCurrentValue),
+    ShareStatePartitions(ShareStatePartitionsValue),
 }
 
 /// Why bytes could not be read as a coordinator record.
@@ -216,12 +313,30 @@ pub fn encode_key(key: &RecordKey) -> Bytes {
             b.put_i16(CONSUMER_TARGET_METADATA_KEY_TYPE);
             put_string(&mut b, group);
         }
+        RecordKey::ShareGroup { group } => {
+            b.put_i16(SHARE_GROUP_METADATA_KEY_TYPE);
+            put_string(&mut b, group);
+        }
+        RecordKey::ShareTargetEpoch { group } => {
+            b.put_i16(SHARE_TARGET_METADATA_KEY_TYPE);
+            put_string(&mut b, group);
+        }
+        RecordKey::ShareStatePartitions { group } => {
+            b.put_i16(SHARE_STATE_PARTITION_METADATA_KEY_TYPE);
+            put_string(&mut b, group);
+        }
         RecordKey::ConsumerMember { group, member }
         | RecordKey::ConsumerTarget { group, member }
-        | RecordKey::ConsumerCurrent { group, member } => {
+        | RecordKey::ConsumerCurrent { group, member }
+        | RecordKey::ShareMember { group, member }
+        | RecordKey::ShareTarget { group, member }
+        | RecordKey::ShareCurrent { group, member } => {
             b.put_i16(match key {
                 RecordKey::ConsumerMember { .. } => CONSUMER_MEMBER_METADATA_KEY_TYPE,
                 RecordKey::ConsumerTarget { .. } => CONSUMER_TARGET_MEMBER_KEY_TYPE,
+                RecordKey::ShareMember { .. } => SHARE_MEMBER_METADATA_KEY_TYPE,
+                RecordKey::ShareTarget { .. } => SHARE_TARGET_MEMBER_KEY_TYPE,
+                RecordKey::ShareCurrent { .. } => SHARE_CURRENT_ASSIGNMENT_KEY_TYPE,
                 _ => CONSUMER_CURRENT_ASSIGNMENT_KEY_TYPE,
             });
             put_string(&mut b, group);
@@ -231,11 +346,11 @@ pub fn encode_key(key: &RecordKey) -> Bytes {
     b.freeze()
 }
 
-/// Value version of every consumer group record Millrace writes (flexible).
+/// Value version of every consumer and share group record Millrace writes (flexible).
 const CONSUMER_VALUE_VERSION: i16 = 0;
 
-/// Encodes a KIP-848 consumer group value (the flexible v0 layouts); `None` for the classic
-/// values, which have their own encoders.
+/// Encodes a KIP-848 consumer group or KIP-932 share group value (the flexible v0 layouts);
+/// `None` for the classic values, which have their own encoders.
 pub fn encode_consumer_value(v: &RecordValue) -> Option<Bytes> {
     let mut b = BytesMut::new();
     b.put_i16(CONSUMER_VALUE_VERSION);
@@ -276,6 +391,63 @@ pub fn encode_consumer_value(v: &RecordValue) -> Option<Bytes> {
             b.put_i8(c.state);
             put_topic_partitions(&mut b, &c.assigned);
             put_topic_partitions(&mut b, &c.pending_revocation);
+        }
+        RecordValue::ShareGroup {
+            epoch,
+            metadata_hash,
+        } => {
+            b.put_i32(*epoch);
+            b.put_i64(*metadata_hash);
+        }
+        RecordValue::ShareMember(m) => {
+            put_compact_nullable_string(&mut b, m.rack_id.as_deref());
+            put_compact_nullable_string(&mut b, Some(&m.client_id));
+            put_compact_nullable_string(&mut b, Some(&m.client_host));
+            put_uvarint(&mut b, m.subscribed_topic_names.len() as u64 + 1);
+            for name in &m.subscribed_topic_names {
+                put_compact_nullable_string(&mut b, Some(name));
+            }
+        }
+        RecordValue::ShareTargetEpoch {
+            assignment_epoch,
+            assignment_timestamp_ms,
+        } => {
+            b.put_i32(*assignment_epoch);
+            if *assignment_timestamp_ms != 0 {
+                // One tagged field: tag 0, 8 bytes.
+                put_uvarint(&mut b, 1);
+                put_uvarint(&mut b, 0);
+                put_uvarint(&mut b, 8);
+                b.put_i64(*assignment_timestamp_ms);
+                return Some(b.freeze());
+            }
+        }
+        RecordValue::ShareTarget(tps) => put_topic_partitions(&mut b, tps),
+        RecordValue::ShareCurrent(c) => {
+            b.put_i32(c.member_epoch);
+            b.put_i32(c.previous_member_epoch);
+            b.put_i8(c.state);
+            put_topic_partitions(&mut b, &c.assigned);
+        }
+        RecordValue::ShareStatePartitions(v) => {
+            for infos in [&v.initializing, &v.initialized] {
+                put_uvarint(&mut b, infos.len() as u64 + 1);
+                for info in infos {
+                    b.put_slice(info.topic_id.as_bytes());
+                    put_compact_nullable_string(&mut b, Some(&info.topic_name));
+                    put_uvarint(&mut b, info.partitions.len() as u64 + 1);
+                    for p in &info.partitions {
+                        b.put_i32(*p);
+                    }
+                    put_uvarint(&mut b, 0);
+                }
+            }
+            put_uvarint(&mut b, v.deleting.len() as u64 + 1);
+            for (id, name) in &v.deleting {
+                b.put_slice(id.as_bytes());
+                put_compact_nullable_string(&mut b, Some(name));
+                put_uvarint(&mut b, 0);
+            }
         }
     }
     // No tagged fields.
@@ -367,6 +539,23 @@ pub fn decode_key(bytes: &[u8]) -> Result<Option<RecordKey>, RecordError> {
             member: r.string()?,
         },
         CONSUMER_CURRENT_ASSIGNMENT_KEY_TYPE => RecordKey::ConsumerCurrent {
+            group: r.string()?,
+            member: r.string()?,
+        },
+        SHARE_GROUP_METADATA_KEY_TYPE => RecordKey::ShareGroup { group: r.string()? },
+        SHARE_TARGET_METADATA_KEY_TYPE => RecordKey::ShareTargetEpoch { group: r.string()? },
+        SHARE_STATE_PARTITION_METADATA_KEY_TYPE => {
+            RecordKey::ShareStatePartitions { group: r.string()? }
+        }
+        SHARE_MEMBER_METADATA_KEY_TYPE => RecordKey::ShareMember {
+            group: r.string()?,
+            member: r.string()?,
+        },
+        SHARE_TARGET_MEMBER_KEY_TYPE => RecordKey::ShareTarget {
+            group: r.string()?,
+            member: r.string()?,
+        },
+        SHARE_CURRENT_ASSIGNMENT_KEY_TYPE => RecordKey::ShareCurrent {
             group: r.string()?,
             member: r.string()?,
         },
@@ -467,6 +656,20 @@ pub fn decode_value(key: &RecordKey, bytes: &[u8]) -> Result<RecordValue, Record
                 pending_revocation,
             })
         }
+        RecordKey::ShareGroup { .. }
+        | RecordKey::ShareMember { .. }
+        | RecordKey::ShareTargetEpoch { .. }
+        | RecordKey::ShareTarget { .. }
+        | RecordKey::ShareCurrent { .. }
+        | RecordKey::ShareStatePartitions { .. } => {
+            if version != CONSUMER_VALUE_VERSION {
+                return Err(RecordError::UnsupportedVersion {
+                    what: "share group value",
+                    version,
+                });
+            }
+            decode_share_value(key, &mut r)?
+        }
         RecordKey::Offset { .. } => {
             versions("OffsetCommitValue", 0..=3)?;
             let offset = r.i64()?;
@@ -534,6 +737,110 @@ pub fn decode_value(key: &RecordKey, bytes: &[u8]) -> Result<RecordValue, Record
     Ok(value)
 }
 
+/// The value of a KIP-932 share group record (v0, flexible), after its version.
+fn decode_share_value(key: &RecordKey, r: &mut Reader<'_>) -> Result<RecordValue, RecordError> {
+    Ok(match key {
+        RecordKey::ShareGroup { .. } => {
+            // ShareGroupMetadataValue
+            let epoch = r.i32()?;
+            let metadata_hash = r.i64()?;
+            r.tagged_fields()?;
+            RecordValue::ShareGroup {
+                epoch,
+                metadata_hash,
+            }
+        }
+        RecordKey::ShareMember { .. } => {
+            // ShareGroupMemberMetadataValue
+            let rack_id = r.compact_nullable_string(RECORD_BYTES_MAX)?;
+            let client_id = r
+                .compact_nullable_string(RECORD_BYTES_MAX)?
+                .unwrap_or_default();
+            let client_host = r
+                .compact_nullable_string(RECORD_BYTES_MAX)?
+                .unwrap_or_default();
+            let count = r.compact_array_len()?;
+            let mut subscribed_topic_names = Vec::with_capacity(count.min(1024));
+            for _ in 0..count {
+                subscribed_topic_names.push(
+                    r.compact_nullable_string(RECORD_BYTES_MAX)?
+                        .unwrap_or_default(),
+                );
+            }
+            r.tagged_fields()?;
+            RecordValue::ShareMember(ShareMemberValue {
+                rack_id,
+                client_id,
+                client_host,
+                subscribed_topic_names,
+            })
+        }
+        RecordKey::ShareTargetEpoch { .. } => {
+            // ShareGroupTargetAssignmentMetadataValue
+            let assignment_epoch = r.i32()?;
+            let assignment_timestamp_ms = match r.tagged_fields()? {
+                Some(b) if b.len() == 8 => {
+                    let mut a = [0u8; 8];
+                    a.copy_from_slice(b);
+                    i64::from_be_bytes(a)
+                }
+                _ => 0,
+            };
+            RecordValue::ShareTargetEpoch {
+                assignment_epoch,
+                assignment_timestamp_ms,
+            }
+        }
+        RecordKey::ShareTarget { .. } => {
+            // ShareGroupTargetAssignmentMemberValue
+            let tps = r.topic_partitions()?;
+            r.tagged_fields()?;
+            RecordValue::ShareTarget(tps)
+        }
+        RecordKey::ShareCurrent { .. } => {
+            // ShareGroupCurrentMemberAssignmentValue
+            let member_epoch = r.i32()?;
+            let previous_member_epoch = r.i32()?;
+            let state = r.i8()?;
+            let assigned = r.topic_partitions()?;
+            r.tagged_fields()?;
+            RecordValue::ShareCurrent(ShareCurrentValue {
+                member_epoch,
+                previous_member_epoch,
+                state,
+                assigned,
+            })
+        }
+        RecordKey::ShareStatePartitions { .. } => {
+            // ShareGroupStatePartitionMetadataValue
+            let initializing = r.share_partitions_infos()?;
+            let initialized = r.share_partitions_infos()?;
+            let count = r.compact_array_len()?;
+            let mut deleting = Vec::with_capacity(count.min(1024));
+            for _ in 0..count {
+                let id = r.uuid()?;
+                let name = r
+                    .compact_nullable_string(RECORD_BYTES_MAX)?
+                    .unwrap_or_default();
+                r.tagged_fields()?;
+                deleting.push((id, name));
+            }
+            r.tagged_fields()?;
+            RecordValue::ShareStatePartitions(ShareStatePartitionsValue {
+                initializing,
+                initialized,
+                deleting,
+            })
+        }
+        _ => {
+            return Err(RecordError::UnsupportedVersion {
+                what: "share group key",
+                version: -1,
+            })
+        }
+    })
+}
+
 fn put_string(b: &mut BytesMut, s: &str) {
     // Callers bound every string to GROUP_ID_BYTES_MAX or less; a longer one is cut rather than
     // written with a wrapped length.
@@ -574,6 +881,7 @@ trait ReadExt<'a> {
     fn tagged_fields(&mut self) -> Result<Option<&'a [u8]>, RecordError>;
     fn uuid(&mut self) -> Result<uuid::Uuid, RecordError>;
     fn topic_partitions(&mut self) -> Result<TopicPartitions, RecordError>;
+    fn share_partitions_infos(&mut self) -> Result<Vec<SharePartitionsInfo>, RecordError>;
     fn string(&mut self) -> Result<String, RecordError>;
     fn bytes(&mut self) -> Result<Bytes, RecordError>;
     fn array_len(&mut self) -> Result<usize, RecordError>;
@@ -625,6 +933,29 @@ impl<'a> ReadExt<'a> for Reader<'a> {
             }
             self.tagged_fields()?;
             out.push((topic, partitions));
+        }
+        Ok(out)
+    }
+
+    fn share_partitions_infos(&mut self) -> Result<Vec<SharePartitionsInfo>, RecordError> {
+        let count = self.compact_array_len()?;
+        let mut out = Vec::with_capacity(count.min(1024));
+        for _ in 0..count {
+            let topic_id = self.uuid()?;
+            let topic_name = self
+                .compact_nullable_string(RECORD_BYTES_MAX)?
+                .unwrap_or_default();
+            let n = self.compact_array_len()?;
+            let mut partitions = Vec::with_capacity(n.min(1024));
+            for _ in 0..n {
+                partitions.push(self.i32()?);
+            }
+            self.tagged_fields()?;
+            out.push(SharePartitionsInfo {
+                topic_id,
+                topic_name,
+                partitions,
+            });
         }
         Ok(out)
     }
@@ -845,6 +1176,108 @@ mod tests {
             &bad
         )
         .is_err());
+    }
+
+    #[test]
+    fn share_group_records_round_trip_in_kafkas_layout() {
+        let t = uuid::Uuid::from_bytes([9; 16]);
+        let member = |group: &str| (group.to_string(), "m".to_string());
+        let (g, m) = member("g");
+        let cases = [
+            (
+                RecordKey::ShareGroup { group: g.clone() },
+                RecordValue::ShareGroup {
+                    epoch: 4,
+                    metadata_hash: -5,
+                },
+            ),
+            (
+                RecordKey::ShareMember {
+                    group: g.clone(),
+                    member: m.clone(),
+                },
+                RecordValue::ShareMember(ShareMemberValue {
+                    rack_id: Some("r1".into()),
+                    client_id: "c".into(),
+                    client_host: "/127.0.0.1".into(),
+                    subscribed_topic_names: vec!["a".into()],
+                }),
+            ),
+            (
+                RecordKey::ShareTargetEpoch { group: g.clone() },
+                RecordValue::ShareTargetEpoch {
+                    assignment_epoch: 4,
+                    assignment_timestamp_ms: 1_700_000_000_000,
+                },
+            ),
+            (
+                RecordKey::ShareTarget {
+                    group: g.clone(),
+                    member: m.clone(),
+                },
+                RecordValue::ShareTarget(vec![(t, vec![0, 1])]),
+            ),
+            (
+                RecordKey::ShareCurrent {
+                    group: g.clone(),
+                    member: m.clone(),
+                },
+                RecordValue::ShareCurrent(ShareCurrentValue {
+                    member_epoch: 4,
+                    previous_member_epoch: 3,
+                    state: 0,
+                    assigned: vec![(t, vec![1])],
+                }),
+            ),
+            (
+                RecordKey::ShareStatePartitions { group: g.clone() },
+                RecordValue::ShareStatePartitions(ShareStatePartitionsValue {
+                    initializing: vec![],
+                    initialized: vec![SharePartitionsInfo {
+                        topic_id: t,
+                        topic_name: "a".into(),
+                        partitions: vec![0, 1],
+                    }],
+                    deleting: vec![(t, "a".into())],
+                }),
+            ),
+        ];
+        for (key, value) in cases {
+            let k = encode_key(&key);
+            assert_eq!(decode_key(&k), Ok(Some(key.clone())));
+            let v = encode_consumer_value(&value).expect("share value");
+            assert_eq!(decode_value(&key, &v), Ok(value));
+        }
+        // Kafka's record types 10..=15 and value layouts.
+        assert_eq!(
+            &encode_key(&RecordKey::ShareMember {
+                group: "g".into(),
+                member: "m".into()
+            })[..],
+            &[0, 10, 0, 1, b'g', 0, 1, b'm']
+        );
+        assert_eq!(
+            &encode_key(&RecordKey::ShareGroup { group: "g".into() })[..],
+            &[0, 11, 0, 1, b'g']
+        );
+        assert_eq!(
+            &encode_key(&RecordKey::ShareStatePartitions { group: "g".into() })[..],
+            &[0, 15, 0, 1, b'g']
+        );
+        let v = encode_consumer_value(&RecordValue::ShareGroup {
+            epoch: 5,
+            metadata_hash: 7,
+        })
+        .expect("v");
+        assert_eq!(&v[..], &[0, 0, 0, 0, 0, 5, 0, 0, 0, 0, 0, 0, 0, 7, 0]);
+        let v = encode_consumer_value(&RecordValue::ShareCurrent(ShareCurrentValue {
+            member_epoch: 2,
+            previous_member_epoch: 1,
+            state: 0,
+            assigned: vec![],
+        }))
+        .expect("v");
+        assert_eq!(&v[..], &[0, 0, 0, 0, 0, 2, 0, 0, 0, 1, 0, 1, 0]);
     }
 
     #[test]

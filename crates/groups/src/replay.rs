@@ -27,6 +27,7 @@ use crate::consumer_group::{ConsumerGroup, ConsumerGroupConfig, ConsumerGroupRec
 use crate::group::{Group, GroupConfig};
 use crate::limits::{MARK_READ_BYTES, RECORD_BYTES_MAX, REPLAY_READ_BYTES};
 use crate::records::{self, RecordKey, RecordValue};
+use crate::share_group::{ShareGroup, ShareGroupConfig, ShareGroupRecords};
 use crate::snapshot::{BatchMark, PartitionSnapshot};
 use crate::txn_offsets::TxnOffsets;
 
@@ -36,6 +37,8 @@ pub(crate) struct Replayed {
     pub groups: BTreeMap<String, Group>,
     /// KIP-848 consumer groups, by group id (their offsets are in `groups`).
     pub consumer_groups: BTreeMap<String, ConsumerGroup>,
+    /// KIP-932 share groups, by group id.
+    pub share_groups: BTreeMap<String, ShareGroup>,
     /// Offsets of transactions with no marker yet.
     pub txn: TxnOffsets,
     /// Records applied from the log (not counting the snapshot's).
@@ -60,35 +63,42 @@ pub(crate) enum ReplayError {
     Superseded,
 }
 
+/// The broker settings each kind of group is rebuilt with.
+pub(crate) struct ReplayConfigs<'a> {
+    pub group: &'a GroupConfig,
+    pub consumer: &'a ConsumerGroupConfig,
+    pub share: &'a ShareGroupConfig,
+}
+
+/// The records replayed so far: classic groups (with every group's offsets) as they stand, and
+/// the records of consumer and share groups, built into groups once the replay ends.
+#[derive(Default)]
+struct Replaying {
+    groups: BTreeMap<String, Group>,
+    consumers: BTreeMap<String, ConsumerGroupRecords>,
+    shares: BTreeMap<String, ShareGroupRecords>,
+}
+
 /// Replays `log` (after `snapshot`, if it matches the log) into groups. `superseded` is asked
 /// between reads; once it says yes the replay stops with [`ReplayError::Superseded`].
 pub(crate) fn replay(
     partition: i32,
     log: &PartitionLog,
     snapshot: Option<PartitionSnapshot>,
-    config: &GroupConfig,
-    consumer_config: &ConsumerGroupConfig,
+    configs: &ReplayConfigs<'_>,
     now_ms: i64,
     superseded: &dyn Fn() -> bool,
 ) -> Result<Replayed, ReplayError> {
+    let config = configs.group;
     let log_start = log.log_start_offset();
     let log_end = log.log_end_offset();
-    let mut groups = BTreeMap::new();
-    let mut consumers: BTreeMap<String, ConsumerGroupRecords> = BTreeMap::new();
+    let mut replaying = Replaying::default();
     let mut from = log_start;
     let mut from_snapshot = false;
     if let Some(snap) = snapshot {
         if snapshot_matches(&snap, log) {
             for (k, v) in &snap.entries {
-                apply_record(
-                    partition,
-                    &mut groups,
-                    &mut consumers,
-                    k,
-                    Some(v),
-                    config,
-                    now_ms,
-                );
+                apply_record(partition, &mut replaying, k, Some(v), config, now_ms);
             }
             from = snap.next_offset;
             from_snapshot = true;
@@ -127,7 +137,8 @@ pub(crate) fn replay(
                 } => {
                     if offset >= from && offset < log_end {
                         for ((group, topic, p), value) in txn.complete(producer_id, commit) {
-                            groups
+                            replaying
+                                .groups
                                 .entry(group.clone())
                                 .or_insert_with(|| Group::new(&group, config, now_ms))
                                 .offsets
@@ -163,8 +174,7 @@ pub(crate) fn replay(
                 }
                 apply_record(
                     partition,
-                    &mut groups,
-                    &mut consumers,
+                    &mut replaying,
                     key,
                     r.value.as_ref(),
                     config,
@@ -187,20 +197,35 @@ pub(crate) fn replay(
             }
         }
     }
+    let Replaying {
+        mut groups,
+        consumers,
+        shares,
+    } = replaying;
     let consumer_groups: BTreeMap<String, ConsumerGroup> = consumers
         .into_iter()
-        .filter_map(|(id, records)| records.build(&id, consumer_config, now_ms).map(|g| (id, g)))
+        .filter_map(|(id, records)| {
+            records
+                .build(&id, configs.consumer, now_ms)
+                .map(|g| (id, g))
+        })
+        .collect();
+    let share_groups: BTreeMap<String, ShareGroup> = shares
+        .into_iter()
+        .filter_map(|(id, records)| records.build(&id, configs.share, now_ms).map(|g| (id, g)))
         .collect();
     // Groups that replay left with nothing in them are not groups.
     groups.retain(|id, g: &mut Group| {
         !(g.is_empty()
             && g.offsets.is_empty()
             && g.protocol_type().is_none()
-            && !consumer_groups.contains_key(id))
+            && !consumer_groups.contains_key(id)
+            && !share_groups.contains_key(id))
     });
     Ok(Replayed {
         groups,
         consumer_groups,
+        share_groups,
         txn,
         records,
         from_snapshot,
@@ -242,8 +267,7 @@ pub(crate) fn batch_mark_before(log: &PartitionLog, next_offset: i64) -> Option<
 /// a warning, as they cannot belong to any group this coordinator serves.
 fn apply_record(
     partition: i32,
-    groups: &mut BTreeMap<String, Group>,
-    consumers: &mut BTreeMap<String, ConsumerGroupRecords>,
+    replaying: &mut Replaying,
     key: &[u8],
     value: Option<&Bytes>,
     config: &GroupConfig,
@@ -276,7 +300,8 @@ fn apply_record(
             },
             value,
         ) => {
-            let g = groups
+            let g = replaying
+                .groups
                 .entry(group.clone())
                 .or_insert_with(|| Group::new(&group, config, now_ms));
             match value {
@@ -289,7 +314,8 @@ fn apply_record(
             }
         }
         (RecordKey::Group { group }, Some(RecordValue::Group(v))) => {
-            let g = groups
+            let g = replaying
+                .groups
                 .entry(group.clone())
                 .or_insert_with(|| Group::new(&group, config, now_ms));
             g.restore(v, now_ms);
@@ -302,17 +328,33 @@ fn apply_record(
             | RecordKey::ConsumerCurrent { .. }),
             value,
         ) => {
-            consumers
+            replaying
+                .consumers
+                .entry(key.group().to_string())
+                .or_default()
+                .apply(&key, value);
+        }
+        (
+            key @ (RecordKey::ShareGroup { .. }
+            | RecordKey::ShareMember { .. }
+            | RecordKey::ShareTargetEpoch { .. }
+            | RecordKey::ShareTarget { .. }
+            | RecordKey::ShareCurrent { .. }
+            | RecordKey::ShareStatePartitions { .. }),
+            value,
+        ) => {
+            replaying
+                .shares
                 .entry(key.group().to_string())
                 .or_default()
                 .apply(&key, value);
         }
         (RecordKey::Group { group }, _) => {
-            if let Some(old) = groups.remove(&group) {
+            if let Some(old) = replaying.groups.remove(&group) {
                 if !old.offsets.is_empty() {
                     let mut fresh = Group::new(&group, config, now_ms);
                     fresh.offsets = old.offsets;
-                    groups.insert(group, fresh);
+                    replaying.groups.insert(group, fresh);
                 }
             }
         }

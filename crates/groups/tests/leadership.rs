@@ -65,6 +65,7 @@ fn logs() -> Logs {
 fn config(initial_rebalance_delay_ms: i32) -> CoordinatorConfig {
     CoordinatorConfig {
         consumer: Default::default(),
+        share: Default::default(),
         group: GroupConfig {
             initial_rebalance_delay_ms,
             ..GroupConfig::default()

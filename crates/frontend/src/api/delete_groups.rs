@@ -46,9 +46,12 @@ pub fn handle(
             .into_iter()
             .zip(results)
             .map(|(id, r)| {
+                // A deleted share group's share partitions (`DeletedGroup`) are the
+                // share-partition state's to drop; nothing here keeps any.
                 (
                     id,
-                    r.map_err(|e| error_codes::from_group(&e, "DeleteGroups").code),
+                    r.map(|_| ())
+                        .map_err(|e| error_codes::from_group(&e, "DeleteGroups").code),
                 )
             })
             .chain(denied)

@@ -1,5 +1,6 @@
 //! DescribeGroups (key 15): state, protocol and members of each group. Members' metadata and
-//! assignments are shown only in Stable, as Kafka does; an unknown group is "Dead" with NONE.
+//! assignments are shown only in Stable, as Kafka does; an unknown group is "Dead" with NONE, and
+//! so is a share group (Kafka answers "Dead" with NONE below v6, GROUP_ID_NOT_FOUND from v6).
 
 use std::sync::Arc;
 
@@ -22,6 +23,9 @@ api_handler! {
 // Members carry no code of their own.
 response_fields!(DescribeGroupsResponse: errors[groups[error_code]], throttle_time_ms);
 
+/// First version where a group of another type is answered GROUP_ID_NOT_FOUND (KIP-1043).
+const DEAD_WITH_ERROR_VERSION_MIN: i16 = 6;
+
 /// First version with `include_authorized_operations`.
 const AUTHORIZED_OPERATIONS_VERSION_MIN: i16 = 3;
 use crate::error_codes;
@@ -41,6 +45,15 @@ pub fn handle(
             _ if !authz.group(AclOperation::Describe, &id.0) => DescribedGroup::default()
                 .with_group_id(id)
                 .with_error_code(GROUP_AUTHORIZATION_FAILED),
+            // A share group: not a classic group (`GroupIdNotFoundWith`), "Dead" with no error
+            // before v6, as Kafka's `describeGroups`.
+            Err(millrace_groups::GroupError::GroupIdNotFoundWith(_))
+                if version < DEAD_WITH_ERROR_VERSION_MIN =>
+            {
+                DescribedGroup::default()
+                    .with_group_id(id)
+                    .with_group_state(str_bytes("Dead"))
+            }
             Err(e) => DescribedGroup::default()
                 .with_group_id(id)
                 .with_error_code(error_codes::from_group(&e, "DescribeGroups").code)

@@ -1,5 +1,6 @@
-//! ListGroups (key 16): every group this coordinator owns, classic and consumer (KIP-848),
-//! optionally filtered by state (v4+) and type (v5+: "classic", "consumer").
+//! ListGroups (key 16): every group this coordinator owns, classic, consumer (KIP-848) and share
+//! (KIP-932, protocol type and group type "share", states Empty/Stable), optionally filtered by
+//! state (v4+) and type (v5+: "classic", "consumer", "share"), both case-insensitively.
 
 use std::sync::Arc;
 

@@ -44,6 +44,8 @@ pub mod offset_fetch;
 pub mod offset_for_leader_epoch;
 pub mod produce;
 pub mod sasl;
+pub mod share_group_describe;
+pub mod share_group_heartbeat;
 pub mod sync_group;
 pub mod transactions;
 pub mod txn_offset_commit;

@@ -145,6 +145,8 @@ pub fn handle(
             None => Vec::new(),
         };
         let topics = answer(layout, results, |e| match e {
+            // A missing group only: a share group id gets GROUP_ID_NOT_FOUND at every version,
+            // as Kafka's `ShareGroup.validateOffsetCommit` throws it whatever the version.
             GroupError::GroupIdNotFound if version < 9 => ILLEGAL_GENERATION,
             e => error_codes::from_group(e, "OffsetCommit").code,
         });

@@ -3,7 +3,9 @@
 //!
 //! The reads take each shard's lock once, briefly, and change nothing. DeleteGroups deletes only
 //! Empty groups: it appends tombstones for the group's offsets and metadata and answers once they
-//! are committed.
+//! are committed. A deleted share group's answer carries its share partitions that have share
+//! state ([`DeletedGroup`]), which the caller drops: the share-partition state is not this
+//! crate's.
 //!
 //! Not here: ConsumerGroupDescribe (`consumer.rs`), OffsetDelete (`offsets.rs`).
 
@@ -13,14 +15,16 @@ use bytes::Bytes;
 
 use super::encode::{encode_group_records, group_tombstones};
 use super::shard::Leadership;
+use super::share::not_a_classic_group;
 use super::{
-    now_ms, Committed, CoordinatorSnapshot, GroupCoordinator, GroupDescription, GroupListing,
-    GroupSnapshot, MemberDescription,
+    now_ms, Committed, CoordinatorSnapshot, DeletedGroup, GroupCoordinator, GroupDescription,
+    GroupListing, GroupSnapshot, MemberDescription,
 };
 use crate::consumer_group::{ConsumerGroup, ConsumerGroupState};
 use crate::error::GroupError;
 use crate::group::GroupState;
 use crate::reply::Reply;
+use crate::share_group::ShareGroupState;
 
 impl GroupCoordinator {
     /// ListGroups over the partitions loaded here, filtered by state names (case-insensitive;
@@ -43,14 +47,20 @@ impl GroupCoordinator {
                 if g.state() == GroupState::Dead {
                     continue;
                 }
-                let listing = match &entry.consumer {
-                    Some(c) => GroupListing {
+                let listing = match (&entry.consumer, &entry.share) {
+                    (_, Some(s)) => GroupListing {
+                        group_id: g.id().to_string(),
+                        protocol_type: "share".to_string(),
+                        state: s.state().name(),
+                        group_type: "share",
+                    },
+                    (Some(c), None) => GroupListing {
                         group_id: g.id().to_string(),
                         protocol_type: "consumer".to_string(),
                         state: c.state().name(),
                         group_type: "Consumer",
                     },
-                    None => GroupListing {
+                    (None, None) => GroupListing {
                         group_id: g.id().to_string(),
                         protocol_type: g.protocol_type().unwrap_or_default().to_string(),
                         state: g.state().name(),
@@ -79,6 +89,11 @@ impl GroupCoordinator {
                 members: Vec::new(),
             });
         };
+        if entry.share.is_some() {
+            // Kafka: "Group … is not a classic group." (the front end answers v0-v5 with Dead
+            // and no error, as Kafka does).
+            return Err(not_a_classic_group(group_id));
+        }
         if entry.consumer.is_some() {
             // Kafka: "Group … is not a classic group." (the admin client then asks
             // ConsumerGroupDescribe).
@@ -109,15 +124,19 @@ impl GroupCoordinator {
         })
     }
 
-    /// DeleteGroups: each group must be Empty; its offsets and metadata get tombstones.
-    pub fn delete_groups(&self, group_ids: Vec<String>) -> Reply<Vec<Result<(), GroupError>>> {
+    /// DeleteGroups: each group must be Empty; its offsets and metadata get tombstones. A deleted
+    /// share group's result names its share partitions with share state, for the caller to drop.
+    pub fn delete_groups(
+        &self,
+        group_ids: Vec<String>,
+    ) -> Reply<Vec<Result<DeletedGroup, GroupError>>> {
         let mut results = Vec::with_capacity(group_ids.len());
         let mut waits = Vec::new();
         for (i, group_id) in group_ids.iter().enumerate() {
             match self.delete_group(group_id) {
-                Ok(wait) => {
+                Ok((wait, deleted)) => {
                     waits.push((i, wait));
-                    results.push(Ok(()));
+                    results.push(Ok(deleted));
                 }
                 Err(e) => results.push(Err(e)),
             }
@@ -134,13 +153,29 @@ impl GroupCoordinator {
         })
     }
 
-    fn delete_group(&self, group_id: &str) -> Result<Committed, GroupError> {
+    fn delete_group(&self, group_id: &str) -> Result<(Committed, DeletedGroup), GroupError> {
         let now = now_ms();
         let mut shard = self.loaded_shard(group_id)?;
         let entry = shard
             .groups
             .get(group_id)
             .ok_or(GroupError::GroupIdNotFound)?;
+        if let Some(share) = &entry.share {
+            // Kafka's `ShareGroup.validateDeleteGroup`: the group must be Empty.
+            if !share.is_empty() {
+                return Err(GroupError::NonEmptyGroup);
+            }
+            let deleted = DeletedGroup {
+                share_partitions: share.initialized_partitions().clone(),
+            };
+            let mut tombstones = encode_group_records(share.tombstones());
+            tombstones.extend(group_tombstones(&entry.group, true));
+            let committed = self.append(&mut shard, &tombstones)?;
+            if let Some(mut entry) = shard.groups.remove(group_id) {
+                entry.group.mark_dead(now);
+            }
+            return Ok((committed, deleted));
+        }
         if entry.active_consumer().is_some() {
             return Err(GroupError::NonEmptyGroup);
         }
@@ -157,7 +192,7 @@ impl GroupCoordinator {
         if let Some(mut entry) = shard.groups.remove(group_id) {
             entry.group.mark_dead(now);
         }
-        Ok(committed)
+        Ok((committed, DeletedGroup::default()))
     }
 
     /// What the metrics read at scrape time: each group loaded here with its state and committed
@@ -180,7 +215,11 @@ impl GroupCoordinator {
                 // A consumer group is counted in the classic state closest to its own, so the
                 // metric keeps one label set: Assigning and Reconciling are a rebalance.
                 let state = match entry.consumer.as_ref().map(ConsumerGroup::state) {
-                    None => g.state(),
+                    None => match entry.share.as_ref().map(|s| s.state()) {
+                        Some(ShareGroupState::Empty) => GroupState::Empty,
+                        Some(ShareGroupState::Stable) => GroupState::Stable,
+                        None => g.state(),
+                    },
                     Some(ConsumerGroupState::Empty) => GroupState::Empty,
                     Some(ConsumerGroupState::Stable) => GroupState::Stable,
                     Some(ConsumerGroupState::Assigning | ConsumerGroupState::Reconciling) => {

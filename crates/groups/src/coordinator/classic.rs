@@ -20,6 +20,7 @@ use tracing::{debug, info, warn};
 
 use super::encode::encode_group_records;
 use super::shard::{GroupEntry, Shard};
+use super::share::not_a_classic_group;
 use super::{now_ms, Committed, GroupCoordinator};
 use crate::error::GroupError;
 use crate::group::{
@@ -39,6 +40,16 @@ impl GroupCoordinator {
         };
         if !req.member_id.is_empty() && !shard.groups.contains_key(&req.group_id) {
             return ready(JoinResponse::error(GroupError::UnknownMemberId, &member_id));
+        }
+        if shard
+            .groups
+            .get(&req.group_id)
+            .is_some_and(|e| e.share.is_some())
+        {
+            return ready(JoinResponse::error(
+                not_a_classic_group(&req.group_id),
+                &member_id,
+            ));
         }
         let config = self.config.group.clone();
         let created = !shard.groups.contains_key(&req.group_id);

@@ -14,6 +14,7 @@ use tracing::debug;
 
 use super::encode::{encode_group_records, Encoded};
 use super::shard::{GroupEntry, Shard};
+use super::share::not_a_consumer_group;
 use super::{now_ms, GroupCoordinator};
 use crate::consumer_group::{
     ConsumerGroup, ConsumerGroupDescription, HeartbeatRequest, HeartbeatResponse, TopicsView,
@@ -103,6 +104,13 @@ impl GroupCoordinator {
         topics: &dyn TopicsView,
         now: i64,
     ) -> (Result<HeartbeatResponse, GroupError>, Vec<Encoded>) {
+        if shard
+            .groups
+            .get(&req.group_id)
+            .is_some_and(|e| e.share.is_some())
+        {
+            return (Err(not_a_consumer_group(&req.group_id)), Vec::new());
+        }
         let created = !shard.groups.contains_key(&req.group_id);
         let config = &self.config;
         if created && req.member_epoch != JOIN_EPOCH {

@@ -14,6 +14,7 @@
 use std::collections::BTreeMap;
 
 use super::shard::GroupEntry;
+use super::share::not_a_consumer_group;
 use super::{now_ms, CommitRequest, Committed, FetchTopics, GroupCoordinator};
 use crate::error::GroupError;
 use crate::group::{CommittedOffset, Group, GroupState};
@@ -107,6 +108,10 @@ impl GroupCoordinator {
         let Some(entry) = shard.groups.get_mut(&req.group_id) else {
             return all(GroupError::CoordinatorNotAvailable);
         };
+        if entry.share.is_some() {
+            // Kafka's `ShareGroup.validateOffsetCommit`.
+            return all(not_a_consumer_group(&req.group_id));
+        }
         let valid = match &entry.consumer {
             Some(consumer) => consumer.validate_commit(&req.member_id, req.generation_id),
             None => entry.group.validate_commit(
@@ -219,6 +224,14 @@ impl GroupCoordinator {
         topics: FetchTopics,
     ) -> Result<Vec<(String, Vec<(i32, Option<CommittedOffset>)>)>, GroupError> {
         let shard = self.loaded_shard(group_id)?;
+        if shard
+            .groups
+            .get(group_id)
+            .is_some_and(|e| e.share.is_some())
+        {
+            // Kafka's `ShareGroup.validateOffsetFetch`.
+            return Err(not_a_consumer_group(group_id));
+        }
         if let Some(consumer) = shard.groups.get(group_id).and_then(|e| e.consumer.as_ref()) {
             consumer.validate_fetch(member_id, member_epoch)?;
         }
@@ -283,6 +296,10 @@ impl GroupCoordinator {
             .groups
             .get(group_id)
             .ok_or(GroupError::GroupIdNotFound)?;
+        if entry.share.is_some() {
+            // Kafka's `ShareGroup.validateOffsetDelete`.
+            return Err(not_a_consumer_group(group_id));
+        }
         let g = &entry.group;
         let active_consumer = entry.active_consumer();
         let consumer = g.protocol_type() == Some("consumer") || active_consumer.is_some();

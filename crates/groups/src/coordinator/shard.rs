@@ -1,8 +1,8 @@
 //! The state of one `__consumer_offsets` partition on this broker, Kafka's coordinator shard:
 //! [`Shard`] holds the partition's leadership as the coordinator acts on it ([`Leadership`],
 //! reported as [`PartitionStatus`]), its groups ([`GroupEntry`]: the classic group with the
-//! committed offsets, the KIP-848 consumer group if there is one, and the JoinGroup/SyncGroup
-//! requests parked on the group) and the offsets of transactions not yet ended there.
+//! committed offsets, the KIP-848 consumer group or KIP-932 share group if it is one, and the
+//! JoinGroup/SyncGroup requests parked on the group) and the offsets of transactions not yet ended there.
 //!
 //! Where it sits: the coordinator keeps one shard per partition behind its own mutex, and each
 //! part of the coordinator (classic, consumer, offsets, admin, timers) steps a shard under that
@@ -22,6 +22,7 @@ use tokio::sync::oneshot;
 use crate::consumer_group::ConsumerGroup;
 use crate::error::GroupError;
 use crate::group::{Group, JoinResponse, SyncResponse};
+use crate::share_group::ShareGroup;
 use crate::txn_offsets::TxnOffsets;
 
 /// Where a `__consumer_offsets` partition stands on this broker.
@@ -39,10 +40,13 @@ pub enum PartitionStatus {
 
 /// One group id's state. A group is a classic group, or (with `consumer` set) a KIP-848
 /// consumer group whose classic half stays Empty; either way `group` keeps the committed offsets.
-/// Both halves are written to the log (and the snapshot) as Kafka's records.
+/// Both halves are written to the log (and the snapshot) as Kafka's records. With `share` set it
+/// is a KIP-932 share group: its classic half stays Empty and holds no offsets, and `consumer`
+/// is never set beside it.
 pub(super) struct GroupEntry {
     pub(super) group: Group,
     pub(super) consumer: Option<ConsumerGroup>,
+    pub(super) share: Option<ShareGroup>,
     pub(super) joins: HashMap<String, oneshot::Sender<JoinResponse>>,
     pub(super) syncs: HashMap<String, oneshot::Sender<SyncResponse>>,
 }
@@ -52,14 +56,27 @@ impl GroupEntry {
         Self {
             group,
             consumer: None,
+            share: None,
             joins: HashMap::new(),
             syncs: HashMap::new(),
         }
     }
 
-    /// Whether any member (classic or consumer protocol) is in the group.
+    /// Whether any member (classic, consumer or share protocol) is in the group.
     pub(super) fn has_members(&self) -> bool {
-        !self.group.is_empty() || self.consumer.as_ref().is_some_and(|c| !c.is_empty())
+        !self.group.is_empty()
+            || self.consumer.as_ref().is_some_and(|c| !c.is_empty())
+            || self.share.as_ref().is_some_and(|s| !s.is_empty())
+    }
+
+    /// A classic group with nothing in it at all (no member, offset, protocol or modern group):
+    /// what a refused first request may leave behind, which any group type may take over.
+    pub(super) fn is_bare(&self) -> bool {
+        self.consumer.is_none()
+            && self.share.is_none()
+            && self.group.is_empty()
+            && self.group.offsets.is_empty()
+            && self.group.protocol_type().is_none()
     }
 
     /// A consumer group with members.

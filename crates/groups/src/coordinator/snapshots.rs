@@ -106,6 +106,13 @@ fn materialize(shard: &Shard, log: &PartitionLog) -> PartitionSnapshot {
                     .filter_map(|(k, v)| v.map(|v| (k, v))),
             );
         }
+        if let Some(s) = &entry.share {
+            entries.extend(
+                encode_group_records(s.all_records())
+                    .into_iter()
+                    .filter_map(|(k, v)| v.map(|v| (k, v))),
+            );
+        }
     }
     PartitionSnapshot {
         next_offset: log.log_end_offset(),

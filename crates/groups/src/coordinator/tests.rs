@@ -51,6 +51,7 @@ fn coordinator_with_retention(
 ) -> Arc<GroupCoordinator> {
     let config = CoordinatorConfig {
         consumer: Default::default(),
+        share: Default::default(),
         group: GroupConfig::default(),
         offsets_retention_ms,
         snapshot_dir,
@@ -131,7 +132,10 @@ async fn write_some(c: &GroupCoordinator) {
         c.commit_offsets(commit("alpha", "t", 0, 11, "again")).await,
         vec![Ok(())]
     );
-    assert_eq!(c.delete_groups(vec!["gamma".into()]).await, vec![Ok(())]);
+    assert_eq!(
+        c.delete_groups(vec!["gamma".into()]).await,
+        vec![Ok(DeletedGroup::default())]
+    );
 }
 
 fn check_replayed(c: &GroupCoordinator) {
@@ -274,6 +278,152 @@ async fn consumer_group_survives_replay_and_snapshot() {
             .expect("carries on");
         assert!(r.member_epoch >= epoch, "not fenced: {r:?}");
     }
+}
+
+fn share_join(group: &str, member: &str) -> crate::share_group::ShareHeartbeatRequest {
+    crate::share_group::ShareHeartbeatRequest {
+        group_id: group.into(),
+        member_id: member.into(),
+        member_epoch: 0,
+        subscribed_topic_names: Some(vec!["t".into()]),
+        client_id: "client".into(),
+        client_host: "/127.0.0.1".into(),
+        ..Default::default()
+    }
+}
+
+/// A share group written through the log comes back in a new coordinator (replay, then the
+/// snapshot) with its members, epochs and initialized partitions; members carry on there; the
+/// group refuses consumer-group requests and is deleted only once empty.
+#[tokio::test]
+async fn share_group_survives_replay_and_snapshot() {
+    let (_dir, _store, logs) = logs();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let snap = dir.path().join("snap");
+    let epoch;
+    {
+        let first = coordinator(&logs, Some(snap.clone()));
+        load(&first, &logs);
+        // A consumer group id is not a share group.
+        first
+            .consumer_heartbeat(&consumer_join("cg", "m1"), &OneTopic)
+            .await
+            .expect("consumer join");
+        assert!(matches!(
+            first.share_heartbeat(&share_join("cg", "s1"), &OneTopic).await,
+            Err(GroupError::GroupIdNotFoundWith(m)) if m == "Group cg is not a share group."
+        ));
+        for m in ["s1", "s2"] {
+            first
+                .share_heartbeat(&share_join("sg", m), &OneTopic)
+                .await
+                .expect("share join");
+        }
+        let d = first.describe_share_group("sg").expect("share group");
+        epoch = d.group_epoch;
+        assert_eq!(
+            (d.group_epoch, d.members.len(), d.assignor),
+            (2, 2, "simple")
+        );
+        // A share group id is not a consumer group.
+        let r = first.commit_offsets(commit("sg", "t", 0, 1, "")).await;
+        assert!(
+            matches!(&r[..], [Err(GroupError::GroupIdNotFoundWith(m))] if m == "Group sg is not a consumer group.")
+        );
+        assert!(matches!(
+            first.fetch_offsets("sg", None),
+            Err(GroupError::GroupIdNotFoundWith(_))
+        ));
+        assert!(matches!(
+            first
+                .consumer_heartbeat(&consumer_join("sg", "c1"), &OneTopic)
+                .await,
+            Err(GroupError::GroupIdNotFoundWith(_))
+        ));
+        assert_eq!(
+            first.delete_groups(vec!["sg".into()]).await,
+            vec![Err(GroupError::NonEmptyGroup)]
+        );
+        let join = first.join(JoinRequest {
+            group_id: "sg".into(),
+            session_timeout_ms: 10_000,
+            rebalance_timeout_ms: 10_000,
+            member_id: String::new(),
+            group_instance_id: None,
+            protocol_type: "consumer".into(),
+            protocols: vec![crate::group::Protocol {
+                name: "range".into(),
+                metadata: Bytes::new(),
+            }],
+            client_id: "c".into(),
+            client_host: "/127.0.0.1".into(),
+            require_known_member_id: false,
+        });
+        assert!(matches!(
+            join.await.error,
+            Some(GroupError::GroupIdNotFoundWith(m)) if m == "Group sg is not a classic group."
+        ));
+        assert!(matches!(
+            first.describe_group("sg"),
+            Err(GroupError::GroupIdNotFoundWith(_))
+        ));
+        let listed = first.list_groups(&[]).expect("list");
+        assert!(listed.iter().any(|g| g.group_id == "sg"
+            && g.group_type == "share"
+            && g.protocol_type == "share"
+            && g.state == "Stable"));
+        first.shutdown();
+        first.write_final_snapshot();
+    }
+    for with_snapshot in [false, true] {
+        let next = coordinator(&logs, with_snapshot.then(|| snap.clone()));
+        load(&next, &logs);
+        let d = next.describe_share_group("sg").expect("share group");
+        assert_eq!(d.group_epoch, epoch, "snapshot {with_snapshot}");
+        assert_eq!(d.members.len(), 2);
+        let partitions = next.share_group_partitions("sg").expect("partitions");
+        assert_eq!(partitions[&uuid::Uuid::from_bytes([1; 16])].1.len(), 3);
+        let s2 = d.members.iter().find(|m| m.member_id == "s2").expect("s2");
+        let beat = crate::share_group::ShareHeartbeatRequest {
+            group_id: "sg".into(),
+            member_id: "s2".into(),
+            member_epoch: s2.member_epoch,
+            ..Default::default()
+        };
+        let r = next
+            .share_heartbeat(&beat, &OneTopic)
+            .await
+            .expect("carries on");
+        assert_eq!(r.member_epoch, epoch);
+    }
+    // Both leave; the empty group is deleted, naming its share partitions.
+    let last = coordinator(&logs, None);
+    load(&last, &logs);
+    for m in ["s1", "s2"] {
+        let leave = crate::share_group::ShareHeartbeatRequest {
+            group_id: "sg".into(),
+            member_id: m.into(),
+            member_epoch: -1,
+            ..Default::default()
+        };
+        let r = last
+            .share_heartbeat(&leave, &OneTopic)
+            .await
+            .expect("leave");
+        assert_eq!(r.member_epoch, -1);
+    }
+    let deleted = last.delete_groups(vec!["sg".into()]).await;
+    assert!(matches!(&deleted[..], [Ok(d)] if d.share_partitions.len() == 1));
+    assert!(matches!(
+        last.describe_share_group("sg"),
+        Err(GroupError::GroupIdNotFoundWith(_))
+    ));
+    let again = coordinator(&logs, None);
+    load(&again, &logs);
+    assert!(
+        again.describe_share_group("sg").is_err(),
+        "deletion replayed"
+    );
 }
 
 #[tokio::test]
@@ -460,6 +610,7 @@ async fn sync_group_is_refused_when_the_group_record_is_not_durable() {
         .collect();
     let config = CoordinatorConfig {
         consumer: Default::default(),
+        share: Default::default(),
         group: GroupConfig {
             initial_rebalance_delay_ms: 0,
             ..GroupConfig::default()

@@ -1,5 +1,5 @@
 //! The coordinator's timers: member session expiry and rebalance deadlines of classic and KIP-848
-//! consumer groups, offset expiry (offsets.retention.minutes, every
+//! consumer groups, session expiry of KIP-932 share group members, offset expiry (offsets.retention.minutes, every
 //! [`EXPIRY_CHECK_INTERVAL_MS`]) and the periodic sled snapshot (every [`SNAPSHOT_INTERVAL_MS`]).
 //!
 //! [`GroupCoordinator::run_timers`] ticks every `TIMER_TICK_MS` until told to stop;
@@ -42,7 +42,21 @@ impl GroupCoordinator {
             }
             let mut removals = Vec::new();
             let mut removed_from = Vec::new();
+            let mut share_removed_from = Vec::new();
             for (id, entry) in shard.groups.iter_mut() {
+                if let Some(share) = entry.share.as_mut() {
+                    if share.next_deadline_ms().is_some_and(|d| d <= now) {
+                        for member in share.tick(now) {
+                            info!(group = %id, member = %member, group_epoch = share.group_epoch(), "share group member removed (session timeout)");
+                        }
+                        let records = share.take_records();
+                        if !records.is_empty() {
+                            share_removed_from.push(id.clone());
+                            removals.extend(encode_group_records(records));
+                        }
+                    }
+                    continue;
+                }
                 let Some(consumer) = entry.consumer.as_mut() else {
                     continue;
                 };
@@ -71,17 +85,26 @@ impl GroupCoordinator {
                                     for id in &removed_from {
                                         c.consumer_records_not_durable(id, load_id);
                                     }
+                                    for id in &share_removed_from {
+                                        c.share_records_not_durable(id, load_id);
+                                    }
                                 }
                             }
                         });
                     }
                     Err(e) => {
-                        warn!(error = %e, "cannot write consumer group member removals");
+                        warn!(error = %e, "cannot write group member removals");
                         for id in &removed_from {
                             if let Some(c) =
                                 shard.groups.get_mut(id).and_then(|e| e.consumer.as_mut())
                             {
                                 c.mark_all_dirty();
+                            }
+                        }
+                        for id in &share_removed_from {
+                            if let Some(s) = shard.groups.get_mut(id).and_then(|e| e.share.as_mut())
+                            {
+                                s.mark_all_dirty();
                             }
                         }
                     }
@@ -122,7 +145,8 @@ impl GroupCoordinator {
         let mut tombstones = Vec::new();
         let mut dead = Vec::new();
         for (id, entry) in shard.groups.iter_mut() {
-            if entry.active_consumer().is_some() {
+            // Share groups have no committed offsets and do not expire.
+            if entry.active_consumer().is_some() || entry.share.is_some() {
                 continue;
             }
             let empty_since = entry.consumer.as_ref().map(ConsumerGroup::empty_since_ms);
