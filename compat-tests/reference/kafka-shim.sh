@@ -152,6 +152,8 @@ auto.create.topics.enable=true
 offsets.topic.replication.factor=1
 transaction.state.log.replication.factor=1
 transaction.state.log.min.isr=1
+share.coordinator.state.topic.replication.factor=1
+share.coordinator.state.topic.min.isr=1
 group.initial.rebalance.delay.ms=0
 PROPS
   for kv in "${sets[@]+"${sets[@]}"}"; do echo "$kv" >>"$props"; done

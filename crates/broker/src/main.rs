@@ -344,6 +344,7 @@ async fn run(
         transactions: transactions.clone(),
         shutdown: token.clone(),
         fetch_sessions,
+        shares: Arc::new(share_state(&config)),
         authorizer: settings.config.authorizer().map(Arc::new),
         quotas: Arc::new(millrace_frontend::quota::QuotaManager::new(quota_window(
             &settings.config,
@@ -828,4 +829,22 @@ fn spawn_maintenance(
             }
         }
     })
+}
+
+/// Share groups' partitions and sessions, with the broker's `group.share.*` defaults.
+fn share_state(config: &BrokerConfig) -> millrace_frontend::share_partitions::ShareState {
+    let share = config.share();
+    millrace_frontend::share_partitions::ShareState::new(
+        millrace_frontend::share_partitions::ShareSettings {
+            enabled: share.enabled,
+            max_sessions: share.max_share_sessions,
+            partition: millrace_share::SharePartitionConfig {
+                delivery_count_limit: share.delivery_count_limit,
+                max_record_locks: share.partition_max_record_locks,
+                record_lock_duration_ms: share.record_lock_duration_ms,
+                renew_enabled: true,
+            },
+            auto_offset_reset: millrace_frontend::share_partitions::AutoOffsetReset::Latest,
+        },
+    )
 }

@@ -268,6 +268,10 @@ fn oversized_body(key: ApiKey, v: i16) -> Option<Oversized> {
                 r.group_ids = x
             })
         }
+        ApiKey::ShareFetch => array(v, f, "topics", |r: &mut ShareFetchRequest, x| r.topics = x),
+        ApiKey::ShareAcknowledge => array(v, f, "topics", |r: &mut ShareAcknowledgeRequest, x| {
+            r.topics = x
+        }),
         ApiKey::SaslHandshake => string(v, f, "mechanism", |r: &mut SaslHandshakeRequest, x| {
             r.mechanism = x
         }),

@@ -467,6 +467,8 @@ pub static BROKER_CONFIGS: &[ConfigDef] = &[
         ORPHAN_GRACE_MS_DEFAULT,
         LONG_NONNEG,
     ),
+    // Share groups (KIP-932; `config_share.rs`): off while share state is in memory only.
+    def("millrace.share.groups.enable", "false", ConfigType::Bool),
     // The HTTP API (REST Proxy v2/v3, stateless consumers; `config_rest.rs`).
     def(
         "millrace.rest.consumer.instance.timeout.ms",

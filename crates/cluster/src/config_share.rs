@@ -19,6 +19,11 @@
 //! Every refusal is a [`ConfigError::InvalidValue`] naming the key, with Kafka's wording
 //! ("X must be greater than or equal to Y").
 //!
+//! [`BrokerConfig::share`] reads what the share partitions obey ([`ShareConfig`]), and Millrace's
+//! own `millrace.share.groups.enable`: off by default while share-partition state lives in
+//! memory only (a restart or a leader change forgets it). Kafka 4.4 gates share groups with the
+//! `share.version` feature instead, which Millrace finalizes at 1 when this is on.
+//!
 //! Deliberately not here: the per-group dynamic configs (`share.*` on GROUP resources), the share
 //! coordinator's `share.coordinator.*` keys.
 
@@ -292,5 +297,42 @@ mod tests {
             &[("group.share.assignors", "com.example.Mine")],
             Some("group.share.assignors"),
         );
+    }
+}
+
+/// What the share partitions obey, and whether share groups are served.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ShareConfig {
+    /// `millrace.share.groups.enable`.
+    pub enabled: bool,
+    /// `group.share.delivery.count.limit`.
+    pub delivery_count_limit: i16,
+    /// `group.share.record.lock.duration.ms`.
+    pub record_lock_duration_ms: i64,
+    /// `group.share.partition.max.record.locks`.
+    pub partition_max_record_locks: u32,
+    /// `group.share.max.share.sessions`.
+    pub max_share_sessions: usize,
+}
+
+impl BrokerConfig {
+    /// Share groups' settings (their defaults are the registry's, as in [`BOUNDED`]).
+    pub fn share(&self) -> ShareConfig {
+        ShareConfig {
+            enabled: self.bool_or("millrace.share.groups.enable", false),
+            delivery_count_limit: i16::try_from(
+                self.long_or("group.share.delivery.count.limit", 5),
+            )
+            .unwrap_or(i16::MAX),
+            record_lock_duration_ms: self.long_or("group.share.record.lock.duration.ms", 30_000),
+            partition_max_record_locks: u32::try_from(
+                self.long_or("group.share.partition.max.record.locks", 2_000),
+            )
+            .unwrap_or(u32::MAX),
+            max_share_sessions: usize::try_from(
+                self.long_or("group.share.max.share.sessions", 2_000),
+            )
+            .unwrap_or(0),
+        }
     }
 }

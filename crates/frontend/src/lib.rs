@@ -37,6 +37,8 @@ pub mod sasl;
 pub mod scram;
 pub mod server;
 pub mod session;
+pub mod share_partitions;
+pub mod share_session;
 pub mod splice;
 pub mod testing;
 pub mod tiered;
@@ -71,6 +73,8 @@ pub struct BrokerContext {
     pub shutdown: CancellationToken,
     /// Incremental fetch sessions (KIP-227).
     pub fetch_sessions: Arc<fetch_session::FetchSessionCache>,
+    /// Share groups' partitions and sessions (KIP-932).
+    pub shares: Arc<share_partitions::ShareState>,
     /// The ACL authorizer (`authorizer.class.name`); `None`: every request is allowed.
     pub authorizer: Option<Arc<millrace_cluster::acl::Authorizer>>,
     /// The rates client quotas are enforced on.

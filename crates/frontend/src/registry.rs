@@ -20,8 +20,9 @@ use crate::api::{
     describe_topic_partitions, elect_leaders, fetch, find_coordinator, heartbeat, init_producer_id,
     join_group, leave_group, list_config_resources, list_groups, list_offsets,
     list_partition_reassignments, metadata, offset_commit, offset_delete, offset_fetch,
-    offset_for_leader_epoch, produce, sasl, share_group_describe, share_group_heartbeat,
-    sync_group, transactions, txn_offset_commit, user_scram_credentials, write_txn_markers,
+    offset_for_leader_epoch, produce, sasl, share_acknowledge, share_fetch, share_group_describe,
+    share_group_heartbeat, sync_group, transactions, txn_offset_commit, user_scram_credentials,
+    write_txn_markers,
 };
 use crate::handler::{ApiHandler, Call};
 use crate::respond::{self, Pending, RequestCharge, Route};
@@ -128,6 +129,8 @@ pub const APIS: &[ApiEntry] = &[
     api::<consumer_group_describe::ConsumerGroupDescribe>(),
     api::<share_group_heartbeat::ShareGroupHeartbeat>(),
     api::<share_group_describe::ShareGroupDescribe>(),
+    api::<share_fetch::ShareFetch>(),
+    api::<share_acknowledge::ShareAcknowledge>(),
 ];
 
 /// The entry of `key`, if it is served at all.

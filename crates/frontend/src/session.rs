@@ -6,13 +6,14 @@
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use millrace_cluster::acl::ANONYMOUS_PRINCIPAL;
 use parking_lot::Mutex;
 
 use crate::quota::Throttle;
 use crate::sasl::{Authenticator, SaslSettings};
+use crate::share_partitions::ShareConnection;
 
 /// One client connection's identity.
 #[derive(Debug)]
@@ -29,6 +30,9 @@ pub struct Session {
     pub throttle: Throttle,
     /// Set by a request whose answer must be the connection's last (a failed authentication).
     close_after: AtomicBool,
+    /// The connection's share sessions (KIP-932), made by its first share request; dropped
+    /// with the connection, which ends them and releases their members' records.
+    pub share: OnceLock<ShareConnection>,
 }
 
 impl Session {
@@ -40,6 +44,7 @@ impl Session {
             tls_principal: None,
             throttle: Throttle::default(),
             close_after: AtomicBool::new(false),
+            share: OnceLock::new(),
         }
     }
 

@@ -188,6 +188,12 @@ pub fn single_node_context(
         data_dir: data_dir.display().to_string(),
         shutdown: CancellationToken::new(),
         fetch_sessions: Arc::new(crate::fetch_session::FetchSessionCache::new(1000)),
+        shares: Arc::new(crate::share_partitions::ShareState::new(
+            crate::share_partitions::ShareSettings {
+                enabled: true,
+                ..Default::default()
+            },
+        )),
         authorizer: None,
         quotas: Default::default(),
         remote: None,

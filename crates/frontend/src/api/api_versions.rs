@@ -29,7 +29,8 @@ impl ApiHandler for ApiVersions {
 
     fn handle(call: Call<'_>, request: ApiVersionsRequest) -> Reply<ApiVersionsResponse> {
         let epoch = i64::try_from(call.ctx.cluster.image().offset).unwrap_or(i64::MAX);
-        Reply::Now(handle(request, call.version, epoch, call.advertised))
+        let share = call.ctx.shares.settings.enabled;
+        Reply::Now(handle(request, call.version, epoch, call.advertised, share))
     }
 }
 
@@ -50,7 +51,8 @@ pub struct Feature {
 /// consumer groups), `eligible.leader.replicas.version` 1 (KIP-966). Not reported:
 /// `transaction.version` (so that clients use transaction version 0: EndTxn ≤ v4 and explicit
 /// AddPartitionsToTxn; KIP-890 part 2 is not served yet),
-/// `kraft.version` (the controller quorum is Millrace's own, not KRaft's), `share.version`.
+/// `kraft.version` (the controller quorum is Millrace's own, not KRaft's). `share.version`
+/// ([`SHARE_VERSION`]) is reported apart: finalized only where share groups are on.
 pub const FEATURES: &[Feature] = &[
     Feature {
         name: "group.version",
@@ -72,6 +74,17 @@ pub const FEATURES: &[Feature] = &[
     },
 ];
 
+/// `share.version` (KIP-932): level 1 serves share groups (Kafka 4.2's level); level 2 (Kafka
+/// 4.4's dead-letter queues, KIP-1191) is not supported. Finalized at 1 with
+/// `millrace.share.groups.enable=true`, else not finalized (level 0), and the share APIs answer
+/// UNSUPPORTED_VERSION as Kafka's do.
+pub const SHARE_VERSION: Feature = Feature {
+    name: "share.version",
+    min: 0,
+    max: 1,
+    finalized: 1,
+};
+
 fn api_keys(advertised: &[ApiRange]) -> Vec<ApiVersion> {
     advertised
         .iter()
@@ -91,6 +104,7 @@ pub fn handle(
     version: i16,
     features_epoch: i64,
     advertised: &[ApiRange],
+    share_groups: bool,
 ) -> ApiVersionsResponse {
     let response = ApiVersionsResponse::default().with_api_keys(api_keys(advertised));
     if version < 3 {
@@ -98,6 +112,7 @@ pub fn handle(
     }
     let supported = FEATURES
         .iter()
+        .chain(std::iter::once(&SHARE_VERSION))
         .filter(|f| version >= 4 || f.min > 0)
         .map(|f| {
             SupportedFeatureKey::default()
@@ -108,6 +123,7 @@ pub fn handle(
         .collect();
     let finalized = FEATURES
         .iter()
+        .chain(share_groups.then_some(&SHARE_VERSION))
         .map(|f| {
             FinalizedFeatureKey::default()
                 .with_name(str_bytes(f.name))
@@ -141,12 +157,12 @@ mod tests {
 
     #[test]
     fn features_as_kafka_41_reports_them() {
-        let old = handle(ApiVersionsRequest::default(), 2, 9, &[]);
+        let old = handle(ApiVersionsRequest::default(), 2, 9, &[], false);
         assert!(old.supported_features.is_empty() && old.finalized_features.is_empty());
         // v3: KIP-1022 leaves out supported ranges that start at 0.
-        let v3 = handle(ApiVersionsRequest::default(), 3, 9, &[]);
+        let v3 = handle(ApiVersionsRequest::default(), 3, 9, &[], false);
         assert_eq!(names(&v3), vec!["metadata.version".to_string()]);
-        let v4 = handle(ApiVersionsRequest::default(), 4, 9, &[]);
+        let v4 = handle(ApiVersionsRequest::default(), 4, 9, &[], false);
         assert!(names(&v4).contains(&"group.version".to_string()));
         for r in [&v3, &v4] {
             assert_eq!(r.finalized_features_epoch, 9);
@@ -157,5 +173,23 @@ mod tests {
                 .expect("group.version finalized");
             assert_eq!((group.min_version_level, group.max_version_level), (1, 1));
         }
+    }
+
+    #[test]
+    fn share_version_is_finalized_only_where_share_groups_are_on() {
+        let finalized = |r: &ApiVersionsResponse| {
+            r.finalized_features
+                .iter()
+                .find(|f| f.name.as_str() == "share.version")
+                .map(|f| (f.min_version_level, f.max_version_level))
+        };
+        let off = handle(ApiVersionsRequest::default(), 4, 9, &[], false);
+        assert!(names(&off).contains(&"share.version".to_string()));
+        assert_eq!(finalized(&off), None);
+        let on = handle(ApiVersionsRequest::default(), 4, 9, &[], true);
+        assert_eq!(finalized(&on), Some((1, 1)));
+        // Supported 0..1: v3 leaves it out (KIP-1022).
+        let v3 = handle(ApiVersionsRequest::default(), 3, 9, &[], true);
+        assert!(!names(&v3).contains(&"share.version".to_string()));
     }
 }

@@ -1,0 +1,520 @@
+//! ShareFetch (key 78, KIP-932): a share consumer's fetch. It acquires records for the member
+//! from the share partitions of its share session ([`crate::share_session`]) and answers them
+//! with the acquired offset ranges and their delivery counts; acknowledgements of earlier
+//! records ride along and are applied first.
+//!
+//! As in Kafka:
+//! - epoch 0 opens the member's session (acknowledgements there are INVALID_REQUEST), a later
+//!   epoch adds `topics` and drops `forgotten_topics_data`, epoch -1 applies the
+//!   acknowledgements, closes the session, releases what the member still holds and fetches
+//!   nothing;
+//! - every request fetches from every partition of the session (rotated by epoch, so that
+//!   `max_records` does not starve the last ones); `max_records` is soft across the request
+//!   and rounded up to a log batch; `max_records` or `max_bytes` 0, or a v2 renew
+//!   (`is_renew_ack`), fetches nothing;
+//! - a fetch that acquired nothing waits up to `max_wait_ms` for the high watermark of one of
+//!   its partitions to move, for records to be released, or for a lock to end;
+//! - the answer names a partition only when it has records, an error, an acknowledgement
+//!   outcome, or was just added; `records` is never null; `acquisition_lock_timeout_ms` is the
+//!   record lock duration.
+//!
+//! Records are read up to the high watermark (`share.isolation.level` read_uncommitted, Kafka's
+//! default); whole log batches are returned, from the first to the last that holds an acquired
+//! record — the client delivers only acquired offsets.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use kafka_protocol::messages::share_fetch_response::{
+    AcquiredRecords, LeaderIdAndEpoch, NodeEndpoint, PartitionData, ShareFetchableTopicResponse,
+};
+use kafka_protocol::messages::{BrokerId, ShareFetchRequest, ShareFetchResponse};
+use millrace_cluster::acl::AclOperation;
+use millrace_replication::ReplicaError;
+use millrace_share::{AcquireMode, AcquiredRange, LogBatch};
+use millrace_store::batch_walk::{BatchWalk, Validation, WalkChecks};
+use millrace_store::{ReadError, Records};
+use tokio::sync::Notify;
+use tokio::time::Instant;
+use uuid::Uuid;
+
+use super::fetch::now_ms;
+use super::leadership::{self, LeaderHint};
+use super::share_common::{
+    self, PartitionOutcome, WireAck, INVALID_SHARE_SESSION_EPOCH, SHARE_SESSION_LIMIT_REACHED,
+    SHARE_SESSION_NOT_FOUND,
+};
+use super::str_bytes;
+use crate::authz::Authz;
+use crate::error_codes::{
+    GROUP_AUTHORIZATION_FAILED, INVALID_REQUEST, KAFKA_STORAGE_ERROR, NONE, UNSUPPORTED_VERSION,
+};
+use crate::handler::{api_handler, response_fields, Reply};
+use crate::limits::{FETCH_RESPONSE_BYTES_MAX, FETCH_WAIT_MS_MAX};
+use crate::share_partitions::{AutoOffsetReset, ShareKey};
+use crate::share_session::{MemberKey, SharePartitionId, ShareSessionError, OPEN_EPOCH};
+use crate::BrokerContext;
+
+api_handler! {
+    /// ShareFetch: its key, versions, handler and error codes, for [`crate::registry`].
+    ShareFetch, versions 1..=2, ShareFetchRequest,
+    |call, request| {
+        let connection = share_common::connection(call.ctx, call.session);
+        let on = Connection {
+            id: connection.id,
+            listener: call.session.listener.to_string(),
+        };
+        if request.share_session_epoch == OPEN_EPOCH {
+            if let Ok(key) = share_common::member_key(
+                request.group_id.as_ref().map(|g| g.0.as_str()),
+                request.member_id.as_ref().map(|m| m.as_str()),
+            ) {
+                connection.opened(&key);
+            }
+        }
+        Reply::later(handle(call.ctx.clone(), call.authz.clone(), request, call.version, on))
+    },
+}
+
+response_fields!(
+    ShareFetchResponse:
+    errors[error_code, responses[partitions[error_code, acknowledge_error_code]]],
+    throttle_time_ms
+);
+
+/// `share_acquire_mode` of record_limit (v2).
+const RECORD_LIMIT_MODE: i8 = 1;
+
+/// The connection a request came on.
+struct Connection {
+    id: u64,
+    listener: String,
+}
+
+/// One partition's answer while it is being made.
+#[derive(Default)]
+struct Answer {
+    fetch: Option<PartitionOutcome>,
+    ack: Option<PartitionOutcome>,
+    records: Option<Bytes>,
+    acquired: Vec<AcquiredRange>,
+}
+
+async fn handle(
+    ctx: Arc<BrokerContext>,
+    authz: Authz,
+    request: ShareFetchRequest,
+    version: i16,
+    on: Connection,
+) -> ShareFetchResponse {
+    let lock_ms =
+        i32::try_from(ctx.shares.settings.partition.record_lock_duration_ms).unwrap_or(i32::MAX);
+    let refuse = |code: i16, message: &str| {
+        ShareFetchResponse::default()
+            .with_error_code(code)
+            .with_error_message(Some(str_bytes(message)))
+    };
+    if !ctx.shares.settings.enabled {
+        return refuse(
+            UNSUPPORTED_VERSION,
+            "Share groups are not enabled (millrace.share.groups.enable)",
+        );
+    }
+    let member = match share_common::member_key(
+        request.group_id.as_ref().map(|g| g.0.as_str()),
+        request.member_id.as_ref().map(|m| m.as_str()),
+    ) {
+        Ok(m) => m,
+        Err(why) => return refuse(INVALID_REQUEST, why),
+    };
+    if !authz.group(AclOperation::Read, &member.group_id) {
+        return refuse(GROUP_AUTHORIZATION_FAILED, "");
+    }
+    let renew = version >= 2 && request.is_renew_ack;
+    if renew
+        && (request.max_bytes != 0
+            || request.min_bytes != 0
+            || request.max_records != 0
+            || request.max_wait_ms != 0)
+    {
+        return refuse(
+            INVALID_REQUEST,
+            "MaxBytes, MinBytes, MaxRecords and MaxWaitMs must be 0 when IsRenewAck is set",
+        );
+    }
+    // librdkafka may name a topic more than once: merge.
+    let mut added: Vec<SharePartitionId> = Vec::new();
+    let mut acks: Vec<(SharePartitionId, Vec<WireAck<'_>>)> = Vec::new();
+    for topic in &request.topics {
+        for p in &topic.partitions {
+            let id = (topic.topic_id, p.partition_index);
+            if !added.contains(&id) {
+                added.push(id);
+            }
+            if !p.acknowledgement_batches.is_empty() {
+                let batches = p.acknowledgement_batches.iter().map(|b| {
+                    (
+                        b.first_offset,
+                        b.last_offset,
+                        b.acknowledge_types.as_slice(),
+                    )
+                });
+                match acks.iter_mut().find(|(k, _)| *k == id) {
+                    Some((_, list)) => list.extend(batches),
+                    None => acks.push((id, batches.collect())),
+                }
+            }
+        }
+    }
+    if request.share_session_epoch == OPEN_EPOCH && !acks.is_empty() {
+        return refuse(
+            INVALID_REQUEST,
+            "Acknowledge data present on initial fetch request",
+        );
+    }
+    let forgotten: Vec<SharePartitionId> = request
+        .forgotten_topics_data
+        .iter()
+        .flat_map(|t| t.partitions.iter().map(move |p| (t.topic_id, *p)))
+        .collect();
+    let step = match ctx.shares.sessions.fetch(
+        &member,
+        request.share_session_epoch,
+        on.id,
+        &added,
+        &forgotten,
+    ) {
+        Ok(step) => step,
+        Err(e) => {
+            let code = match e {
+                ShareSessionError::NotFound => SHARE_SESSION_NOT_FOUND,
+                ShareSessionError::InvalidEpoch => INVALID_SHARE_SESSION_EPOCH,
+                ShareSessionError::LimitReached => SHARE_SESSION_LIMIT_REACHED,
+            };
+            return refuse(code, &e.to_string());
+        }
+    };
+    let now = now_ms();
+    if let Some(old) = &step.replaced {
+        // A new session of the same member: what it held through the old one goes back.
+        ctx.shares
+            .release_member(&member.group_id, &member.member_id, old, now);
+    }
+
+    let mut answers: HashMap<SharePartitionId, Answer> = HashMap::new();
+    for (id, batches) in &acks {
+        let outcome = share_common::acknowledge(&ctx, &authz, &member, *id, batches, renew, now);
+        answers.entry(*id).or_default().ack = Some(outcome);
+    }
+    if step.closed {
+        ctx.shares
+            .release_member(&member.group_id, &member.member_id, &step.partitions, now);
+    } else if !renew && request.max_records > 0 && request.max_bytes > 0 {
+        fetch(
+            &ctx,
+            &authz,
+            &member,
+            &request,
+            &step.partitions,
+            &mut answers,
+        )
+        .await;
+    }
+    // A partition just added is answered even with nothing in it.
+    for id in &added {
+        if step.partitions.contains(id) {
+            answers.entry(*id).or_default();
+        }
+    }
+    respond(&ctx, answers, lock_ms, &on.listener)
+}
+
+/// Acquires records from `partitions` until something is acquired, a partition fails, or the
+/// request's wait is over.
+async fn fetch(
+    ctx: &Arc<BrokerContext>,
+    authz: &Authz,
+    member: &MemberKey,
+    request: &ShareFetchRequest,
+    partitions: &[SharePartitionId],
+    answers: &mut HashMap<SharePartitionId, Answer>,
+) {
+    let wait_ms = u64::try_from(request.max_wait_ms)
+        .unwrap_or(0)
+        .min(FETCH_WAIT_MS_MAX);
+    let deadline = Instant::now() + Duration::from_millis(wait_ms);
+    let mode = if request.share_acquire_mode == RECORD_LIMIT_MODE {
+        AcquireMode::RecordLimit
+    } else {
+        AcquireMode::BatchOptimized
+    };
+    let batch_size = u32::try_from(request.batch_size).unwrap_or(0);
+    let max_bytes = usize::try_from(request.max_bytes)
+        .unwrap_or(0)
+        .min(FETCH_RESPONSE_BYTES_MAX);
+    // Rotated by epoch, as Kafka does, so that the first partitions do not always win.
+    let mut order: Vec<SharePartitionId> = partitions.to_vec();
+    if !order.is_empty() {
+        let shift = usize::try_from(request.share_session_epoch.max(0)).unwrap_or(0) % order.len();
+        order.rotate_left(shift);
+    }
+    let keys: Vec<ShareKey> = order
+        .iter()
+        .map(|(topic_id, partition)| ShareKey {
+            group_id: Arc::clone(&member.group_id),
+            topic_id: *topic_id,
+            partition: *partition,
+        })
+        .collect();
+    loop {
+        let waiter = Arc::new(Notify::new());
+        let released = ctx.shares.released();
+        tokio::pin!(released);
+        released.as_mut().enable();
+        let mut budget = max_bytes;
+        let mut records_left = u32::try_from(request.max_records).unwrap_or(0);
+        let mut done = false;
+        for (id, key) in order.iter().zip(&keys) {
+            if records_left == 0 || budget == 0 {
+                break;
+            }
+            let want = Want {
+                key,
+                budget,
+                max_records: records_left,
+                batch_size,
+                mode,
+            };
+            match acquire(ctx, authz, &member.member_id, *id, &want, &waiter) {
+                Ok(None) => {}
+                Ok(Some((records, acquired))) => {
+                    budget = budget.saturating_sub(records.len());
+                    let count: i64 = acquired.iter().map(|r| r.last - r.first + 1).sum();
+                    records_left =
+                        records_left.saturating_sub(u32::try_from(count).unwrap_or(u32::MAX));
+                    let answer = answers.entry(*id).or_default();
+                    answer.records = Some(records);
+                    answer.acquired = acquired;
+                    done = true;
+                }
+                Err(outcome) => {
+                    answers.entry(*id).or_default().fetch = Some(outcome);
+                    done = true;
+                }
+            }
+        }
+        let now = Instant::now();
+        if done || now >= deadline || ctx.shutdown.is_cancelled() {
+            return;
+        }
+        // A lock that ends makes its records available again.
+        let until = match ctx.shares.next_lock_deadline(&keys) {
+            Some(lock) => {
+                let in_ms = u64::try_from(lock.saturating_sub(now_ms())).unwrap_or(0) + 1;
+                deadline.min(now + Duration::from_millis(in_ms))
+            }
+            None => deadline,
+        };
+        tokio::select! {
+            _ = waiter.notified() => {}
+            _ = released => {}
+            _ = tokio::time::sleep_until(until) => {}
+            _ = ctx.shutdown.cancelled() => {}
+        }
+    }
+}
+
+/// What one partition may acquire.
+struct Want<'a> {
+    key: &'a ShareKey,
+    budget: usize,
+    max_records: u32,
+    batch_size: u32,
+    mode: AcquireMode,
+}
+
+/// Reads from the share partition's next fetch offset and acquires for `member`: the whole log
+/// batches that hold acquired records and the acquired ranges, or `None` when nothing could be
+/// acquired (nothing new, or the in-flight window is full).
+fn acquire(
+    ctx: &BrokerContext,
+    authz: &Authz,
+    member: &str,
+    id: SharePartitionId,
+    want: &Want<'_>,
+    waiter: &Arc<Notify>,
+) -> Result<Option<(Bytes, Vec<AcquiredRange>)>, PartitionOutcome> {
+    let (tp, hosted, leader_epoch) = share_common::led_partition(ctx, authz, id.0, id.1)?;
+    let log = &hosted.log;
+    // Before the high watermark is read: a rise after this wakes the long poll.
+    log.watch_high_watermark(waiter);
+    let high_watermark = log.high_watermark();
+    let reset = ctx.shares.settings.auto_offset_reset;
+    let start = || match reset {
+        AutoOffsetReset::Latest => high_watermark,
+        AutoOffsetReset::Earliest => log.log_start_offset(),
+    };
+    let now = now_ms();
+    let shares = &ctx.shares;
+    let (fetch_offset, can_acquire) = shares
+        .with_partition(want.key, leader_epoch, start, now, |sp| {
+            (sp.next_fetch_offset(), sp.can_acquire())
+        })
+        .map_err(|e| share_common::share_error(&e))?;
+    if !can_acquire || fetch_offset >= high_watermark {
+        return Ok(None);
+    }
+    let read =
+        match ctx
+            .replicas
+            .read_for_consumer(&tp, -1, fetch_offset, want.budget, true, false, false)
+        {
+            Ok(read) => read,
+            Err(ReplicaError::Read(ReadError::OffsetOutOfRange { .. })) => {
+                // Retention removed what the share partition had not reached: it moves to the
+                // log start (Kafka's answer to OFFSET_OUT_OF_RANGE here), and the next look reads.
+                let log_start = log.log_start_offset();
+                let _ = shares.with_partition(want.key, leader_epoch, start, now, |sp| {
+                    sp.archive_below(log_start)
+                });
+                waiter.notify_one();
+                return Ok(None);
+            }
+            Err(e) => {
+                let refusal = leadership::refusal(ctx, &tp, &e);
+                return Err(PartitionOutcome {
+                    code: refusal.error.code,
+                    message: refusal.error.message,
+                    hint: refusal.hint,
+                });
+            }
+        };
+    let bytes = match read.records {
+        Records::Memory(b) => b,
+        Records::File(slice) => slice.read_to_bytes().map_err(|e| {
+            tracing::warn!(partition = %tp, error = %e, "share fetch read failed");
+            PartitionOutcome::code(KAFKA_STORAGE_ERROR)
+        })?,
+    };
+    // Where each whole batch is in `bytes`.
+    let walk = BatchWalk::new(
+        &bytes,
+        WalkChecks {
+            validation: Validation::Header,
+            batch_bytes_max: None,
+        },
+    );
+    let mut batches: Vec<(LogBatch, usize, usize)> = Vec::new();
+    for walked in walk {
+        let Ok(w) = walked else { break };
+        batches.push((
+            LogBatch {
+                first: w.header.base_offset,
+                last: w.header.last_offset(),
+            },
+            w.position,
+            w.bytes.len(),
+        ));
+    }
+    let log_batches: Vec<LogBatch> = batches.iter().map(|(b, _, _)| *b).collect();
+    let acquired = shares
+        .with_partition(want.key, leader_epoch, start, now, |sp| {
+            sp.acquire(
+                member,
+                &log_batches,
+                want.max_records,
+                want.batch_size,
+                want.mode,
+                &[],
+                now,
+            )
+        })
+        .map_err(|e| share_common::share_error(&e))?
+        .map_err(|e| share_common::share_error(&e))?;
+    let (Some(first), Some(last)) = (acquired.first(), acquired.last()) else {
+        return Ok(None);
+    };
+    // The batches from the first to the last that hold an acquired offset (contiguous bytes).
+    let holding = |b: &LogBatch| b.last >= first.first && b.first <= last.last;
+    let from = batches.iter().find(|(b, _, _)| holding(b));
+    let to = batches.iter().rev().find(|(b, _, _)| holding(b));
+    let records = match (from, to) {
+        (Some((_, start, _)), Some((_, end, len))) => bytes.slice(*start..end + len),
+        _ => Bytes::new(),
+    };
+    Ok(Some((records, acquired)))
+}
+
+fn respond(
+    ctx: &BrokerContext,
+    answers: HashMap<SharePartitionId, Answer>,
+    lock_ms: i32,
+    listener: &str,
+) -> ShareFetchResponse {
+    let mut by_topic: Vec<(Uuid, Vec<PartitionData>)> = Vec::new();
+    let mut hints: Vec<LeaderHint> = Vec::new();
+    let mut sorted: Vec<_> = answers.into_iter().collect();
+    sorted.sort_by_key(|(id, _)| *id);
+    for ((topic_id, partition), answer) in sorted {
+        let fetch = answer.fetch.unwrap_or_default();
+        let ack = answer.ack;
+        let mut data = PartitionData::default()
+            .with_partition_index(partition)
+            .with_error_code(fetch.code)
+            .with_error_message(fetch.message.as_deref().map(str_bytes))
+            .with_records(Some(answer.records.unwrap_or_default()))
+            .with_acquired_records(
+                answer
+                    .acquired
+                    .iter()
+                    .map(|r| {
+                        AcquiredRecords::default()
+                            .with_first_offset(r.first)
+                            .with_last_offset(r.last)
+                            .with_delivery_count(r.delivery_count)
+                    })
+                    .collect(),
+            );
+        if let Some(ack) = ack {
+            data.acknowledge_error_code = ack.code;
+            data.acknowledge_error_message = ack.message.as_deref().map(str_bytes);
+        }
+        if let Some(hint) = fetch.hint {
+            data.current_leader = LeaderIdAndEpoch::default()
+                .with_leader_id(hint.leader_id)
+                .with_leader_epoch(hint.leader_epoch);
+            hints.push(hint);
+        }
+        match by_topic.last_mut() {
+            Some((id, partitions)) if *id == topic_id => partitions.push(data),
+            _ => by_topic.push((topic_id, vec![data])),
+        }
+    }
+    ShareFetchResponse::default()
+        .with_error_code(NONE)
+        .with_acquisition_lock_timeout_ms(lock_ms)
+        .with_responses(
+            by_topic
+                .into_iter()
+                .map(|(topic_id, partitions)| {
+                    ShareFetchableTopicResponse::default()
+                        .with_topic_id(topic_id)
+                        .with_partitions(partitions)
+                })
+                .collect(),
+        )
+        .with_node_endpoints(
+            leadership::endpoints(ctx, hints, listener)
+                .into_iter()
+                .map(|(id, host, port, rack)| {
+                    NodeEndpoint::default()
+                        .with_node_id(BrokerId(id))
+                        .with_host(str_bytes(&host))
+                        .with_port(i32::from(port))
+                        .with_rack(rack.as_deref().map(str_bytes))
+                })
+                .collect(),
+        )
+}
