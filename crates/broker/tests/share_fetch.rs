@@ -18,7 +18,7 @@ use kafka_protocol::messages::share_fetch_request::{
 use kafka_protocol::messages::share_fetch_response::PartitionData;
 use kafka_protocol::messages::{
     GroupId, ShareAcknowledgeRequest, ShareAcknowledgeResponse, ShareFetchRequest,
-    ShareFetchResponse,
+    ShareFetchResponse, ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse,
 };
 use kafka_protocol::protocol::StrBytes;
 use uuid::Uuid;
@@ -333,4 +333,11 @@ async fn share_groups_are_off_by_default() {
     assert_eq!(r.error_code, UNSUPPORTED_VERSION);
     let r: ShareAcknowledgeResponse = conn.request(1, &share_ack("m", 1, id, vec![])).await;
     assert_eq!(r.error_code, UNSUPPORTED_VERSION);
+    let join = ShareGroupHeartbeatRequest::default()
+        .with_group_id(GroupId(s(GROUP)))
+        .with_member_id(s("m"))
+        .with_member_epoch(0)
+        .with_subscribed_topic_names(Some(vec![topic_name(&topic)]));
+    let r: ShareGroupHeartbeatResponse = conn.request(1, &join).await;
+    assert_eq!(r.error_code, UNSUPPORTED_VERSION, "{r:?}");
 }

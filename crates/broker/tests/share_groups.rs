@@ -110,7 +110,11 @@ fn member_id() -> String {
 /// list, delete and the cross-type answers, on one broker.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn share_group_membership_on_the_wire() {
-    let broker = Broker::start_with(&["offsets.topic.num.partitions=1", "group.share.max.size=3"]);
+    let broker = Broker::start_with(&[
+        "millrace.share.groups.enable=true",
+        "offsets.topic.num.partitions=1",
+        "group.share.max.size=3",
+    ]);
     let mut conn = RawConn::connect(broker.addr()).await;
     let wide = unique_topic("share-wide");
     let narrow = unique_topic("share-narrow");
@@ -293,6 +297,7 @@ async fn share_group_membership_on_the_wire() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_silent_member_is_removed_after_its_session_timeout() {
     let broker = Broker::start_with(&[
+        "millrace.share.groups.enable=true",
         "offsets.topic.num.partitions=1",
         "group.share.min.session.timeout.ms=1000",
         "group.share.session.timeout.ms=1500",
@@ -337,7 +342,10 @@ async fn a_silent_member_is_removed_after_its_session_timeout() {
 /// replayed from `__consumer_offsets`, and members carry on with their epochs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn share_group_membership_survives_a_restart() {
-    let mut broker = Broker::start_with(&["offsets.topic.num.partitions=1"]);
+    let mut broker = Broker::start_with(&[
+        "millrace.share.groups.enable=true",
+        "offsets.topic.num.partitions=1",
+    ]);
     let topic = unique_topic("share-restart");
     let group = "share-restart-g";
     let (m1, m2) = (member_id(), member_id());

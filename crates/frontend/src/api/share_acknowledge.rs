@@ -66,7 +66,7 @@ pub fn handle(
         return refuse(
             response,
             UNSUPPORTED_VERSION,
-            "Share groups are not enabled (millrace.share.groups.enable)",
+            share_common::DISABLED_MESSAGE,
         );
     }
     let member = match share_common::member_key(

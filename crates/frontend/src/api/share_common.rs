@@ -33,6 +33,10 @@ pub const INVALID_SHARE_SESSION_EPOCH: i16 = 123;
 /// Kafka's SHARE_SESSION_LIMIT_REACHED.
 pub const SHARE_SESSION_LIMIT_REACHED: i16 = 133;
 
+/// The answer's message while share groups are off (`millrace.share.groups.enable`).
+pub const DISABLED_MESSAGE: &str =
+    "Share groups are not enabled (millrace.share.groups.enable is false)";
+
 /// The longest member id a share request may carry (Kafka: a UUID's 36 characters).
 pub const MEMBER_ID_CHARS_MAX: usize = 36;
 

@@ -117,10 +117,7 @@ async fn handle(
             .with_error_message(Some(str_bytes(message)))
     };
     if !ctx.shares.settings.enabled {
-        return refuse(
-            UNSUPPORTED_VERSION,
-            "Share groups are not enabled (millrace.share.groups.enable)",
-        );
+        return refuse(UNSUPPORTED_VERSION, share_common::DISABLED_MESSAGE);
     }
     let member = match share_common::member_key(
         request.group_id.as_ref().map(|g| g.0.as_str()),

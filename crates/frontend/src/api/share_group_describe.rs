@@ -111,6 +111,21 @@ pub fn handle(
     authz: &Authz,
     request: ShareGroupDescribeRequest,
 ) -> ShareGroupDescribeResponse {
+    if !ctx.shares.settings.enabled {
+        // Kafka with `share.version` 0: the whole request is refused.
+        return ShareGroupDescribeResponse::default().with_groups(
+            request
+                .group_ids
+                .into_iter()
+                .map(|id| {
+                    DescribedGroup::default()
+                        .with_group_id(id)
+                        .with_error_code(crate::error_codes::UNSUPPORTED_VERSION)
+                        .with_error_message(Some(str_bytes(super::share_common::DISABLED_MESSAGE)))
+                })
+                .collect(),
+        );
+    }
     let image = ctx.cluster.image();
     let include_operations = request.include_authorized_operations;
     let groups = request

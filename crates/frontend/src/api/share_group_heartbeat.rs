@@ -25,6 +25,7 @@ use super::str_bytes;
 use crate::authz::Authz;
 use crate::error_codes::{
     self, GROUP_AUTHORIZATION_FAILED, INVALID_REQUEST, TOPIC_AUTHORIZATION_FAILED,
+    UNSUPPORTED_VERSION,
 };
 use crate::handler::{api_handler, response_fields, Reply};
 use crate::BrokerContext;
@@ -77,7 +78,13 @@ pub fn handle(
     client_id: &str,
     peer: SocketAddr,
 ) -> impl Future<Output = ShareGroupHeartbeatResponse> + Send + 'static {
-    if let Some((code, message)) = refusal(authz, &request) {
+    let disabled = (!ctx.shares.settings.enabled).then(|| {
+        (
+            UNSUPPORTED_VERSION,
+            super::share_common::DISABLED_MESSAGE.to_string(),
+        )
+    });
+    if let Some((code, message)) = disabled.or_else(|| refusal(authz, &request)) {
         let response = ShareGroupHeartbeatResponse::default()
             .with_error_code(code)
             .with_error_message(Some(str_bytes(&message)));
