@@ -269,10 +269,17 @@ impl Drop for ShareConnection {
         if members.is_empty() {
             return;
         }
-        let now = crate::api::fetch::now_ms();
+        let now = now_ms();
         for (member, partitions) in self.state.sessions.connection_closed(self.id, &members) {
             self.state
                 .release_member(&member.group_id, &member.member_id, &partitions, now);
         }
     }
+}
+
+/// Wall-clock milliseconds since the epoch: the clock acquisition locks are kept by.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }

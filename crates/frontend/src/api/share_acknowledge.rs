@@ -13,7 +13,6 @@ use kafka_protocol::messages::share_acknowledge_response::{
 use kafka_protocol::messages::{BrokerId, ShareAcknowledgeRequest, ShareAcknowledgeResponse};
 use millrace_cluster::acl::AclOperation;
 
-use super::fetch::now_ms;
 use super::leadership::{self, LeaderHint};
 use super::share_common::{
     self, WireAck, INVALID_SHARE_SESSION_EPOCH, SHARE_SESSION_LIMIT_REACHED,
@@ -23,6 +22,7 @@ use super::str_bytes;
 use crate::authz::Authz;
 use crate::error_codes::{GROUP_AUTHORIZATION_FAILED, INVALID_REQUEST, UNSUPPORTED_VERSION};
 use crate::handler::{api_handler, response_fields, Reply};
+use crate::share_partitions::now_ms;
 use crate::share_session::ShareSessionError;
 use crate::BrokerContext;
 

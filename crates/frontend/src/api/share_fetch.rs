@@ -40,7 +40,6 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 use uuid::Uuid;
 
-use super::fetch::now_ms;
 use super::leadership::{self, LeaderHint};
 use super::share_common::{
     self, PartitionOutcome, WireAck, INVALID_SHARE_SESSION_EPOCH, SHARE_SESSION_LIMIT_REACHED,
@@ -53,7 +52,7 @@ use crate::error_codes::{
 };
 use crate::handler::{api_handler, response_fields, Reply};
 use crate::limits::{FETCH_RESPONSE_BYTES_MAX, FETCH_WAIT_MS_MAX};
-use crate::share_partitions::{AutoOffsetReset, ShareKey};
+use crate::share_partitions::{now_ms, AutoOffsetReset, ShareKey};
 use crate::share_session::{MemberKey, SharePartitionId, ShareSessionError, OPEN_EPOCH};
 use crate::BrokerContext;
 
