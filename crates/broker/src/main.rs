@@ -312,6 +312,7 @@ async fn run(
     follow_offsets_leadership(&node, &groups);
     let ready = node.start_publishing(&store, &settings.data_dir, &token);
     let fetch_sessions = Arc::new(FetchSessionCache::new(config.fetch_session_slots()));
+    let shares = Arc::new(share_state(&config));
     let tiered = tiered::start(&config, &node.replicas, &node.controller, &token)?;
     let remote_reader = tiered.as_ref().map(|t| Arc::clone(&t.reader));
     observer.attach(observe::BrokerView {
@@ -323,6 +324,7 @@ async fn run(
         node_ready: ready.clone(),
         partition_level: config.metrics_partition_level(),
         fetch_sessions: fetch_sessions.clone(),
+        shares: shares.clone(),
         disk: disk_space::DiskDirs::new(&config, &settings.data_dir, &settings.extra_log_dirs),
     });
     let producer_ids = Arc::new(ProducerIdAllocator::new(
@@ -344,7 +346,7 @@ async fn run(
         transactions: transactions.clone(),
         shutdown: token.clone(),
         fetch_sessions,
-        shares: Arc::new(share_state(&config)),
+        shares,
         authorizer: settings.config.authorizer().map(Arc::new),
         quotas: Arc::new(millrace_frontend::quota::QuotaManager::new(quota_window(
             &settings.config,

@@ -54,6 +54,8 @@ pub struct BrokerView {
     pub partition_level: bool,
     /// Incremental fetch sessions (KIP-227).
     pub fetch_sessions: Arc<FetchSessionCache>,
+    /// Share groups' partitions and sessions (KIP-932).
+    pub shares: Arc<millrace_frontend::share_partitions::ShareState>,
     /// The log dirs' free space and the produce low-water mark (`disk_space`).
     pub disk: DiskDirs,
     /// Tiered storage's remote log manager, when on.
@@ -295,6 +297,55 @@ fn single(name: &str, help: &str, value: i64, encoder: &mut DescriptorEncoder) -
     ConstGauge::new(value).encode(metric)
 }
 
+/// Share groups' partitions and sessions on this broker (KIP-932), zeros while share groups
+/// are off.
+fn encode_shares(
+    stats: &millrace_frontend::share_partitions::ShareStats,
+    encoder: &mut DescriptorEncoder,
+) -> std::fmt::Result {
+    let gauge = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+    for (name, help, value) in [
+        (
+            "share_sessions",
+            "Share sessions held (KIP-932), at most group.share.max.share.sessions",
+            stats.sessions,
+        ),
+        (
+            "share_partitions",
+            "Share partitions (group, topic, partition) this broker holds as leader",
+            stats.partitions,
+        ),
+        (
+            "share_in_flight_records",
+            "Records between each share partition's start and end offsets",
+            stats.in_flight_records,
+        ),
+        (
+            "share_acquired_records",
+            "Records acquired by share group members now (locked)",
+            stats.acquired_records,
+        ),
+    ] {
+        single(name, help, gauge(value), encoder)?;
+    }
+    for (name, help, value) in [
+        (
+            "share_records_redelivered",
+            "Records acquired again after an earlier delivery (released or lock expired)",
+            stats.redelivered_total,
+        ),
+        (
+            "share_records_archived",
+            "Records archived by share groups: rejected, gaps, the delivery-count limit, below the log start",
+            stats.archived_total,
+        ),
+    ] {
+        let metric = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
+        ConstCounter::new(value).encode(metric)?;
+    }
+    Ok(())
+}
+
 /// Tiered storage's upload lag and work counts (Kafka's RemoteCopyLagBytes and
 /// RemoteCopyLagSegments, and the copy/delete counts), read from the manager at scrape time.
 fn encode_tiered(
@@ -388,6 +439,7 @@ impl Collector for StateCollector {
             i64::try_from(session_partitions).unwrap_or(i64::MAX),
             &mut encoder,
         )?;
+        encode_shares(&view.shares.stats(), &mut encoder)?;
         let per_partition = view.partition_level;
         let mut log_end = Series::gauge(
             "log_end_offset",

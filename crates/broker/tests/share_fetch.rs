@@ -276,9 +276,12 @@ async fn members_share_a_partition_record_by_record() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_record_released_up_to_the_delivery_limit_is_archived() {
+    let http_port = free_port();
+    let http_listen = format!("millrace.http.listen=127.0.0.1:{http_port}");
     let broker = Broker::start_with(&[
         "millrace.share.groups.enable=true",
         "group.share.delivery.count.limit=2",
+        &http_listen,
     ]);
     let topic = unique_topic("share-limit");
     let id = topic_id(&broker, &topic).await;
@@ -309,6 +312,23 @@ async fn a_record_released_up_to_the_delivery_limit_is_archived() {
         acquired(&r).is_empty(),
         "archived record delivered again: {r:?}"
     );
+
+    // The metrics saw one redelivery and one archived record, in one share partition.
+    let addr: std::net::SocketAddr = format!("127.0.0.1:{http_port}").parse().expect("addr");
+    let (status, text) = http(addr, "GET", "/metrics");
+    assert_eq!(status, 200);
+    let metric = |name: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name).and_then(|v| v.strip_prefix(' ')))
+            .unwrap_or_else(|| panic!("{name} not in /metrics"))
+            .trim()
+            .to_string()
+    };
+    assert_eq!(metric("millrace_share_records_redelivered_total"), "1");
+    assert_eq!(metric("millrace_share_records_archived_total"), "1");
+    assert_eq!(metric("millrace_share_partitions"), "1");
+    assert_eq!(metric("millrace_share_sessions"), "1");
+    assert_eq!(metric("millrace_share_acquired_records"), "0");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

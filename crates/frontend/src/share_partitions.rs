@@ -84,6 +84,24 @@ pub struct ShareState {
     /// started over): parked ShareFetches look again.
     released: Notify,
     next_connection: AtomicU64,
+    /// Records acquired again after an earlier delivery, since start (all share partitions).
+    redelivered_total: AtomicU64,
+    /// Records archived (rejected, gaps, the delivery-count limit, aborted, below the log
+    /// start), since start.
+    archived_total: AtomicU64,
+}
+
+/// Share groups' numbers for the metrics, read at scrape time.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ShareStats {
+    pub sessions: u64,
+    pub partitions: u64,
+    /// Records between each share partition's start and end offsets (Kafka's in-flight count).
+    pub in_flight_records: u64,
+    /// Records acquired (locked by a member) now.
+    pub acquired_records: u64,
+    pub redelivered_total: u64,
+    pub archived_total: u64,
 }
 
 impl ShareState {
@@ -94,6 +112,8 @@ impl ShareState {
             partitions: Mutex::new(HashMap::new()),
             released: Notify::new(),
             next_connection: AtomicU64::new(1),
+            redelivered_total: AtomicU64::new(0),
+            archived_total: AtomicU64::new(0),
         }
     }
 
@@ -130,11 +150,37 @@ impl ShareState {
             }
         };
         let mut held = held.lock();
-        let expired = held.partition.expire_locks(now_ms);
+        Ok(self.step(&mut held.partition, now_ms, f))
+    }
+
+    /// Ends the locks past their deadline, then runs `f`; counts what both archived and
+    /// redelivered.
+    fn step<R>(
+        &self,
+        partition: &mut SharePartition,
+        now_ms: i64,
+        f: impl FnOnce(&mut SharePartition) -> R,
+    ) -> R {
+        let before = partition.metrics();
+        let expired = partition.expire_locks(now_ms);
         if !expired.is_empty() {
             self.released.notify_waiters();
         }
-        Ok(f(&mut held.partition))
+        let result = f(partition);
+        let after = partition.metrics();
+        self.archived_total.fetch_add(
+            after
+                .archived_records_total
+                .saturating_sub(before.archived_records_total),
+            Ordering::Relaxed,
+        );
+        self.redelivered_total.fetch_add(
+            after
+                .redelivered_records_total
+                .saturating_sub(before.redelivered_records_total),
+            Ordering::Relaxed,
+        );
+        result
     }
 
     /// Runs `f` on the share partition `key` if this broker holds it (ShareAcknowledge never
@@ -154,11 +200,7 @@ impl ShareState {
         if held.leader_epoch != leader_epoch {
             return None;
         }
-        let expired = held.partition.expire_locks(now_ms);
-        if !expired.is_empty() {
-            self.released.notify_waiters();
-        }
-        Some(f(&mut held.partition))
+        Some(self.step(&mut held.partition, now_ms, f))
     }
 
     /// The earliest acquisition-lock deadline among `keys`.
@@ -219,10 +261,22 @@ impl ShareState {
         self.released.notified()
     }
 
-    /// Drops the share partitions of topics that no longer exist or moved away, so that memory
-    /// follows what this broker leads; `keep` says which stay.
-    pub fn retain(&self, mut keep: impl FnMut(&ShareKey) -> bool) {
-        self.partitions.lock().retain(|k, _| keep(k));
+    /// The numbers the metrics show.
+    pub fn stats(&self) -> ShareStats {
+        let held: Vec<_> = self.partitions.lock().values().map(Arc::clone).collect();
+        let mut stats = ShareStats {
+            sessions: u64::try_from(self.sessions.len()).unwrap_or(u64::MAX),
+            partitions: u64::try_from(held.len()).unwrap_or(u64::MAX),
+            redelivered_total: self.redelivered_total.load(Ordering::Relaxed),
+            archived_total: self.archived_total.load(Ordering::Relaxed),
+            ..ShareStats::default()
+        };
+        for h in held {
+            let m = h.lock().partition.metrics();
+            stats.in_flight_records += m.in_flight_records;
+            stats.acquired_records += m.acquired_records;
+        }
+        stats
     }
 
     /// Share partitions held now.
