@@ -211,7 +211,8 @@ async fn share_group_membership_on_the_wire() {
             found.protocol_type.as_str(),
             found.group_state.as_str()
         ),
-        ("share", "share", "Stable")
+        // Kafka's `GroupType` names the type "Share"; the protocol type is "share".
+        ("Share", "share", "Stable")
     );
     let listed: ListGroupsResponse = conn
         .request(

@@ -164,7 +164,7 @@ pub struct GroupListing {
     pub protocol_type: String,
     /// The state's name as Kafka lists it (classic or consumer group states).
     pub state: &'static str,
-    /// "Classic" or "Consumer", as ListGroups v5 reports it.
+    /// "Classic", "Consumer" or "Share", as ListGroups v5 reports it (Kafka's `GroupType`).
     pub group_type: &'static str,
 }
 

@@ -1,5 +1,5 @@
 //! ListGroups (key 16): every group this coordinator owns, classic, consumer (KIP-848) and share
-//! (KIP-932, protocol type and group type "share", states Empty/Stable), optionally filtered by
+//! (KIP-932, protocol type "share", group type "Share", states Empty/Stable), optionally filtered by
 //! state (v4+) and type (v5+: "classic", "consumer", "share"), both case-insensitively.
 
 use std::sync::Arc;

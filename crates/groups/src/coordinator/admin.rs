@@ -52,7 +52,7 @@ impl GroupCoordinator {
                         group_id: g.id().to_string(),
                         protocol_type: "share".to_string(),
                         state: s.state().name(),
-                        group_type: "share",
+                        group_type: "Share",
                     },
                     (Some(c), None) => GroupListing {
                         group_id: g.id().to_string(),

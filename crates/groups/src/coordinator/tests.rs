@@ -369,7 +369,7 @@ async fn share_group_survives_replay_and_snapshot() {
         ));
         let listed = first.list_groups(&[]).expect("list");
         assert!(listed.iter().any(|g| g.group_id == "sg"
-            && g.group_type == "share"
+            && g.group_type == "Share"
             && g.protocol_type == "share"
             && g.state == "Stable"));
         first.shutdown();
