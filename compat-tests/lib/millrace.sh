@@ -212,6 +212,10 @@ millrace_cluster_start() {
   shift 2
   local bin i
   bin="$(millrace_bin)" || return 1
+  # The reference run (MILLRACE_BIN=reference/kafka-shim.sh, one node): cluster nodes are Apache
+  # Kafka behind the cluster command line instead.
+  [[ "$bin" != */reference/kafka-shim.sh ]] ||
+    bin="$MILLRACE_REPO_ROOT/compat-tests/cluster-scenarios/kafka-cluster-shim.sh"
   MILLRACE_CLUSTER_BIN="$bin"
   MILLRACE_CLUSTER_N="$n"
   MILLRACE_CLUSTER_DIR="$workdir"
