@@ -5,7 +5,8 @@
 //! - a session is keyed by (group, member), at most one per member on a broker, and belongs to
 //!   the connection that opened it: when that connection closes, the session ends and the
 //!   member's acquired records are released (`ShareConnection`'s drop);
-//! - ShareFetch epoch 0 opens it (replacing the member's session if there is one) with the
+//! - ShareFetch epoch 0 opens it (replacing the member's session if there is one; what the member
+//!   acquired stays locked to it) with the
 //!   request's partitions; the next request must carry epoch 1, then 2, … (after `i32::MAX`
 //!   comes 1). A wrong epoch is INVALID_SHARE_SESSION_EPOCH, no session SHARE_SESSION_NOT_FOUND,
 //!   a full cache (`group.share.max.share.sessions`) SHARE_SESSION_LIMIT_REACHED;
@@ -69,8 +70,8 @@ pub struct SessionStep {
     pub closed: bool,
     /// The session was opened (or reset) by this request.
     pub opened: bool,
-    /// A session this request replaced: its connection and partitions (the member's records in
-    /// partitions the new session does not hold are to be released).
+    /// The partitions of a session this request replaced (the member's records stay locked to
+    /// it: the member may still acknowledge them).
     pub replaced: Option<Vec<SharePartitionId>>,
 }
 

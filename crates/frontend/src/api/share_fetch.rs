@@ -192,12 +192,9 @@ async fn handle(
             return refuse(code, &e.to_string());
         }
     };
+    // A member that opens its session again (after SHARE_SESSION_NOT_FOUND, say) keeps what it
+    // acquired: its records stay locked to its member id, so it can still acknowledge them.
     let now = now_ms();
-    if let Some(old) = &step.replaced {
-        // A new session of the same member: what it held through the old one goes back.
-        ctx.shares
-            .release_member(&member.group_id, &member.member_id, old, now);
-    }
 
     let mut answers: HashMap<SharePartitionId, Answer> = HashMap::new();
     for (id, batches) in &acks {
