@@ -41,6 +41,15 @@ class BrokerError(RuntimeError):
     pass
 
 
+def cluster_binary() -> Path:
+    """The binary of a cluster's nodes: the broker's, or on a reference run (MILLRACE_BIN is the
+    single-node reference/kafka-shim.sh) Apache Kafka behind the cluster command line."""
+    binary = broker_binary()
+    if binary.name == "kafka-shim.sh" and binary.parent.name == "reference":
+        return REPO_ROOT / "compat-tests" / "cluster-scenarios" / "kafka-cluster-shim.sh"
+    return binary
+
+
 def broker_binary(build: bool = True) -> Path:
     """Path of the broker binary; builds it with cargo if it is missing."""
     env = os.environ.get("MILLRACE_BIN")
@@ -484,7 +493,7 @@ class Cluster:
         if nodes < 1:
             raise ValueError("a cluster has at least one node")
         self.settings = dict(settings or {})
-        self.binary = Path(binary) if binary else broker_binary()
+        self.binary = Path(binary) if binary else cluster_binary()
         # A cluster is ready once its quorum has elected a controller and every broker registered:
         # allow longer than a single broker's start.
         self.start_timeout = start_timeout or max(30.0, float(os.environ.get("MILLRACE_START_TIMEOUT", "10")))

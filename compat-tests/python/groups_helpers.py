@@ -29,7 +29,8 @@ class Broker:
         for k, v in self.settings.items():
             args += ["--set", f"{k}={v}"]
         log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=log)
+        # Its own process group: kill() reaches every process of it (the reference shim's JVM).
+        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=log, start_new_session=True)
         deadline = time.time() + timeout
         while time.time() < deadline:
             line = self.proc.stdout.readline().decode()
@@ -58,7 +59,10 @@ class Broker:
     def kill(self):
         """SIGKILL: kill -9."""
         if self.proc and self.proc.poll() is None:
-            self.proc.kill()
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
             self.proc.wait(timeout=10)
 
     def restart(self, same_port=False, timeout=30):
@@ -104,11 +108,40 @@ def produce(bootstrap, topic, per_partition, partitions=4, tag="m"):
     return per_partition * partitions
 
 
+# While a broker (re)starts, its partitions and offsets topic take a moment to be led and loaded:
+# NOT_LEADER_OR_FOLLOWER (6), COORDINATOR_LOAD_IN_PROGRESS (14), COORDINATOR_NOT_AVAILABLE (15)
+# and NOT_COORDINATOR (16) are answered meanwhile (Apache Kafka 4.4 does, and librdkafka hands
+# them to an explicit commit or a watermark query): those are retried for up to 30 s.
+STARTING_UP = {6, 14, 15, 16}
+
+
+def retry_starting_up(call):
+    """`call()`, again while it fails with a STARTING_UP code, for up to 30 s."""
+    from confluent_kafka import KafkaException
+
+    deadline = time.time() + 30
+    while True:
+        try:
+            return call()
+        except KafkaException as e:
+            if e.args[0].code() not in STARTING_UP or time.time() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+def commit(consumer, offsets):
+    """A synchronous commit of `offsets`, retried while the coordinator starts up."""
+    return retry_starting_up(lambda: consumer.commit(offsets=offsets, asynchronous=False))
+
+
 def high_watermarks(bootstrap, topic, partitions=4):
     from confluent_kafka import Consumer, TopicPartition
 
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": "hwm-probe", "enable.auto.commit": False})
     try:
-        return {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in range(partitions)}
+        return {
+            p: retry_starting_up(lambda p=p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10))[1]
+            for p in range(partitions)
+        }
     finally:
         c.close()

@@ -9,6 +9,7 @@ across a forced leader change with only retriable errors". The cluster comes fro
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from typing import List
@@ -17,6 +18,9 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from millrace import Cluster, unique_topic, wait_until
+
+# The reference run: Apache Kafka behind compat-tests/reference/kafka-shim.sh.
+ON_REFERENCE = os.environ.get("MILLRACE_BIN", "").endswith("kafka-shim.sh")
 
 RECORDS = 4000
 KILL_AFTER = 1000  # acknowledged records before the leader is killed
@@ -169,7 +173,10 @@ def test_kafka_python_produces_to_every_leader_across_a_controlled_shutdown():
                 acked[(p, i)] = f.get(timeout=120).offset
             if i == per_partition // 2:
                 stopped = before[0]
-                assert cluster.nodes[stopped].stop() == 0, "controlled shutdown did not exit 0"
+                # Millrace exits 0; Kafka's JVM exits 143 (128 + SIGTERM) after its controlled
+                # shutdown, as kafka-server-start does.
+                clean = (0, 143) if ON_REFERENCE else (0,)
+                assert cluster.nodes[stopped].stop() in clean, "controlled shutdown did not exit cleanly"
         producer.close(timeout=10)
         after = wait_until(lambda: (lambda l: l if l and l[0] != stopped else None)(
             {i: p.leader for i, p in ck.list_topics(topic=topic, timeout=OP_TIMEOUT).topics[topic].partitions.items()}),

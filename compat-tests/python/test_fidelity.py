@@ -19,6 +19,7 @@ with the same assertions.
 
 from __future__ import annotations
 
+import os
 import socket
 import struct
 import uuid
@@ -61,12 +62,19 @@ def broker_id(admin: KafkaAdminClient) -> int:
     return int(admin.describe_cluster()["brokers"][0]["broker_id"])
 
 
+# The reference run: Apache Kafka behind compat-tests/reference/kafka-shim.sh.
+ON_REFERENCE = os.environ.get("MILLRACE_BIN", "").endswith("kafka-shim.sh")
+
 # ------------------------------------------------------------ version inference
 def test_kafka_python_infers_kafka_4_1(broker):
+    # Millrace serves Kafka 4.1's versions: kafka-python infers (4, 1). The reference, Kafka 4.4,
+    # looks like (4, 3) to it (the newest it knows); both are a modern 4.x, never a fallback.
     consumer = KafkaConsumer(bootstrap_servers=broker.bootstrap, api_version=None,
                              request_timeout_ms=OP_TIMEOUT_MS)
     try:
-        assert consumer.config["api_version"] == (4, 1)
+        assert consumer.config["api_version"] >= (4, 1)
+        if not ON_REFERENCE:
+            assert consumer.config["api_version"] == (4, 1)
     finally:
         consumer.close()
 

@@ -135,7 +135,10 @@ def run_churn(broker, members, protocol):
     while len([m for m in members if m.alive()]) < 2:
         members.append(Member(broker.bootstrap, topic, group, workdir, len(members), protocol))
         time.sleep(0.2)
-    time.sleep(1)
+    # A stopped member leaves its group before it exits, which takes a rebalance.
+    deadline = time.time() + 60
+    while len([m for m in members if m.alive()]) > 2 and time.time() < deadline:
+        time.sleep(0.2)
     final = [m for m in members if m.alive()]
     assert len(final) == 2
 
