@@ -290,7 +290,9 @@ fi
 # --- forced leader change on a 3-node cluster: its own cluster, see leader-change.sh ------------
 leader_out="$(bash "$(dirname "${BASH_SOURCE[0]}")/leader-change.sh" 2>&1)" || true
 echo "$leader_out" | sed -e 's/^/  /'
-if [[ "$(echo "$leader_out" | tail -n 1)" =~ ^([0-9]+)\ passed,\ ([0-9]+)\ failed$ ]]; then
+# Its last summary line: stopping the cluster may print after it (a slow node's SIGKILL notice).
+leader_summary="$(echo "$leader_out" | grep -E '^[0-9]+ passed, [0-9]+ failed$' | tail -n 1)"
+if [[ "$leader_summary" =~ ^([0-9]+)\ passed,\ ([0-9]+)\ failed$ ]]; then
   passed=$((passed + BASH_REMATCH[1]))
   failed=$((failed + BASH_REMATCH[2]))
   ((BASH_REMATCH[2] == 0)) || failures+=("leader-change")
