@@ -137,21 +137,9 @@ impl ShareSessionCache {
                     replaced,
                 })
             }
-            CLOSE_EPOCH => {
-                let session = sessions.remove(key).ok_or(ShareSessionError::NotFound)?;
-                Ok(SessionStep {
-                    partitions: session.partitions,
-                    closed: true,
-                    opened: false,
-                    replaced: None,
-                })
-            }
+            CLOSE_EPOCH => close(&mut sessions, key),
             _ => {
-                let session = sessions.get_mut(key).ok_or(ShareSessionError::NotFound)?;
-                if session.next_epoch != epoch {
-                    return Err(ShareSessionError::InvalidEpoch);
-                }
-                session.next_epoch = next_epoch(epoch);
+                let session = advance(&mut sessions, key, epoch)?;
                 for p in added {
                     if !session.partitions.contains(p) {
                         session.partitions.push(*p);
@@ -178,21 +166,9 @@ impl ShareSessionCache {
         let mut sessions = self.sessions.lock();
         match epoch {
             OPEN_EPOCH => Err(ShareSessionError::InvalidEpoch),
-            CLOSE_EPOCH => {
-                let session = sessions.remove(key).ok_or(ShareSessionError::NotFound)?;
-                Ok(SessionStep {
-                    partitions: session.partitions,
-                    closed: true,
-                    opened: false,
-                    replaced: None,
-                })
-            }
+            CLOSE_EPOCH => close(&mut sessions, key),
             _ => {
-                let session = sessions.get_mut(key).ok_or(ShareSessionError::NotFound)?;
-                if session.next_epoch != epoch {
-                    return Err(ShareSessionError::InvalidEpoch);
-                }
-                session.next_epoch = next_epoch(epoch);
+                let session = advance(&mut sessions, key, epoch)?;
                 Ok(SessionStep {
                     partitions: session.partitions.clone(),
                     closed: false,
@@ -224,6 +200,34 @@ impl ShareSessionCache {
         }
         ended
     }
+}
+
+/// Epoch -1: the session ends (its epoch is not compared).
+fn close(
+    sessions: &mut HashMap<MemberKey, Session>,
+    key: &MemberKey,
+) -> Result<SessionStep, ShareSessionError> {
+    let session = sessions.remove(key).ok_or(ShareSessionError::NotFound)?;
+    Ok(SessionStep {
+        partitions: session.partitions,
+        closed: true,
+        opened: false,
+        replaced: None,
+    })
+}
+
+/// A later epoch: the session's next one, which it moves past.
+fn advance<'a>(
+    sessions: &'a mut HashMap<MemberKey, Session>,
+    key: &MemberKey,
+    epoch: i32,
+) -> Result<&'a mut Session, ShareSessionError> {
+    let session = sessions.get_mut(key).ok_or(ShareSessionError::NotFound)?;
+    if session.next_epoch != epoch {
+        return Err(ShareSessionError::InvalidEpoch);
+    }
+    session.next_epoch = next_epoch(epoch);
+    Ok(session)
 }
 
 /// The epoch after `epoch`: `i32::MAX` wraps to 1, as in Kafka.
