@@ -312,7 +312,15 @@ async fn run(
     follow_offsets_leadership(&node, &groups);
     let ready = node.start_publishing(&store, &settings.data_dir, &token);
     let fetch_sessions = Arc::new(FetchSessionCache::new(config.fetch_session_slots()));
-    let shares = Arc::new(share_state(&config));
+    let share_coordinator = open_share_coordinator(&config, &node);
+    follow_share_group_state_leadership(&node, &share_coordinator);
+    let persister = Arc::new(millrace_frontend::share_persister::Persister::new(
+        cluster.clone(),
+        node.replicas.clone(),
+        node.controller.clone(),
+        share_coordinator,
+    ));
+    let shares = Arc::new(share_state(&config, persister));
     let tiered = tiered::start(&config, &node.replicas, &node.controller, &token)?;
     let remote_reader = tiered.as_ref().map(|t| Arc::clone(&t.reader));
     observer.attach(observe::BrokerView {
@@ -833,8 +841,63 @@ fn spawn_maintenance(
     })
 }
 
-/// Share groups' partitions and sessions, with the broker's `group.share.*` defaults.
-fn share_state(config: &BrokerConfig) -> millrace_frontend::share_partitions::ShareState {
+/// The share coordinator over `__share_group_state`, with Kafka's `share.coordinator.*`.
+fn open_share_coordinator(
+    config: &BrokerConfig,
+    node: &node::Node,
+) -> Arc<millrace_frontend::share_coordinator::ShareCoordinator> {
+    let long = |key: &str, fallback: i64| {
+        config
+            .get(key)
+            .and_then(|v| v.trim().parse::<i64>().ok())
+            .unwrap_or(fallback)
+    };
+    let updates_per_snapshot = u32::try_from(long(
+        "share.coordinator.snapshot.update.records.per.snapshot",
+        i64::from(millrace_share::UPDATES_PER_SNAPSHOT_DEFAULT),
+    ))
+    .unwrap_or(millrace_share::UPDATES_PER_SNAPSHOT_DEFAULT);
+    let commit_timeout = Duration::from_millis(
+        u64::try_from(long("share.coordinator.write.timeout.ms", 5_000).max(1)).unwrap_or(5_000),
+    );
+    millrace_frontend::share_coordinator::ShareCoordinator::new(
+        node.replicas.clone(),
+        commit_timeout,
+        updates_per_snapshot,
+    )
+}
+
+/// Loads a `__share_group_state` partition when this broker becomes its leader, unloads it when
+/// it stops leading.
+fn follow_share_group_state_leadership(
+    node: &node::Node,
+    coordinator: &Arc<millrace_frontend::share_coordinator::ShareCoordinator>,
+) {
+    let coordinator = Arc::clone(coordinator);
+    node.replicas
+        .on_leadership(Box::new(move |change| match change {
+            LeadershipChange::Became {
+                tp,
+                leader_epoch,
+                log,
+            } if tp.topic == millrace_share::SHARE_GROUP_STATE_TOPIC => {
+                coordinator.become_leader(tp.partition, log, leader_epoch)
+            }
+            LeadershipChange::Resigned { tp }
+                if tp.topic == millrace_share::SHARE_GROUP_STATE_TOPIC =>
+            {
+                coordinator.resign(tp.partition)
+            }
+            _ => {}
+        }));
+}
+
+/// Share groups' partitions and sessions, with the broker's `group.share.*` defaults, persisted
+/// through `persister`.
+fn share_state(
+    config: &BrokerConfig,
+    persister: Arc<millrace_frontend::share_persister::Persister>,
+) -> millrace_frontend::share_partitions::ShareState {
     let share = config.share();
     millrace_frontend::share_partitions::ShareState::new(
         millrace_frontend::share_partitions::ShareSettings {
@@ -848,5 +911,6 @@ fn share_state(config: &BrokerConfig) -> millrace_frontend::share_partitions::Sh
             },
             auto_offset_reset: millrace_frontend::share_partitions::AutoOffsetReset::Latest,
         },
+        Some(persister),
     )
 }

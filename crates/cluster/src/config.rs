@@ -394,6 +394,24 @@ pub static BROKER_CONFIGS: &[ConfigDef] = &[
     def("group.share.min.heartbeat.interval.ms", "5000", INT_POS),
     def("group.share.max.heartbeat.interval.ms", "15000", INT_POS),
     def("group.share.max.size", "200", int_range(1, 1_000)),
+    // The share coordinator's `__share_group_state` (Kafka's `share.coordinator.*`).
+    def("share.coordinator.state.topic.num.partitions", "50", INT_POS),
+    def(
+        "share.coordinator.state.topic.replication.factor",
+        "3",
+        ConfigType::Int {
+            min: 1,
+            max: i16::MAX as i64,
+        },
+    ),
+    def("share.coordinator.state.topic.min.isr", "2", INT_POS),
+    def("share.coordinator.state.topic.segment.bytes", "104857600", INT_POS),
+    def(
+        "share.coordinator.snapshot.update.records.per.snapshot",
+        "500",
+        int_range(0, 500),
+    ),
+    def("share.coordinator.write.timeout.ms", "5000", INT_POS),
     def("group.share.assignors", "simple", ConfigType::Str),
     def("group.share.assignment.interval.ms", "1000", INT_NONNEG),
     def("group.share.min.assignment.interval.ms", "0", INT_NONNEG),

@@ -21,8 +21,8 @@ use crate::api::{
     join_group, leave_group, list_config_resources, list_groups, list_offsets,
     list_partition_reassignments, metadata, offset_commit, offset_delete, offset_fetch,
     offset_for_leader_epoch, produce, sasl, share_acknowledge, share_fetch, share_group_describe,
-    share_group_heartbeat, sync_group, transactions, txn_offset_commit, user_scram_credentials,
-    write_txn_markers,
+    share_group_heartbeat, share_group_state, sync_group, transactions, txn_offset_commit,
+    user_scram_credentials, write_txn_markers,
 };
 use crate::handler::{ApiHandler, Call};
 use crate::respond::{self, Pending, RequestCharge, Route};
@@ -131,6 +131,11 @@ pub const APIS: &[ApiEntry] = &[
     api::<share_group_describe::ShareGroupDescribe>(),
     api::<share_fetch::ShareFetch>(),
     api::<share_acknowledge::ShareAcknowledge>(),
+    api::<share_group_state::InitializeShareGroupState>(),
+    api::<share_group_state::ReadShareGroupState>(),
+    api::<share_group_state::WriteShareGroupState>(),
+    api::<share_group_state::DeleteShareGroupState>(),
+    api::<share_group_state::ReadShareGroupStateSummary>(),
 ];
 
 /// The entry of `key`, if it is served at all.

@@ -2,30 +2,50 @@
 //! the [`SharePartition`] state machine of `millrace-share`, with the share sessions
 //! ([`crate::share_session`]) and the connections that hold them.
 //!
-//! A share partition is made on the first ShareFetch that reaches its leader: its start offset
-//! comes from the group's `share.auto.offset.reset` (Kafka's default, `latest`: the high
-//! watermark). It is kept for the leader epoch it was made in; a partition whose leader epoch
-//! moved (a leader change and back) starts again.
+//! A share partition is loaded on the first ShareFetch that reaches its leader
+//! ([`ShareState::load`]): its state is read from the share coordinator through the
+//! [`Persister`] (recording this leader epoch); a key never initialized is initialized at the
+//! start that `share.auto.offset.reset` gives (Kafka's default, `latest`: the high watermark)
+//! and read again, so the start is durable before anything is delivered. It is kept for the
+//! leader epoch it was loaded in; a partition whose leader epoch moved is loaded again.
+//!
+//! Persistence (Kafka's rules): acknowledgements are answered only once their write is
+//! committed ([`ShareState::persist`]); a failed write fails the partition's acknowledgement and
+//! drops the share partition, which the next fetch loads again from what was committed.
+//! Releases, lock expiries and the log-start archive write without being waited for. Acquiring
+//! is never written, so what was in flight at a crash or leader change is delivered again.
 //!
 //! Acquisition locks expire lazily: every use of a share partition first expires the locks
 //! past their deadline (records become available again, or archived at the delivery-count
 //! limit), and a parked ShareFetch wakes at the earliest lock deadline of its session.
 //!
-//! **Not yet:** the state lives in memory only. Kafka persists it in `__share_group_state`
-//! (the codec is `millrace_share::records`); until Millrace does, a broker restart or a leader
-//! change forgets acknowledgements and in-flight records, which is why share groups are off
-//! unless `millrace.share.groups.enable=true`.
+//! Without a persister (the front end's in-process tests) the state lives in memory only.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use millrace_share::{SharePartition, SharePartitionConfig};
+use millrace_share::{
+    PersistedState, SharePartition, SharePartitionConfig, StateChange, StateWrite,
+};
 use parking_lot::Mutex;
 use tokio::sync::Notify;
+use tracing::warn;
 use uuid::Uuid;
 
+use crate::error_codes::{COORDINATOR_NOT_AVAILABLE, UNKNOWN_SERVER_ERROR};
+use crate::share_coordinator::{ShareCoordinator, StateError, FENCED_STATE_EPOCH};
+use crate::share_persister::Persister;
 use crate::share_session::{MemberKey, SharePartitionId, ShareSessionCache};
+
+/// How long loading a share partition may retry a share coordinator that is not available yet
+/// (the topic being created, its leader loading, a leader change).
+const LOAD_WAIT_MAX: std::time::Duration = std::time::Duration::from_secs(15);
+/// Attempts to read or initialize a share partition's state in one load.
+const LOAD_ATTEMPTS_MAX: u32 = 200;
+/// First and longest pause between two load attempts.
+const LOAD_BACKOFF_MIN: std::time::Duration = std::time::Duration::from_millis(20);
+const LOAD_BACKOFF_MAX: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// Where a new share partition starts (`share.auto.offset.reset`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,8 +90,16 @@ pub struct ShareKey {
 
 #[derive(Debug)]
 struct Held {
+    /// The partition's leader epoch when the share partition was loaded: every write carries it.
     leader_epoch: i32,
     partition: SharePartition,
+}
+
+/// What a write of a share partition carries besides its change.
+#[derive(Debug, Clone, Copy)]
+pub struct WriteEpochs {
+    pub state_epoch: i32,
+    pub leader_epoch: i32,
 }
 
 /// The share partitions, sessions and connections of this broker.
@@ -80,6 +108,10 @@ pub struct ShareState {
     pub settings: ShareSettings,
     pub sessions: ShareSessionCache,
     partitions: Mutex<HashMap<ShareKey, Arc<Mutex<Held>>>>,
+    /// One load at a time per share partition.
+    loading: Mutex<HashMap<ShareKey, Arc<tokio::sync::Mutex<()>>>>,
+    /// `None`: in memory only (in-process tests).
+    persister: Option<Arc<Persister>>,
     /// Woken when records may have become available again (released, a lock ended, a partition
     /// started over): parked ShareFetches look again.
     released: Notify,
@@ -105,11 +137,13 @@ pub struct ShareStats {
 }
 
 impl ShareState {
-    pub fn new(settings: ShareSettings) -> Self {
+    pub fn new(settings: ShareSettings, persister: Option<Arc<Persister>>) -> Self {
         Self {
             sessions: ShareSessionCache::new(settings.max_sessions),
             settings,
             partitions: Mutex::new(HashMap::new()),
+            loading: Mutex::new(HashMap::new()),
+            persister,
             released: Notify::new(),
             next_connection: AtomicU64::new(1),
             redelivered_total: AtomicU64::new(0),
@@ -122,51 +156,109 @@ impl ShareState {
         self.next_connection.fetch_add(1, Ordering::Relaxed)
     }
 
-    /// Runs `f` on the share partition `key` led in `leader_epoch`, made first (starting at
-    /// `start_offset()`) when there is none for that epoch. Locks past their deadline are
-    /// expired first. `Err` when the share partition cannot be made (a bad start offset).
+    /// This broker's share coordinator, when share state is persisted.
+    pub fn coordinator(&self) -> Option<&Arc<ShareCoordinator>> {
+        self.persister.as_ref().map(|p| p.coordinator())
+    }
+
+    /// Whether the share partition `key` is loaded for `leader_epoch`.
+    fn is_loaded(&self, key: &ShareKey, leader_epoch: i32) -> bool {
+        self.partitions
+            .lock()
+            .get(key)
+            .is_some_and(|h| h.lock().leader_epoch == leader_epoch)
+    }
+
+    /// Loads the share partition `key` for `leader_epoch` unless it is loaded: its persisted
+    /// state, or a new one starting at `start()` (initialized first when persisted). See the
+    /// module comment.
+    pub async fn load(
+        &self,
+        key: &ShareKey,
+        leader_epoch: i32,
+        start: impl Fn() -> i64,
+    ) -> Result<(), StateError> {
+        if self.is_loaded(key, leader_epoch) {
+            return Ok(());
+        }
+        let gate = Arc::clone(self.loading.lock().entry(key.clone()).or_default());
+        let _one = gate.lock().await;
+        if self.is_loaded(key, leader_epoch) {
+            return Ok(());
+        }
+        let state = match &self.persister {
+            None => PersistedState::initial(0, start()),
+            Some(persister) => read_or_initialize(persister, key, leader_epoch, &start).await?,
+        };
+        let partition = SharePartition::new(state, self.settings.partition)
+            .map_err(|e| StateError::new(UNKNOWN_SERVER_ERROR, e.to_string()))?;
+        self.partitions.lock().insert(
+            key.clone(),
+            Arc::new(Mutex::new(Held {
+                leader_epoch,
+                partition,
+            })),
+        );
+        self.loading.lock().remove(key);
+        self.released.notify_waiters();
+        Ok(())
+    }
+
+    /// Drops the share partition `key` if it is still the one loaded in `leader_epoch` (its
+    /// write failed: the next fetch loads it again from what was committed).
+    pub fn unload(&self, key: &ShareKey, leader_epoch: i32) {
+        let mut partitions = self.partitions.lock();
+        if partitions
+            .get(key)
+            .is_some_and(|h| h.lock().leader_epoch == leader_epoch)
+        {
+            partitions.remove(key);
+        }
+    }
+
+    /// Runs `f` on the share partition `key` if it is loaded for `leader_epoch` (ShareFetch
+    /// loads it first; ShareAcknowledge never does: Kafka answers UNKNOWN_TOPIC_OR_PARTITION for
+    /// a share partition not loaded). Locks past their deadline are expired first, and that
+    /// change is written in the background. `f` also gets the epochs its own writes carry.
     pub fn with_partition<R>(
         &self,
         key: &ShareKey,
         leader_epoch: i32,
-        start_offset: impl FnOnce() -> i64,
         now_ms: i64,
-        f: impl FnOnce(&mut SharePartition) -> R,
-    ) -> Result<R, millrace_share::ShareError> {
+        f: impl FnOnce(&mut SharePartition, WriteEpochs) -> R,
+    ) -> Option<R> {
         let held = {
-            let mut partitions = self.partitions.lock();
-            match partitions.get(key) {
-                Some(h) if h.lock().leader_epoch == leader_epoch => Arc::clone(h),
-                _ => {
-                    let state = millrace_share::PersistedState::initial(0, start_offset());
-                    let partition = SharePartition::new(state, self.settings.partition)?;
-                    let h = Arc::new(Mutex::new(Held {
-                        leader_epoch,
-                        partition,
-                    }));
-                    partitions.insert(key.clone(), Arc::clone(&h));
-                    h
-                }
-            }
+            let partitions = self.partitions.lock();
+            Arc::clone(partitions.get(key)?)
         };
         let mut held = held.lock();
-        Ok(self.step(&mut held.partition, now_ms, f))
+        if held.leader_epoch != leader_epoch {
+            return None;
+        }
+        Some(self.step(key, &mut held, now_ms, f))
     }
 
-    /// Ends the locks past their deadline, then runs `f`; counts what both archived and
-    /// redelivered.
+    /// Ends the locks past their deadline (writing that in the background), then runs `f`;
+    /// counts what both archived and redelivered.
     fn step<R>(
         &self,
-        partition: &mut SharePartition,
+        key: &ShareKey,
+        held: &mut Held,
         now_ms: i64,
-        f: impl FnOnce(&mut SharePartition) -> R,
+        f: impl FnOnce(&mut SharePartition, WriteEpochs) -> R,
     ) -> R {
+        let epochs = WriteEpochs {
+            state_epoch: held.partition.state_epoch(),
+            leader_epoch: held.leader_epoch,
+        };
+        let partition = &mut held.partition;
         let before = partition.metrics();
         let expired = partition.expire_locks(now_ms);
         if !expired.is_empty() {
             self.released.notify_waiters();
+            self.write_in_background(key, epochs, expired);
         }
-        let result = f(partition);
+        let result = f(partition, epochs);
         let after = partition.metrics();
         self.archived_total.fetch_add(
             after
@@ -183,24 +275,55 @@ impl ShareState {
         result
     }
 
-    /// Runs `f` on the share partition `key` if this broker holds it (ShareAcknowledge never
-    /// makes one: Kafka answers UNKNOWN_TOPIC_OR_PARTITION for a share partition not loaded).
-    pub fn with_existing<R>(
+    /// Writes `change` of `key` and waits for it to commit (an acknowledgement's write). On a
+    /// failure the share partition is dropped, to be loaded again from what was committed.
+    pub async fn persist(
         &self,
         key: &ShareKey,
-        leader_epoch: i32,
-        now_ms: i64,
-        f: impl FnOnce(&mut SharePartition) -> R,
-    ) -> Option<R> {
-        let held = {
-            let partitions = self.partitions.lock();
-            Arc::clone(partitions.get(key)?)
+        epochs: WriteEpochs,
+        change: &StateChange,
+    ) -> Result<(), StateError> {
+        let Some(persister) = &self.persister else {
+            return Ok(());
         };
-        let mut held = held.lock();
-        if held.leader_epoch != leader_epoch {
-            return None;
+        if change.is_empty() {
+            return Ok(());
         }
-        Some(self.step(&mut held.partition, now_ms, f))
+        let write = state_write(epochs, change);
+        let written = persister
+            .write(&key.group_id, key.topic_id, key.partition, &write)
+            .await;
+        if let Err(e) = &written {
+            warn!(group = %key.group_id, partition = key.partition, error = %e, "share state write failed; the share partition is reloaded");
+            self.unload(key, epochs.leader_epoch);
+        }
+        written
+    }
+
+    /// Writes `change` of `key` without waiting (releases, lock expiries, the log-start
+    /// archive). A fenced write drops the share partition.
+    pub fn write_in_background(&self, key: &ShareKey, epochs: WriteEpochs, change: StateChange) {
+        let Some(persister) = &self.persister else {
+            return;
+        };
+        if change.is_empty() {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            warn!("no runtime to write share state on; the change is not persisted");
+            return;
+        };
+        let persister = Arc::clone(persister);
+        let key = key.clone();
+        let write = state_write(epochs, &change);
+        runtime.spawn(async move {
+            if let Err(e) = persister
+                .write(&key.group_id, key.topic_id, key.partition, &write)
+                .await
+            {
+                warn!(group = %key.group_id, partition = key.partition, error = %e, "share state write (release or lock expiry) failed");
+            }
+        });
     }
 
     /// The earliest acquisition-lock deadline among `keys`.
@@ -229,22 +352,28 @@ impl ShareState {
             partitions
                 .iter()
                 .filter_map(|(topic_id, partition)| {
-                    map.get(&ShareKey {
+                    let key = ShareKey {
                         group_id: Arc::clone(group_id),
                         topic_id: *topic_id,
                         partition: *partition,
-                    })
-                    .map(Arc::clone)
+                    };
+                    let h = map.get(&key).map(Arc::clone)?;
+                    Some((key, h))
                 })
                 .collect()
         };
         let mut released = false;
-        for h in held {
-            released |= !h
-                .lock()
-                .partition
-                .release_member(member_id, now_ms)
-                .is_empty();
+        for (key, h) in held {
+            let mut h = h.lock();
+            let epochs = WriteEpochs {
+                state_epoch: h.partition.state_epoch(),
+                leader_epoch: h.leader_epoch,
+            };
+            let change = h.partition.release_member(member_id, now_ms);
+            if !change.is_empty() {
+                released = true;
+                self.write_in_background(&key, epochs, change);
+            }
         }
         if released {
             self.released.notify_waiters();
@@ -329,6 +458,67 @@ impl Drop for ShareConnection {
                 .release_member(&member.group_id, &member.member_id, &partitions, now);
         }
     }
+}
+
+/// The WriteShareGroupState of `change`: the current start offset always (Kafka's leader sends
+/// its SPSO with every write), the changed ranges.
+fn state_write(epochs: WriteEpochs, change: &StateChange) -> StateWrite {
+    StateWrite {
+        state_epoch: epochs.state_epoch,
+        leader_epoch: epochs.leader_epoch,
+        start_offset: change.start_offset,
+        delivery_complete_count: change.delivery_complete_count,
+        batches: change.batches.clone(),
+    }
+}
+
+/// Reads `key`'s persisted state for `leader_epoch`; initializes it at `start()` first when it
+/// was never initialized (or initialized without a start offset). Retries a coordinator not
+/// available yet for up to [`LOAD_WAIT_MAX`].
+async fn read_or_initialize(
+    persister: &Persister,
+    key: &ShareKey,
+    leader_epoch: i32,
+    start: &impl Fn() -> i64,
+) -> Result<PersistedState, StateError> {
+    let deadline = tokio::time::Instant::now() + LOAD_WAIT_MAX;
+    let mut backoff = LOAD_BACKOFF_MIN;
+    let (group, topic_id, partition) = (&*key.group_id, key.topic_id, key.partition);
+    for _ in 0..LOAD_ATTEMPTS_MAX {
+        let attempt: Result<Option<PersistedState>, StateError> = async {
+            match persister
+                .read(group, topic_id, partition, leader_epoch)
+                .await?
+            {
+                Some(state) if state.start_offset >= 0 => Ok(Some(state)),
+                uninitialized => {
+                    let state_epoch = uninitialized.map_or(0, |s| s.state_epoch);
+                    persister
+                        .initialize(group, topic_id, partition, state_epoch, start())
+                        .await?;
+                    Ok(None)
+                }
+            }
+        }
+        .await;
+        match attempt {
+            Ok(Some(state)) => return Ok(state),
+            // Initialized: the next read records this leader epoch and returns it.
+            Ok(None) => {}
+            Err(e)
+                if (e.is_retriable() || e.code == FENCED_STATE_EPOCH)
+                    && tokio::time::Instant::now() + backoff < deadline =>
+            {
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(LOAD_BACKOFF_MAX);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Err(StateError::new(
+        COORDINATOR_NOT_AVAILABLE,
+        "the share partition's state could not be loaded in time",
+    ))
 }
 
 /// Wall-clock milliseconds since the epoch: the clock acquisition locks are kept by.

@@ -193,6 +193,7 @@ pub fn single_node_context(
                 enabled: true,
                 ..Default::default()
             },
+            None,
         )),
         authorizer: None,
         quotas: Default::default(),

@@ -11,10 +11,15 @@
 //! clock reads: time comes in as `now_ms: i64` arguments, log data as offset ranges, and
 //! persistence goes out as values for the caller to write.
 //!
-//! Types to read first: [`SharePartition`], [`PersistedState`], [`records::ShareStateRecord`].
+//! The share coordinator's state of a `__share_group_state` partition and the share-state RPCs'
+//! rules are [`coordinator`] (pure too: the broker appends the records it returns).
+//!
+//! Types to read first: [`SharePartition`], [`PersistedState`], [`records::ShareStateRecord`],
+//! [`ShareCoordinatorShard`].
 
 #![forbid(unsafe_code)]
 
+pub mod coordinator;
 pub mod error;
 mod in_flight;
 pub mod limits;
@@ -22,6 +27,10 @@ pub mod partition;
 pub mod records;
 pub mod state;
 
+pub use coordinator::{
+    CoordinatorError, ShareCoordinatorShard, StateSummary, StateWrite, SHARE_GROUP_STATE_TOPIC,
+    UPDATES_PER_SNAPSHOT_DEFAULT,
+};
 pub use error::ShareError;
 pub use partition::{
     AckBatch, AckType, AcquireMode, AcquiredRange, LogBatch, SharePartition, SharePartitionConfig,

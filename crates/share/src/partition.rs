@@ -282,6 +282,11 @@ impl SharePartition {
         Ok(partition)
     }
 
+    /// The state epoch the share partition was loaded in (its writes carry it).
+    pub fn state_epoch(&self) -> i32 {
+        self.state_epoch
+    }
+
     /// The share-partition start offset (SPSO).
     pub fn start_offset(&self) -> i64 {
         self.start_offset

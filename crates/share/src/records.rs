@@ -35,7 +35,7 @@ const DELIVERY_COMPLETE_COUNT_TAG: u32 = 0;
 const DELIVERY_COMPLETE_COUNT_DEFAULT: i32 = -1;
 
 /// Which share-partition a record is about (the key struct of both record types).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct ShareStateKey {
     pub group_id: String,
     pub topic_id: [u8; 16],

@@ -14,6 +14,10 @@
 //! (`transaction.state.log.*`, created on the first lookup; replication factor
 //! `transaction.state.log.replication.factor`, so in a cluster once that many brokers are alive).
 //!
+//! Share-partition keys (key type 2, v6, KIP-932: "group:topicId:partition", broker to broker,
+//! ClusterAction) are found the same way in `__share_group_state`
+//! (`share.coordinator.state.topic.*`, created on the first lookup).
+//!
 //! Advertised from v0 because old librdkafka enables LZ4 only when FindCoordinator v0 is in range
 //! (checklist §2.3).
 
@@ -34,7 +38,9 @@ use tracing::{info, warn};
 
 use super::str_bytes;
 use crate::authz::Authz;
-use crate::error_codes::{COORDINATOR_NOT_AVAILABLE, INVALID_REQUEST, NONE};
+use crate::error_codes::{
+    CLUSTER_AUTHORIZATION_FAILED, COORDINATOR_NOT_AVAILABLE, INVALID_REQUEST, NONE,
+};
 use crate::error_codes::{GROUP_AUTHORIZATION_FAILED, TRANSACTIONAL_ID_AUTHORIZATION_FAILED};
 use crate::handler::{api_handler, Reply, ResponseFields};
 use crate::BrokerContext;
@@ -69,6 +75,10 @@ impl ResponseFields for FindCoordinatorResponse {
 const KEY_TYPE_GROUP: i8 = 0;
 /// `key_type` of a transactional id.
 const KEY_TYPE_TRANSACTION: i8 = 1;
+/// `key_type` of a share-partition key ("group:topicId:partition", KIP-932).
+const KEY_TYPE_SHARE: i8 = 2;
+/// First version that knows share-partition keys.
+const SHARE_VERSION_MIN: i16 = 6;
 /// How long the background creation of an internal topic may wait for the controller.
 const CREATE_TOPIC_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -82,6 +92,7 @@ pub fn handle(
     let image = ctx.cluster.image();
     let internal = match request.key_type {
         KEY_TYPE_TRANSACTION => &TRANSACTION_STATE,
+        KEY_TYPE_SHARE => &SHARE_GROUP_STATE,
         _ => &OFFSETS,
     };
     let coordinator_topic = image.topic(internal.name).cloned();
@@ -94,10 +105,13 @@ pub fn handle(
     let describable = |k: &StrBytes| match request.key_type {
         KEY_TYPE_GROUP => authz.group(AclOperation::Describe, k),
         KEY_TYPE_TRANSACTION => authz.transactional_id(AclOperation::Describe, k),
+        KEY_TYPE_SHARE => {
+            version >= SHARE_VERSION_MIN && authz.cluster(AclOperation::ClusterAction)
+        }
         _ => false,
     };
     if coordinator_topic.is_none() && keys.iter().any(|k| describable(k)) {
-        create_internal_topic(ctx, internal);
+        create_internal_topic(&ctx.cluster, &ctx.controller, internal);
     }
     // (code, message, node, host, port)
     let answer = |key: &StrBytes| -> (i16, Option<String>, i32, String, i32) {
@@ -111,7 +125,24 @@ pub fn handle(
         {
             return refuse(TRANSACTIONAL_ID_AUTHORIZATION_FAILED, None);
         }
-        if request.key_type != KEY_TYPE_GROUP && request.key_type != KEY_TYPE_TRANSACTION {
+        // Share-partition keys (v6): broker to broker, ClusterAction on the cluster.
+        if request.key_type == KEY_TYPE_SHARE {
+            if version < SHARE_VERSION_MIN {
+                return refuse(
+                    INVALID_REQUEST,
+                    Some(format!("Unknown coordinator type {}", request.key_type)),
+                );
+            }
+            if !authz.cluster(AclOperation::ClusterAction) {
+                return refuse(CLUSTER_AUTHORIZATION_FAILED, None);
+            }
+            if !is_share_partition_key(key) {
+                return refuse(
+                    INVALID_REQUEST,
+                    Some(format!("Invalid share partition key {key}")),
+                );
+            }
+        } else if request.key_type != KEY_TYPE_GROUP && request.key_type != KEY_TYPE_TRANSACTION {
             return refuse(
                 INVALID_REQUEST,
                 Some(format!("Unknown coordinator type {}", request.key_type)),
@@ -143,6 +174,10 @@ pub fn handle(
         // COORDINATOR_LOAD_IN_PROGRESS.
         let loading = match request.key_type {
             KEY_TYPE_GROUP => ctx.groups.check_coordinator(key).is_err(),
+            KEY_TYPE_SHARE => ctx
+                .shares
+                .coordinator()
+                .is_none_or(|c| !c.is_serving(partition)),
             _ => ctx.transactions.check_coordinator(key).is_err(),
         };
         if leader == ctx.cluster.node_id() && loading {
@@ -185,8 +220,21 @@ pub fn handle(
     FindCoordinatorResponse::default().with_coordinators(coordinators)
 }
 
+/// Whether `key` has the form of Kafka's `SharePartitionKey` ("group:topicId:partition", the
+/// topic id in its 22-character base64 form; the group id may itself hold colons).
+fn is_share_partition_key(key: &str) -> bool {
+    let mut parts = key.rsplitn(3, ':');
+    let (Some(partition), Some(topic_id), Some(group)) = (parts.next(), parts.next(), parts.next())
+    else {
+        return false;
+    };
+    !group.is_empty()
+        && crate::share_persister::parse_topic_id(topic_id).is_some()
+        && partition.parse::<i32>().is_ok_and(|p| p >= 0)
+}
+
 /// An internal topic a coordinator keeps its state in, with the configs that size it.
-struct InternalTopic {
+pub(crate) struct InternalTopic {
     name: &'static str,
     partitions_key: &'static str,
     replication_key: &'static str,
@@ -198,6 +246,7 @@ struct InternalTopic {
 
 static CREATING_OFFSETS: AtomicBool = AtomicBool::new(false);
 static CREATING_TRANSACTION_STATE: AtomicBool = AtomicBool::new(false);
+static CREATING_SHARE_GROUP_STATE: AtomicBool = AtomicBool::new(false);
 
 const OFFSETS: InternalTopic = InternalTopic {
     name: OFFSETS_TOPIC,
@@ -217,15 +266,29 @@ const TRANSACTION_STATE: InternalTopic = InternalTopic {
     creating: &CREATING_TRANSACTION_STATE,
 };
 
+/// The share coordinator's `__share_group_state` (`share.coordinator.state.topic.*`).
+pub(crate) const SHARE_GROUP_STATE: InternalTopic = InternalTopic {
+    name: millrace_share::SHARE_GROUP_STATE_TOPIC,
+    partitions_key: "share.coordinator.state.topic.num.partitions",
+    replication_key: "share.coordinator.state.topic.replication.factor",
+    min_isr_key: Some("share.coordinator.state.topic.min.isr"),
+    segment_bytes_key: Some("share.coordinator.state.topic.segment.bytes"),
+    creating: &CREATING_SHARE_GROUP_STATE,
+};
+
 /// Asks the controller to create a coordinator's internal topic, once at a time, in the
 /// background: compacted, partitions and replication factor from its configs (replication
 /// factor 1 on a single-node broker, `min.insync.replicas` at most the replication factor).
-fn create_internal_topic(ctx: &Arc<BrokerContext>, topic: &'static InternalTopic) {
+pub(crate) fn create_internal_topic(
+    cluster: &millrace_cluster::Cluster,
+    controller: &Arc<millrace_controller::ControllerClient>,
+    topic: &'static InternalTopic,
+) {
     if topic.creating.swap(true, Ordering::SeqCst) {
         return;
     }
     let long = |key: &str, fallback: i64| {
-        ctx.cluster
+        cluster
             .config
             .get(key)
             .and_then(|v| v.trim().parse::<i64>().ok())
@@ -233,7 +296,7 @@ fn create_internal_topic(ctx: &Arc<BrokerContext>, topic: &'static InternalTopic
     };
     let partitions = i32::try_from(long(topic.partitions_key, 50).clamp(1, 10_000)).unwrap_or(50);
     let mut rf = i16::try_from(long(topic.replication_key, 3).clamp(1, 32)).unwrap_or(3);
-    if ctx.cluster.is_single_node() {
+    if cluster.is_single_node() {
         rf = 1;
     }
     let segment_bytes = topic
@@ -260,7 +323,7 @@ fn create_internal_topic(ctx: &Arc<BrokerContext>, topic: &'static InternalTopic
         }],
         validate_only: false,
     };
-    let controller = Arc::clone(&ctx.controller);
+    let controller = Arc::clone(controller);
     let creating = topic.creating;
     tokio::spawn(async move {
         match controller.request(request, CREATE_TOPIC_TIMEOUT).await {

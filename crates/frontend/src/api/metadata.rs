@@ -56,7 +56,11 @@ response_fields!(
 );
 
 /// Topics Kafka marks internal.
-pub const INTERNAL_TOPICS: &[&str] = &["__consumer_offsets", "__transaction_state"];
+pub const INTERNAL_TOPICS: &[&str] = &[
+    "__consumer_offsets",
+    "__transaction_state",
+    "__share_group_state",
+];
 
 /// First version with `include_topic_authorized_operations` (and the cluster's, until v10).
 const TOPIC_AUTHORIZED_OPERATIONS_VERSION_MIN: i16 = 8;

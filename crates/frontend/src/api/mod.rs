@@ -49,6 +49,7 @@ pub(crate) mod share_common;
 pub mod share_fetch;
 pub mod share_group_describe;
 pub mod share_group_heartbeat;
+pub mod share_group_state;
 pub mod sync_group;
 pub mod transactions;
 pub mod txn_offset_commit;

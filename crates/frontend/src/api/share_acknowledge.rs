@@ -31,7 +31,7 @@ api_handler! {
     ShareAcknowledge, versions 1..=2, ShareAcknowledgeRequest,
     |call, request| {
         let listener = call.session.listener.to_string();
-        Reply::Now(handle(call.ctx, &call.authz, request, call.version, &listener))
+        Reply::later(handle(call.ctx.clone(), call.authz.clone(), request, call.version, listener))
     },
 }
 
@@ -44,13 +44,14 @@ response_fields!(
 /// First version whose answer carries `acquisition_lock_timeout_ms`.
 const LOCK_TIMEOUT_VERSION_MIN: i16 = 2;
 
-pub fn handle(
-    ctx: &Arc<BrokerContext>,
-    authz: &Authz,
+pub async fn handle(
+    ctx: Arc<BrokerContext>,
+    authz: Authz,
     request: ShareAcknowledgeRequest,
     version: i16,
-    listener: &str,
+    listener: String,
 ) -> ShareAcknowledgeResponse {
+    let (ctx, authz, listener) = (&ctx, &authz, listener.as_str());
     let mut response = ShareAcknowledgeResponse::default();
     if version >= LOCK_TIMEOUT_VERSION_MIN {
         response.acquisition_lock_timeout_ms =
@@ -119,7 +120,8 @@ pub fn handle(
                 &batches,
                 renew,
                 now,
-            );
+            )
+            .await;
             let mut data = PartitionData::default()
                 .with_partition_index(p.partition_index)
                 .with_error_code(outcome.code)

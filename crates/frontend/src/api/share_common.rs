@@ -135,9 +135,11 @@ pub fn led_partition(
 /// One wire acknowledgement batch (first, last, type ids).
 pub type WireAck<'a> = (i64, i64, &'a [i8]);
 
-/// Applies `batches` of `member` to its share partition (topic id, partition); the partition's
-/// acknowledgement outcome. An empty list succeeds.
-pub fn acknowledge(
+/// Applies `batches` of `member` to its share partition (topic id, partition) and waits for
+/// the change to be written (persist before answering, as Kafka); the partition's
+/// acknowledgement outcome. An empty list succeeds. A failed write answers the coordinator's
+/// error and drops the share partition (see `ShareState::persist`).
+pub async fn acknowledge(
     ctx: &BrokerContext,
     authz: &Authz,
     member: &MemberKey,
@@ -174,16 +176,20 @@ pub fn acknowledge(
         partition,
     };
     let shares = &ctx.shares;
-    match shares.with_existing(&key, leader_epoch, now_ms, |sp| {
+    match shares.with_partition(&key, leader_epoch, now_ms, |sp, epochs| {
         sp.acknowledge(&member.member_id, &acks, is_renew, now_ms)
+            .map(|change| (change, epochs))
     }) {
         None => PartitionOutcome::code(UNKNOWN_TOPIC_OR_PARTITION),
-        Some(Ok(change)) => {
+        Some(Ok((change, epochs))) => {
             if !change.batches.is_empty() {
                 // A release makes records available to the members waiting for some.
                 shares.notify_released();
             }
-            PartitionOutcome::code(NONE)
+            match shares.persist(&key, epochs, &change).await {
+                Ok(()) => PartitionOutcome::code(NONE),
+                Err(e) => PartitionOutcome::error(e.code, e.message),
+            }
         }
         Some(Err(e)) => share_error(&e),
     }

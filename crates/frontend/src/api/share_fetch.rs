@@ -198,7 +198,8 @@ async fn handle(
 
     let mut answers: HashMap<SharePartitionId, Answer> = HashMap::new();
     for (id, batches) in &acks {
-        let outcome = share_common::acknowledge(&ctx, &authz, &member, *id, batches, renew, now);
+        let outcome =
+            share_common::acknowledge(&ctx, &authz, &member, *id, batches, renew, now).await;
         answers.entry(*id).or_default().ack = Some(outcome);
     }
     if step.closed {
@@ -261,6 +262,18 @@ async fn fetch(
             partition: *partition,
         })
         .collect();
+    // Each share partition is loaded (its persisted state read, or initialized) before the
+    // first look; one that cannot be is answered with the coordinator's error.
+    let mut failed: Vec<SharePartitionId> = Vec::new();
+    for (id, key) in order.iter().zip(&keys) {
+        if let Err(outcome) = load(ctx, authz, *id, key).await {
+            answers.entry(*id).or_default().fetch = Some(outcome);
+            failed.push(*id);
+        }
+    }
+    if !failed.is_empty() {
+        return;
+    }
     loop {
         let waiter = Arc::new(Notify::new());
         let released = ctx.shares.released();
@@ -319,6 +332,34 @@ async fn fetch(
     }
 }
 
+/// Loads the share partition `key` led here (see `ShareState::load`); its start, when it has
+/// none yet, is the high watermark (`latest`) or the log start (`earliest`). A partition not led
+/// here is left to `acquire`, which answers its leadership error.
+async fn load(
+    ctx: &BrokerContext,
+    authz: &Authz,
+    id: SharePartitionId,
+    key: &ShareKey,
+) -> Result<(), PartitionOutcome> {
+    let Ok((_, hosted, leader_epoch)) = share_common::led_partition(ctx, authz, id.0, id.1) else {
+        return Ok(());
+    };
+    let log = &hosted.log;
+    let reset = ctx.shares.settings.auto_offset_reset;
+    let start = || match reset {
+        AutoOffsetReset::Latest => log.high_watermark(),
+        AutoOffsetReset::Earliest => log.log_start_offset(),
+    };
+    ctx.shares
+        .load(key, leader_epoch, start)
+        .await
+        .map_err(|e| PartitionOutcome {
+            code: e.code,
+            message: Some(e.message),
+            hint: None,
+        })
+}
+
 /// What one partition may acquire.
 struct Want<'a> {
     key: &'a ShareKey,
@@ -344,18 +385,16 @@ fn acquire(
     // Before the high watermark is read: a rise after this wakes the long poll.
     log.watch_high_watermark(waiter);
     let high_watermark = log.high_watermark();
-    let reset = ctx.shares.settings.auto_offset_reset;
-    let start = || match reset {
-        AutoOffsetReset::Latest => high_watermark,
-        AutoOffsetReset::Earliest => log.log_start_offset(),
-    };
     let now = now_ms();
     let shares = &ctx.shares;
-    let (fetch_offset, can_acquire) = shares
-        .with_partition(want.key, leader_epoch, start, now, |sp| {
+    // Not loaded (a write failed since, or the leader epoch moved): the next request loads it.
+    let Some((fetch_offset, can_acquire)) =
+        shares.with_partition(want.key, leader_epoch, now, |sp, _| {
             (sp.next_fetch_offset(), sp.can_acquire())
         })
-        .map_err(|e| share_common::share_error(&e))?;
+    else {
+        return Ok(None);
+    };
     if !can_acquire || fetch_offset >= high_watermark {
         return Ok(None);
     }
@@ -369,8 +408,9 @@ fn acquire(
                 // Retention removed what the share partition had not reached: it moves to the
                 // log start (Kafka's answer to OFFSET_OUT_OF_RANGE here), and the next look reads.
                 let log_start = log.log_start_offset();
-                let _ = shares.with_partition(want.key, leader_epoch, start, now, |sp| {
-                    sp.archive_below(log_start)
+                let _ = shares.with_partition(want.key, leader_epoch, now, |sp, epochs| {
+                    let change = sp.archive_below(log_start);
+                    shares.write_in_background(want.key, epochs, change);
                 });
                 waiter.notify_one();
                 return Ok(None);
@@ -412,20 +452,20 @@ fn acquire(
         ));
     }
     let log_batches: Vec<LogBatch> = batches.iter().map(|(b, _, _)| *b).collect();
-    let acquired = shares
-        .with_partition(want.key, leader_epoch, start, now, |sp| {
-            sp.acquire(
-                member,
-                &log_batches,
-                want.max_records,
-                want.batch_size,
-                want.mode,
-                &[],
-                now,
-            )
-        })
-        .map_err(|e| share_common::share_error(&e))?
-        .map_err(|e| share_common::share_error(&e))?;
+    let Some(acquired) = shares.with_partition(want.key, leader_epoch, now, |sp, _| {
+        sp.acquire(
+            member,
+            &log_batches,
+            want.max_records,
+            want.batch_size,
+            want.mode,
+            &[],
+            now,
+        )
+    }) else {
+        return Ok(None);
+    };
+    let acquired = acquired.map_err(|e| share_common::share_error(&e))?;
     let (Some(first), Some(last)) = (acquired.first(), acquired.last()) else {
         return Ok(None);
     };

@@ -1,0 +1,448 @@
+//! Goal: share-partition state is durable in `__share_group_state` (KIP-932) — after a kill -9
+//! and restart, accepted records stay accepted, released ones come back with their delivery
+//! count, and records in flight are delivered again — and the share-state RPCs (keys 83–87)
+//! and FindCoordinator's share key type answer Kafka's error codes.
+
+mod common;
+
+use std::time::Instant;
+
+use base64::Engine;
+use common::*;
+use kafka_protocol::messages::share_acknowledge_request::{
+    AcknowledgePartition, AcknowledgeTopic, AcknowledgementBatch as AckBatch,
+};
+use kafka_protocol::messages::share_fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::{
+    delete_share_group_state_request, initialize_share_group_state_request,
+    read_share_group_state_request, read_share_group_state_summary_request,
+    write_share_group_state_request, DeleteShareGroupStateRequest, FindCoordinatorRequest, GroupId,
+    InitializeShareGroupStateRequest, ReadShareGroupStateRequest,
+    ReadShareGroupStateSummaryRequest, ShareAcknowledgeRequest, ShareAcknowledgeResponse,
+    ShareFetchRequest, ShareFetchResponse, WriteShareGroupStateRequest,
+};
+use kafka_protocol::protocol::StrBytes;
+use uuid::Uuid;
+
+const GROUP: &str = "durable-share-group";
+const ACCEPT: i8 = 1;
+const RELEASE: i8 = 2;
+const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
+const INVALID_REQUEST: i16 = 42;
+const FENCED_LEADER_EPOCH: i16 = 74;
+const FENCED_STATE_EPOCH: i16 = 124;
+
+fn s(v: &str) -> StrBytes {
+    StrBytes::from_string(v.to_string())
+}
+
+fn share_fetch(member: &str, epoch: i32, topic_id: Uuid) -> ShareFetchRequest {
+    ShareFetchRequest::default()
+        .with_group_id(Some(GroupId(s(GROUP))))
+        .with_member_id(Some(s(member)))
+        .with_share_session_epoch(epoch)
+        .with_max_wait_ms(200)
+        .with_min_bytes(1)
+        .with_max_bytes(1 << 20)
+        .with_max_records(500)
+        .with_batch_size(500)
+        .with_topics(vec![FetchTopic::default()
+            .with_topic_id(topic_id)
+            .with_partitions(vec![
+                FetchPartition::default().with_partition_index(0)
+            ])])
+}
+
+fn share_ack(
+    member: &str,
+    epoch: i32,
+    topic_id: Uuid,
+    acks: &[(i64, i64, i8)],
+) -> ShareAcknowledgeRequest {
+    ShareAcknowledgeRequest::default()
+        .with_group_id(Some(GroupId(s(GROUP))))
+        .with_member_id(Some(s(member)))
+        .with_share_session_epoch(epoch)
+        .with_topics(vec![AcknowledgeTopic::default()
+            .with_topic_id(topic_id)
+            .with_partitions(vec![AcknowledgePartition::default()
+                .with_partition_index(0)
+                .with_acknowledgement_batches(
+                    acks.iter()
+                        .map(|(first, last, ty)| {
+                            AckBatch::default()
+                                .with_first_offset(*first)
+                                .with_last_offset(*last)
+                                .with_acknowledge_types(vec![*ty])
+                        })
+                        .collect(),
+                )])])
+}
+
+/// (first, last, delivery count) of each acquired range.
+fn acquired(response: &ShareFetchResponse) -> Vec<(i64, i64, i16)> {
+    response
+        .responses
+        .first()
+        .and_then(|t| t.partitions.first())
+        .map(|p| {
+            p.acquired_records
+                .iter()
+                .map(|r| (r.first_offset, r.last_offset, r.delivery_count))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Fetches from `*epoch` on (advancing it) until something is acquired, within the IO timeout.
+async fn fetch_until_acquired(
+    conn: &mut RawConn,
+    member: &str,
+    epoch: &mut i32,
+    topic_id: Uuid,
+) -> Vec<(i64, i64, i16)> {
+    let deadline = Instant::now() + IO_TIMEOUT * 2;
+    loop {
+        let response: ShareFetchResponse = conn
+            .request(1, &share_fetch(member, *epoch, topic_id))
+            .await;
+        assert_eq!(response.error_code, 0, "{response:?}");
+        *epoch += 1;
+        let got = acquired(&response);
+        if !got.is_empty() {
+            return got;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "nothing acquired by {member}: {response:?}"
+        );
+    }
+}
+
+async fn produce_records(broker: &Broker, topic: &str, n: usize) {
+    let mut conn = RawConn::connect(broker.addr()).await;
+    let records: Vec<_> = (0..n)
+        .map(|i| record(None, Some(format!("v{i}").as_bytes()), now_ms()))
+        .collect();
+    produce_batch(&mut conn, topic, 0, encode_batch(&records)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acknowledgements_survive_kill9_and_in_flight_records_are_redelivered() {
+    let mut broker = Broker::start_with(&["millrace.share.groups.enable=true"]);
+    let topic = unique_topic("durable-share");
+    let id = ensure_topics(broker.addr(), &[topic.as_str()]).await.topics[0].topic_id;
+
+    // The share partition is made (and its start, the high watermark 0, persisted) before the
+    // records exist.
+    let mut a = RawConn::connect(broker.addr()).await;
+    let r: ShareFetchResponse = a.request(1, &share_fetch("member-a", 0, id)).await;
+    assert_eq!(r.error_code, 0, "{r:?}");
+    produce_records(&broker, &topic, 10).await;
+    let mut epoch = 1;
+    assert_eq!(
+        fetch_until_acquired(&mut a, "member-a", &mut epoch, id).await,
+        vec![(0, 9, 1)]
+    );
+    // Accept 0..=4, release 5..=6; 7..=9 stay acquired (never written).
+    let r: ShareAcknowledgeResponse = a
+        .request(
+            1,
+            &share_ack("member-a", epoch, id, &[(0, 4, ACCEPT), (5, 6, RELEASE)]),
+        )
+        .await;
+    assert_eq!(r.error_code, 0, "{r:?}");
+    assert_eq!(r.responses[0].partitions[0].error_code, 0, "{r:?}");
+    drop(a);
+
+    broker.kill9();
+    broker.restart();
+
+    // A new member after the crash: the accepted records never come back; the released ones
+    // come back on their second delivery, the ones in flight as new (count 1).
+    let mut b = RawConn::connect(broker.addr()).await;
+    let r: ShareFetchResponse = b.request(1, &share_fetch("member-b", 0, id)).await;
+    assert_eq!(r.error_code, 0, "{r:?}");
+    let mut epoch = 1;
+    let mut got = acquired(&r);
+    if got.is_empty() {
+        got = fetch_until_acquired(&mut b, "member-b", &mut epoch, id).await;
+    }
+    assert_eq!(got, vec![(5, 6, 2), (7, 9, 1)], "after the restart");
+
+    // All accepted now, then restart again: nothing is left to deliver.
+    let r: ShareAcknowledgeResponse = b
+        .request(1, &share_ack("member-b", epoch, id, &[(5, 9, ACCEPT)]))
+        .await;
+    assert_eq!(r.responses[0].partitions[0].error_code, 0, "{r:?}");
+    drop(b);
+    broker.kill9();
+    broker.restart();
+    produce_records(&broker, &topic, 1).await;
+    let mut c = RawConn::connect(broker.addr()).await;
+    let r: ShareFetchResponse = c.request(1, &share_fetch("member-c", 0, id)).await;
+    assert_eq!(r.error_code, 0, "{r:?}");
+    let mut epoch = 1;
+    let mut got = acquired(&r);
+    if got.is_empty() {
+        got = fetch_until_acquired(&mut c, "member-c", &mut epoch, id).await;
+    }
+    assert_eq!(got, vec![(10, 10, 1)], "only the new record is delivered");
+}
+
+fn coordinator_key(topic_id: Uuid, partition: i32) -> String {
+    format!(
+        "{GROUP}:{}:{partition}",
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(topic_id.as_bytes())
+    )
+}
+
+/// FindCoordinator v6 for a share key until it answers (the topic is created on first use).
+async fn find_share_coordinator(conn: &mut RawConn, key: &str) -> i32 {
+    let deadline = Instant::now() + IO_TIMEOUT;
+    loop {
+        let r = conn
+            .request(
+                6,
+                &FindCoordinatorRequest::default()
+                    .with_key_type(2)
+                    .with_coordinator_keys(vec![s(key)]),
+            )
+            .await;
+        let c = &r.coordinators[0];
+        if c.error_code == 0 {
+            return c.node_id.0;
+        }
+        assert_eq!(c.error_code, 15, "{r:?}");
+        assert!(Instant::now() < deadline, "no share coordinator: {r:?}");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
+fn initialize(
+    topic_id: Uuid,
+    group: &str,
+    state_epoch: i32,
+    start: i64,
+) -> InitializeShareGroupStateRequest {
+    InitializeShareGroupStateRequest::default()
+        .with_group_id(s(group))
+        .with_topics(vec![
+            initialize_share_group_state_request::InitializeStateData::default()
+                .with_topic_id(topic_id)
+                .with_partitions(vec![
+                    initialize_share_group_state_request::PartitionData::default()
+                        .with_partition(0)
+                        .with_state_epoch(state_epoch)
+                        .with_start_offset(start),
+                ]),
+        ])
+}
+
+fn read(topic_id: Uuid, leader_epoch: i32) -> ReadShareGroupStateRequest {
+    ReadShareGroupStateRequest::default()
+        .with_group_id(s(GROUP))
+        .with_topics(vec![
+            read_share_group_state_request::ReadStateData::default()
+                .with_topic_id(topic_id)
+                .with_partitions(vec![
+                    read_share_group_state_request::PartitionData::default()
+                        .with_partition(0)
+                        .with_leader_epoch(leader_epoch),
+                ]),
+        ])
+}
+
+fn write(topic_id: Uuid, state_epoch: i32, leader_epoch: i32) -> WriteShareGroupStateRequest {
+    WriteShareGroupStateRequest::default()
+        .with_group_id(s(GROUP))
+        .with_topics(vec![
+            write_share_group_state_request::WriteStateData::default()
+                .with_topic_id(topic_id)
+                .with_partitions(vec![
+                    write_share_group_state_request::PartitionData::default()
+                        .with_partition(0)
+                        .with_state_epoch(state_epoch)
+                        .with_leader_epoch(leader_epoch)
+                        .with_start_offset(7)
+                        .with_delivery_complete_count(1)
+                        .with_state_batches(vec![
+                            write_share_group_state_request::StateBatch::default()
+                                .with_first_offset(7)
+                                .with_last_offset(7)
+                                .with_delivery_state(2)
+                                .with_delivery_count(1),
+                            write_share_group_state_request::StateBatch::default()
+                                .with_first_offset(8)
+                                .with_last_offset(9)
+                                .with_delivery_state(0)
+                                .with_delivery_count(2),
+                        ]),
+                ]),
+        ])
+}
+
+fn summary(topic_id: Uuid) -> ReadShareGroupStateSummaryRequest {
+    ReadShareGroupStateSummaryRequest::default()
+        .with_group_id(s(GROUP))
+        .with_topics(vec![
+            read_share_group_state_summary_request::ReadStateSummaryData::default()
+                .with_topic_id(topic_id)
+                .with_partitions(vec![
+                    read_share_group_state_summary_request::PartitionData::default()
+                        .with_partition(0)
+                        .with_leader_epoch(0),
+                ]),
+        ])
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn share_state_rpcs_answer_kafkas_error_codes() {
+    let broker = Broker::start_with(&["millrace.share.groups.enable=true"]);
+    let topic = unique_topic("share-state-rpc");
+    let id = ensure_topics(broker.addr(), &[topic.as_str()]).await.topics[0].topic_id;
+    let mut conn = RawConn::connect(broker.addr()).await;
+
+    // FindCoordinator's share key type: only from v6, only a well-formed key.
+    let r = conn
+        .request(
+            6,
+            &FindCoordinatorRequest::default()
+                .with_key_type(2)
+                .with_coordinator_keys(vec![s("no-colons")]),
+        )
+        .await;
+    assert_eq!(r.coordinators[0].error_code, INVALID_REQUEST, "{r:?}");
+    let r = conn
+        .request(
+            5,
+            &FindCoordinatorRequest::default()
+                .with_key_type(2)
+                .with_coordinator_keys(vec![s(&coordinator_key(id, 0))]),
+        )
+        .await;
+    assert_eq!(r.coordinators[0].error_code, INVALID_REQUEST, "{r:?}");
+    let node = find_share_coordinator(&mut conn, &coordinator_key(id, 0)).await;
+    assert_eq!(node, 1, "the single node leads every state partition");
+
+    // Wait until the coordinator of the key serves: a summary answers without an error, and
+    // a key never initialized has start offset -1.
+    let deadline = Instant::now() + IO_TIMEOUT;
+    let r = loop {
+        let r = conn.request(0, &summary(id)).await;
+        if r.results[0].partitions[0].error_code == 0 {
+            break r;
+        }
+        assert!(Instant::now() < deadline, "{r:?}");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    let p = &r.results[0].partitions[0];
+    assert_eq!(
+        (p.start_offset, p.delivery_complete_count),
+        (-1, -1),
+        "{r:?}"
+    );
+
+    // Read before Initialize: INVALID_REQUEST. An unknown topic id: UNKNOWN_TOPIC_OR_PARTITION.
+    let r = conn.request(0, &read(id, 0)).await;
+    assert_eq!(
+        r.results[0].partitions[0].error_code, INVALID_REQUEST,
+        "{r:?}"
+    );
+    let r = conn.request(0, &read(Uuid::from_bytes([9; 16]), 0)).await;
+    assert_eq!(
+        r.results[0].partitions[0].error_code, UNKNOWN_TOPIC_OR_PARTITION,
+        "{r:?}"
+    );
+    let r = conn.request(0, &initialize(id, "", 0, 0)).await;
+    assert_eq!(
+        r.results[0].partitions[0].error_code, INVALID_REQUEST,
+        "{r:?}"
+    );
+
+    // Initialize at 5 in state epoch 1; a read in leader epoch 3 records it.
+    let r = conn.request(0, &initialize(id, GROUP, 1, 5)).await;
+    assert_eq!(r.results[0].partitions[0].error_code, 0, "{r:?}");
+    let r = conn.request(0, &read(id, 3)).await;
+    let p = &r.results[0].partitions[0];
+    assert_eq!(
+        (p.error_code, p.state_epoch, p.start_offset),
+        (0, 1, 5),
+        "{r:?}"
+    );
+    let r = conn.request(0, &read(id, 2)).await;
+    assert_eq!(
+        r.results[0].partitions[0].error_code, FENCED_LEADER_EPOCH,
+        "{r:?}"
+    );
+    let r = conn.request(1, &write(id, 1, 2)).await;
+    assert_eq!(
+        r.results[0].partitions[0].error_code, FENCED_LEADER_EPOCH,
+        "{r:?}"
+    );
+    let r = conn.request(1, &write(id, 0, 3)).await;
+    assert_eq!(
+        r.results[0].partitions[0].error_code, FENCED_STATE_EPOCH,
+        "{r:?}"
+    );
+    let r = conn.request(0, &initialize(id, GROUP, 0, 0)).await;
+    assert_eq!(
+        r.results[0].partitions[0].error_code, FENCED_STATE_EPOCH,
+        "{r:?}"
+    );
+
+    // A write merges; read and summary show it.
+    let r = conn.request(1, &write(id, 1, 3)).await;
+    assert_eq!(r.results[0].partitions[0].error_code, 0, "{r:?}");
+    let r = conn.request(0, &read(id, 3)).await;
+    let p = &r.results[0].partitions[0];
+    assert_eq!(p.start_offset, 7, "{r:?}");
+    let batches: Vec<_> = p
+        .state_batches
+        .iter()
+        .map(|b| {
+            (
+                b.first_offset,
+                b.last_offset,
+                b.delivery_state,
+                b.delivery_count,
+            )
+        })
+        .collect();
+    assert_eq!(batches, vec![(7, 7, 2, 1), (8, 9, 0, 2)]);
+    let r = conn.request(1, &summary(id)).await;
+    let p = &r.results[0].partitions[0];
+    assert_eq!(
+        (
+            p.error_code,
+            p.state_epoch,
+            p.leader_epoch,
+            p.start_offset,
+            p.delivery_complete_count
+        ),
+        (0, 1, 3, 7, 1),
+        "{r:?}"
+    );
+
+    // Delete: the key is gone (and deleting again is no error).
+    let delete = DeleteShareGroupStateRequest::default()
+        .with_group_id(s(GROUP))
+        .with_topics(vec![
+            delete_share_group_state_request::DeleteStateData::default()
+                .with_topic_id(id)
+                .with_partitions(vec![
+                    delete_share_group_state_request::PartitionData::default().with_partition(0),
+                ]),
+        ]);
+    for _ in 0..2 {
+        let r = conn.request(0, &delete).await;
+        assert_eq!(r.results[0].partitions[0].error_code, 0, "{r:?}");
+    }
+    let r = conn.request(0, &summary(id)).await;
+    assert_eq!(r.results[0].partitions[0].start_offset, -1, "{r:?}");
+    let r = conn.request(0, &read(id, 3)).await;
+    assert_eq!(
+        r.results[0].partitions[0].error_code, INVALID_REQUEST,
+        "{r:?}"
+    );
+}

@@ -1,0 +1,446 @@
+//! The share coordinator (KIP-932; Kafka's `ShareCoordinatorService`): the durable state of
+//! share partitions in the internal topic `__share_group_state`, for the partitions of it that
+//! this broker leads.
+//!
+//! Where it sits: the share-state RPCs (keys 83–87, `api/share_group_state.rs`) and this
+//! broker's own persister (`share_persister.rs`, when it leads the key's partition) call it;
+//! it appends through the replica manager. The rules of each RPC are `millrace_share`'s
+//! [`ShareCoordinatorShard`]; this module adds leadership, loading and the appends.
+//!
+//! Invariants:
+//! - one shard per `__share_group_state` partition, loaded by replaying the partition when this
+//!   broker becomes its leader (a later leader epoch starts a new load) and dropped when it
+//!   resigns; until the replay is done the partition answers COORDINATOR_LOAD_IN_PROGRESS, and
+//!   a partition not led here NOT_COORDINATOR;
+//! - one RPC at a time per partition: it decides on the shard's state, appends its record
+//!   acks=all in the leader epoch the shard was loaded in, and folds the record into the shard
+//!   only once committed and only if the shard is still that load — so the in-memory state is
+//!   always a replay of committed records;
+//! - the write-lock of a shard is an async mutex held across the append: writes of one
+//!   partition are serialized, as Kafka's coordinator runtime serializes a shard's events.
+//!
+//! Locking: `shards` (sync) → a shard's `led` (sync) are held only to look up; a shard's
+//! `inner` (async) is held across the append. Never the other way round.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use millrace_replication::{AckError, PartitionError, ReplicaError, ReplicaManager};
+use millrace_share::records::{decode_record, encode_record, ShareStateKey, ShareStateRecord};
+use millrace_share::{
+    CoordinatorError, PersistedState, ShareCoordinatorShard, StateSummary, StateWrite,
+    SHARE_GROUP_STATE_TOPIC,
+};
+use millrace_store::batch_walk::{BatchWalk, Validation, WalkChecks, WalkedBatch};
+use millrace_store::records::{decode_records, encode_records, BatchFields, Record};
+use millrace_store::{PartitionLog, ReadUpperBound, TopicPartition};
+use parking_lot::Mutex;
+use tracing::{info, warn};
+
+use crate::error_codes::{
+    COORDINATOR_LOAD_IN_PROGRESS, FENCED_LEADER_EPOCH, INVALID_REQUEST, NOT_COORDINATOR,
+    NOT_ENOUGH_REPLICAS, REQUEST_TIMED_OUT, UNKNOWN_SERVER_ERROR,
+};
+
+/// Kafka's FENCED_STATE_EPOCH.
+pub const FENCED_STATE_EPOCH: i16 = 124;
+
+/// Bytes read per step while replaying a `__share_group_state` partition.
+const LOAD_READ_BYTES: usize = 1 << 20;
+
+/// A share-state operation's failure, as Kafka's error code and message: what the RPCs answer
+/// and what the persister sees from a local or a remote coordinator alike.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("share state error {code}: {message}")]
+pub struct StateError {
+    pub code: i16,
+    pub message: String,
+}
+
+impl StateError {
+    pub fn new(code: i16, message: impl Into<String>) -> Self {
+        Self {
+            code,
+            message: message.into(),
+        }
+    }
+
+    /// Whether asking again (after the coordinator moves, loads or the topic appears) may
+    /// succeed.
+    pub fn is_retriable(&self) -> bool {
+        matches!(
+            self.code,
+            NOT_COORDINATOR
+                | COORDINATOR_LOAD_IN_PROGRESS
+                | crate::error_codes::COORDINATOR_NOT_AVAILABLE
+                | NOT_ENOUGH_REPLICAS
+                | REQUEST_TIMED_OUT
+        )
+    }
+}
+
+impl From<CoordinatorError> for StateError {
+    fn from(e: CoordinatorError) -> Self {
+        let code = match e {
+            CoordinatorError::InvalidRequest(_) => INVALID_REQUEST,
+            CoordinatorError::FencedLeaderEpoch { .. } => FENCED_LEADER_EPOCH,
+            CoordinatorError::FencedStateEpoch { .. } => FENCED_STATE_EPOCH,
+        };
+        StateError::new(code, e.to_string())
+    }
+}
+
+/// Which load of a partition is current.
+#[derive(Debug, Clone, Copy)]
+struct Led {
+    leader_epoch: i32,
+    load_id: u64,
+    loaded: bool,
+}
+
+#[derive(Debug)]
+struct Loaded {
+    load_id: u64,
+    shard: ShareCoordinatorShard,
+}
+
+#[derive(Debug)]
+struct Shard {
+    led: Mutex<Option<Led>>,
+    inner: tokio::sync::Mutex<Loaded>,
+}
+
+/// The share coordinator of this broker. See the module comment.
+pub struct ShareCoordinator {
+    replicas: Arc<ReplicaManager>,
+    commit_timeout: Duration,
+    updates_per_snapshot: u32,
+    shards: Mutex<HashMap<i32, Arc<Shard>>>,
+    next_load: AtomicU64,
+}
+
+impl std::fmt::Debug for ShareCoordinator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ShareCoordinator")
+            .field("partitions", &self.shards.lock().len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl ShareCoordinator {
+    /// `commit_timeout`: `share.coordinator.write.timeout.ms`; `updates_per_snapshot`:
+    /// `share.coordinator.snapshot.update.records.per.snapshot`.
+    pub fn new(
+        replicas: Arc<ReplicaManager>,
+        commit_timeout: Duration,
+        updates_per_snapshot: u32,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            replicas,
+            commit_timeout,
+            updates_per_snapshot,
+            shards: Mutex::new(HashMap::new()),
+            next_load: AtomicU64::new(1),
+        })
+    }
+
+    /// This broker became the leader of `__share_group_state` partition `partition` in
+    /// `leader_epoch`: replay it in the background, then serve it.
+    pub fn become_leader(
+        self: &Arc<Self>,
+        partition: i32,
+        log: Arc<PartitionLog>,
+        leader_epoch: i32,
+    ) {
+        let load_id = self.next_load.fetch_add(1, Ordering::Relaxed);
+        let shard = {
+            let mut shards = self.shards.lock();
+            Arc::clone(shards.entry(partition).or_insert_with(|| {
+                Arc::new(Shard {
+                    led: Mutex::new(None),
+                    inner: tokio::sync::Mutex::new(Loaded {
+                        load_id: 0,
+                        shard: ShareCoordinatorShard::new(self.updates_per_snapshot),
+                    }),
+                })
+            }))
+        };
+        {
+            let mut led = shard.led.lock();
+            if led.is_some_and(|l| l.leader_epoch >= leader_epoch) {
+                return;
+            }
+            *led = Some(Led {
+                leader_epoch,
+                load_id,
+                loaded: false,
+            });
+        }
+        info!(
+            partition,
+            leader_epoch, "loading {SHARE_GROUP_STATE_TOPIC} partition"
+        );
+        let updates_per_snapshot = self.updates_per_snapshot;
+        tokio::spawn(async move {
+            let replayed =
+                tokio::task::spawn_blocking(move || replay(&log, updates_per_snapshot)).await;
+            let loaded = match replayed {
+                Ok(Ok(loaded)) => loaded,
+                Ok(Err(e)) => {
+                    warn!(partition, error = %e, "{SHARE_GROUP_STATE_TOPIC} replay failed");
+                    return;
+                }
+                Err(e) => {
+                    warn!(partition, error = %e, "{SHARE_GROUP_STATE_TOPIC} replay task failed");
+                    return;
+                }
+            };
+            let keys = loaded.len();
+            let mut inner = shard.inner.lock().await;
+            let mut led = shard.led.lock();
+            match led.as_mut() {
+                Some(l) if l.load_id == load_id => l.loaded = true,
+                _ => return,
+            }
+            *inner = Loaded {
+                load_id,
+                shard: loaded,
+            };
+            info!(
+                partition,
+                leader_epoch, keys, "{SHARE_GROUP_STATE_TOPIC} partition loaded"
+            );
+        });
+    }
+
+    /// This broker no longer leads `partition`.
+    pub fn resign(&self, partition: i32) {
+        if let Some(shard) = self.shards.lock().get(&partition) {
+            *shard.led.lock() = None;
+        }
+    }
+
+    /// Whether `partition` is led here and loaded.
+    pub fn is_serving(&self, partition: i32) -> bool {
+        self.shards
+            .lock()
+            .get(&partition)
+            .and_then(|s| *s.led.lock())
+            .is_some_and(|l| l.loaded)
+    }
+
+    /// InitializeShareGroupState of one key.
+    pub async fn initialize(
+        &self,
+        partition: i32,
+        key: &ShareStateKey,
+        state_epoch: i32,
+        start_offset: i64,
+    ) -> Result<(), StateError> {
+        let now = now_ms();
+        self.run(partition, |shard| {
+            Ok((
+                (),
+                Some(shard.initialize(key, state_epoch, start_offset, now)?),
+            ))
+        })
+        .await
+    }
+
+    /// ReadShareGroupState of one key, recording `leader_epoch`.
+    pub async fn read(
+        &self,
+        partition: i32,
+        key: &ShareStateKey,
+        leader_epoch: i32,
+    ) -> Result<PersistedState, StateError> {
+        let now = now_ms();
+        self.run(partition, |shard| Ok(shard.read(key, leader_epoch, now)?))
+            .await
+    }
+
+    /// WriteShareGroupState of one key.
+    pub async fn write(
+        &self,
+        partition: i32,
+        key: &ShareStateKey,
+        write: &StateWrite,
+    ) -> Result<(), StateError> {
+        let now = now_ms();
+        self.run(partition, |shard| {
+            Ok(((), Some(shard.write(key, write, now)?)))
+        })
+        .await
+    }
+
+    /// DeleteShareGroupState of one key.
+    pub async fn delete(&self, partition: i32, key: &ShareStateKey) -> Result<(), StateError> {
+        self.run(partition, |shard| Ok(((), shard.delete(key)?)))
+            .await
+    }
+
+    /// ReadShareGroupStateSummary of one key.
+    pub async fn read_summary(
+        &self,
+        partition: i32,
+        key: &ShareStateKey,
+    ) -> Result<StateSummary, StateError> {
+        self.run(partition, |shard| Ok((shard.read_summary(key)?, None)))
+            .await
+    }
+
+    /// Decides on the shard of `partition` with `decide`, appends the record it returns (if
+    /// any) and folds it in once committed.
+    async fn run<R>(
+        &self,
+        partition: i32,
+        decide: impl FnOnce(&ShareCoordinatorShard) -> Result<(R, Option<ShareStateRecord>), StateError>,
+    ) -> Result<R, StateError> {
+        let not_coordinator =
+            || StateError::new(NOT_COORDINATOR, "This broker does not lead the share state");
+        let shard = self
+            .shards
+            .lock()
+            .get(&partition)
+            .map(Arc::clone)
+            .ok_or_else(not_coordinator)?;
+        let led = (*shard.led.lock()).ok_or_else(not_coordinator)?;
+        let loading =
+            || StateError::new(COORDINATOR_LOAD_IN_PROGRESS, "The share state is loading");
+        if !led.loaded {
+            return Err(loading());
+        }
+        let mut inner = shard.inner.lock().await;
+        if inner.load_id != led.load_id {
+            return Err(loading());
+        }
+        let (result, record) = decide(&inner.shard)?;
+        let Some(record) = record else {
+            return Ok(result);
+        };
+        self.append(partition, led.leader_epoch, &record).await?;
+        if shard.led.lock().is_none_or(|l| l.load_id != led.load_id) {
+            // Committed, but this broker no longer leads: the next leader replays it.
+            return Err(not_coordinator());
+        }
+        inner.shard.replay(&record);
+        Ok(result)
+    }
+
+    /// Appends `record` to `partition` acks=all in `leader_epoch`; resolves once committed.
+    async fn append(
+        &self,
+        partition: i32,
+        leader_epoch: i32,
+        record: &ShareStateRecord,
+    ) -> Result<(), StateError> {
+        let (key, value) =
+            encode_record(record).map_err(|e| StateError::new(INVALID_REQUEST, e.to_string()))?;
+        let now = now_ms();
+        let batch = encode_records(
+            &BatchFields {
+                base_offset: 0,
+                partition_leader_epoch: -1,
+                attributes: 0,
+                last_offset_delta: 0,
+                base_timestamp: now,
+                max_timestamp: now,
+                producer_id: -1,
+                producer_epoch: -1,
+                base_sequence: -1,
+            },
+            &[Record {
+                offset: 0,
+                timestamp: now,
+                key: Some(key.freeze()),
+                value: value.map(|v| v.freeze()),
+                headers: Vec::new(),
+            }],
+        );
+        let tp = TopicPartition::new(SHARE_GROUP_STATE_TOPIC, partition);
+        let (_, wait) = self
+            .replicas
+            .append_in_epoch(&tp, batch, -1, Some(leader_epoch))
+            .map_err(|e| match e {
+                ReplicaError::UnknownPartition(_)
+                | ReplicaError::Partition(
+                    PartitionError::NotLeader { .. }
+                    | PartitionError::FencedLeaderEpoch
+                    | PartitionError::UnknownLeaderEpoch,
+                ) => StateError::new(NOT_COORDINATOR, e.to_string()),
+                ReplicaError::Partition(PartitionError::NotEnoughReplicas) => {
+                    StateError::new(NOT_ENOUGH_REPLICAS, e.to_string())
+                }
+                other => StateError::new(UNKNOWN_SERVER_ERROR, other.to_string()),
+            })?;
+        let Some(wait) = wait else {
+            return Ok(());
+        };
+        wait.wait(self.commit_timeout).await.map_err(|e| match e {
+            AckError::NotLeader => StateError::new(NOT_COORDINATOR, "leadership moved"),
+            AckError::NotEnoughReplicasAfterAppend | AckError::Timeout => StateError::new(
+                REQUEST_TIMED_OUT,
+                "the share state write did not commit in time",
+            ),
+            AckError::Storage => StateError::new(UNKNOWN_SERVER_ERROR, "the log went offline"),
+        })
+    }
+}
+
+/// Replays a `__share_group_state` partition into a shard. An unreadable record is skipped
+/// with a warning (its key keeps what came before), as the transaction coordinator does.
+fn replay(log: &PartitionLog, updates_per_snapshot: u32) -> Result<ShareCoordinatorShard, String> {
+    let mut shard = ShareCoordinatorShard::new(updates_per_snapshot);
+    let mut offset = log.log_start_offset();
+    let end = log.log_end_offset();
+    while offset < end {
+        let read = log
+            .read(offset, LOAD_READ_BYTES, ReadUpperBound::LogEnd, true)
+            .map_err(|e| e.to_string())?;
+        let bytes = read.records;
+        if bytes.is_empty() {
+            break;
+        }
+        let before = offset;
+        let checks = WalkChecks {
+            validation: Validation::Header,
+            batch_bytes_max: None,
+        };
+        for walked in BatchWalk::new(&bytes, checks) {
+            let Ok(WalkedBatch {
+                header: h,
+                bytes: batch,
+                ..
+            }) = walked
+            else {
+                break;
+            };
+            offset = offset.max(h.next_offset());
+            if h.is_control() {
+                continue;
+            }
+            let (_, recs) = decode_records(batch).map_err(|e| e.to_string())?;
+            for r in recs {
+                let Some(key) = r.key.as_deref() else {
+                    continue;
+                };
+                match decode_record(key, r.value.as_deref()) {
+                    Ok(record) => shard.replay(&record),
+                    Err(e) => {
+                        warn!(offset = r.offset, error = %e, "skipping an unreadable {SHARE_GROUP_STATE_TOPIC} record")
+                    }
+                }
+            }
+        }
+        if offset == before {
+            break;
+        }
+    }
+    Ok(shard)
+}
+
+fn now_ms() -> i64 {
+    crate::share_partitions::now_ms()
+}
