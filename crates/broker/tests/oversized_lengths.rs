@@ -272,6 +272,33 @@ fn oversized_body(key: ApiKey, v: i16) -> Option<Oversized> {
         ApiKey::ShareAcknowledge => array(v, f, "topics", |r: &mut ShareAcknowledgeRequest, x| {
             r.topics = x
         }),
+        ApiKey::InitializeShareGroupState => array(
+            v,
+            f,
+            "topics",
+            |r: &mut InitializeShareGroupStateRequest, x| r.topics = x,
+        ),
+        ApiKey::ReadShareGroupState => {
+            array(v, f, "topics", |r: &mut ReadShareGroupStateRequest, x| {
+                r.topics = x
+            })
+        }
+        ApiKey::WriteShareGroupState => {
+            array(v, f, "topics", |r: &mut WriteShareGroupStateRequest, x| {
+                r.topics = x
+            })
+        }
+        ApiKey::DeleteShareGroupState => {
+            array(v, f, "topics", |r: &mut DeleteShareGroupStateRequest, x| {
+                r.topics = x
+            })
+        }
+        ApiKey::ReadShareGroupStateSummary => array(
+            v,
+            f,
+            "topics",
+            |r: &mut ReadShareGroupStateSummaryRequest, x| r.topics = x,
+        ),
         ApiKey::SaslHandshake => string(v, f, "mechanism", |r: &mut SaslHandshakeRequest, x| {
             r.mechanism = x
         }),

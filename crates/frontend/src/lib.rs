@@ -18,6 +18,7 @@
 pub mod api;
 pub mod authz;
 pub mod blocking;
+pub mod clock;
 pub mod connection;
 pub mod constant_time;
 pub mod dispatch;
@@ -26,6 +27,7 @@ pub mod error_codes;
 pub mod fetch_session;
 pub mod handler;
 pub mod inproc;
+pub mod internal_topics;
 pub mod limits;
 pub mod principal;
 pub mod quota;

@@ -442,5 +442,5 @@ fn replay(log: &PartitionLog, updates_per_snapshot: u32) -> Result<ShareCoordina
 }
 
 fn now_ms() -> i64 {
-    crate::share_partitions::now_ms()
+    crate::clock::now_ms()
 }

@@ -33,6 +33,7 @@ use tokio::sync::Notify;
 use tracing::warn;
 use uuid::Uuid;
 
+use crate::clock::now_ms;
 use crate::error_codes::{COORDINATOR_NOT_AVAILABLE, UNKNOWN_SERVER_ERROR};
 use crate::share_coordinator::{ShareCoordinator, StateError, FENCED_STATE_EPOCH};
 use crate::share_persister::Persister;
@@ -519,11 +520,4 @@ async fn read_or_initialize(
         COORDINATOR_NOT_AVAILABLE,
         "the share partition's state could not be loaded in time",
     ))
-}
-
-/// Wall-clock milliseconds since the epoch: the clock acquisition locks are kept by.
-pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }

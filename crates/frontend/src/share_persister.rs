@@ -36,8 +36,8 @@ use millrace_share::{PersistedState, StateBatch, StateWrite, SHARE_GROUP_STATE_T
 use parking_lot::Mutex;
 use uuid::Uuid;
 
-use crate::api::find_coordinator::{create_internal_topic, SHARE_GROUP_STATE};
 use crate::error_codes::{COORDINATOR_NOT_AVAILABLE, NONE, UNKNOWN_SERVER_ERROR};
+use crate::internal_topics::{create_internal_topic, SHARE_GROUP_STATE};
 use crate::share_coordinator::{ShareCoordinator, StateError};
 
 /// Idle connections kept per broker for the share-state RPCs.

@@ -21,20 +21,13 @@
 //! Advertised from v0 because old librdkafka enables LZ4 only when FindCoordinator v0 is in range
 //! (checklist §2.3).
 
-use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
 use kafka_protocol::messages::find_coordinator_response::Coordinator;
 use kafka_protocol::messages::{BrokerId, FindCoordinatorRequest, FindCoordinatorResponse};
 use kafka_protocol::protocol::StrBytes;
 use millrace_cluster::image::NO_LEADER;
-use millrace_controller::messages::TopicSpec;
-use millrace_controller::{ControllerRequest, ControllerResponse};
-use millrace_groups::{partition_for, OFFSETS_TOPIC};
-use millrace_transactions::TRANSACTION_STATE_TOPIC;
-use tracing::{info, warn};
+use millrace_groups::partition_for;
 
 use super::str_bytes;
 use crate::authz::Authz;
@@ -43,6 +36,9 @@ use crate::error_codes::{
 };
 use crate::error_codes::{GROUP_AUTHORIZATION_FAILED, TRANSACTIONAL_ID_AUTHORIZATION_FAILED};
 use crate::handler::{api_handler, Reply, ResponseFields};
+use crate::internal_topics::{
+    create_internal_topic, OFFSETS, SHARE_GROUP_STATE, TRANSACTION_STATE,
+};
 use crate::BrokerContext;
 use millrace_cluster::acl::AclOperation;
 
@@ -79,9 +75,6 @@ const KEY_TYPE_TRANSACTION: i8 = 1;
 const KEY_TYPE_SHARE: i8 = 2;
 /// First version that knows share-partition keys.
 const SHARE_VERSION_MIN: i16 = 6;
-/// How long the background creation of an internal topic may wait for the controller.
-const CREATE_TOPIC_TIMEOUT: Duration = Duration::from_secs(30);
-
 pub fn handle(
     ctx: &Arc<BrokerContext>,
     authz: &Authz,
@@ -231,117 +224,4 @@ fn is_share_partition_key(key: &str) -> bool {
     !group.is_empty()
         && crate::share_persister::parse_topic_id(topic_id).is_some()
         && partition.parse::<i32>().is_ok_and(|p| p >= 0)
-}
-
-/// An internal topic a coordinator keeps its state in, with the configs that size it.
-pub(crate) struct InternalTopic {
-    name: &'static str,
-    partitions_key: &'static str,
-    replication_key: &'static str,
-    min_isr_key: Option<&'static str>,
-    segment_bytes_key: Option<&'static str>,
-    /// At most one creation in flight from this broker.
-    creating: &'static AtomicBool,
-}
-
-static CREATING_OFFSETS: AtomicBool = AtomicBool::new(false);
-static CREATING_TRANSACTION_STATE: AtomicBool = AtomicBool::new(false);
-static CREATING_SHARE_GROUP_STATE: AtomicBool = AtomicBool::new(false);
-
-const OFFSETS: InternalTopic = InternalTopic {
-    name: OFFSETS_TOPIC,
-    partitions_key: "offsets.topic.num.partitions",
-    replication_key: "offsets.topic.replication.factor",
-    min_isr_key: None,
-    segment_bytes_key: None,
-    creating: &CREATING_OFFSETS,
-};
-
-const TRANSACTION_STATE: InternalTopic = InternalTopic {
-    name: TRANSACTION_STATE_TOPIC,
-    partitions_key: "transaction.state.log.num.partitions",
-    replication_key: "transaction.state.log.replication.factor",
-    min_isr_key: Some("transaction.state.log.min.isr"),
-    segment_bytes_key: Some("transaction.state.log.segment.bytes"),
-    creating: &CREATING_TRANSACTION_STATE,
-};
-
-/// The share coordinator's `__share_group_state` (`share.coordinator.state.topic.*`).
-pub(crate) const SHARE_GROUP_STATE: InternalTopic = InternalTopic {
-    name: millrace_share::SHARE_GROUP_STATE_TOPIC,
-    partitions_key: "share.coordinator.state.topic.num.partitions",
-    replication_key: "share.coordinator.state.topic.replication.factor",
-    min_isr_key: Some("share.coordinator.state.topic.min.isr"),
-    segment_bytes_key: Some("share.coordinator.state.topic.segment.bytes"),
-    creating: &CREATING_SHARE_GROUP_STATE,
-};
-
-/// Asks the controller to create a coordinator's internal topic, once at a time, in the
-/// background: compacted, partitions and replication factor from its configs (replication
-/// factor 1 on a single-node broker, `min.insync.replicas` at most the replication factor).
-pub(crate) fn create_internal_topic(
-    cluster: &millrace_cluster::Cluster,
-    controller: &Arc<millrace_controller::ControllerClient>,
-    topic: &'static InternalTopic,
-) {
-    if topic.creating.swap(true, Ordering::SeqCst) {
-        return;
-    }
-    let long = |key: &str, fallback: i64| {
-        cluster
-            .config
-            .get(key)
-            .and_then(|v| v.trim().parse::<i64>().ok())
-            .unwrap_or(fallback)
-    };
-    let partitions = i32::try_from(long(topic.partitions_key, 50).clamp(1, 10_000)).unwrap_or(50);
-    let mut rf = i16::try_from(long(topic.replication_key, 3).clamp(1, 32)).unwrap_or(3);
-    if cluster.is_single_node() {
-        rf = 1;
-    }
-    let segment_bytes = topic
-        .segment_bytes_key
-        .map_or(104_857_600, |k| long(k, 104_857_600));
-    let mut configs: BTreeMap<String, String> = [
-        ("cleanup.policy".to_string(), "compact".to_string()),
-        ("segment.bytes".to_string(), segment_bytes.to_string()),
-    ]
-    .into_iter()
-    .collect();
-    if let Some(key) = topic.min_isr_key {
-        let min_isr = long(key, 2).clamp(1, i64::from(rf));
-        configs.insert("min.insync.replicas".to_string(), min_isr.to_string());
-    }
-    let name = topic.name;
-    let request = ControllerRequest::CreateTopics {
-        topics: vec![TopicSpec {
-            name: name.to_string(),
-            partitions: Some(partitions),
-            replication_factor: Some(rf),
-            assignments: BTreeMap::new(),
-            configs,
-        }],
-        validate_only: false,
-    };
-    let controller = Arc::clone(controller);
-    let creating = topic.creating;
-    tokio::spawn(async move {
-        match controller.request(request, CREATE_TOPIC_TIMEOUT).await {
-            ControllerResponse::CreateTopics { results } => match results.first() {
-                Some((_, Ok(created))) => {
-                    info!(
-                        partitions = created.partitions,
-                        replication_factor = created.replication_factor,
-                        "created {name}"
-                    );
-                }
-                Some((_, Err(e))) => {
-                    info!(error = %e, "{name} not created yet");
-                }
-                None => {}
-            },
-            other => warn!(answer = ?other, "creating {name} failed"),
-        }
-        creating.store(false, Ordering::SeqCst);
-    });
 }

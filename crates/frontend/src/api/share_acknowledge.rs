@@ -20,9 +20,9 @@ use super::share_common::{
 };
 use super::str_bytes;
 use crate::authz::Authz;
+use crate::clock::now_ms;
 use crate::error_codes::{GROUP_AUTHORIZATION_FAILED, INVALID_REQUEST, UNSUPPORTED_VERSION};
 use crate::handler::{api_handler, response_fields, Reply};
-use crate::share_partitions::now_ms;
 use crate::share_session::ShareSessionError;
 use crate::BrokerContext;
 

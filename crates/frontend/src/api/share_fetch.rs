@@ -47,12 +47,13 @@ use super::share_common::{
 };
 use super::str_bytes;
 use crate::authz::Authz;
+use crate::clock::now_ms;
 use crate::error_codes::{
     GROUP_AUTHORIZATION_FAILED, INVALID_REQUEST, KAFKA_STORAGE_ERROR, NONE, UNSUPPORTED_VERSION,
 };
 use crate::handler::{api_handler, response_fields, Reply};
 use crate::limits::{FETCH_RESPONSE_BYTES_MAX, FETCH_WAIT_MS_MAX};
-use crate::share_partitions::{now_ms, AutoOffsetReset, ShareKey};
+use crate::share_partitions::{AutoOffsetReset, ShareKey};
 use crate::share_session::{MemberKey, SharePartitionId, ShareSessionError, OPEN_EPOCH};
 use crate::BrokerContext;
 
