@@ -485,7 +485,7 @@ pub static BROKER_CONFIGS: &[ConfigDef] = &[
         ORPHAN_GRACE_MS_DEFAULT,
         LONG_NONNEG,
     ),
-    // Share groups (KIP-932; `config_share.rs`): off while share state is in memory only.
+    // Share groups (KIP-932; `config_share.rs`): opt-in for now (decision 0077).
     def("millrace.share.groups.enable", "false", ConfigType::Bool),
     // The HTTP API (REST Proxy v2/v3, stateless consumers; `config_rest.rs`).
     def(

@@ -20,8 +20,8 @@
 //! ("X must be greater than or equal to Y").
 //!
 //! [`BrokerConfig::share`] reads what the share partitions obey ([`ShareConfig`]), and Millrace's
-//! own `millrace.share.groups.enable`: off by default while share-partition state lives in
-//! memory only (a restart or a leader change forgets it). Kafka 4.4 gates share groups with the
+//! own `millrace.share.groups.enable`: off by default until share groups have run under the fault
+//! harness and across brokers (decision 0077). Kafka 4.4 gates share groups with the
 //! `share.version` feature instead, which Millrace finalizes at 1 when this is on.
 //!
 //! Deliberately not here: the per-group dynamic configs (`share.*` on GROUP resources), the share
