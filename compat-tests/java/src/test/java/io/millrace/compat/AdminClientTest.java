@@ -134,7 +134,9 @@ class AdminClientTest {
         assertEquals(1, group.maxVersionLevel(), "group.version (KIP-848)");
         FinalizedVersionRange metadata = f.finalizedFeatures().get("metadata.version");
         assertNotNull(metadata, "metadata.version finalized: " + f);
-        assertEquals(27, metadata.maxVersionLevel(), "metadata.version of Kafka 4.1");
+        // Millrace reports Kafka 4.1's level (27); the reference run's Kafka 4.4 finalizes 33.
+        boolean reference = BrokerProcess.binary().toString().endsWith("kafka-shim.sh");
+        assertEquals(reference ? 33 : 27, metadata.maxVersionLevel(), "metadata.version");
         SupportedVersionRange supported = f.supportedFeatures().get("group.version");
         assertNotNull(supported, "group.version supported: " + f);
         assertTrue(supported.minVersion() == 0 && supported.maxVersion() >= 1, "group.version range: " + supported);
