@@ -405,6 +405,11 @@ impl Controller {
                 broker_epoch,
                 change,
             } => {
+                // A commit already in the log (a retry whose first answer was lost) succeeded,
+                // whoever asks now: refusing it would have the uploader delete live objects.
+                if crate::remote_log::already_committed(image, &change) {
+                    return Decision::answer(ControllerResponse::RemoteLog { result: Ok(()) });
+                }
                 if image.broker(node_id).map(|b| b.broker_epoch) != Some(broker_epoch) {
                     return Decision::error(ControllerError::StaleBrokerEpoch);
                 }

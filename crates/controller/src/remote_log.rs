@@ -10,6 +10,26 @@ use uuid::Uuid;
 
 use crate::messages::{ControllerError, RemoteLogChange};
 
+/// Whether `change` is a commit of a segment the remote log already holds (same segment id):
+/// a retry whose first attempt was committed, which must be answered as the success it was. A
+/// refusal tells the uploader the commit is not in the log, and it deletes the segment's objects.
+pub fn already_committed(image: &MetadataImage, change: &RemoteLogChange) -> bool {
+    let RemoteLogChange::Commit {
+        topic_id,
+        partition,
+        segment,
+        ..
+    } = change
+    else {
+        return false;
+    };
+    image.remote_log(*topic_id, *partition).is_some_and(|log| {
+        log.segments
+            .iter()
+            .any(|s| s.segment_id == segment.segment_id)
+    })
+}
+
 /// The records that carry out `change` for broker `node_id`, or why it is refused. The broker
 /// epoch is checked by the caller.
 pub fn decide(

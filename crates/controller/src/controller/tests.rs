@@ -1521,6 +1521,17 @@ fn remote_segments_commit_only_from_the_current_leader_and_contiguously() {
         h.request(commit(&h, p.leader, p.leader_epoch, segment(10, 19))),
         ok
     );
+    // The same commit again (a retry whose answer was lost) succeeds without a second copy, even
+    // from a broker that no longer leads: it is in the log, and a refusal would have the uploader
+    // delete the segment's objects.
+    assert_eq!(
+        h.request(commit(&h, p.leader, p.leader_epoch, segment(10, 19))),
+        ok
+    );
+    assert_eq!(
+        h.request(commit(&h, follower, p.leader_epoch, segment(10, 19))),
+        ok
+    );
     let remote = h.image.remote_log(topic_id, 0).expect("remote log");
     assert_eq!(
         remote
