@@ -43,6 +43,22 @@ concluded from it alone). The output records are those the final ``read_committe
 Another topic written and read the same way (the tiered topic of a Millrace run) is checked by
 ``check(ops, topic)``: its records name their ``topic``; the main topic's carry none.
 
+Share groups (``check_share``; the KIP-932 workload of ``share.py``, whose module comment
+describes its records). An acknowledgement is ``ok`` (applied), ``fail`` (definitely not:
+INVALID_RECORD_STATE) or ``info`` (unknown). A record is *settled* once an ACCEPT or REJECT of it
+was applied, or once it was delivered at the delivery-count limit (then it is accepted or
+archived; the client cannot tell which).
+
+- ``accepted-twice``: two applied ACCEPTs of one record.
+- ``delivered-after-accept`` / ``delivered-after-reject``: a poll invoked after an applied
+  ACCEPT (REJECT) of a record completed returned that record again.
+- ``over-delivery-limit``: a delivery count above the limit (or below 1).
+- ``wrong-value``: a delivered (partition, offset) whose value is not the one acknowledged there,
+  or a value nobody sent.
+- ``lost``: an acknowledged input never settled: never delivered, or its last delivery was
+  released, expired or refused and it never came back. An ACCEPT or REJECT of unknown outcome
+  (``info``) with no delivery after it counts as settled (``ambiguous`` in the statistics).
+
 Usage: ``python checker.py HISTORY.jsonl [--json OUT]``; exit status 1 when any anomaly.
 Only the standard library is used.
 """
@@ -73,6 +89,15 @@ CTP_ANOMALIES = (
     "duplicate",
     "partial-transaction",
     "missing-output",
+)
+
+SHARE_ANOMALIES = (
+    "accepted-twice",
+    "delivered-after-accept",
+    "delivered-after-reject",
+    "over-delivery-limit",
+    "wrong-value",
+    "lost",
 )
 
 # How many example operations an anomaly carries, and how many anomalies of a kind are printed.
@@ -455,6 +480,137 @@ def report_ctp(res: Result, out=None) -> None:
     _print_anomalies(res, "ctp ", out)
 
 
+def check_share(ops: List[Op], delivery_limit: int) -> Result:
+    """The share-group checks (module comment)."""
+    ops = sorted(ops, key=lambda o: o.get("i", 0))
+    res = Result(SHARE_ANOMALIES)
+    sent_at: Dict[Tuple[int, int], Tuple[str, Op]] = {}  # acknowledged inputs
+    sent_values: Dict[str, Op] = {}  # every value a producer tried to send
+    for op in ops:
+        if op.get("f") != "share-send":
+            continue
+        if op["type"] == "invoke":
+            sent_values.setdefault(op["value"], op)
+        elif op["type"] == "ok":
+            sent_at[(int(op["partition"]), int(op["offset"]))] = (op["value"], op)
+    # Per record: its deliveries (poll invoke index, count, ops) and acknowledgements.
+    deliveries: Dict[Tuple[int, int], List[Tuple[int, int, Op]]] = defaultdict(list)
+    acks: Dict[Tuple[int, int], List[Tuple[str, str, int, Op, Op]]] = defaultdict(list)
+    poll_invoke: Dict[str, Op] = {}
+    ack_invoke: Dict[str, Op] = {}
+    n_deliveries = redeliveries = 0
+    kinds: Counter = Counter()
+    outcomes: Counter = Counter()
+    stalls = 0
+    for op in ops:
+        f, typ, proc = op.get("f"), op.get("type"), op.get("process")
+        if f == "share-poll":
+            if typ == "invoke":
+                poll_invoke[proc] = op
+                continue
+            invoke = poll_invoke.pop(proc, None)
+            if typ != "ok":
+                continue
+            at = invoke["i"] if invoke is not None else op["i"]
+            for p, offset, value, count in op.get("deliveries") or []:
+                key = (int(p), int(offset))
+                n_deliveries += 1
+                if count is not None and count > 1:
+                    redeliveries += 1
+                deliveries[key].append((at, count, op))
+                if count is None or count < 1 or count > delivery_limit:
+                    res.add("over-delivery-limit", [op], partition=key[0], offset=key[1], delivery_count=count,
+                            limit=delivery_limit)
+                want = sent_at.get(key)
+                if want is not None and want[0] != value:
+                    res.add("wrong-value", [want[1], op], partition=key[0], offset=key[1], sent=want[0], read=value)
+                elif want is None and value not in sent_values:
+                    res.add("wrong-value", [op], partition=key[0], offset=key[1], read=value, why="never sent")
+        elif f == "share-ack":
+            if typ == "invoke":
+                ack_invoke[proc] = op
+                stalls += 1 if op.get("stalled") else 0
+                continue
+            invoke = ack_invoke.pop(proc, None)
+            if invoke is None:
+                continue
+            results = op.get("results") or {}
+            for p, pairs in (invoke.get("acks") or {}).items():
+                outcome = results.get(p, "info")
+                for offset, kind in pairs:
+                    kinds[kind] += 1
+                    outcomes[outcome] += 1
+                    acks[(int(p), int(offset))].append((kind, outcome, op["i"], invoke, op))
+    # Processes whose last acknowledgement never completed: unknown outcome.
+    for proc, invoke in ack_invoke.items():
+        for p, pairs in (invoke.get("acks") or {}).items():
+            for offset, kind in pairs:
+                kinds[kind] += 1
+                outcomes["info"] += 1
+                acks[(int(p), int(offset))].append((kind, "info", invoke["i"], invoke, invoke))
+
+    settled_kinds: Counter = Counter()
+    for key in sorted(set(deliveries) | set(acks) | set(sent_at)):
+        dels = sorted(deliveries.get(key, []), key=lambda d: d[0])
+        applied = [a for a in acks.get(key, []) if a[1] == "ok"]
+        accepts = [a for a in applied if a[0] == "accept"]
+        if len(accepts) > 1:
+            res.add("accepted-twice", [a[4] for a in accepts], partition=key[0], offset=key[1])
+        for kind, anomaly in (("accept", "delivered-after-accept"), ("reject", "delivered-after-reject")):
+            first = min((a for a in applied if a[0] == kind), key=lambda a: a[2], default=None)
+            if first is None:
+                continue
+            late = [d for d in dels if d[0] > first[2]]
+            if late:
+                res.add(anomaly, [first[3], first[4]] + [d[2] for d in late], partition=key[0], offset=key[1],
+                        delivery_counts=[d[1] for d in late])
+        # Settled?
+        last_delivery = dels[-1][0] if dels else -1
+        if any(a[0] in ("accept", "reject") for a in applied):
+            settled_kinds["applied"] += 1
+            continue
+        if any(d[1] is not None and d[1] >= delivery_limit for d in dels):
+            settled_kinds["at-limit"] += 1
+            continue
+        if any(a[0] in ("accept", "reject") and a[1] == "info" and a[2] > last_delivery for a in acks.get(key, [])):
+            settled_kinds["ambiguous"] += 1
+            continue
+        if key in sent_at:
+            value, sent = sent_at[key]
+            last = [d[2] for d in dels[-2:]] + [a[4] for a in acks.get(key, [])][-3:]
+            res.add("lost", [sent] + last, partition=key[0], offset=key[1], value=value, deliveries=len(dels),
+                    acks=[[a[0], a[1]] for a in acks.get(key, [])])
+    configs = [op for op in ops if op.get("f") == "share-config"]
+    res.stats = {
+        "inputs_ok": len(sent_at),
+        "inputs": len(sent_values),
+        "records_delivered": len(deliveries),
+        "deliveries": n_deliveries,
+        "redeliveries": redeliveries,
+        "acks": dict(kinds),
+        "ack_outcomes": dict(outcomes),
+        "stalls": stalls,
+        "settled": dict(settled_kinds),
+        "max_delivery_count": max((d[1] or 0 for ds in deliveries.values() for d in ds), default=0),
+        "group_configured": any(op.get("type") == "ok" for op in configs),
+        "delivery_limit": delivery_limit,
+    }
+    return res
+
+
+def report_share(res: Result, out=None) -> None:
+    out = out or sys.stdout
+    s = res.stats
+    print(
+        f"share group: {s['inputs']} inputs ({s['inputs_ok']} acknowledged), {s['records_delivered']} records "
+        f"delivered in {s['deliveries']} deliveries ({s['redeliveries']} redeliveries, highest delivery count "
+        f"{s['max_delivery_count']} of {s['delivery_limit']}); acknowledgements {s['acks']}, outcomes "
+        f"{s['ack_outcomes']}, stalls {s['stalls']}; settled {s['settled']}",
+        file=out,
+    )
+    _print_anomalies(res, "share ", out)
+
+
 def _short(op: Op) -> str:
     text = json.dumps(op, sort_keys=True)
     return text if len(text) <= 400 else text[:397] + "..."
@@ -490,6 +646,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("history")
     ap.add_argument("--json", help="write counts, stats and anomalies to this file")
+    ap.add_argument("--delivery-limit", type=int, default=4,
+                    help="the share group's delivery-count limit, when the history does not record it")
     args = ap.parse_args(argv)
     ops = load(args.history)
     res = check(ops)
@@ -504,13 +662,20 @@ def main(argv: Optional[List[str]] = None) -> int:
     if any(op.get("f") in ("txn", "ctp-send", "ctp-read") for op in ops):
         ctp = check_ctp(ops)
         report_ctp(ctp)
+    share = None
+    configs = [op for op in ops if op.get("f") == "share-config"]
+    if configs or any(op.get("f") == "share-send" for op in ops):
+        share = check_share(ops, int((configs[0].get("delivery_limit") if configs else None) or args.delivery_limit))
+        report_share(share)
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:
             doc = {"counts": res.counts(), "stats": res.stats, "anomalies": res.anomalies}
             if ctp is not None:
                 doc["ctp"] = {"counts": ctp.counts(), "stats": ctp.stats, "anomalies": ctp.anomalies}
+            if share is not None:
+                doc["share"] = {"counts": share.counts(), "stats": share.stats, "anomalies": share.anomalies}
             json.dump(doc, fh)
-    return 0 if res.valid() and (ctp is None or ctp.valid()) else 1
+    return 0 if res.valid() and (ctp is None or ctp.valid()) and (share is None or share.valid()) else 1
 
 
 if __name__ == "__main__":

@@ -88,19 +88,22 @@ class Restart(Exception):
 
 
 class InputProducer(Worker):
-    """Writes ``total`` unique values at ``rate`` per second, round-robin over partitions, then stops."""
+    """Writes ``total`` unique values at ``rate`` per second, round-robin over partitions, then stops.
+    ``op`` names its records (``ctp-send``; the share workload's input is ``share-send``)."""
 
-    def __init__(self, name, history, stop, bootstrap, total: int, rate: float) -> None:
+    def __init__(self, name, history, stop, bootstrap, total: int, rate: float, topic: str = IN_TOPIC,
+                 partitions: int = PARTITIONS, op: str = "ctp-send") -> None:
         super().__init__(name, history, stop)
         self.bootstrap, self.total, self.rate = bootstrap, total, rate
+        self.topic, self.partitions, self.op = topic, partitions, op
 
     def on_delivery(self, value: str, partition: int, err, msg) -> None:
         if err is None:
-            self.history.record(self.proc_name, "ok", "ctp-send", partition=partition, value=value, offset=msg.offset())
+            self.history.record(self.proc_name, "ok", self.op, partition=partition, value=value, offset=msg.offset())
         elif err.code() == KafkaError._PURGE_QUEUE:
-            self.history.record(self.proc_name, "fail", "ctp-send", partition=partition, value=value, error=_err_text(err))
+            self.history.record(self.proc_name, "fail", self.op, partition=partition, value=value, error=_err_text(err))
         else:
-            self.history.record(self.proc_name, "info", "ctp-send", partition=partition, value=value, error=_err_text(err))
+            self.history.record(self.proc_name, "info", self.op, partition=partition, value=value, error=_err_text(err))
 
     def work(self) -> None:
         producer = Producer({
@@ -119,14 +122,14 @@ class InputProducer(Worker):
         for n in range(self.total):
             if self.stop_event.is_set():
                 break
-            partition = n % PARTITIONS
+            partition = n % self.partitions
             value = f"{self.proc_name}-{n}"
-            self.history.record(self.proc_name, "invoke", "ctp-send", partition=partition, value=value)
+            self.history.record(self.proc_name, "invoke", self.op, partition=partition, value=value)
             try:
-                producer.produce(IN_TOPIC, key=value.encode(), value=value.encode(), partition=partition,
+                producer.produce(self.topic, key=value.encode(), value=value.encode(), partition=partition,
                                  on_delivery=lambda err, msg, v=value, p=partition: self.on_delivery(v, p, err, msg))
             except (BufferError, KafkaException) as exc:
-                self.history.record(self.proc_name, "fail", "ctp-send", partition=partition, value=value, error=repr(exc))
+                self.history.record(self.proc_name, "fail", self.op, partition=partition, value=value, error=repr(exc))
             next_t += interval
             while True:
                 wait = next_t - time.monotonic()

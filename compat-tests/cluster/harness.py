@@ -14,6 +14,12 @@ Alongside the plain workload runs the transactional consume-transform-produce wo
 final drain of both topics; the process lane also kills the transaction coordinator of a
 worker's ``transactional.id``.
 
+Beside them runs the share-group workload (``share.py``): an input producer and three share
+consumers in one share group that accept, release and reject, stall past their record locks, and
+run until nothing is left to deliver; the process lane also kills the leader of a partition the
+share group reads. ``checker.check_share`` judges it: no record accepted twice or delivered after
+it was accepted or rejected, none over the delivery-count limit, none lost.
+
 Prints the schedule, progress, ``faults injected: N``, the checker's report (each anomaly
 count, with the operations that show each anomaly; then the transactional report), one line
 per check, and ends with
@@ -42,6 +48,7 @@ from typing import Dict, List, Optional
 import checker
 import ctp
 import replicas
+import share
 import tiered
 from chaos import Chaos
 from history import History, merge
@@ -244,6 +251,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         for topic in (ctp.IN_TOPIC, ctp.OUT_TOPIC):
             wait_until(lambda t=topic: create_topic(cluster.bootstrap, t, ctp.PARTITIONS, cluster.replication_factor,
                                                     cluster.topic_config()) or True, 120, 2, f"topic {topic} created")
+        wait_until(lambda: create_topic(cluster.bootstrap, share.TOPIC, share.PARTITIONS, cluster.replication_factor,
+                                        cluster.topic_config()) or True, 120, 2, f"topic {share.TOPIC} created")
         if cluster.tiered:
             wait_until(lambda: create_topic(cluster.bootstrap, TIERED_TOPIC, TIERED_PARTITIONS, cluster.replication_factor,
                                             cluster.tiered_topic_config(TIERED_LOCAL_RETENTION_BYTES)) or True,
@@ -275,8 +284,16 @@ def main(argv: Optional[List[str]] = None) -> int:
         if cluster.tiered:
             producers.append(WorkerProc(work, t0_ns, "producer", "t1", tcommon))
             readers.append(WorkerProc(work, t0_ns, "reader", "rt1", dict(tcommon, rewind_s=TIERED_REWIND_S)))
-        workers = producers + consumers + readers + [ctp_input] + ctp_workers
-        for w in consumers + readers + ctp_workers + producers + [ctp_input]:
+        share_rate = max(share.INPUT_RATE_MIN, share.SHARE_INPUTS / (args.duration * share.INPUT_SPREAD))
+        share_input = WorkerProc(work, t0_ns, "share-input", "q1",
+                                 dict(common, share_inputs=share.SHARE_INPUTS, share_rate=share_rate), finishes=True)
+        share_workers = [WorkerProc(work, t0_ns, "share", f"s{k}", dict(common, seed=seed * 10 + k))
+                         for k in range(1, share.CONSUMERS + 1)]
+        # The share group starts at the log start: its config comes before any member joins.
+        share_configured = share.set_group_configs(history, cluster.bootstrap, time.monotonic() + 60)
+        log(f"share group {share.GROUP}: {share.GROUP_CONFIGS} {'set' if share_configured else 'NOT set'}")
+        workers = producers + consumers + readers + [ctp_input] + ctp_workers + [share_input] + share_workers
+        for w in consumers + readers + ctp_workers + share_workers + producers + [ctp_input, share_input]:
             w.start()
 
         def controller_lookup() -> Optional[int]:
@@ -305,7 +322,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                 c = progress(work)
                 log(f"t={time.monotonic() - t0:.0f}s sends ok {c['send-ok']}, info {c['send-info']}; "
                     f"polls {c['poll-ok']}; commits ok {c['commit-ok']}; transactions ok {c['txn-ok']}, "
-                    f"aborted {c['txn-fail']}, unknown {c['txn-info']}; faults {c['faults']}")
+                    f"aborted {c['txn-fail']}, unknown {c['txn-info']}; share acks ok {c['share-ack-ok']}; "
+                    f"faults {c['faults']}")
 
         log("stopping the nemesis (current faults finish and heal)")
         stop_nemesis.set()
@@ -320,9 +338,9 @@ def main(argv: Optional[List[str]] = None) -> int:
             log(str(exc))
         recovery_s = time.monotonic() - t_heal
         log(f"healed; cluster {'recovered' if recovered else 'did NOT recover'} in {recovery_s:.1f}s; stopping producers")
-        for w in producers + [ctp_input]:
+        for w in producers + [ctp_input, share_input]:
             w.stop()
-        for w in producers + [ctp_input]:
+        for w in producers + [ctp_input, share_input]:
             w.wait(90)
         # Give the group time to read and commit what was written last.
         time.sleep(10)
@@ -349,6 +367,14 @@ def main(argv: Optional[List[str]] = None) -> int:
         for w in ctp_workers:
             w.stop()
         for w in ctp_workers:
+            w.wait(45)
+        log(f"share group: members run until no record is delivered for {share.QUIET_S:.0f}s")
+        share_quiet, share_drain_s = share.wait_quiet(
+            lambda: [h for w in share_workers for h in w.histories])
+        log(f"share group: {'quiet' if share_quiet else 'still delivering'} after {share_drain_s}s; stopping its members")
+        for w in share_workers:
+            w.stop()
+        for w in share_workers:
             w.wait(45)
         history.close()
         tiered_res: Optional[tiered.TieredResult] = None
@@ -389,9 +415,13 @@ def main(argv: Optional[List[str]] = None) -> int:
             print(f"tiered facts: {json.dumps(tiered_facts)}")
         ctp_res = checker.check_ctp(ops)
         checker.report_ctp(ctp_res)
+        share_res = checker.check_share(ops, share.DELIVERY_LIMIT)
+        checker.report_share(share_res)
         with open(work / "result.json", "w", encoding="utf-8") as fh:
             json.dump({"seed": seed, "faults": counts, "counts": res.counts(), "stats": res.stats,
                        "ctp_counts": ctp_res.counts(), "ctp_stats": ctp_res.stats,
+                       "share_counts": share_res.counts(), "share_stats": share_res.stats,
+                       "share_drain": {"quiet": share_quiet, "seconds": share_drain_s},
                        "recovery_s": recovery_s, "drain": {k: v for k, v in drained.items() if k != "end_offsets"},
                        "tiered": None if not cluster.tiered else {
                            "topic_counts": tiered_topic_res.counts() if tiered_topic_res else None,
@@ -425,6 +455,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             for kind in checker.ANOMALIES:
                 checks.add(f"no {kind}", counts_a[kind] == 0, f"{counts_a[kind]}")
             add_ctp_checks(checks, ctp_res, ops, ctp_drained)
+            add_share_checks(checks, share_res, ops, share_quiet)
             if cluster.tiered:
                 add_tiered_checks(checks, tiered_topic_res, tiered_res, tiered_facts, offsets_before,
                                   tiered_drained, acked_min)
@@ -474,6 +505,28 @@ def add_ctp_checks(checks: Checks, res: checker.Result, ops: List[dict], drained
     for kind in checker.CTP_ANOMALIES:
         n = res.counts()[kind]
         checks.add(f"no transactional {kind}", n == 0, f"{n}")
+
+
+def add_share_checks(checks: Checks, res: checker.Result, ops: List[dict], quiet: bool) -> None:
+    """The share-group workload's checks (safe configuration only)."""
+    s = res.stats
+    kills = sum(1 for op in ops if op.get("process") == "nemesis" and op.get("type") == "invoke"
+                and op.get("f") == "kill-share-leader")
+    acks = s["acks"]
+    checks.add("share: the group config was set before the members joined", s["group_configured"])
+    checks.add(f"share: inputs acknowledged >= {share.SHARE_INPUTS // 2}", s["inputs_ok"] >= share.SHARE_INPUTS // 2,
+               f"{s['inputs_ok']}")
+    checks.add("share: records accepted, released (and redelivered) and rejected",
+               acks.get("accept", 0) > 0 and acks.get("release", 0) > 0 and acks.get("reject", 0) > 0
+               and s["redeliveries"] > 0,
+               f"{acks}, {s['redeliveries']} redeliveries")
+    checks.add("share: records delivered at the delivery-count limit", s["settled"].get("at-limit", 0) > 0,
+               f"{s['settled']}")
+    checks.add("share: kills of a share partition's leader", kills > 0, f"{kills}")
+    checks.add("share: the members went quiet (nothing left to deliver)", quiet)
+    for kind in checker.SHARE_ANOMALIES:
+        n = res.counts()[kind]
+        checks.add(f"no share {kind}", n == 0, f"{n}")
 
 
 def tiered_offsets(admin, cluster: Cluster) -> Dict[int, dict]:
@@ -598,7 +651,7 @@ def add_tiered_checks(checks: Checks, topic_res: checker.Result, res: Optional[t
 def progress(work: Path) -> Dict[str, int]:
     """Counts from the per-process history files written so far (for progress lines)."""
     c = {"send-ok": 0, "send-info": 0, "poll-ok": 0, "commit-ok": 0, "faults": 0, "txn-ok": 0, "txn-fail": 0,
-         "txn-info": 0}
+         "txn-info": 0, "share-ack-ok": 0}
     for path in work.glob("history-*.jsonl"):
         with open(path, encoding="utf-8", errors="replace") as fh:
             for line in fh:
@@ -615,6 +668,8 @@ def progress(work: Path) -> Dict[str, int]:
                     for kind in ("ok", "fail", "info"):
                         if f'"type":"{kind}","f":"txn"' in line:
                             c[f"txn-{kind}"] += 1
+                elif '"type":"ok","f":"share-ack"' in line:
+                    c["share-ack-ok"] += 1
                 elif '"process":"nemesis","type":"invoke"' in line:
                     c["faults"] += 1
     return c

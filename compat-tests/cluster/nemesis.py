@@ -7,7 +7,9 @@ the fault starts; when that fails, the seeded fallback node is used.
 
 Two lanes run side by side: a process lane (kill -9 + restart with the same data dir,
 SIGSTOP/SIGCONT past the session timeout, kill -9 of the active controller, kill -9 of the
-transaction coordinator of a transactional worker's ``transactional.id``) and a network lane
+transaction coordinator of a transactional worker's ``transactional.id``, kill -9 of the leader of
+a partition the share group reads: its share partitions move to another leader, which loads
+their state from the share coordinator) and a network lane
 (client link cuts one-way and both ways; with several nodes also one-way and two-way partitions
 between two nodes on their data links, controller links or both, and isolation of the active
 controller). Faults in a lane run one after another; each ends healed (restarted, resumed,
@@ -40,6 +42,7 @@ import threading
 import time
 from typing import Dict, List, Optional
 
+import share
 import tiered
 from ctp import WORKERS
 from history import History
@@ -51,7 +54,8 @@ DOWN_S = (1.0, 4.0)
 CUT_S = (3.0, 8.0)
 PARTITION_S = (3.0, 10.0)
 # Faults that kill a node and restart it (the schedule leaves time for the restart).
-KILL_KINDS = ("kill", "kill-controller", "kill-txn-coordinator", "isolate-leader-kill", "kill-tiered-leader")
+KILL_KINDS = ("kill", "kill-controller", "kill-txn-coordinator", "isolate-leader-kill", "kill-tiered-leader",
+              "kill-share-leader")
 # An object-store outage: the s3 route cut, then whole again before the next outage.
 OUTAGE_S = (5.0, 20.0)
 OUTAGE_QUIET_S = (8.0, 20.0)
@@ -122,6 +126,9 @@ def _params(rng: random.Random, kind: str, ids: List[int], partitions: int) -> d
                     duration=round(rng.uniform(*FLIP_S), 2))
     if kind == "kill-tiered-leader":
         return dict(kind=kind, partition=rng.randrange(TIERED_PARTITIONS), node=node,
+                    duration=round(rng.uniform(*DOWN_S), 2))
+    if kind == "kill-share-leader":
+        return dict(kind=kind, partition=rng.randrange(share.PARTITIONS), node=node,
                     duration=round(rng.uniform(*DOWN_S), 2))
     if kind == "object-store-outage":
         cut = round(rng.uniform(*OUTAGE_S), 2)
@@ -284,6 +291,13 @@ class Nemesis:
             pending = self._wait_upload_lag(node)
             h.record("nemesis", "invoke", kind, node=node, partition=fault["partition"], uploads_pending=pending,
                      duration=fault["duration"])
+            self.cluster.nodes[node].kill9()
+            time.sleep(fault["duration"])
+            self._restart(node)
+            h.record("nemesis", "ok", kind, node=node)
+        elif kind == "kill-share-leader":
+            node = self.leader(fault["partition"], fault["node"], share.TOPIC)
+            h.record("nemesis", "invoke", kind, node=node, partition=fault["partition"], duration=fault["duration"])
             self.cluster.nodes[node].kill9()
             time.sleep(fault["duration"])
             self._restart(node)

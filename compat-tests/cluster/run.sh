@@ -71,7 +71,7 @@ cd "$HERE"
 
 # --- 1. the checker proves itself on hand-made histories; the plan and adapters --
 rc=0
-"$VENV/bin/python" -m pytest -q -p no:cacheprovider --junitxml="$WORK/junit.xml" test_checker.py test_plan.py test_replicas.py || rc=$?
+"$VENV/bin/python" -m pytest -q -p no:cacheprovider --junitxml="$WORK/junit.xml" test_checker.py test_share_checker.py test_plan.py test_replicas.py || rc=$?
 read -r unit_passed unit_failed < <("$VENV/bin/python" - "$WORK/junit.xml" <<'PY' || echo "0 1"
 import sys, xml.etree.ElementTree as ET
 root = ET.parse(sys.argv[1]).getroot()

@@ -41,6 +41,7 @@ import uuid
 from pathlib import Path
 from typing import Dict, List, Optional
 
+import share
 from chaos import Chaos
 from seaweed import BUCKET, SeaweedFs
 from procs import spawn, free_port, terminate, wait_until
@@ -51,7 +52,7 @@ KAFKA_LIBS = REPO / "compat-tests" / ".work" / "kafka-ref" / "libs"
 KAFKA_POM = REPO / "compat-tests" / "reference" / "pom.xml"
 
 # Fault kinds, per lane. A process lane and a network lane run side by side.
-PROCESS_KINDS = ("kill", "pause", "kill-controller", "kill-txn-coordinator")
+PROCESS_KINDS = ("kill", "pause", "kill-controller", "kill-txn-coordinator", "kill-share-leader")
 # Tiered storage (Millrace, 3 nodes): kill -9 the leader of a tiered partition (while it has
 # segments waiting for upload, when it can), and cut the brokers' route to the object store.
 TIERED_PROCESS_KINDS = ("kill-tiered-leader",)
@@ -319,6 +320,7 @@ class KafkaCluster(Cluster):
                 "auto.create.topics.enable": "false",
                 "unclean.leader.election.enable": "true" if broken else "false",
                 "replica.lag.time.max.ms": "10000",
+                **share.broker_settings(self.n),
             }
             node.props.write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
             (node.dir / "log4j.properties").write_text(
@@ -443,6 +445,8 @@ class MillraceCluster(Cluster):
                 "auto.create.topics.enable": "false",
                 "unclean.leader.election.enable": "true" if broken else "false",
                 "millrace.log.scrub.interval.ms": MILLRACE_SCRUB_INTERVAL_MS,
+                "millrace.share.groups.enable": "true",
+                **share.broker_settings(self.n),
             }
             if self.object_store is not None:
                 settings.update({

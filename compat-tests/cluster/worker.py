@@ -3,11 +3,12 @@
     python worker.py CONFIG_JSON
 
 CONFIG_JSON: ``role`` (producer | group | reader | committed | drain | controller | ctp-input |
-ctp | ctp-drain), ``name``, ``bootstrap``, ``topic``, ``partitions``, ``group``, ``rate``,
+ctp | ctp-drain | share-input | share), ``name``, ``bootstrap``, ``topic``, ``partitions``, ``group``, ``rate``,
 ``broken``, ``history`` (file), ``t0_ns`` (the run's CLOCK_MONOTONIC origin), ``client_log``
 (librdkafka's log file), optional ``record_topic`` (every record names ``topic``: a topic
 checked apart from the main one) and ``rewind_s`` (a reader goes back to the beginning that often); ``ctp-input`` also ``ctp_inputs`` and ``ctp_rate``, ``ctp`` also
-``transactional_id`` (``ctp.py`` describes the transactional workload).
+``transactional_id`` (``ctp.py`` describes the transactional workload); ``share-input`` also
+``share_inputs`` and ``share_rate``, ``share`` also ``seed`` (``share.py``: the share-group workload).
 
 The worker stops when a line arrives on stdin or stdin closes (the harness died). ``drain`` and
 ``ctp-drain`` print their result as one JSON line; ``controller`` prints the active controller's
@@ -23,6 +24,7 @@ import sys
 import threading
 
 import ctp
+import share
 from history import History
 from workload import (
     CLIENT_LOG,
@@ -80,6 +82,13 @@ def main() -> int:
                 history.record(name, "info", "ctp-restart", error=str(exc)[:300])
                 print(f"restart: {exc}", file=sys.stderr, flush=True)
                 return ctp.EXIT_RESTART
+            return 0
+        if role == "share-input":
+            ctp.InputProducer(name, history, stop, bootstrap, cfg["share_inputs"], cfg["share_rate"], topic=share.TOPIC,
+                              partitions=share.PARTITIONS, op="share-send").work()
+            return 0
+        if role == "share":
+            share.ShareWorker(name, history, stop, bootstrap, cfg["seed"]).work()
             return 0
         if role == "producer":
             worker = ProducerWorker(name, history, stop, bootstrap, topic, cfg["partitions"], cfg["rate"], cfg["broken"])
