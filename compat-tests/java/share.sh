@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Share groups (KIP-932) with Apache Kafka 4.4's Java KafkaShareConsumer against one broker
+# Share groups (KIP-932) with Apache Kafka's Java KafkaShareConsumer, 4.4 and 4.3, against one broker
 # (share/ShareConsumerCheck.java): three members split a partition with every record delivered
 # once; RELEASE redelivers with a higher delivery count and REJECT never redelivers; a record
 # released up to group.share.delivery.count.limit (3 here) is archived; a member that stops
 # polling loses its records to another member once their lock (group.share.record.lock.duration.ms,
-# 2000 here) ends. Run by run.sh as its `share` part, or alone:
+# 2000 here) ends. Each check runs once per client version (SHARE_CLIENT_VERSIONS, default
+# "4.4.0 4.3.2"; its name says which). Run by run.sh as its `share` part, or alone:
 #
 #   compat-tests/java/share.sh
 #   MILLRACE_BIN=$PWD/compat-tests/reference/kafka-shim.sh MILLRACE_START_TIMEOUT=120 compat-tests/java/share.sh
@@ -20,15 +21,19 @@ LOCK_MS=2000
 
 java_broker_bin || { fail broker-binary "no broker binary"; summary; exit 1; }
 
-# kafka-clients 4.4 (share/pom.xml), resolved once per pom change.
-cpfile="$HERE/target/share.classpath"
-if [[ ! -s "$cpfile" || "$HERE/share/pom.xml" -nt "$cpfile" ]]; then
-  mkdir -p "$HERE/target"
-  mvn_cmd 900 -f "$HERE/share/pom.xml" org.apache.maven.plugins:maven-dependency-plugin:3.8.1:build-classpath \
-    -Dmdep.outputFile="$cpfile.tmp" >&2 || { fail classpath "could not resolve kafka-clients 4.4"; summary; exit 1; }
-  mv "$cpfile.tmp" "$cpfile"
-fi
-CP="$(cat "$cpfile")"
+VERSIONS="${SHARE_CLIENT_VERSIONS:-4.4.0 4.3.2}"
+
+# kafka-clients of one version (share/pom.xml), resolved once per pom change.
+client_classpath() {
+  local version="$1" cpfile="$HERE/target/share-$1.classpath"
+  if [[ ! -s "$cpfile" || "$HERE/share/pom.xml" -nt "$cpfile" ]]; then
+    mkdir -p "$HERE/target"
+    mvn_cmd 900 -f "$HERE/share/pom.xml" org.apache.maven.plugins:maven-dependency-plugin:3.8.1:build-classpath \
+      -Dkafka.version="$version" -Dmdep.outputFile="$cpfile.tmp" >&2 || return 1
+    mv "$cpfile.tmp" "$cpfile"
+  fi
+  cat "$cpfile"
+}
 
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/millrace-java-share.XXXXXX")"
 cleanup() {
@@ -39,12 +44,6 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-mkdir -p "$WORK/classes"
-if ! javac -d "$WORK/classes" -cp "$CP" "$HERE/share/ShareConsumerCheck.java" >"$WORK/javac.log" 2>&1; then
-  fail compile "javac ShareConsumerCheck.java" "$WORK/javac.log"
-  summary
-  exit 1
-fi
 
 # The shortest lock Kafka allows is group.share.min.record.lock.duration.ms (1000 at its lowest).
 if ! millrace_start "$WORK/broker" \
@@ -58,16 +57,28 @@ if ! millrace_start "$WORK/broker" \
 fi
 echo "share: broker pid $MILLRACE_PID at $MILLRACE_ADDR ($MILLRACE_BIN)"
 
-rc=0
-timeout --kill-after=10 600 java -cp "$WORK/classes:$CP" ShareConsumerCheck "$MILLRACE_ADDR" \
-  "$DELIVERY_LIMIT" "$LOCK_MS" >"$WORK/check.log" 2>&1 || rc=$?
-while IFS= read -r line; do
-  case "$line" in
-    "PASS "*) pass "${line#PASS }" ;;
-    "FAIL "*) fail "${line#FAIL }" "" "$WORK/check.log" ;;
-  esac
-done <"$WORK/check.log"
-if [[ $rc -ne 0 ]] && ! grep -q '^FAIL ' "$WORK/check.log"; then
-  fail share-check "ShareConsumerCheck exited $rc" "$WORK/check.log"
-fi
+for version in $VERSIONS; do
+  if ! CP="$(client_classpath "$version")"; then
+    fail "classpath-$version" "could not resolve kafka-clients $version"
+    continue
+  fi
+  classes="$WORK/classes-$version" log="$WORK/check-$version.log"
+  mkdir -p "$classes"
+  if ! javac -d "$classes" -cp "$CP" "$HERE/share/ShareConsumerCheck.java" >"$WORK/javac-$version.log" 2>&1; then
+    fail "compile-$version" "javac ShareConsumerCheck.java against kafka-clients $version" "$WORK/javac-$version.log"
+    continue
+  fi
+  rc=0
+  timeout --kill-after=10 600 java -cp "$classes:$CP" ShareConsumerCheck "$MILLRACE_ADDR" \
+    "$DELIVERY_LIMIT" "$LOCK_MS" >"$log" 2>&1 || rc=$?
+  while IFS= read -r line; do
+    case "$line" in
+      "PASS "*) pass "[$version] ${line#PASS }" ;;
+      "FAIL "*) fail "[$version] ${line#FAIL }" "" "$log" ;;
+    esac
+  done <"$log"
+  if [[ $rc -ne 0 ]] && ! grep -q '^FAIL ' "$log"; then
+    fail "share-check-$version" "ShareConsumerCheck ($version) exited $rc" "$log"
+  fi
+done
 summary

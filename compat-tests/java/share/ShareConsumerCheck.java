@@ -309,8 +309,11 @@ public final class ShareConsumerCheck {
                 other.commitSync();
             }
             check(taken.keySet().containsAll(held), "held " + held + ", the other member took " + taken.keySet());
+            // At least one lock ended before the other member got it. More than one may have: the
+            // stalled member's client can have a ShareFetch already waiting at the broker, which
+            // takes the records again the moment their first lock ends (Kafka does the same).
             for (String v : held) {
-                check(taken.get(v) == 2, "delivery count of " + v + ": " + taken.get(v));
+                check(taken.get(v) >= 2, "delivery count of " + v + ": " + taken.get(v));
                 check(takenAfter.get(v) >= lockMs - 500,
                         v + " taken after " + takenAfter.get(v) + " ms, before its " + lockMs + " ms lock ended");
             }
