@@ -312,7 +312,7 @@ async fn run(
     follow_offsets_leadership(&node, &groups);
     let ready = node.start_publishing(&store, &settings.data_dir, &token);
     let fetch_sessions = Arc::new(FetchSessionCache::new(config.fetch_session_slots()));
-    let share_coordinator = open_share_coordinator(&config, &node);
+    let share_coordinator = open_share_coordinator(&config, &node, &token);
     follow_share_group_state_leadership(&node, &share_coordinator);
     let persister = Arc::new(millrace_frontend::share_persister::Persister::new(
         cluster.clone(),
@@ -842,9 +842,12 @@ fn spawn_maintenance(
 }
 
 /// The share coordinator over `__share_group_state`, with Kafka's `share.coordinator.*`.
+/// Also prunes `__share_group_state` every `share.coordinator.state.topic.prune.interval.ms`
+/// until `stop`.
 fn open_share_coordinator(
     config: &BrokerConfig,
     node: &node::Node,
+    stop: &CancellationToken,
 ) -> Arc<millrace_frontend::share_coordinator::ShareCoordinator> {
     let long = |key: &str, fallback: i64| {
         config
@@ -860,11 +863,30 @@ fn open_share_coordinator(
     let commit_timeout = Duration::from_millis(
         u64::try_from(long("share.coordinator.write.timeout.ms", 5_000).max(1)).unwrap_or(5_000),
     );
-    millrace_frontend::share_coordinator::ShareCoordinator::new(
+    let coordinator = millrace_frontend::share_coordinator::ShareCoordinator::new(
         node.replicas.clone(),
         commit_timeout,
         updates_per_snapshot,
-    )
+    );
+    let prune_interval = Duration::from_millis(
+        u64::try_from(long("share.coordinator.state.topic.prune.interval.ms", 300_000).max(1))
+            .unwrap_or(300_000),
+    );
+    let pruner = Arc::clone(&coordinator);
+    let stop = stop.clone();
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => break,
+                _ = tokio::time::sleep(prune_interval) => {}
+            }
+            let deleted = pruner.prune().await;
+            if deleted > 0 {
+                info!(records = deleted, "__share_group_state pruned");
+            }
+        }
+    });
+    coordinator
 }
 
 /// Loads a `__share_group_state` partition when this broker becomes its leader, unloads it when

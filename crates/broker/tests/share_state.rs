@@ -9,6 +9,7 @@ use std::time::Instant;
 
 use base64::Engine;
 use common::*;
+use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
 use kafka_protocol::messages::share_acknowledge_request::{
     AcknowledgePartition, AcknowledgeTopic, AcknowledgementBatch as AckBatch,
 };
@@ -17,7 +18,7 @@ use kafka_protocol::messages::{
     delete_share_group_state_request, initialize_share_group_state_request,
     read_share_group_state_request, read_share_group_state_summary_request,
     write_share_group_state_request, DeleteShareGroupStateRequest, FindCoordinatorRequest, GroupId,
-    InitializeShareGroupStateRequest, ReadShareGroupStateRequest,
+    InitializeShareGroupStateRequest, ListOffsetsRequest, ReadShareGroupStateRequest,
     ReadShareGroupStateSummaryRequest, ShareAcknowledgeRequest, ShareAcknowledgeResponse,
     ShareFetchRequest, ShareFetchResponse, WriteShareGroupStateRequest,
 };
@@ -191,6 +192,97 @@ async fn acknowledgements_survive_kill9_and_in_flight_records_are_redelivered() 
         got = fetch_until_acquired(&mut c, "member-c", &mut epoch, id).await;
     }
     assert_eq!(got, vec![(10, 10, 1)], "only the new record is delivered");
+}
+
+/// ListOffsets of `__share_group_state` partition 0: (earliest, latest).
+async fn state_offsets(conn: &mut RawConn) -> (i64, i64) {
+    let mut out = [0i64; 2];
+    for (slot, timestamp) in [(0, -2), (1, -1)] {
+        let request = ListOffsetsRequest::default()
+            .with_replica_id((-1).into())
+            .with_topics(vec![ListOffsetsTopic::default()
+                .with_name(topic_name("__share_group_state"))
+                .with_partitions(vec![ListOffsetsPartition::default()
+                    .with_partition_index(0)
+                    .with_timestamp(timestamp)])]);
+        let response = conn.request(7, &request).await;
+        let p = &response.topics[0].partitions[0];
+        assert_eq!(p.error_code, 0, "{response:?}");
+        out[slot] = p.offset;
+    }
+    (out[0], out[1])
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn share_state_is_pruned_and_what_is_left_rebuilds_it() {
+    // A snapshot every 2 writes, one state partition, a prune round every 300 ms.
+    let mut broker = Broker::start_with(&[
+        "millrace.share.groups.enable=true",
+        "share.coordinator.snapshot.update.records.per.snapshot=2",
+        "share.coordinator.state.topic.num.partitions=1",
+        "share.coordinator.state.topic.prune.interval.ms=300",
+    ]);
+    let topic = unique_topic("pruned-share");
+    let id = ensure_topics(broker.addr(), &[topic.as_str()]).await.topics[0].topic_id;
+    let mut a = RawConn::connect(broker.addr()).await;
+    let r: ShareFetchResponse = a.request(1, &share_fetch("member-a", 0, id)).await;
+    assert_eq!(r.error_code, 0, "{r:?}");
+    produce_records(&broker, &topic, 30).await;
+    let mut epoch = 1;
+    assert_eq!(
+        fetch_until_acquired(&mut a, "member-a", &mut epoch, id).await,
+        vec![(0, 29, 1)]
+    );
+    // 20 acceptances one by one (20 state writes), a release of 20..=24; 25..=29 stay acquired.
+    for offset in 0..20 {
+        let r: ShareAcknowledgeResponse = a
+            .request(
+                1,
+                &share_ack("member-a", epoch, id, &[(offset, offset, ACCEPT)]),
+            )
+            .await;
+        assert_eq!(r.responses[0].partitions[0].error_code, 0, "{r:?}");
+        epoch += 1;
+    }
+    let r: ShareAcknowledgeResponse = a
+        .request(1, &share_ack("member-a", epoch, id, &[(20, 24, RELEASE)]))
+        .await;
+    assert_eq!(r.responses[0].partitions[0].error_code, 0, "{r:?}");
+
+    // The state partition's log start moves up: its first records are no longer needed.
+    let mut admin = RawConn::connect(broker.addr()).await;
+    let deadline = Instant::now() + IO_TIMEOUT;
+    let (start, end) = loop {
+        let (start, end) = state_offsets(&mut admin).await;
+        if start > 0 {
+            break (start, end);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "__share_group_state never pruned: {start}..{end}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    assert!(end >= 21, "one record per write: {start}..{end}");
+
+    // What pruning left rebuilds the same state after a crash.
+    broker.kill9();
+    drop(a);
+    drop(admin);
+    broker.restart();
+    let mut b = RawConn::connect(broker.addr()).await;
+    let r: ShareFetchResponse = b.request(1, &share_fetch("member-b", 0, id)).await;
+    assert_eq!(r.error_code, 0, "{r:?}");
+    let mut epoch = 1;
+    let mut got = acquired(&r);
+    if got.is_empty() {
+        got = fetch_until_acquired(&mut b, "member-b", &mut epoch, id).await;
+    }
+    assert_eq!(
+        got,
+        vec![(20, 24, 2), (25, 29, 1)],
+        "after pruning and a restart"
+    );
 }
 
 fn coordinator_key(topic_id: Uuid, partition: i32) -> String {

@@ -412,6 +412,7 @@ pub static BROKER_CONFIGS: &[ConfigDef] = &[
         int_range(0, 500),
     ),
     def("share.coordinator.write.timeout.ms", "5000", INT_POS),
+    def("share.coordinator.state.topic.prune.interval.ms", "300000", INT_POS),
     def("group.share.assignors", "simple", ConfigType::Str),
     def("group.share.assignment.interval.ms", "1000", INT_NONNEG),
     def("group.share.min.assignment.interval.ms", "0", INT_NONNEG),

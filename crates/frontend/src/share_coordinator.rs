@@ -17,7 +17,12 @@
 //!   only once committed and only if the shard is still that load — so the in-memory state is
 //!   always a replay of committed records;
 //! - the write-lock of a shard is an async mutex held across the append: writes of one
-//!   partition are serialized, as Kafka's coordinator runtime serializes a shard's events.
+//!   partition are serialized, as Kafka's coordinator runtime serializes a shard's events;
+//! - pruning ([`ShareCoordinator::prune`], every `share.coordinator.state.topic.prune.interval.ms`)
+//!   only moves a partition's log start up to the oldest of its keys' latest snapshots, below the
+//!   high watermark: a replay from the new start rebuilds the same shard. A key whose latest
+//!   snapshot is older than the previous round first gets a fresh one (Kafka's cold-partition
+//!   snapshots), so a rarely written key does not hold the partition back.
 //!
 //! Locking: `shards` (sync) → a shard's `led` (sync) are held only to look up; a shard's
 //! `inner` (async) is held across the append. Never the other way round.
@@ -104,6 +109,9 @@ struct Led {
 struct Loaded {
     load_id: u64,
     shard: ShareCoordinatorShard,
+    /// The high watermark when the previous prune round began: keys whose latest snapshot is
+    /// below it get a fresh one in the next round.
+    prune_mark: i64,
 }
 
 #[derive(Debug)]
@@ -163,6 +171,7 @@ impl ShareCoordinator {
                     inner: tokio::sync::Mutex::new(Loaded {
                         load_id: 0,
                         shard: ShareCoordinatorShard::new(self.updates_per_snapshot),
+                        prune_mark: 0,
                     }),
                 })
             }))
@@ -207,6 +216,7 @@ impl ShareCoordinator {
             *inner = Loaded {
                 load_id,
                 shard: loaded,
+                prune_mark: 0,
             };
             info!(
                 partition,
@@ -320,22 +330,80 @@ impl ShareCoordinator {
         let Some(record) = record else {
             return Ok(result);
         };
-        self.append(partition, led.leader_epoch, &record).await?;
+        let offset = self.append(partition, led.leader_epoch, &record).await?;
         if shard.led.lock().is_none_or(|l| l.load_id != led.load_id) {
             // Committed, but this broker no longer leads: the next leader replays it.
             return Err(not_coordinator());
         }
-        inner.shard.replay(&record);
+        inner.shard.replay_at(&record, offset);
         Ok(result)
     }
 
-    /// Appends `record` to `partition` acks=all in `leader_epoch`; resolves once committed.
+    /// One prune round over the `__share_group_state` partitions led and loaded here: fresh
+    /// snapshots for the keys whose latest one is older than the previous round, then the log
+    /// start moved up to the oldest snapshot still needed. Returns the records deleted.
+    pub async fn prune(&self) -> u64 {
+        let led: Vec<(i32, Arc<Shard>)> = self
+            .shards
+            .lock()
+            .iter()
+            .map(|(p, s)| (*p, Arc::clone(s)))
+            .collect();
+        let mut deleted = 0u64;
+        for (partition, shard) in led {
+            if !shard.led.lock().is_some_and(|l| l.loaded) {
+                continue;
+            }
+            let tp = TopicPartition::new(SHARE_GROUP_STATE_TOPIC, partition);
+            let Some(hosted) = self.replicas.partition(&tp) else {
+                continue;
+            };
+            let log = Arc::clone(&hosted.log);
+            let (mark, cold) = {
+                let mut inner = shard.inner.lock().await;
+                let cold = inner.shard.snapshotted_below(inner.prune_mark);
+                let mark = std::mem::replace(&mut inner.prune_mark, log.high_watermark());
+                (mark, cold)
+            };
+            let now = now_ms();
+            for key in &cold {
+                // A key written since the round began has its own snapshot or updates: the
+                // shard decides again under the lock. A failure ends this partition's round.
+                let snapshotted = self
+                    .run(partition, |s| {
+                        let due = s.snapshotted_below(mark).contains(key);
+                        Ok(((), if due { s.snapshot(key, now) } else { None }))
+                    })
+                    .await;
+                if let Err(e) = snapshotted {
+                    warn!(partition, error = %e, "{SHARE_GROUP_STATE_TOPIC}: cold snapshot failed");
+                    break;
+                }
+            }
+            let below = {
+                let inner = shard.inner.lock().await;
+                inner.shard.redundant_below(log.high_watermark())
+            };
+            let start = log.log_start_offset();
+            if below <= start {
+                continue;
+            }
+            match log.delete_records_before(below) {
+                Ok(now_start) => deleted += u64::try_from(now_start - start).unwrap_or(0),
+                Err(e) => warn!(partition, error = %e, "{SHARE_GROUP_STATE_TOPIC}: pruning failed"),
+            }
+        }
+        deleted
+    }
+
+    /// Appends `record` to `partition` acks=all in `leader_epoch`; resolves with its offset once
+    /// committed.
     async fn append(
         &self,
         partition: i32,
         leader_epoch: i32,
         record: &ShareStateRecord,
-    ) -> Result<(), StateError> {
+    ) -> Result<i64, StateError> {
         let (key, value) =
             encode_record(record).map_err(|e| StateError::new(INVALID_REQUEST, e.to_string()))?;
         let now = now_ms();
@@ -360,7 +428,7 @@ impl ShareCoordinator {
             }],
         );
         let tp = TopicPartition::new(SHARE_GROUP_STATE_TOPIC, partition);
-        let (_, wait) = self
+        let (info, wait) = self
             .replicas
             .append_in_epoch(&tp, batch, -1, Some(leader_epoch))
             .map_err(|e| match e {
@@ -376,7 +444,7 @@ impl ShareCoordinator {
                 other => StateError::new(UNKNOWN_SERVER_ERROR, other.to_string()),
             })?;
         let Some(wait) = wait else {
-            return Ok(());
+            return Ok(info.base_offset);
         };
         wait.wait(self.commit_timeout).await.map_err(|e| match e {
             AckError::NotLeader => StateError::new(NOT_COORDINATOR, "leadership moved"),
@@ -385,7 +453,8 @@ impl ShareCoordinator {
                 "the share state write did not commit in time",
             ),
             AckError::Storage => StateError::new(UNKNOWN_SERVER_ERROR, "the log went offline"),
-        })
+        })?;
+        Ok(info.base_offset)
     }
 }
 
@@ -427,7 +496,7 @@ fn replay(log: &PartitionLog, updates_per_snapshot: u32) -> Result<ShareCoordina
                     continue;
                 };
                 match decode_record(key, r.value.as_deref()) {
-                    Ok(record) => shard.replay(&record),
+                    Ok(record) => shard.replay_at(&record, r.offset),
                     Err(e) => {
                         warn!(offset = r.offset, error = %e, "skipping an unreadable {SHARE_GROUP_STATE_TOPIC} record")
                     }

@@ -23,6 +23,12 @@
 //!   (FENCED_STATE_EPOCH); Delete tombstones a key (a missing key is a no-op); ReadSummary of a
 //!   missing key answers start offset -1 without an error.
 //!
+//! Pruning (Kafka's `lastRedundantOffset` and cold-partition snapshots): a key needs only its
+//! latest snapshot and the updates after it, so the records below the oldest of the keys' latest
+//! snapshots can go ([`ShareCoordinatorShard::redundant_below`]); a key written rarely is given a
+//! fresh snapshot of its current state ([`ShareCoordinatorShard::snapshot`]) so that it does not
+//! hold the whole partition back.
+//!
 //! Pure: no I/O, no clock (timestamps come in as `now_ms`).
 
 use std::collections::HashMap;
@@ -81,6 +87,9 @@ struct Entry {
     snapshot_epoch: i32,
     updates_since_snapshot: u32,
     create_timestamp_ms: i64,
+    /// Where the key's latest snapshot sits in the partition; -1 when unknown (it then holds
+    /// every record back from pruning).
+    snapshot_offset: i64,
 }
 
 /// The share coordinator's state of one `__share_group_state` partition. See the module comment.
@@ -99,10 +108,16 @@ impl ShareCoordinatorShard {
         }
     }
 
-    /// Folds one committed record in, in log order (load and after each append). An update of
-    /// a key with no snapshot is ignored: Kafka always writes the snapshot first, so it can only
-    /// follow a tombstone that a compaction kept without the snapshot before it.
+    /// Folds one committed record in, in log order (load and after each append), its offset
+    /// unknown (see [`Self::replay_at`]).
     pub fn replay(&mut self, record: &ShareStateRecord) {
+        self.replay_at(record, -1);
+    }
+
+    /// Folds one committed record at `offset` of the partition in, in log order. An update of
+    /// a key with no snapshot is ignored: Kafka always writes the snapshot first, so it can only
+    /// follow a tombstone that a compaction kept, or pruning left, without the snapshot before it.
+    pub fn replay_at(&mut self, record: &ShareStateRecord, offset: i64) {
         match record {
             ShareStateRecord::Snapshot(key, value) => {
                 let create = self
@@ -116,6 +131,7 @@ impl ShareCoordinatorShard {
                         snapshot_epoch: value.snapshot_epoch,
                         updates_since_snapshot: 0,
                         create_timestamp_ms: create,
+                        snapshot_offset: offset,
                     },
                 );
             }
@@ -148,6 +164,43 @@ impl ShareCoordinatorShard {
 
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
+    }
+
+    /// The offset below which no record is needed to rebuild this shard: the oldest of the keys'
+    /// latest snapshots, at most `end` (the committed end, which it is when no key is held). A
+    /// key whose snapshot offset is unknown holds everything (0).
+    pub fn redundant_below(&self, end: i64) -> i64 {
+        self.entries
+            .values()
+            .map(|e| e.snapshot_offset.max(0))
+            .min()
+            .unwrap_or(end)
+            .min(end)
+    }
+
+    /// The keys whose latest snapshot sits below `offset` (or whose snapshot offset is unknown):
+    /// those a fresh snapshot would let pruning pass.
+    pub fn snapshotted_below(&self, offset: i64) -> Vec<ShareStateKey> {
+        self.entries
+            .iter()
+            .filter(|(_, e)| e.snapshot_offset < offset)
+            .map(|(k, _)| k.clone())
+            .collect()
+    }
+
+    /// A snapshot of `key`'s current state (SnapshotEpoch + 1) to append, so that the records
+    /// before it are no longer needed; `None` when the key is not held.
+    pub fn snapshot(&self, key: &ShareStateKey, now_ms: i64) -> Option<ShareStateRecord> {
+        let entry = self.entries.get(key)?;
+        Some(ShareStateRecord::Snapshot(
+            key.clone(),
+            ShareSnapshotValue::from_state(
+                &entry.state,
+                entry.snapshot_epoch.saturating_add(1),
+                entry.create_timestamp_ms,
+                now_ms,
+            ),
+        ))
     }
 
     /// InitializeShareGroupState: the snapshot to append for `key` starting at `start_offset`

@@ -54,15 +54,24 @@ impl Coordinator {
         let decoded = decode_record(&k, v.as_deref()).expect("decodes");
         assert_eq!(decoded, record);
         self.log.push((k.to_vec(), v.map(|v| v.to_vec())));
-        self.shard.replay(&decoded);
+        self.shard.replay_at(&decoded, self.log.len() as i64 - 1);
         decoded
     }
 
     /// A fresh shard loaded from the log.
     fn reload(&self) -> ShareCoordinatorShard {
+        self.reload_from(0)
+    }
+
+    /// A fresh shard loaded from the log's records at and after `start` (what is left once the
+    /// records below it are pruned).
+    fn reload_from(&self, start: i64) -> ShareCoordinatorShard {
         let mut shard = ShareCoordinatorShard::new(self.shard.updates_per_snapshot);
-        for (k, v) in &self.log {
-            shard.replay(&decode_record(k, v.as_deref()).expect("decodes"));
+        for (offset, (k, v)) in self.log.iter().enumerate().skip(start as usize) {
+            shard.replay_at(
+                &decode_record(k, v.as_deref()).expect("decodes"),
+                offset as i64,
+            );
         }
         shard
     }
@@ -257,4 +266,54 @@ fn out_of_order_writes_converge() {
         one.shard.state(&k).map(|s| s.batches.clone()),
         Some(vec![b(0, 4, 2, 1)])
     );
+}
+
+#[test]
+fn pruning_keeps_what_a_reload_needs() {
+    // Key 1 is written often (a snapshot every 2 updates); key 2 once, at the start: it holds
+    // every record back until it gets a fresh snapshot of its own.
+    let (busy, cold) = (key(1), key(2));
+    let mut c = Coordinator::new(2);
+    c.commit(c.shard.initialize(&cold, 0, 0, NOW).expect("initialize"));
+    c.commit(
+        c.shard
+            .write(&cold, &w(0, 1, 3, vec![b(3, 4, 2, 1)]), NOW)
+            .expect("write"),
+    );
+    c.commit(c.shard.initialize(&busy, 0, 0, NOW).expect("initialize"));
+    for n in 0..9 {
+        let write = w(0, 1, -1, vec![b(n, n, 2, 1)]);
+        c.commit(c.shard.write(&busy, &write, NOW).expect("write"));
+    }
+    let end = c.log.len() as i64;
+    assert_eq!(
+        c.shard.redundant_below(end),
+        0,
+        "the cold key's snapshot is at 0"
+    );
+    assert_eq!(c.shard.snapshotted_below(3), vec![cold.clone()]);
+    // A fresh snapshot of the cold key lets pruning pass everything before the busy key's
+    // latest snapshot.
+    let fresh = c.shard.snapshot(&cold, NOW).expect("held");
+    c.commit(fresh);
+    let end = c.log.len() as i64;
+    let below = c.shard.redundant_below(end);
+    assert!(below > 2, "pruning moves past the first records: {below}");
+    let pruned = c.reload_from(below);
+    for k in [&busy, &cold] {
+        assert_eq!(
+            pruned.state(k),
+            c.shard.state(k),
+            "{k:?} rebuilt from the records kept"
+        );
+    }
+    assert_eq!(c.shard.snapshot(&key(9), NOW), None, "no key, no snapshot");
+    // A tombstoned key holds nothing back; with no key left, everything is redundant.
+    for k in [&busy, &cold] {
+        let tombstone = c.shard.delete(k).expect("delete").expect("a tombstone");
+        c.commit(tombstone);
+    }
+    let end = c.log.len() as i64;
+    assert_eq!(c.shard.redundant_below(end), end);
+    assert!(c.reload_from(end).is_empty());
 }
