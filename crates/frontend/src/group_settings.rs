@@ -7,10 +7,29 @@
 //! controller applies to the next heartbeat, the next acquisition, the next lock expiry and the
 //! next share partition initialized, with no restart and no notification.
 
-use millrace_cluster::GroupSettings;
+use std::sync::Arc;
+
+use millrace_cluster::{Cluster, GroupSettings};
 use millrace_groups::GroupTimeouts;
 
+use crate::share_partitions::ShareGroupConfigProvider;
 use crate::BrokerContext;
+
+/// The share partitions' view of every group's settings: this broker's image and config.
+pub struct ImageGroupConfigs(pub Arc<Cluster>);
+
+impl std::fmt::Debug for ImageGroupConfigs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ImageGroupConfigs")
+    }
+}
+
+impl ShareGroupConfigProvider for ImageGroupConfigs {
+    fn settings(&self, group_id: &str) -> GroupSettings {
+        let image = self.0.image();
+        self.0.config.group_settings(image.group_configs(group_id))
+    }
+}
 
 /// The settings of `group_id` now.
 pub fn of(ctx: &BrokerContext, group_id: &str) -> GroupSettings {
