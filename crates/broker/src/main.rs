@@ -320,7 +320,7 @@ async fn run(
         node.controller.clone(),
         share_coordinator,
     ));
-    let shares = Arc::new(share_state(&config, persister));
+    let shares = Arc::new(share_state(&config, &cluster, persister));
     let tiered = tiered::start(&config, &node.replicas, &node.controller, &token)?;
     let remote_reader = tiered.as_ref().map(|t| Arc::clone(&t.reader));
     observer.attach(observe::BrokerView {
@@ -914,24 +914,22 @@ fn follow_share_group_state_leadership(
         }));
 }
 
-/// Share groups' partitions and sessions, with the broker's `group.share.*` defaults, persisted
-/// through `persister`.
+/// Share groups' partitions and sessions, each group obeying its GROUP resource configs over
+/// the broker's `group.share.*` (read from `cluster`'s image at each use), persisted through
+/// `persister`.
 fn share_state(
     config: &BrokerConfig,
+    cluster: &Arc<Cluster>,
     persister: Arc<millrace_frontend::share_persister::Persister>,
 ) -> millrace_frontend::share_partitions::ShareState {
     let share = config.share();
+    let groups = millrace_frontend::group_settings::ImageGroupConfigs(Arc::clone(cluster));
     millrace_frontend::share_partitions::ShareState::new(
         millrace_frontend::share_partitions::ShareSettings {
             enabled: share.enabled,
             max_sessions: share.max_share_sessions,
-            partition: millrace_share::SharePartitionConfig {
-                delivery_count_limit: share.delivery_count_limit,
-                max_record_locks: share.partition_max_record_locks,
-                record_lock_duration_ms: share.record_lock_duration_ms,
-                renew_enabled: true,
-            },
-            auto_offset_reset: millrace_frontend::share_partitions::AutoOffsetReset::Latest,
+            groups: Some(Arc::new(groups)),
+            ..Default::default()
         },
         Some(persister),
     )

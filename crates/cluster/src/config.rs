@@ -55,6 +55,8 @@ pub enum ConfigSource {
     DynamicTopicConfig = 1,
     StaticBrokerConfig = 4,
     DefaultConfig = 5,
+    /// A group's own config (GROUP resources, Kafka's `DYNAMIC_GROUP_CONFIG`).
+    DynamicGroupConfig = 8,
 }
 
 /// The kind of value a key holds, and its bounds.
@@ -77,6 +79,8 @@ pub enum ConfigType {
     OneOf(&'static [&'static str]),
     CleanupPolicy,
     Str,
+    /// A comma-separated list of any words (Kafka's LIST without a validator).
+    List,
     /// A Kafka listener list (`NAME://host:port,...`); which protocols are served is checked
     /// with the whole config ([`BrokerConfig::listeners`]).
     Listeners,
@@ -773,7 +777,7 @@ impl ConfigType {
             ConfigType::Int { .. } => 3,
             ConfigType::Long { .. } => 5,
             ConfigType::Double { .. } => 6,
-            ConfigType::CleanupPolicy => 7,
+            ConfigType::CleanupPolicy | ConfigType::List => 7,
         }
     }
 }
@@ -847,7 +851,7 @@ pub fn validate_value(key: &str, value: &str, ty: ConfigType) -> Result<(), Conf
             parse_cleanup_policy(v)
                 .ok_or_else(|| invalid(key, value, "must be a list of delete, compact"))?;
         }
-        ConfigType::Str | ConfigType::Password => {}
+        ConfigType::Str | ConfigType::Password | ConfigType::List => {}
         ConfigType::Listeners => {
             crate::listeners::parse_listener_list(key, v)?;
         }

@@ -16,6 +16,9 @@ pub enum ConfigError {
         value: String,
         reason: String,
     },
+    /// Refused in Kafka's own words (group configs answer Kafka's exact messages).
+    #[error("{0}")]
+    Refused(String),
 }
 
 /// `value` of `key` is refused, for `reason`.

@@ -36,6 +36,7 @@ use uuid::Uuid;
 
 use crate::acl::AclSet;
 use crate::config::TopicConfigs;
+use crate::config_group::GroupConfigs;
 use crate::listeners::ListenerAddress;
 use crate::quota::ClientQuotas;
 // The partition registration is the payload of the Partition record and what a PartitionChange
@@ -139,6 +140,10 @@ pub struct MetadataImage {
     /// Deleted topics whose remote objects are not yet purged: topic id → topic name.
     #[serde(default)]
     pub remote_purges: BTreeMap<Uuid, String>,
+    /// GROUP resources' dynamic configs: group id → its configs (never empty). Shared: most
+    /// batches do not touch them.
+    #[serde(default)]
+    pub group_configs: Arc<BTreeMap<String, GroupConfigs>>,
     /// The metadata transaction begun and not yet ended or aborted, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub transaction: Option<OpenTransaction>,
@@ -175,6 +180,11 @@ impl MetadataImage {
     /// A tiered partition's remote log; `None` before its first committed upload.
     pub fn remote_log(&self, topic_id: Uuid, partition: i32) -> Option<&Arc<RemoteLog>> {
         self.remote_logs.get(&topic_id)?.get(&partition)
+    }
+
+    /// A group's dynamic configs, if it has any.
+    pub fn group_configs(&self, group_id: &str) -> Option<&GroupConfigs> {
+        self.group_configs.get(group_id)
     }
 
     pub fn broker(&self, node_id: i32) -> Option<&BrokerRegistration> {
@@ -443,6 +453,14 @@ impl MetadataImage {
             }
             MetadataRecord::ProducerIds { next_producer_id } => {
                 self.next_producer_id = self.next_producer_id.max(*next_producer_id);
+            }
+            MetadataRecord::GroupConfigs { group_id, configs } => {
+                let groups = Arc::make_mut(&mut self.group_configs);
+                if configs.is_empty() {
+                    groups.remove(group_id);
+                } else {
+                    groups.insert(group_id.clone(), configs.clone());
+                }
             }
             MetadataRecord::RemoteSegmentCommitted { .. }
             | MetadataRecord::RemoteSegmentsDeleted { .. }

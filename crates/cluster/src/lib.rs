@@ -15,6 +15,7 @@
 pub mod acl;
 pub mod config;
 mod config_error;
+pub mod config_group;
 pub mod config_rest;
 pub mod config_share;
 pub mod config_tiered;
@@ -33,6 +34,7 @@ pub use config::{
     BrokerConfig, ConfigChange, ConfigEntry, ConfigError, ConfigOp, ConfigSource, ConfigSynonym,
     TopicConfigs,
 };
+pub use config_group::{GroupConfigs, GroupSettings, ShareAutoOffsetReset, ShareIsolationLevel};
 pub use metadata::{ClusterMetadata, MetadataError, TopicMetadata};
 pub use topic_name::validate_topic_name;
 

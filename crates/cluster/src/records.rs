@@ -174,6 +174,12 @@ pub enum MetadataRecord {
     },
     /// \[ProducerIdsRecord\] The next producer id not yet handed out in a block.
     ProducerIds { next_producer_id: i64 },
+    /// \[ConfigRecord\]s of one GROUP resource, replaced as a whole; empty removes them. A
+    /// group's configs need not name an existing group (Kafka allows configs first).
+    GroupConfigs {
+        group_id: String,
+        configs: crate::config_group::GroupConfigs,
+    },
     /// \[RemoteLogSegmentMetadataRecord, COPY_SEGMENT_FINISHED\] A tiered partition's leader
     /// uploaded a segment and the controller accepted it (decision 0073): from this entry on the
     /// segment is part of the remote log, readable and counted by retention.
@@ -227,6 +233,7 @@ impl MetadataRecord {
             Self::RemoveTopic { .. } => "RemoveTopic",
             Self::TopicConfigs { .. } => "TopicConfigs",
             Self::ProducerIds { .. } => "ProducerIds",
+            Self::GroupConfigs { .. } => "GroupConfigs",
             Self::RemoteSegmentCommitted { .. } => "RemoteSegmentCommitted",
             Self::RemoteSegmentsDeleted { .. } => "RemoteSegmentsDeleted",
             Self::RemoteTopicPurged { .. } => "RemoteTopicPurged",

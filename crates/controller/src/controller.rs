@@ -34,6 +34,7 @@ use std::sync::Arc;
 
 use millrace_cluster::acl::{AclFilter, StandardAcl};
 use millrace_cluster::config::{BrokerConfig, TopicConfigs};
+use millrace_cluster::config_group::GroupConfigs;
 use millrace_cluster::image::{MetadataImage, PartitionRegistration, TopicImage, NO_LEADER};
 use millrace_cluster::listeners::ListenerAddress;
 use millrace_cluster::records::{MetadataRecord, PartitionChangeBuilder};
@@ -45,9 +46,9 @@ use tracing::info;
 use uuid::Uuid;
 
 use crate::limits::{
-    ISR_CHANGES_PER_REQUEST_MAX, LEADER_REBALANCE_ELECTIONS_MAX,
-    OFFLINE_REPLICAS_PER_HEARTBEAT_MAX, PARTITIONS_PER_TOPIC_MAX, PRODUCER_ID_BLOCK_SIZE,
-    RECORDS_PER_USER_OP_MAX,
+    GROUPS_WITH_CONFIGS_MAX, GROUP_CONFIG_BYTES_MAX, ISR_CHANGES_PER_REQUEST_MAX,
+    LEADER_REBALANCE_ELECTIONS_MAX, OFFLINE_REPLICAS_PER_HEARTBEAT_MAX, PARTITIONS_PER_TOPIC_MAX,
+    PRODUCER_ID_BLOCK_SIZE, RECORDS_PER_USER_OP_MAX,
 };
 use crate::messages::{
     ControllerError, ControllerRequest, ControllerResponse, CreatedTopic, ElectionType, IsrChange,
@@ -349,6 +350,41 @@ impl Controller {
                     .with_changes(&parsed, |key| broker.topic_default(key))
                 {
                     Ok(configs) => self.set_topic_configs(image, &name, configs, validate_only),
+                    Err(e) => Decision::answer(ControllerResponse::Configs {
+                        result: Err(ControllerError::InvalidConfig(e.to_string())),
+                    }),
+                }
+            }
+            ControllerRequest::SetGroupConfigs {
+                group_id,
+                configs,
+                validate_only,
+            } => match GroupConfigs::new(configs) {
+                Ok(configs) => self.set_group_configs(image, group_id, configs, validate_only),
+                Err(e) => Decision::answer(ControllerResponse::Configs {
+                    result: Err(ControllerError::InvalidConfig(e.to_string())),
+                }),
+            },
+            ControllerRequest::AlterGroupConfigs {
+                group_id,
+                changes,
+                validate_only,
+            } => {
+                let mut parsed = Vec::with_capacity(changes.len());
+                for c in &changes {
+                    let Some(change) = c.to_change() else {
+                        return Decision::answer(ControllerResponse::Configs {
+                            result: Err(ControllerError::InvalidRequest(format!(
+                                "unknown config operation {}",
+                                c.op
+                            ))),
+                        });
+                    };
+                    parsed.push(change);
+                }
+                let current = image.group_configs(&group_id).cloned().unwrap_or_default();
+                match current.with_changes(&parsed) {
+                    Ok(configs) => self.set_group_configs(image, group_id, configs, validate_only),
                     Err(e) => Decision::answer(ControllerResponse::Configs {
                         result: Err(ControllerError::InvalidConfig(e.to_string())),
                     }),
@@ -1026,6 +1062,57 @@ impl Controller {
         }
         Decision {
             records,
+            response: ControllerResponse::Configs { result: Ok(()) },
+        }
+    }
+
+    /// A GROUP resource's whole new config set (Kafka's `GroupConfig.validate` against this
+    /// broker's bounds), committed as one record; an empty set removes the group's configs.
+    fn set_group_configs(
+        &mut self,
+        image: &MetadataImage,
+        group_id: String,
+        configs: GroupConfigs,
+        validate_only: bool,
+    ) -> Decision {
+        let answer = |result| Decision::answer(ControllerResponse::Configs { result });
+        if group_id.is_empty() {
+            return answer(Err(ControllerError::InvalidRequest(
+                "Default group resources are not allowed.".into(),
+            )));
+        }
+        if let Err(e) = self.config.broker.check_group_configs(&configs) {
+            return answer(Err(ControllerError::InvalidConfig(e.to_string())));
+        }
+        let bytes = group_id.len()
+            + configs
+                .iter()
+                .map(|(k, v)| k.len() + v.len())
+                .sum::<usize>();
+        if bytes > GROUP_CONFIG_BYTES_MAX {
+            return answer(Err(ControllerError::InvalidConfig(format!(
+                "The configs of group {group_id} take {bytes} bytes; at most \
+                 {GROUP_CONFIG_BYTES_MAX} are allowed."
+            ))));
+        }
+        let current = image.group_configs(&group_id);
+        if current.is_none()
+            && !configs.is_empty()
+            && image.group_configs.len() >= GROUPS_WITH_CONFIGS_MAX
+        {
+            return answer(Err(ControllerError::InvalidRequest(format!(
+                "At most {GROUPS_WITH_CONFIGS_MAX} groups may have configs."
+            ))));
+        }
+        let unchanged = match current {
+            Some(c) => *c == configs,
+            None => configs.is_empty(),
+        };
+        if validate_only || unchanged {
+            return answer(Ok(()));
+        }
+        Decision {
+            records: vec![MetadataRecord::GroupConfigs { group_id, configs }],
             response: ControllerResponse::Configs { result: Ok(()) },
         }
     }

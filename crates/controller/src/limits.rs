@@ -76,3 +76,19 @@ const _: () = assert!(ISR_CHANGES_PER_REQUEST_MAX <= RECORDS_PER_USER_OP_MAX);
 /// log dirs). Bounds the controller's soft state per broker; a heartbeat naming more is refused
 /// (INVALID_REQUEST). Enforced by `Controller::heartbeat`.
 pub const OFFLINE_REPLICAS_PER_HEARTBEAT_MAX: usize = 1_000_000;
+
+/// Groups: most GROUP resources with dynamic configs at once. Every config lives in the metadata
+/// image and its snapshots on every node; Kafka sets no bound, Millrace refuses a new group's
+/// configs past this one (INVALID_REQUEST). Enforced by `Controller::set_group_configs`.
+pub const GROUPS_WITH_CONFIGS_MAX: usize = 10_000;
+
+/// Bytes: most one group's configs may hold (names, values and the group id), so that one
+/// group's record fits a metadata entry and all of them fit a snapshot. Enforced by
+/// `Controller::set_group_configs` (INVALID_CONFIG).
+pub const GROUP_CONFIG_BYTES_MAX: usize = 8 * 1024;
+
+const _: () = assert!(GROUP_CONFIG_BYTES_MAX * 2 <= DECISION_ENTRY_BYTES_TARGET);
+const _: () = assert!(
+    GROUPS_WITH_CONFIGS_MAX * GROUP_CONFIG_BYTES_MAX * 2
+        <= millrace_quorum::limits::SNAPSHOT_BYTES_MAX
+);

@@ -93,6 +93,18 @@ pub enum ControllerRequest {
         changes: Vec<ConfigChangeSpec>,
         validate_only: bool,
     },
+    /// \[AlterConfigs\] (full replace) for one GROUP resource.
+    SetGroupConfigs {
+        group_id: String,
+        configs: BTreeMap<String, String>,
+        validate_only: bool,
+    },
+    /// \[IncrementalAlterConfigs\] for one GROUP resource (the group need not exist).
+    AlterGroupConfigs {
+        group_id: String,
+        changes: Vec<ConfigChangeSpec>,
+        validate_only: bool,
+    },
     /// \[AllocateProducerIds\]
     AllocateProducerIds { node_id: i32, broker_epoch: i64 },
     /// \[AlterPartition\] A leader proposes a new ISR (KIP-497, KIP-903 broker epochs).

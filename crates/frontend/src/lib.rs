@@ -25,6 +25,7 @@ pub mod dispatch;
 pub mod envelope;
 pub mod error_codes;
 pub mod fetch_session;
+pub mod group_settings;
 pub mod handler;
 pub mod inproc;
 pub mod internal_topics;

@@ -5,9 +5,14 @@
 //! A share partition is loaded on the first ShareFetch that reaches its leader
 //! ([`ShareState::load`]): its state is read from the share coordinator through the
 //! [`Persister`] (recording this leader epoch); a key never initialized is initialized at the
-//! start that `share.auto.offset.reset` gives (Kafka's default, `latest`: the high watermark)
-//! and read again, so the start is durable before anything is delivered. It is kept for the
-//! leader epoch it was loaded in; a partition whose leader epoch moved is loaded again.
+//! start that the group's `share.auto.offset.reset` gives (Kafka's default, `latest`: the high
+//! watermark) and read again, so the start is durable before anything is delivered. It is kept
+//! for the leader epoch it was loaded in; a partition whose leader epoch moved is loaded again.
+//!
+//! Group configs: every use of a share partition first puts the group's current configs in force
+//! ([`ShareSettings::group`], through a [`ShareGroupConfigProvider`]): the record lock duration,
+//! delivery-count limit and in-flight window a GROUP resource sets apply from the next
+//! acquisition, release or lock expiry, as Kafka reads its group config provider at each use.
 //!
 //! Persistence (Kafka's rules): acknowledgements are answered only once their write is
 //! committed ([`ShareState::persist`]); a failed write fails the partition's acknowledgement and
@@ -25,6 +30,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use millrace_cluster::{GroupSettings, ShareAutoOffsetReset, ShareIsolationLevel};
 use millrace_share::{
     PersistedState, SharePartition, SharePartitionConfig, StateChange, StateWrite,
 };
@@ -48,13 +54,20 @@ const LOAD_ATTEMPTS_MAX: u32 = 200;
 const LOAD_BACKOFF_MIN: std::time::Duration = std::time::Duration::from_millis(20);
 const LOAD_BACKOFF_MAX: std::time::Duration = std::time::Duration::from_millis(500);
 
-/// Where a new share partition starts (`share.auto.offset.reset`).
+/// A share group's configs as they are now (Kafka's `ShareGroupConfigProvider`): its GROUP
+/// resource configs over the broker's `group.share.*`, asked at every use.
+pub trait ShareGroupConfigProvider: Send + Sync + std::fmt::Debug {
+    fn settings(&self, group_id: &str) -> GroupSettings;
+}
+
+/// What the share partitions of one group obey now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AutoOffsetReset {
-    /// The high watermark when the share partition is made (Kafka's default).
-    Latest,
-    /// The log start offset.
-    Earliest,
+pub struct ShareGroupSettings {
+    pub partition: SharePartitionConfig,
+    /// Where a new share partition starts (`share.auto.offset.reset`).
+    pub auto_offset_reset: ShareAutoOffsetReset,
+    /// `share.isolation.level`.
+    pub isolation_level: ShareIsolationLevel,
 }
 
 /// The broker's share-group settings.
@@ -65,9 +78,11 @@ pub struct ShareSettings {
     pub enabled: bool,
     /// `group.share.max.share.sessions`.
     pub max_sessions: usize,
-    /// The broker's `group.share.*` defaults for every share partition.
-    pub partition: SharePartitionConfig,
-    pub auto_offset_reset: AutoOffsetReset,
+    /// Every group's settings, where they are known (the broker: its metadata image); `None`:
+    /// every group has [`ShareSettings::defaults`] (in-process tests).
+    pub groups: Option<Arc<dyn ShareGroupConfigProvider>>,
+    /// What a group obeys without a provider.
+    pub defaults: ShareGroupSettings,
 }
 
 impl Default for ShareSettings {
@@ -75,8 +90,32 @@ impl Default for ShareSettings {
         Self {
             enabled: false,
             max_sessions: 2000,
-            partition: SharePartitionConfig::default(),
-            auto_offset_reset: AutoOffsetReset::Latest,
+            groups: None,
+            defaults: ShareGroupSettings {
+                partition: SharePartitionConfig::default(),
+                auto_offset_reset: ShareAutoOffsetReset::Latest,
+                isolation_level: ShareIsolationLevel::ReadUncommitted,
+            },
+        }
+    }
+}
+
+impl ShareSettings {
+    /// What the share partitions of `group_id` obey now.
+    pub fn group(&self, group_id: &str) -> ShareGroupSettings {
+        let Some(provider) = &self.groups else {
+            return self.defaults;
+        };
+        let s = provider.settings(group_id);
+        ShareGroupSettings {
+            partition: SharePartitionConfig {
+                delivery_count_limit: s.share_delivery_count_limit,
+                max_record_locks: s.share_partition_max_record_locks,
+                record_lock_duration_ms: s.share_record_lock_duration_ms,
+                renew_enabled: s.share_renew_acknowledge_enable,
+            },
+            auto_offset_reset: s.share_auto_offset_reset,
+            isolation_level: s.share_isolation_level,
         }
     }
 }
@@ -191,7 +230,8 @@ impl ShareState {
             None => PersistedState::initial(0, start()),
             Some(persister) => read_or_initialize(persister, key, leader_epoch, &start).await?,
         };
-        let partition = SharePartition::new(state, self.settings.partition)
+        let config = self.settings.group(&key.group_id).partition;
+        let partition = SharePartition::new(state, config)
             .map_err(|e| StateError::new(UNKNOWN_SERVER_ERROR, e.to_string()))?;
         self.partitions.lock().insert(
             key.clone(),
@@ -253,6 +293,8 @@ impl ShareState {
             leader_epoch: held.leader_epoch,
         };
         let partition = &mut held.partition;
+        // The group's configs as they are now (Kafka reads them at each use).
+        partition.set_config(self.settings.group(&key.group_id).partition);
         let before = partition.metrics();
         let expired = partition.expire_locks(now_ms);
         if !expired.is_empty() {
@@ -370,6 +412,8 @@ impl ShareState {
                 state_epoch: h.partition.state_epoch(),
                 leader_epoch: h.leader_epoch,
             };
+            h.partition
+                .set_config(self.settings.group(group_id).partition);
             let change = h.partition.release_member(member_id, now_ms);
             if !change.is_empty() {
                 released = true;

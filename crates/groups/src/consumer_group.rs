@@ -100,6 +100,25 @@ impl Default for ConsumerGroupConfig {
     }
 }
 
+/// A group's own member timeouts (its dynamic `*.session.timeout.ms` and
+/// `*.heartbeat.interval.ms` configs, KIP-848/KIP-932, resolved by the front end from the
+/// metadata); `None` = the broker's `group.*` value.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GroupTimeouts {
+    pub session_timeout_ms: Option<i32>,
+    pub heartbeat_interval_ms: Option<i32>,
+}
+
+impl GroupTimeouts {
+    /// (session timeout, heartbeat interval): the group's own, else `broker`'s.
+    pub fn or(self, broker: (i32, i32)) -> (i32, i32) {
+        (
+            self.session_timeout_ms.unwrap_or(broker.0),
+            self.heartbeat_interval_ms.unwrap_or(broker.1),
+        )
+    }
+}
+
 /// One topic as the coordinator's metadata knows it.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct TopicInfo {
@@ -139,6 +158,8 @@ pub struct HeartbeatRequest {
     pub owned: Option<Assignment>,
     pub client_id: String,
     pub client_host: String,
+    /// The group's `consumer.session.timeout.ms` / `consumer.heartbeat.interval.ms`.
+    pub timeouts: GroupTimeouts,
 }
 
 /// ConsumerGroupHeartbeat's answer.

@@ -39,7 +39,7 @@ mod txn_offsets;
 pub use assignor::{Assignment, Assignor};
 pub use consumer_group::{
     ConsumerGroupConfig, ConsumerGroupDescription, ConsumerGroupState, ConsumerMember,
-    ConsumerMemberDescription, HeartbeatRequest as ConsumerHeartbeatRequest,
+    ConsumerMemberDescription, GroupTimeouts, HeartbeatRequest as ConsumerHeartbeatRequest,
     HeartbeatResponse as ConsumerHeartbeatResponse, TopicInfo, TopicsView,
 };
 pub use coordinator::{

@@ -109,6 +109,8 @@ pub struct ShareHeartbeatRequest {
     pub subscribed_topic_names: Option<Vec<String>>,
     pub client_id: String,
     pub client_host: String,
+    /// The group's `share.session.timeout.ms` / `share.heartbeat.interval.ms`.
+    pub timeouts: crate::consumer_group::GroupTimeouts,
 }
 
 /// ShareGroupHeartbeat's answer.

@@ -67,6 +67,14 @@ impl Default for SharePartitionConfig {
     }
 }
 
+/// `cfg` with a delivery-count limit of at least Kafka's minimum.
+fn normalized(cfg: SharePartitionConfig) -> SharePartitionConfig {
+    SharePartitionConfig {
+        delivery_count_limit: cfg.delivery_count_limit.max(DELIVERY_COUNT_LIMIT_MIN),
+        ..cfg
+    }
+}
+
 /// How `acquire` bounds a fetch by `max_records` (ShareFetch v2's `ShareAcquireMode`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AcquireMode {
@@ -220,10 +228,7 @@ impl SharePartition {
         state: PersistedState,
         cfg: SharePartitionConfig,
     ) -> Result<SharePartition, ShareError> {
-        let cfg = SharePartitionConfig {
-            delivery_count_limit: cfg.delivery_count_limit.max(DELIVERY_COUNT_LIMIT_MIN),
-            ..cfg
-        };
+        let cfg = normalized(cfg);
         let start = state.start_offset;
         if start < 0 {
             return Err(ShareError::InvalidPersistedState(format!(
@@ -301,6 +306,14 @@ impl SharePartition {
     /// The configuration in force.
     pub fn config(&self) -> &SharePartitionConfig {
         &self.cfg
+    }
+
+    /// Puts `cfg` in force from now on (the group's configs changed; Kafka reads them at each
+    /// use): a new lock duration applies to the next acquisition, a new delivery-count limit to
+    /// the next release or lock expiry, a new in-flight window to the next fetch. Locks already
+    /// held keep their deadlines.
+    pub fn set_config(&mut self, cfg: SharePartitionConfig) {
+        self.cfg = normalized(cfg);
     }
 
     /// Where the next log read starts: the first AVAILABLE cached record or acquirable gap-window

@@ -1089,3 +1089,29 @@ fn random_operations_keep_every_invariant() {
         );
     }
 }
+
+#[test]
+fn a_config_change_applies_from_the_next_use() {
+    let log = log_of(1, 3);
+    let mut sp = fresh(0);
+    assert_eq!(fetch(&mut sp, &log, "a", 1, T0), vec![r(0, 0, 1)]);
+    // A shorter lock from now on: the lock already held keeps its deadline.
+    sp.set_config(SharePartitionConfig {
+        record_lock_duration_ms: 15_000,
+        delivery_count_limit: 2,
+        ..SharePartitionConfig::default()
+    });
+    assert!(sp.expire_locks(T0 + 15_000).is_empty());
+    assert!(!sp.expire_locks(T0 + LOCK_MS).is_empty());
+    // The next acquisition locks for 15 s, and the limit of 2 archives at its expiry.
+    let now = T0 + LOCK_MS;
+    assert_eq!(fetch(&mut sp, &log, "a", 1, now), vec![r(0, 0, 2)]);
+    let change = sp.expire_locks(now + 15_000);
+    assert_eq!(change.batches, vec![sb(0, 0, RecordState::Archived, 2)]);
+    // Below Kafka's minimum the limit stays 2.
+    sp.set_config(SharePartitionConfig {
+        delivery_count_limit: 1,
+        ..SharePartitionConfig::default()
+    });
+    assert_eq!(sp.config().delivery_count_limit, DELIVERY_COUNT_LIMIT_MIN);
+}

@@ -691,6 +691,76 @@ fn incremental_alter_configs_and_min_isr_change_clears_elr() {
 }
 
 #[test]
+fn group_configs_are_validated_stored_and_removed_without_a_group() {
+    let mut h = Harness::new(&[("group.share.min.record.lock.duration.ms", "1000")]);
+    h.start(&[1]);
+    let set = |name: &str, value: Option<&str>| ConfigChangeSpec {
+        name: name.into(),
+        op: if value.is_some() { 0 } else { 1 },
+        value: value.map(str::to_string),
+    };
+    let alter = |h: &mut Harness, group: &str, changes: Vec<ConfigChangeSpec>| {
+        h.request(ControllerRequest::AlterGroupConfigs {
+            group_id: group.into(),
+            changes,
+            validate_only: false,
+        })
+    };
+    // The broker's lower bound (1000 here) is what a group value is checked against.
+    let r = alter(
+        &mut h,
+        "g",
+        vec![set("share.record.lock.duration.ms", Some("2000"))],
+    );
+    assert_eq!(r, ControllerResponse::Configs { result: Ok(()) });
+    let stored = h
+        .image
+        .group_configs("g")
+        .expect("stored before the group exists");
+    assert_eq!(stored.get("share.record.lock.duration.ms"), Some("2000"));
+    let r = alter(
+        &mut h,
+        "g",
+        vec![set("share.delivery.count.limit", Some("11"))],
+    );
+    assert_eq!(
+        r,
+        ControllerResponse::Configs {
+            result: Err(ControllerError::InvalidConfig(
+                "share.delivery.count.limit must be in the range 2 to 10 inclusive.".into()
+            ))
+        }
+    );
+    let r = alter(
+        &mut h,
+        "",
+        vec![set("share.delivery.count.limit", Some("3"))],
+    );
+    assert!(matches!(
+        r,
+        ControllerResponse::Configs { result: Err(ControllerError::InvalidRequest(ref m)) } if m == "Default group resources are not allowed."
+    ));
+    // AlterConfigs replaces the whole set.
+    let r = h.request(ControllerRequest::SetGroupConfigs {
+        group_id: "g".into(),
+        configs: [(
+            "share.isolation.level".to_string(),
+            "read_committed".to_string(),
+        )]
+        .into(),
+        validate_only: false,
+    });
+    assert_eq!(r, ControllerResponse::Configs { result: Ok(()) });
+    let stored = h.image.group_configs("g").expect("stored");
+    assert_eq!(stored.get("share.record.lock.duration.ms"), None);
+    assert_eq!(stored.get("share.isolation.level"), Some("read_committed"));
+    // Deleting the last key removes the group's entry.
+    let r = alter(&mut h, "g", vec![set("share.isolation.level", None)]);
+    assert_eq!(r, ControllerResponse::Configs { result: Ok(()) });
+    assert!(h.image.group_configs("g").is_none());
+}
+
+#[test]
 fn tiered_storage_rules_run_on_create_alter_and_incremental_alter() {
     let refused = |response: ControllerResponse, needle: &str| match response {
         ControllerResponse::Configs {

@@ -1,7 +1,12 @@
-//! AlterConfigs (key 33, replaces a topic's whole override set) and IncrementalAlterConfigs
-//! (key 44, SET/DELETE/APPEND/SUBTRACT per key), forwarded to the active controller; every broker
-//! applies the committed configs to its replicas' logs. Broker configs are static in Millrace:
-//! altering them is refused with INVALID_REQUEST.
+//! AlterConfigs (key 33, replaces a topic's or a group's whole override set) and
+//! IncrementalAlterConfigs (key 44, SET/DELETE/APPEND/SUBTRACT per key), forwarded to the active
+//! controller; every broker applies the committed configs to its replicas' logs. Broker configs
+//! are static in Millrace: altering them is refused with INVALID_REQUEST.
+//!
+//! GROUP resources (type 32) hold a group's dynamic configs (`consumer.*`, `share.*`,
+//! `streams.*`; `millrace_cluster::config_group`), checked by the controller against the broker's
+//! bounds and stored in the metadata, whether the group exists or not, as in Kafka 4.4. Both APIs
+//! serve them (Kafka 4.4's legacy AlterConfigs does too); ALTER_CONFIGS on the group is required.
 //!
 //! Replication throttles (Kafka's `*.replication.throttled.*`) do not exist here: deleting one, at
 //! broker or topic level, is a no-op that succeeds, because `kafka-reassign-partitions --verify`
@@ -15,11 +20,11 @@ use kafka_protocol::messages::{
     AlterConfigsResponse, IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse,
 };
 use kafka_protocol::protocol::StrBytes;
-use millrace_cluster::TopicConfigs;
+use millrace_cluster::{GroupConfigs, TopicConfigs};
 use millrace_controller::messages::ConfigChangeSpec;
 use millrace_controller::{ControllerRequest, ControllerResponse};
 
-use super::describe_configs::{RESOURCE_BROKER, RESOURCE_TOPIC};
+use super::describe_configs::{RESOURCE_BROKER, RESOURCE_GROUP, RESOURCE_TOPIC};
 use super::{forward, str_bytes};
 use crate::authz::Authz;
 use millrace_cluster::acl::AclOperation;
@@ -76,27 +81,39 @@ pub async fn handle(
         let outcome = match check_resource(resource.resource_type) {
             _ if refused.is_some() => Err((refused.unwrap_or_default(), String::new())),
             Err(e) => Err(e),
+            Ok(()) if resource.resource_type == RESOURCE_GROUP => {
+                let group_id = resource.resource_name.to_string();
+                let configs = legacy_entries(&resource.configs);
+                let wait = group_wait(
+                    request.validate_only,
+                    GroupConfigs::new(configs.clone()).ok(),
+                );
+                apply(
+                    &ctx,
+                    Target::Group(&group_id),
+                    ControllerRequest::SetGroupConfigs {
+                        group_id: group_id.clone(),
+                        configs,
+                        validate_only: request.validate_only,
+                    },
+                    wait,
+                )
+                .await
+            }
             Ok(()) => {
-                let entries: BTreeMap<String, String> = resource
-                    .configs
-                    .iter()
-                    .filter_map(|c| {
-                        c.value
-                            .as_ref()
-                            .map(|v| (c.name.to_string(), v.to_string()))
-                    })
-                    .collect();
+                let entries = legacy_entries(&resource.configs);
                 match TopicConfigs::new(entries.clone()) {
                     Err(e) => Err((INVALID_CONFIG, e.to_string())),
                     Ok(_) => {
                         apply(
                             &ctx,
-                            resource.resource_name.as_str(),
+                            Target::Topic(resource.resource_name.as_str()),
                             ControllerRequest::SetTopicConfigs {
                                 name: resource.resource_name.to_string(),
                                 configs: entries,
                                 validate_only: request.validate_only,
                             },
+                            topic_wait(request.validate_only),
                         )
                         .await
                     }
@@ -140,7 +157,7 @@ pub async fn handle_incremental(
             }
             Err(e) => Err(e),
             Ok(()) => {
-                let changes = resource
+                let changes: Vec<ConfigChangeSpec> = resource
                     .configs
                     .iter()
                     .filter(|c| !deletes_a_throttle(c.name.as_str(), c.config_operation))
@@ -150,16 +167,37 @@ pub async fn handle_incremental(
                         value: c.value.as_ref().map(|v| v.to_string()),
                     })
                     .collect();
-                apply(
-                    &ctx,
-                    &name,
-                    ControllerRequest::AlterTopicConfigs {
-                        name: name.clone(),
-                        changes,
-                        validate_only: request.validate_only,
-                    },
-                )
-                .await
+                let (target, wait, request) = if resource.resource_type == RESOURCE_GROUP {
+                    let expected = changes
+                        .iter()
+                        .map(ConfigChangeSpec::to_change)
+                        .collect::<Option<Vec<_>>>()
+                        .and_then(|parsed| {
+                            let image = ctx.cluster.image();
+                            let current = image.group_configs(&name).cloned().unwrap_or_default();
+                            current.with_changes(&parsed).ok()
+                        });
+                    (
+                        Target::Group(&name),
+                        group_wait(request.validate_only, expected),
+                        ControllerRequest::AlterGroupConfigs {
+                            group_id: name.clone(),
+                            changes,
+                            validate_only: request.validate_only,
+                        },
+                    )
+                } else {
+                    (
+                        Target::Topic(&name),
+                        topic_wait(request.validate_only),
+                        ControllerRequest::AlterTopicConfigs {
+                            name: name.clone(),
+                            changes,
+                            validate_only: request.validate_only,
+                        },
+                    )
+                };
+                apply(&ctx, target, request, wait).await
             }
         };
         let (code, message) = split(outcome);
@@ -176,7 +214,7 @@ pub async fn handle_incremental(
 
 fn check_resource(resource_type: i8) -> Outcome {
     match resource_type {
-        RESOURCE_TOPIC => Ok(()),
+        RESOURCE_TOPIC | RESOURCE_GROUP => Ok(()),
         RESOURCE_BROKER => Err((
             INVALID_REQUEST,
             "Broker configs are static in Millrace; set them at start.".into(),
@@ -188,24 +226,113 @@ fn check_resource(resource_type: i8) -> Outcome {
     }
 }
 
-async fn apply(ctx: &Arc<BrokerContext>, topic: &str, request: ControllerRequest) -> Outcome {
+/// The resource a change alters, so its answer can wait until this broker's image shows it.
+#[derive(Clone, Copy)]
+enum Target<'a> {
+    Topic(&'a str),
+    Group(&'a str),
+}
+
+/// A resource's configs as this broker's image holds them.
+#[derive(PartialEq)]
+enum Held {
+    Topic(Option<TopicConfigs>),
+    Group(Option<GroupConfigs>),
+}
+
+impl<'a> Target<'a> {
+    fn name(self) -> &'static str {
+        match self {
+            Target::Topic(_) => "topic",
+            Target::Group(_) => "group",
+        }
+    }
+
+    fn held(self, image: &millrace_cluster::image::MetadataImage) -> Held {
+        match self {
+            Target::Topic(t) => Held::Topic(image.topic(t).map(|t| t.configs.clone())),
+            Target::Group(g) => Held::Group(image.group_configs(g).cloned()),
+        }
+    }
+
+    fn resource(self) -> &'a str {
+        match self {
+            Target::Topic(n) | Target::Group(n) => n,
+        }
+    }
+}
+
+/// What a successful change waits for in this broker's image before it is answered.
+enum Wait {
+    /// Nothing (validate_only).
+    Nothing,
+    /// The resource's configs to differ from what they were before.
+    Changed,
+    /// The resource's configs to be these (a group's set, known before it is sent).
+    Becomes(Held),
+}
+
+async fn apply(
+    ctx: &Arc<BrokerContext>,
+    target: Target<'_>,
+    request: ControllerRequest,
+    wait: Wait,
+) -> Outcome {
     let timeout = std::time::Duration::from_millis(ADMIN_TIMEOUT_MS_MAX);
-    let before = ctx.cluster.image().topic(topic).map(|t| t.configs.clone());
+    let before = target.held(&ctx.cluster.image());
     match forward::forward(ctx, request, timeout).await {
         Ok(ControllerResponse::Configs { result: Ok(()) }) => {
             // Let this broker's image (and so DescribeConfigs here) catch up with the change.
-            forward::await_image(ctx, |image| {
-                image.topic(topic).map(|t| t.configs.clone()) != before
-            })
-            .await;
+            match wait {
+                Wait::Nothing => {}
+                Wait::Changed => {
+                    forward::await_image(ctx, |image| target.held(image) != before).await;
+                }
+                Wait::Becomes(after) => {
+                    forward::await_image(ctx, |image| target.held(image) == after).await;
+                }
+            }
             Ok(())
         }
         Ok(ControllerResponse::Configs { result: Err(e) }) | Err(e) => {
-            let err = error_codes::from_controller(&e, topic);
+            let context = format!("{} {}", target.name(), target.resource());
+            let err = error_codes::from_controller(&e, &context);
             Err((err.code, err.message.unwrap_or_default()))
         }
         Ok(other) => Err((UNKNOWN_SERVER_ERROR, format!("unexpected answer {other:?}"))),
     }
+}
+
+fn topic_wait(validate_only: bool) -> Wait {
+    if validate_only {
+        Wait::Nothing
+    } else {
+        Wait::Changed
+    }
+}
+
+/// A group's change waits for the set it should produce (an empty set is no entry); one whose
+/// outcome is unknown here waits for any change.
+fn group_wait(validate_only: bool, expected: Option<GroupConfigs>) -> Wait {
+    match expected {
+        _ if validate_only => Wait::Nothing,
+        Some(set) => Wait::Becomes(Held::Group((!set.is_empty()).then_some(set))),
+        None => Wait::Changed,
+    }
+}
+
+/// AlterConfigs' entries: the keys with a value (a null value leaves the key out, as Kafka does).
+fn legacy_entries(
+    configs: &[kafka_protocol::messages::alter_configs_request::AlterableConfig],
+) -> BTreeMap<String, String> {
+    configs
+        .iter()
+        .filter_map(|c| {
+            c.value
+                .as_ref()
+                .map(|v| (c.name.to_string(), v.to_string()))
+        })
+        .collect()
 }
 
 fn split(outcome: Outcome) -> (i16, Option<StrBytes>) {

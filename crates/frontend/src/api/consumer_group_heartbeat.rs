@@ -154,6 +154,7 @@ pub fn handle(
         owned,
         client_id: client_id.to_string(),
         client_host: format!("/{}", peer.ip()),
+        timeouts: crate::group_settings::consumer_timeouts(ctx, &request.group_id.0),
     };
     let reply = if version >= 1 && req.member_epoch == 0 && req.member_id.is_empty() {
         None

@@ -1,5 +1,7 @@
-//! DescribeConfigs (key 32): every config of a topic or of this broker, with value, source,
-//! synonyms and type, under Kafka's names.
+//! DescribeConfigs (key 32): every config of a topic, of this broker or of a group (GROUP
+//! resources: its dynamic configs, else the broker's `group.*` values, else Kafka's defaults;
+//! any group name, existing or not, as Kafka answers), with value, source, synonyms and type,
+//! under Kafka's names.
 //!
 //! A topic always reports `cleanup.policy` as stored at CreateTopics (Kafka Connect refuses to start
 //! when its compacted internal topics look otherwise; checklist §4).
@@ -31,6 +33,8 @@ response_fields!(DescribeConfigsResponse: errors[results[error_code]], throttle_
 pub const RESOURCE_TOPIC: i8 = 2;
 pub const RESOURCE_BROKER: i8 = 4;
 pub const RESOURCE_BROKER_LOGGER: i8 = 8;
+/// A group's dynamic configs (KIP-848, KIP-932).
+pub const RESOURCE_GROUP: i8 = 32;
 
 /// First version with `config_type` and `documentation`.
 const CONFIG_TYPE_VERSION_MIN: i16 = 3;
@@ -72,6 +76,14 @@ pub fn handle(
                     Err((INVALID_REQUEST, format!("Unexpected broker id '{name}'.")))
                 }
                 RESOURCE_BROKER_LOGGER => Ok(Vec::new()),
+                RESOURCE_GROUP if name.is_empty() => {
+                    Err((INVALID_REQUEST, "Group name must not be empty".to_string()))
+                }
+                RESOURCE_GROUP => {
+                    let image = cluster.image();
+                    let configs = image.group_configs(name).cloned().unwrap_or_default();
+                    Ok(cluster.config.describe_group(&configs))
+                }
                 other => Err((
                     INVALID_REQUEST,
                     format!("Unsupported resource type {other}."),

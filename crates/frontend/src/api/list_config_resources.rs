@@ -3,15 +3,18 @@
 //!
 //! v0 lists client-metrics subscriptions only; v1 takes a type filter, empty meaning every type the
 //! broker supports (topic, broker, broker logger, client metrics, group), and a type outside that
-//! set answers UNSUPPORTED_VERSION, as Kafka does. Millrace has neither client-metrics
-//! subscriptions (KIP-714) nor dynamic group configs, so those two types list nothing.
+//! set answers UNSUPPORTED_VERSION, as Kafka does. Groups are listed when they have dynamic
+//! configs (whether the group exists or not, as Kafka lists them). Millrace has no client-metrics
+//! subscriptions (KIP-714), so that type lists nothing.
 
 use std::sync::Arc;
 
 use kafka_protocol::messages::list_config_resources_response::ConfigResource;
 use kafka_protocol::messages::{ListConfigResourcesRequest, ListConfigResourcesResponse};
 
-use super::describe_configs::{RESOURCE_BROKER, RESOURCE_BROKER_LOGGER, RESOURCE_TOPIC};
+use super::describe_configs::{
+    RESOURCE_BROKER, RESOURCE_BROKER_LOGGER, RESOURCE_GROUP, RESOURCE_TOPIC,
+};
 use super::str_bytes;
 use crate::authz::Authz;
 use crate::error_codes::CLUSTER_AUTHORIZATION_FAILED;
@@ -31,8 +34,6 @@ response_fields!(ListConfigResourcesResponse: errors[error_code], throttle_time_
 
 /// Config resource type of a client-metrics subscription (KIP-714).
 const RESOURCE_CLIENT_METRICS: i8 = 16;
-/// Config resource type of a group's dynamic config (KIP-848).
-const RESOURCE_GROUP: i8 = 32;
 /// The types v1 serves, in the order the answer lists them.
 const V1_TYPES: [i8; 5] = [
     RESOURCE_TOPIC,
@@ -89,7 +90,16 @@ pub fn handle(
                         .map(|b| resource(b.node_id.to_string(), resource_type)),
                 );
             }
-            // No client-metrics subscriptions and no dynamic group configs exist in Millrace.
+            RESOURCE_GROUP => {
+                let image = ctx.cluster.image();
+                response.config_resources.extend(
+                    image
+                        .group_configs
+                        .keys()
+                        .map(|name| resource(name.clone(), resource_type)),
+                );
+            }
+            // No client-metrics subscriptions exist in Millrace.
             _ => {}
         }
     }

@@ -54,9 +54,15 @@ pub async fn handle(
     let (ctx, authz, listener) = (&ctx, &authz, listener.as_str());
     let mut response = ShareAcknowledgeResponse::default();
     if version >= LOCK_TIMEOUT_VERSION_MIN {
-        response.acquisition_lock_timeout_ms =
-            i32::try_from(ctx.shares.settings.partition.record_lock_duration_ms)
-                .unwrap_or(i32::MAX);
+        let group = request.group_id.as_ref().map_or("", |g| g.0.as_str());
+        response.acquisition_lock_timeout_ms = i32::try_from(
+            ctx.shares
+                .settings
+                .group(group)
+                .partition
+                .record_lock_duration_ms,
+        )
+        .unwrap_or(i32::MAX);
     }
     let refuse = |mut response: ShareAcknowledgeResponse, code: i16, message: &str| {
         response.error_code = code;

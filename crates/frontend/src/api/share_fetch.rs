@@ -18,9 +18,14 @@
 //!   outcome, or was just added; `records` is never null; `acquisition_lock_timeout_ms` is the
 //!   record lock duration.
 //!
-//! Records are read up to the high watermark (`share.isolation.level` read_uncommitted, Kafka's
-//! default); whole log batches are returned, from the first to the last that holds an acquired
-//! record — the client delivers only acquired offsets.
+//! Records are read up to the high watermark, or for a group with `share.isolation.level`
+//! read_committed up to the last stable offset (an open transaction holds the fetch there until
+//! it ends), where the data batches of aborted transactions are archived as they are acquired
+//! and left out of the acquired ranges; whole log batches are returned, from the first to the
+//! last that holds an acquired record — the client delivers only acquired offsets, and
+//! acknowledges transaction markers as gaps. The group's configs (`share.*` on its GROUP
+//! resource) are read at each request: the lock duration, the isolation level, the start of a
+//! new share partition.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -32,9 +37,12 @@ use kafka_protocol::messages::share_fetch_response::{
 };
 use kafka_protocol::messages::{BrokerId, ShareFetchRequest, ShareFetchResponse};
 use millrace_cluster::acl::AclOperation;
+use millrace_cluster::{ShareAutoOffsetReset, ShareIsolationLevel};
 use millrace_replication::ReplicaError;
 use millrace_share::{AcquireMode, AcquiredRange, LogBatch};
+use millrace_store::batch::BatchHeader;
 use millrace_store::batch_walk::{BatchWalk, Validation, WalkChecks};
+use millrace_store::AbortedTxn;
 use millrace_store::{ReadError, Records};
 use tokio::sync::Notify;
 use tokio::time::Instant;
@@ -53,7 +61,7 @@ use crate::error_codes::{
 };
 use crate::handler::{api_handler, response_fields, Reply};
 use crate::limits::{FETCH_RESPONSE_BYTES_MAX, FETCH_WAIT_MS_MAX};
-use crate::share_partitions::{AutoOffsetReset, ShareKey};
+use crate::share_partitions::ShareKey;
 use crate::share_session::{MemberKey, SharePartitionId, ShareSessionError, OPEN_EPOCH};
 use crate::BrokerContext;
 
@@ -109,8 +117,15 @@ async fn handle(
     version: i16,
     on: Connection,
 ) -> ShareFetchResponse {
-    let lock_ms =
-        i32::try_from(ctx.shares.settings.partition.record_lock_duration_ms).unwrap_or(i32::MAX);
+    let group = request.group_id.as_ref().map_or("", |g| g.0.as_str());
+    let lock_ms = i32::try_from(
+        ctx.shares
+            .settings
+            .group(group)
+            .partition
+            .record_lock_duration_ms,
+    )
+    .unwrap_or(i32::MAX);
     let refuse = |code: i16, message: &str| {
         ShareFetchResponse::default()
             .with_error_code(code)
@@ -249,6 +264,7 @@ async fn fetch(
     let max_bytes = usize::try_from(request.max_bytes)
         .unwrap_or(0)
         .min(FETCH_RESPONSE_BYTES_MAX);
+    let isolation = ctx.shares.settings.group(&member.group_id).isolation_level;
     // Rotated by epoch, as Kafka does, so that the first partitions do not always win.
     let mut order: Vec<SharePartitionId> = partitions.to_vec();
     if !order.is_empty() {
@@ -293,6 +309,7 @@ async fn fetch(
                 max_records: records_left,
                 batch_size,
                 mode,
+                isolation,
             };
             match acquire(ctx, authz, &member.member_id, *id, &want, &waiter) {
                 Ok(None) => {}
@@ -334,22 +351,37 @@ async fn fetch(
 }
 
 /// Loads the share partition `key` led here (see `ShareState::load`); its start, when it has
-/// none yet, is the high watermark (`latest`) or the log start (`earliest`). A partition not led
-/// here is left to `acquire`, which answers its leadership error.
+/// none yet, is where the group's `share.auto.offset.reset` points when it is initialized: the
+/// high watermark (`latest`, whatever the isolation level, as Kafka), the log start
+/// (`earliest`), or the first offset stamped at or after now minus the duration (`by_duration`;
+/// the high watermark when no record is that recent). A partition not led here is left to
+/// `acquire`, which answers its leadership error.
 async fn load(
     ctx: &BrokerContext,
     authz: &Authz,
     id: SharePartitionId,
     key: &ShareKey,
 ) -> Result<(), PartitionOutcome> {
-    let Ok((_, hosted, leader_epoch)) = share_common::led_partition(ctx, authz, id.0, id.1) else {
+    let Ok((tp, hosted, leader_epoch)) = share_common::led_partition(ctx, authz, id.0, id.1) else {
         return Ok(());
     };
     let log = &hosted.log;
-    let reset = ctx.shares.settings.auto_offset_reset;
+    let reset = ctx.shares.settings.group(&key.group_id).auto_offset_reset;
     let start = || match reset {
-        AutoOffsetReset::Latest => log.high_watermark(),
-        AutoOffsetReset::Earliest => log.log_start_offset(),
+        ShareAutoOffsetReset::Latest => log.high_watermark(),
+        ShareAutoOffsetReset::Earliest => log.log_start_offset(),
+        ShareAutoOffsetReset::ByDuration { duration_ms } => {
+            let high_watermark = log.high_watermark();
+            let since = now_ms().saturating_sub(duration_ms);
+            match log.offset_for_timestamp(since) {
+                Ok(Some((offset, _))) if offset < high_watermark => offset,
+                Ok(_) => high_watermark,
+                Err(e) => {
+                    tracing::warn!(partition = %tp, error = %e, "share partition start by time: lookup failed; starting at the high watermark");
+                    high_watermark
+                }
+            }
+        }
     };
     ctx.shares
         .load(key, leader_epoch, start)
@@ -368,6 +400,9 @@ struct Want<'a> {
     max_records: u32,
     batch_size: u32,
     mode: AcquireMode,
+    /// The group's `share.isolation.level`: up to the high watermark, or the last stable
+    /// offset with aborted transactions archived.
+    isolation: ShareIsolationLevel,
 }
 
 /// Reads from the share partition's next fetch offset and acquires for `member`: the whole log
@@ -383,9 +418,15 @@ fn acquire(
 ) -> Result<Option<(Bytes, Vec<AcquiredRange>)>, PartitionOutcome> {
     let (tp, hosted, leader_epoch) = share_common::led_partition(ctx, authz, id.0, id.1)?;
     let log = &hosted.log;
-    // Before the high watermark is read: a rise after this wakes the long poll.
+    // Before the high watermark is read: a rise after this wakes the long poll (the last stable
+    // offset moves only when the high watermark passes a transaction marker).
     log.watch_high_watermark(waiter);
-    let high_watermark = log.high_watermark();
+    let read_committed = want.isolation == ShareIsolationLevel::ReadCommitted;
+    let visible_end = if read_committed {
+        log.last_stable_offset()
+    } else {
+        log.high_watermark()
+    };
     let now = now_ms();
     let shares = &ctx.shares;
     // Not loaded (a write failed since, or the leader epoch moved): the next request loads it.
@@ -396,35 +437,39 @@ fn acquire(
     else {
         return Ok(None);
     };
-    if !can_acquire || fetch_offset >= high_watermark {
+    if !can_acquire || fetch_offset >= visible_end {
         return Ok(None);
     }
-    let read =
-        match ctx
-            .replicas
-            .read_for_consumer(&tp, -1, fetch_offset, want.budget, true, false, false)
-        {
-            Ok(read) => read,
-            Err(ReplicaError::Read(ReadError::OffsetOutOfRange { .. })) => {
-                // Retention removed what the share partition had not reached: it moves to the
-                // log start (Kafka's answer to OFFSET_OUT_OF_RANGE here), and the next look reads.
-                let log_start = log.log_start_offset();
-                let _ = shares.with_partition(want.key, leader_epoch, now, |sp, epochs| {
-                    let change = sp.archive_below(log_start);
-                    shares.write_in_background(want.key, epochs, change);
-                });
-                waiter.notify_one();
-                return Ok(None);
-            }
-            Err(e) => {
-                let refusal = leadership::refusal(ctx, &tp, &e);
-                return Err(PartitionOutcome {
-                    code: refusal.error.code,
-                    message: refusal.error.message,
-                    hint: refusal.hint,
-                });
-            }
-        };
+    let read = match ctx.replicas.read_for_consumer(
+        &tp,
+        -1,
+        fetch_offset,
+        want.budget,
+        true,
+        read_committed,
+        false,
+    ) {
+        Ok(read) => read,
+        Err(ReplicaError::Read(ReadError::OffsetOutOfRange { .. })) => {
+            // Retention removed what the share partition had not reached: it moves to the
+            // log start (Kafka's answer to OFFSET_OUT_OF_RANGE here), and the next look reads.
+            let log_start = log.log_start_offset();
+            let _ = shares.with_partition(want.key, leader_epoch, now, |sp, epochs| {
+                let change = sp.archive_below(log_start);
+                shares.write_in_background(want.key, epochs, change);
+            });
+            waiter.notify_one();
+            return Ok(None);
+        }
+        Err(e) => {
+            let refusal = leadership::refusal(ctx, &tp, &e);
+            return Err(PartitionOutcome {
+                code: refusal.error.code,
+                message: refusal.error.message,
+                hint: refusal.hint,
+            });
+        }
+    };
     let bytes = match read.records {
         Records::Memory(b) => b,
         Records::File(slice) => slice.read_to_bytes().map_err(|e| {
@@ -441,16 +486,18 @@ fn acquire(
         },
     );
     let mut batches: Vec<(LogBatch, usize, usize)> = Vec::new();
+    // read_committed: the data batches of aborted transactions, archived and never delivered.
+    let mut aborted: Vec<(i64, i64)> = Vec::new();
     for walked in walk {
         let Ok(w) = walked else { break };
-        batches.push((
-            LogBatch {
-                first: w.header.base_offset,
-                last: w.header.last_offset(),
-            },
-            w.position,
-            w.bytes.len(),
-        ));
+        let batch = LogBatch {
+            first: w.header.base_offset,
+            last: w.header.last_offset(),
+        };
+        if read_committed && of_aborted_transaction(&w.header, &read.aborted_transactions) {
+            aborted.push((batch.first, batch.last));
+        }
+        batches.push((batch, w.position, w.bytes.len()));
     }
     let log_batches: Vec<LogBatch> = batches.iter().map(|(b, _, _)| *b).collect();
     let Some(acquired) = shares.with_partition(want.key, leader_epoch, now, |sp, _| {
@@ -460,7 +507,7 @@ fn acquire(
             want.max_records,
             want.batch_size,
             want.mode,
-            &[],
+            &aborted,
             now,
         )
     }) else {
@@ -479,6 +526,21 @@ fn acquire(
         _ => Bytes::new(),
     };
     Ok(Some((records, acquired)))
+}
+
+/// Whether a batch holds records of one of the `aborted` transactions (Kafka's
+/// `SharePartition.fetchAbortedTransactionRecordBatches`): a transactional data batch of a
+/// producer whose aborted transaction began at or before it and ends with a marker after it. A
+/// producer has one transaction open at a time, so that is exact; markers themselves are not
+/// archived here (clients acknowledge control records as gaps, as with Kafka).
+fn of_aborted_transaction(header: &BatchHeader, aborted: &[AbortedTxn]) -> bool {
+    header.is_transactional()
+        && !header.is_control()
+        && aborted.iter().any(|t| {
+            t.producer_id == header.producer_id
+                && t.first_offset <= header.base_offset
+                && header.base_offset < t.last_offset
+        })
 }
 
 fn respond(

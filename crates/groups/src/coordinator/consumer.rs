@@ -17,8 +17,8 @@ use super::shard::{GroupEntry, Shard};
 use super::share::not_a_consumer_group;
 use super::{now_ms, GroupCoordinator};
 use crate::consumer_group::{
-    ConsumerGroup, ConsumerGroupDescription, HeartbeatRequest, HeartbeatResponse, TopicsView,
-    JOIN_EPOCH,
+    ConsumerGroup, ConsumerGroupConfig, ConsumerGroupDescription, HeartbeatRequest,
+    HeartbeatResponse, TopicsView, JOIN_EPOCH,
 };
 use crate::error::GroupError;
 use crate::group::{Group, GroupState};
@@ -135,8 +135,18 @@ impl GroupCoordinator {
             c
         });
         let before = consumer.group_epoch();
+        // The group's own session timeout and heartbeat interval, where it has them.
+        let (session_timeout_ms, heartbeat_interval_ms) = req.timeouts.or((
+            config.consumer.session_timeout_ms,
+            config.consumer.heartbeat_interval_ms,
+        ));
+        let consumer_config = ConsumerGroupConfig {
+            session_timeout_ms,
+            heartbeat_interval_ms,
+            ..config.consumer.clone()
+        };
         let result = consumer.heartbeat(
-            &config.consumer,
+            &consumer_config,
             req,
             topics,
             || uuid::Uuid::new_v4().to_string(),

@@ -25,8 +25,8 @@ use crate::error::GroupError;
 use crate::group::Group;
 use crate::reply::{ready, Reply};
 use crate::share_group::{
-    InitializedPartitions, ShareGroup, ShareGroupDescription, ShareHeartbeatRequest,
-    ShareHeartbeatResponse, SHARE_JOIN_EPOCH, SHARE_LEAVE_EPOCH,
+    InitializedPartitions, ShareGroup, ShareGroupConfig, ShareGroupDescription,
+    ShareHeartbeatRequest, ShareHeartbeatResponse, SHARE_JOIN_EPOCH, SHARE_LEAVE_EPOCH,
 };
 
 /// Kafka's GROUP_ID_NOT_FOUND for a group id that is not a share group.
@@ -151,7 +151,17 @@ impl GroupCoordinator {
             .or_insert_with(|| GroupEntry::new(Group::new(group_id, &config.group, now)));
         let share = entry.share.get_or_insert_with(|| ShareGroup::new(group_id));
         let before = share.group_epoch();
-        let result = share.heartbeat(&config.share, req, topics, now);
+        // The group's own session timeout and heartbeat interval, where it has them.
+        let (session_timeout_ms, heartbeat_interval_ms) = req.timeouts.or((
+            config.share.session_timeout_ms,
+            config.share.heartbeat_interval_ms,
+        ));
+        let share_config = ShareGroupConfig {
+            session_timeout_ms,
+            heartbeat_interval_ms,
+            ..config.share.clone()
+        };
+        let result = share.heartbeat(&share_config, req, topics, now);
         if share.group_epoch() != before {
             debug!(group = %group_id, group_epoch = share.group_epoch(), "share group epoch moved");
         }

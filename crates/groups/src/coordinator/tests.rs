@@ -689,3 +689,43 @@ fn partition_for_matches_java_string_hash_code() {
         assert!((0..50).contains(&partition_for(g, 50)));
     }
 }
+
+/// A group's own heartbeat interval (its dynamic config, resolved by the front end) is what its
+/// members are told; a group without one gets the broker's.
+#[tokio::test]
+async fn a_groups_own_timeouts_override_the_brokers() {
+    let (_dir, _store, logs) = logs();
+    let c = coordinator(&logs, None);
+    load(&c, &logs);
+    let own = crate::consumer_group::GroupTimeouts {
+        session_timeout_ms: Some(50_000),
+        heartbeat_interval_ms: Some(7_000),
+    };
+    let share = c
+        .share_heartbeat(
+            &crate::share_group::ShareHeartbeatRequest {
+                timeouts: own,
+                ..share_join("sg", "s1")
+            },
+            &OneTopic,
+        )
+        .await
+        .expect("share join");
+    assert_eq!(share.heartbeat_interval_ms, 7_000);
+    let consumer = c
+        .consumer_heartbeat(
+            &HeartbeatRequest {
+                timeouts: own,
+                ..consumer_join("cg", "m1")
+            },
+            &OneTopic,
+        )
+        .await
+        .expect("consumer join");
+    assert_eq!(consumer.heartbeat_interval_ms, 7_000);
+    let plain = c
+        .share_heartbeat(&share_join("other", "s1"), &OneTopic)
+        .await
+        .expect("share join");
+    assert_eq!(plain.heartbeat_interval_ms, 5_000);
+}
