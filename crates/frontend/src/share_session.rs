@@ -100,6 +100,14 @@ impl ShareSessionCache {
         self.len() == 0
     }
 
+    /// Whether any member of `group_id` holds a session here.
+    pub fn has_group(&self, group_id: &str) -> bool {
+        self.sessions
+            .lock()
+            .keys()
+            .any(|k| &*k.group_id == group_id)
+    }
+
     /// ShareFetch's session step: `added` are the request's partitions, `forgotten` those to drop.
     pub fn fetch(
         &self,

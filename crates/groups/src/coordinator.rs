@@ -51,6 +51,8 @@
 //! - `classic.rs`: JoinGroup, SyncGroup, Heartbeat, LeaveGroup (Kafka's `ClassicGroup`);
 //! - `consumer.rs`: KIP-848 ConsumerGroupHeartbeat and ConsumerGroupDescribe;
 //! - `share.rs`: KIP-932 ShareGroupHeartbeat and ShareGroupDescribe;
+//! - `share_offsets.rs`: a share group's initialized partitions as AlterShareGroupOffsets,
+//!   DeleteShareGroupOffsets and DeleteGroups change them;
 //! - `offsets.rs`: OffsetCommit, TxnOffsetCommit and its markers, OffsetFetch, OffsetDelete;
 //! - `admin.rs`: ListGroups, DescribeGroups, DeleteGroups, the metrics' view;
 //! - `timers.rs`: session and rebalance deadlines, offset expiry, the periodic snapshot;
@@ -88,6 +90,7 @@ use crate::txn_offsets::TxnOffsets;
 use self::encode::encode_batch;
 pub use self::shard::PartitionStatus;
 use self::shard::{GroupEntry, Leadership, Led, Shard};
+pub use self::share_offsets::ShareGroupDeletion;
 
 mod admin;
 mod classic;
@@ -96,6 +99,7 @@ mod encode;
 mod offsets;
 mod shard;
 mod share;
+mod share_offsets;
 mod snapshots;
 #[cfg(test)]
 mod tests;
