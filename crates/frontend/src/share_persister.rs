@@ -53,6 +53,14 @@ const CONNECTIONS_IDLE_MAX: usize = 4;
 /// How long one share-state RPC to another broker may take (connect, send, answer); beyond the
 /// coordinator's own commit wait (`share.coordinator.write.timeout.ms`).
 const RPC_TIMEOUT: Duration = Duration::from_secs(15);
+/// How long [`Persister::retrying`] asks again while the share coordinator is not available
+/// (the topic being created, its leader loading or moving).
+const RETRY_WAIT_MAX: Duration = Duration::from_secs(10);
+/// Attempts [`Persister::retrying`] makes at most.
+const RETRY_ATTEMPTS_MAX: u32 = 100;
+/// First and longest pause between two attempts.
+const RETRY_BACKOFF_MIN: Duration = Duration::from_millis(20);
+const RETRY_BACKOFF_MAX: Duration = Duration::from_millis(500);
 
 /// Kafka's coordinator key of a share partition: "group:topicId:partition".
 pub fn coordinator_key(group_id: &str, topic_id: Uuid, partition: i32) -> String {
@@ -367,6 +375,35 @@ impl Persister {
                 })
             }
         }
+    }
+
+    /// Runs `op` until it succeeds, fails for good, or [`RETRY_WAIT_MAX`] passes, pausing
+    /// between attempts while the answer is retriable ([`StateError::is_retriable`]), as Kafka's
+    /// persister retries finding the share coordinator. For the admin APIs, whose callers wait.
+    pub async fn retrying<T, F, Fut>(&self, mut op: F) -> Result<T, StateError>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<T, StateError>>,
+    {
+        let deadline = tokio::time::Instant::now() + RETRY_WAIT_MAX;
+        let mut backoff = RETRY_BACKOFF_MIN;
+        let mut last = None;
+        for _ in 0..RETRY_ATTEMPTS_MAX {
+            match op().await {
+                Err(e) if e.is_retriable() && tokio::time::Instant::now() + backoff < deadline => {
+                    last = Some(e);
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(RETRY_BACKOFF_MAX);
+                }
+                other => return other,
+            }
+        }
+        Err(last.unwrap_or_else(|| {
+            StateError::new(
+                COORDINATOR_NOT_AVAILABLE,
+                "The share coordinator is not available",
+            )
+        }))
     }
 
     /// The coordinator of a key: here, another broker, or not available (the topic is created

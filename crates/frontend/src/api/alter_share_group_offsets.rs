@@ -123,12 +123,15 @@ async fn handle(
             }
             // Above the stored state epoch, so that a stale share-partition leader is fenced.
             let stored = persister
-                .read_summary(&group_id, topic_id, index)
+                .retrying(|| persister.read_summary(&group_id, topic_id, index))
                 .await
                 .map_or(0, |s| s.state_epoch);
             let state_epoch = group_epoch.max(stored.saturating_add(1));
+            let start_offset = p.start_offset;
             match persister
-                .initialize(&group_id, topic_id, index, state_epoch, p.start_offset)
+                .retrying(|| {
+                    persister.initialize(&group_id, topic_id, index, state_epoch, start_offset)
+                })
                 .await
             {
                 Ok(()) => {

@@ -109,7 +109,10 @@ async fn delete_share_state(ctx: &Arc<BrokerContext>, group_ids: &[String]) -> V
                     partition,
                 };
                 if let Some(persister) = persister {
-                    if let Err(e) = persister.delete(group_id, topic_id, partition).await {
+                    let deleted = persister
+                        .retrying(|| persister.delete(group_id, topic_id, partition))
+                        .await;
+                    if let Err(e) = deleted {
                         tracing::warn!(group = %group_id, partition, error = %e, "deleting a share group's state failed");
                         code = Some(e.code);
                         break 'topics;

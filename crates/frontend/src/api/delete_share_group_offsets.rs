@@ -121,7 +121,10 @@ async fn handle(
         };
         let mut failure = None;
         for &partition in partitions {
-            match persister.delete(&group_id, topic_id, partition).await {
+            match persister
+                .retrying(|| persister.delete(&group_id, topic_id, partition))
+                .await
+            {
                 Ok(()) => ctx.shares.forget(&ShareKey {
                     group_id: Arc::from(group_id.as_str()),
                     topic_id,

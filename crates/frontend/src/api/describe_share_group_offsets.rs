@@ -206,7 +206,10 @@ async fn describe_partition(
     topic_id: Uuid,
     partition: i32,
 ) -> DescribeShareGroupOffsetsResponsePartition {
-    let Ok(summary) = persister.read_summary(group_id, topic_id, partition).await else {
+    let summary = persister
+        .retrying(|| persister.read_summary(group_id, topic_id, partition))
+        .await;
+    let Ok(summary) = summary else {
         return no_data(partition);
     };
     let answer = no_data(partition)

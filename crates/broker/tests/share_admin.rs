@@ -1,0 +1,515 @@
+//! Goal: the share-group admin APIs (KIP-932) — DescribeShareGroupOffsets (90),
+//! AlterShareGroupOffsets (91), DeleteShareGroupOffsets (92) and DeleteGroups of a share group —
+//! answer Kafka 4.4's results and error codes on a real broker, and what they change is what the
+//! next share consumer gets: an altered start offset is where fetching resumes, deleted state
+//! starts again at `share.auto.offset.reset`.
+
+mod common;
+
+use std::time::Instant;
+
+use common::*;
+use kafka_protocol::messages::alter_share_group_offsets_request::{
+    AlterShareGroupOffsetsRequestPartition, AlterShareGroupOffsetsRequestTopic,
+};
+use kafka_protocol::messages::delete_share_group_offsets_request::DeleteShareGroupOffsetsRequestTopic;
+use kafka_protocol::messages::describe_share_group_offsets_request::{
+    DescribeShareGroupOffsetsRequestGroup, DescribeShareGroupOffsetsRequestTopic,
+};
+use kafka_protocol::messages::describe_share_group_offsets_response::DescribeShareGroupOffsetsResponseGroup;
+use kafka_protocol::messages::share_acknowledge_request::{
+    AcknowledgePartition, AcknowledgeTopic, AcknowledgementBatch,
+};
+use kafka_protocol::messages::share_fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::{
+    AlterShareGroupOffsetsRequest, AlterShareGroupOffsetsResponse, DeleteGroupsRequest,
+    DeleteGroupsResponse, DeleteShareGroupOffsetsRequest, DeleteShareGroupOffsetsResponse,
+    DescribeShareGroupOffsetsRequest, DescribeShareGroupOffsetsResponse, GroupId,
+    ShareAcknowledgeRequest, ShareAcknowledgeResponse, ShareFetchRequest, ShareFetchResponse,
+    ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse,
+};
+use kafka_protocol::protocol::StrBytes;
+use uuid::Uuid;
+
+const ACCEPT: i8 = 1;
+const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
+const INVALID_GROUP_ID: i16 = 24;
+const UNSUPPORTED_VERSION: i16 = 35;
+const NON_EMPTY_GROUP: i16 = 68;
+const GROUP_ID_NOT_FOUND: i16 = 69;
+
+fn s(v: &str) -> StrBytes {
+    StrBytes::from_string(v.to_string())
+}
+
+fn share_fetch(group: &str, member: &str, epoch: i32, topic_id: Uuid) -> ShareFetchRequest {
+    ShareFetchRequest::default()
+        .with_group_id(Some(GroupId(s(group))))
+        .with_member_id(Some(s(member)))
+        .with_share_session_epoch(epoch)
+        .with_max_wait_ms(200)
+        .with_min_bytes(1)
+        .with_max_bytes(1 << 20)
+        .with_max_records(500)
+        .with_batch_size(500)
+        .with_topics(vec![FetchTopic::default()
+            .with_topic_id(topic_id)
+            .with_partitions(vec![
+                FetchPartition::default().with_partition_index(0)
+            ])])
+}
+
+/// Accepts `first..=last` and closes the session (epoch -1).
+fn accept_and_close(
+    group: &str,
+    member: &str,
+    topic_id: Uuid,
+    first: i64,
+    last: i64,
+) -> ShareAcknowledgeRequest {
+    ShareAcknowledgeRequest::default()
+        .with_group_id(Some(GroupId(s(group))))
+        .with_member_id(Some(s(member)))
+        .with_share_session_epoch(-1)
+        .with_topics(vec![AcknowledgeTopic::default()
+            .with_topic_id(topic_id)
+            .with_partitions(vec![AcknowledgePartition::default()
+                .with_partition_index(0)
+                .with_acknowledgement_batches(vec![
+                    AcknowledgementBatch::default()
+                        .with_first_offset(first)
+                        .with_last_offset(last)
+                        .with_acknowledge_types(vec![ACCEPT]),
+                ])])])
+}
+
+/// (first, last, delivery count) of each acquired range.
+fn acquired(response: &ShareFetchResponse) -> Vec<(i64, i64, i16)> {
+    response
+        .responses
+        .first()
+        .and_then(|t| t.partitions.first())
+        .map(|p| {
+            p.acquired_records
+                .iter()
+                .map(|r| (r.first_offset, r.last_offset, r.delivery_count))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Opens a session for `member` and fetches until something is acquired; returns it.
+async fn consume(
+    conn: &mut RawConn,
+    group: &str,
+    member: &str,
+    topic_id: Uuid,
+) -> Vec<(i64, i64, i16)> {
+    let deadline = Instant::now() + IO_TIMEOUT * 2;
+    let mut epoch = 0;
+    loop {
+        let response: ShareFetchResponse = conn
+            .request(1, &share_fetch(group, member, epoch, topic_id))
+            .await;
+        assert_eq!(response.error_code, 0, "{response:?}");
+        epoch += 1;
+        let got = acquired(&response);
+        if !got.is_empty() {
+            return got;
+        }
+        assert!(Instant::now() < deadline, "nothing acquired: {response:?}");
+    }
+}
+
+async fn produce_records(broker: &Broker, topic: &str, n: usize) {
+    let mut conn = RawConn::connect(broker.addr()).await;
+    let records: Vec<_> = (0..n)
+        .map(|i| record(None, Some(format!("v{i}").as_bytes()), now_ms()))
+        .collect();
+    produce_batch(&mut conn, topic, 0, encode_batch(&records)).await;
+}
+
+async fn describe(
+    conn: &mut RawConn,
+    version: i16,
+    group: &str,
+    topics: Option<&[(&str, &[i32])]>,
+) -> DescribeShareGroupOffsetsResponseGroup {
+    let request = DescribeShareGroupOffsetsRequest::default().with_groups(vec![
+        DescribeShareGroupOffsetsRequestGroup::default()
+            .with_group_id(GroupId(s(group)))
+            .with_topics(topics.map(|ts| {
+                ts.iter()
+                    .map(|(name, ps)| {
+                        DescribeShareGroupOffsetsRequestTopic::default()
+                            .with_topic_name(topic_name(name))
+                            .with_partitions(ps.to_vec())
+                    })
+                    .collect()
+            })),
+    ]);
+    let response: DescribeShareGroupOffsetsResponse = conn.request(version, &request).await;
+    response
+        .groups
+        .into_iter()
+        .next()
+        .expect("one group answered")
+}
+
+/// (topic, partition, start offset, leader epoch, lag, error) of each described partition.
+fn described(g: &DescribeShareGroupOffsetsResponseGroup) -> Vec<(String, i32, i64, i32, i64, i16)> {
+    g.topics
+        .iter()
+        .flat_map(|t| {
+            t.partitions.iter().map(move |p| {
+                (
+                    t.topic_name.0.to_string(),
+                    p.partition_index,
+                    p.start_offset,
+                    p.leader_epoch,
+                    p.lag,
+                    p.error_code,
+                )
+            })
+        })
+        .collect()
+}
+
+async fn alter(
+    conn: &mut RawConn,
+    group: &str,
+    topics: &[(&str, &[(i32, i64)])],
+) -> AlterShareGroupOffsetsResponse {
+    let request = AlterShareGroupOffsetsRequest::default()
+        .with_group_id(GroupId(s(group)))
+        .with_topics(
+            topics
+                .iter()
+                .map(|(name, ps)| {
+                    AlterShareGroupOffsetsRequestTopic::default()
+                        .with_topic_name(topic_name(name))
+                        .with_partitions(
+                            ps.iter()
+                                .map(|(p, o)| {
+                                    AlterShareGroupOffsetsRequestPartition::default()
+                                        .with_partition_index(*p)
+                                        .with_start_offset(*o)
+                                })
+                                .collect(),
+                        )
+                })
+                .collect(),
+        );
+    conn.request(0, &request).await
+}
+
+/// (topic, partition, error) of each altered partition.
+fn altered(r: &AlterShareGroupOffsetsResponse) -> Vec<(String, i32, i16)> {
+    r.responses
+        .iter()
+        .flat_map(|t| {
+            t.partitions
+                .iter()
+                .map(move |p| (t.topic_name.0.to_string(), p.partition_index, p.error_code))
+        })
+        .collect()
+}
+
+async fn delete_offsets(
+    conn: &mut RawConn,
+    group: &str,
+    topics: &[&str],
+) -> DeleteShareGroupOffsetsResponse {
+    let request = DeleteShareGroupOffsetsRequest::default()
+        .with_group_id(GroupId(s(group)))
+        .with_topics(
+            topics
+                .iter()
+                .map(|t| {
+                    DeleteShareGroupOffsetsRequestTopic::default().with_topic_name(topic_name(t))
+                })
+                .collect(),
+        );
+    conn.request(0, &request).await
+}
+
+async fn delete_group(conn: &mut RawConn, group: &str) -> i16 {
+    let request = DeleteGroupsRequest::default().with_groups_names(vec![GroupId(s(group))]);
+    let response: DeleteGroupsResponse = conn.request(2, &request).await;
+    response.results[0].error_code
+}
+
+async fn join(
+    conn: &mut RawConn,
+    group: &str,
+    member: &str,
+    topic: &str,
+) -> ShareGroupHeartbeatResponse {
+    let request = ShareGroupHeartbeatRequest::default()
+        .with_group_id(GroupId(s(group)))
+        .with_member_id(s(member))
+        .with_member_epoch(0)
+        .with_subscribed_topic_names(Some(vec![topic_name(topic)]));
+    let response: ShareGroupHeartbeatResponse = conn.request(1, &request).await;
+    assert_eq!(response.error_code, 0, "{response:?}");
+    response
+}
+
+async fn leave(conn: &mut RawConn, group: &str, member: &str) {
+    let request = ShareGroupHeartbeatRequest::default()
+        .with_group_id(GroupId(s(group)))
+        .with_member_id(s(member))
+        .with_member_epoch(-1);
+    let response: ShareGroupHeartbeatResponse = conn.request(1, &request).await;
+    assert_eq!(response.error_code, 0, "{response:?}");
+}
+
+/// Alter, describe and delete offsets of one share group, with Kafka's error codes, and the
+/// share consumer resuming where the admin APIs put it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn share_group_offsets_are_described_altered_and_deleted() {
+    let broker = Broker::start_with(&["millrace.share.groups.enable=true"]);
+    let topic = unique_topic("share-admin");
+    let topic_id = ensure_topics(broker.addr(), &[&topic]).await.topics[0].topic_id;
+    let group = unique_topic("g");
+    let mut admin = RawConn::connect(broker.addr()).await;
+    wait_for_coordinator(&mut admin, &group).await;
+
+    // A group that does not exist: no topics and no error; a named topic that does not exist:
+    // start offset -1, the zero topic id, no error.
+    let g = describe(&mut admin, 1, &group, None).await;
+    assert_eq!((g.error_code, g.topics.len()), (0, 0), "{g:?}");
+    let g = describe(&mut admin, 1, &group, Some(&[("no-such-topic", &[0])])).await;
+    assert_eq!(
+        described(&g),
+        vec![("no-such-topic".into(), 0, -1, 0, -1, 0)]
+    );
+    assert_eq!(g.topics[0].topic_id, Uuid::nil());
+
+    // A member reads the topic: its share partition starts at the high watermark (latest).
+    produce_records(&broker, &topic, 10).await;
+    let member = Uuid::new_v4().to_string();
+    let mut consumer = RawConn::connect(broker.addr()).await;
+    join(&mut consumer, &group, &member, &topic).await;
+    let got = {
+        let r: ShareFetchResponse = consumer
+            .request(1, &share_fetch(&group, &member, 0, topic_id))
+            .await;
+        assert_eq!(r.error_code, 0, "{r:?}");
+        acquired(&r)
+    };
+    assert!(got.is_empty(), "latest: nothing old is delivered: {got:?}");
+    produce_records(&broker, &topic, 5).await;
+    let got = {
+        let deadline = Instant::now() + IO_TIMEOUT * 2;
+        let mut epoch = 1;
+        loop {
+            let r: ShareFetchResponse = consumer
+                .request(1, &share_fetch(&group, &member, epoch, topic_id))
+                .await;
+            epoch += 1;
+            let got = acquired(&r);
+            if !got.is_empty() {
+                break got;
+            }
+            assert!(Instant::now() < deadline, "nothing acquired: {r:?}");
+        }
+    };
+    assert_eq!(got, vec![(10, 14, 1)]);
+    let r: ShareAcknowledgeResponse = consumer
+        .request(1, &accept_and_close(&group, &member, topic_id, 10, 12))
+        .await;
+    assert_eq!(r.error_code, 0, "{r:?}");
+
+    // With a member in the group, its offsets can be neither altered nor deleted, nor the group.
+    let r = alter(&mut admin, &group, &[(&topic, &[(0, 0)])]).await;
+    assert_eq!(r.error_code, NON_EMPTY_GROUP, "{r:?}");
+    let r = delete_offsets(&mut admin, &group, &[&topic]).await;
+    assert_eq!(r.error_code, NON_EMPTY_GROUP, "{r:?}");
+    assert_eq!(delete_group(&mut admin, &group).await, NON_EMPTY_GROUP);
+
+    // Describe: records 10..=12 accepted, 13 and 14 released when the session closed: the start
+    // offset is 13; lag = 15 − 13 − 0 (v1; v0 has no lag).
+    let g = describe(&mut admin, 1, &group, None).await;
+    assert_eq!(
+        described(&g),
+        vec![(topic.clone(), 0, 13, 0, 2, 0)],
+        "{g:?}"
+    );
+    assert_eq!(g.topics[0].topic_id, topic_id);
+    let g = describe(&mut admin, 0, &group, None).await;
+    assert_eq!(described(&g)[0].2, 13, "{g:?}");
+
+    // The member leaves; the group is Empty: alter to offset 3 (and two bad partitions).
+    leave(&mut consumer, &group, &member).await;
+    let r = alter(
+        &mut admin,
+        &group,
+        &[(&topic, &[(0, 3), (7, 0)]), ("no-such-topic", &[(0, 0)])],
+    )
+    .await;
+    assert_eq!(r.error_code, 0, "{r:?}");
+    assert_eq!(
+        altered(&r),
+        vec![
+            (topic.clone(), 0, 0),
+            (topic.clone(), 7, UNKNOWN_TOPIC_OR_PARTITION),
+            ("no-such-topic".to_string(), 0, UNKNOWN_TOPIC_OR_PARTITION),
+        ]
+    );
+    let g = describe(&mut admin, 1, &group, None).await;
+    assert_eq!(
+        described(&g),
+        vec![(topic.clone(), 0, 3, 0, 12, 0)],
+        "{g:?}"
+    );
+
+    // The next consumer starts at 3 (the share partition held before was dropped): 3..=14, the
+    // accepted 10..=12 included, on a first delivery.
+    let again = Uuid::new_v4().to_string();
+    let mut consumer = RawConn::connect(broker.addr()).await;
+    let got = consume(&mut consumer, &group, &again, topic_id).await;
+    assert_eq!(got, vec![(3, 14, 1)]);
+    let r: ShareAcknowledgeResponse = consumer
+        .request(1, &accept_and_close(&group, &again, topic_id, 3, 14))
+        .await;
+    assert_eq!(r.error_code, 0, "{r:?}");
+    let g = describe(&mut admin, 1, &group, None).await;
+    assert_eq!(
+        described(&g),
+        vec![(topic.clone(), 0, 15, 0, 0, 0)],
+        "{g:?}"
+    );
+
+    // Delete the topic's offsets: an unknown topic is UNKNOWN_TOPIC_OR_PARTITION; then the group
+    // lists no partitions and the state is gone.
+    let r = delete_offsets(&mut admin, &group, &[&topic, "no-such-topic"]).await;
+    assert_eq!(r.error_code, 0, "{r:?}");
+    let codes: Vec<_> = r
+        .responses
+        .iter()
+        .map(|t| (t.topic_name.0.to_string(), t.error_code))
+        .collect();
+    assert_eq!(
+        codes,
+        vec![
+            (topic.clone(), 0),
+            ("no-such-topic".to_string(), UNKNOWN_TOPIC_OR_PARTITION)
+        ]
+    );
+    assert_eq!(r.responses[0].topic_id, topic_id);
+    let g = describe(&mut admin, 1, &group, None).await;
+    assert_eq!((g.error_code, g.topics.len()), (0, 0), "{g:?}");
+    let g = describe(&mut admin, 1, &group, Some(&[(&topic, &[0])])).await;
+    assert_eq!(
+        described(&g),
+        vec![(topic.clone(), 0, -1, 0, -1, 0)],
+        "{g:?}"
+    );
+    // Deleting again: nothing is left to delete.
+    let r = delete_offsets(&mut admin, &group, &[&topic]).await;
+    assert_eq!(
+        r.responses[0].error_code, UNKNOWN_TOPIC_OR_PARTITION,
+        "{r:?}"
+    );
+
+    // A consumer now starts afresh at latest: nothing old comes back; a new record does.
+    let third = Uuid::new_v4().to_string();
+    let mut consumer = RawConn::connect(broker.addr()).await;
+    let r: ShareFetchResponse = consumer
+        .request(1, &share_fetch(&group, &third, 0, topic_id))
+        .await;
+    assert!(acquired(&r).is_empty(), "{r:?}");
+    produce_records(&broker, &topic, 1).await;
+    let deadline = Instant::now() + IO_TIMEOUT * 2;
+    let mut epoch = 1;
+    let got = loop {
+        let r: ShareFetchResponse = consumer
+            .request(1, &share_fetch(&group, &third, epoch, topic_id))
+            .await;
+        epoch += 1;
+        let got = acquired(&r);
+        if !got.is_empty() {
+            break got;
+        }
+        assert!(Instant::now() < deadline, "nothing acquired: {r:?}");
+    };
+    assert_eq!(got, vec![(15, 15, 1)]);
+    drop(consumer);
+
+    // Errors: an empty group id; a missing group for DeleteShareGroupOffsets; a missing group is
+    // created by AlterShareGroupOffsets.
+    let r = alter(&mut admin, "", &[(&topic, &[(0, 0)])]).await;
+    assert_eq!(r.error_code, INVALID_GROUP_ID, "{r:?}");
+    let r = delete_offsets(&mut admin, "", &[&topic]).await;
+    assert_eq!(r.error_code, INVALID_GROUP_ID, "{r:?}");
+    let missing = unique_topic("missing");
+    let r = delete_offsets(&mut admin, &missing, &[&topic]).await;
+    assert_eq!(r.error_code, GROUP_ID_NOT_FOUND, "{r:?}");
+    let created = unique_topic("created");
+    let r = alter(&mut admin, &created, &[(&topic, &[(0, 1)])]).await;
+    assert_eq!(
+        (r.error_code, altered(&r)),
+        (0, vec![(topic.clone(), 0, 0)]),
+        "{r:?}"
+    );
+    let g = describe(&mut admin, 1, &created, None).await;
+    assert_eq!(
+        described(&g),
+        vec![(topic.clone(), 0, 1, 0, 15, 0)],
+        "{g:?}"
+    );
+}
+
+/// DeleteGroups of a share group deletes its share state first: a group made again with the
+/// same id starts afresh.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_a_share_group_deletes_its_share_state() {
+    let broker = Broker::start_with(&["millrace.share.groups.enable=true"]);
+    let topic = unique_topic("share-del");
+    let topic_id = ensure_topics(broker.addr(), &[&topic]).await.topics[0].topic_id;
+    let group = unique_topic("g");
+    let mut admin = RawConn::connect(broker.addr()).await;
+    wait_for_coordinator(&mut admin, &group).await;
+    produce_records(&broker, &topic, 4).await;
+    // The first use of `__share_group_state` creates it: the persister waits for it.
+    let r = alter(&mut admin, &group, &[(&topic, &[(0, 0)])]).await;
+    assert_eq!(
+        (r.error_code, altered(&r)),
+        (0, vec![(topic.clone(), 0, 0)]),
+        "{r:?}"
+    );
+    let g = describe(&mut admin, 1, &group, None).await;
+    assert_eq!(described(&g), vec![(topic.clone(), 0, 0, 0, 4, 0)], "{g:?}");
+
+    assert_eq!(delete_group(&mut admin, &group).await, 0);
+    assert_eq!(delete_group(&mut admin, &group).await, GROUP_ID_NOT_FOUND);
+    let g = describe(&mut admin, 1, &group, Some(&[(&topic, &[0])])).await;
+    assert_eq!(
+        described(&g),
+        vec![(topic.clone(), 0, -1, 0, -1, 0)],
+        "{g:?}"
+    );
+
+    // A consumer of a group with the same id starts at latest, not at the deleted offset 0.
+    let member = Uuid::new_v4().to_string();
+    let mut consumer = RawConn::connect(broker.addr()).await;
+    let r: ShareFetchResponse = consumer
+        .request(1, &share_fetch(&group, &member, 0, topic_id))
+        .await;
+    assert_eq!(r.error_code, 0, "{r:?}");
+    assert!(acquired(&r).is_empty(), "deleted state came back: {r:?}");
+}
+
+/// Off by default, the admin APIs answer UNSUPPORTED_VERSION, as Kafka with `share.version` 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn share_admin_apis_are_off_by_default() {
+    let broker = Broker::start();
+    let mut admin = RawConn::connect(broker.addr()).await;
+    let g = describe(&mut admin, 1, "g", None).await;
+    assert_eq!(g.error_code, UNSUPPORTED_VERSION, "{g:?}");
+    let r = alter(&mut admin, "g", &[("t", &[(0, 0)])]).await;
+    assert_eq!(r.error_code, UNSUPPORTED_VERSION, "{r:?}");
+    let r = delete_offsets(&mut admin, "g", &["t"]).await;
+    assert_eq!(r.error_code, UNSUPPORTED_VERSION, "{r:?}");
+}
