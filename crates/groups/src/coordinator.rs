@@ -90,7 +90,6 @@ use crate::txn_offsets::TxnOffsets;
 use self::encode::encode_batch;
 pub use self::shard::PartitionStatus;
 use self::shard::{GroupEntry, Leadership, Led, Shard};
-pub use self::share_offsets::ShareGroupDeletion;
 
 mod admin;
 mod classic;
@@ -199,6 +198,17 @@ pub struct GroupDescription {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct DeletedGroup {
     pub share_partitions: InitializedPartitions,
+}
+
+/// What DeleteGroups must do about one group before deleting it (`share_offsets.rs`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ShareGroupDeletion {
+    /// Not a share group (or no group): DeleteGroups handles it as any other.
+    NotShare,
+    /// An Empty share group: delete the share state of these partitions first.
+    Delete(InitializedPartitions),
+    /// A share group with members: NON_EMPTY_GROUP.
+    NotEmpty,
 }
 
 /// Topic → partitions, as OffsetFetch asks; `None` = every committed offset of the group.

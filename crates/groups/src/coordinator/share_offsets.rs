@@ -19,7 +19,7 @@
 use super::encode::encode_group_records;
 use super::shard::GroupEntry;
 use super::share::not_a_share_group;
-use super::{now_ms, GroupCoordinator};
+use super::{now_ms, GroupCoordinator, ShareGroupDeletion};
 use crate::error::GroupError;
 use crate::group::Group;
 use crate::reply::{ready, Reply};
@@ -28,17 +28,6 @@ use crate::share_group::{InitializedPartitions, ShareGroup};
 /// Kafka's GROUP_ID_NOT_FOUND for a share group that does not exist.
 fn share_group_not_found(group_id: &str) -> GroupError {
     GroupError::GroupIdNotFoundWith(format!("Group {group_id} not found."))
-}
-
-/// What DeleteGroups must do about one group before deleting it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ShareGroupDeletion {
-    /// Not a share group (or no group): DeleteGroups handles it as any other.
-    NotShare,
-    /// An Empty share group: delete the share state of these partitions first.
-    Delete(InitializedPartitions),
-    /// A share group with members: NON_EMPTY_GROUP.
-    NotEmpty,
 }
 
 impl GroupCoordinator {
