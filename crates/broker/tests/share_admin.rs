@@ -2,8 +2,11 @@
 //! AlterShareGroupOffsets (91), DeleteShareGroupOffsets (92) and DeleteGroups of a share group —
 //! answer Kafka 4.4's results and error codes on a real broker, and what they change is what the
 //! next share consumer gets: an altered start offset is where fetching resumes, deleted state
-//! starts again at `share.auto.offset.reset`.
+//! starts again at `share.auto.offset.reset`. On three nodes, with the group coordinator, the
+//! share coordinator and the partition leader apart, through the share-state RPCs between brokers.
 
+#[path = "common/cluster.rs"]
+mod cluster;
 mod common;
 
 use std::time::Instant;
@@ -12,6 +15,7 @@ use common::*;
 use kafka_protocol::messages::alter_share_group_offsets_request::{
     AlterShareGroupOffsetsRequestPartition, AlterShareGroupOffsetsRequestTopic,
 };
+use kafka_protocol::messages::create_topics_request::{CreatableReplicaAssignment, CreatableTopic};
 use kafka_protocol::messages::delete_share_group_offsets_request::DeleteShareGroupOffsetsRequestTopic;
 use kafka_protocol::messages::describe_share_group_offsets_request::{
     DescribeShareGroupOffsetsRequestGroup, DescribeShareGroupOffsetsRequestTopic,
@@ -22,17 +26,19 @@ use kafka_protocol::messages::share_acknowledge_request::{
 };
 use kafka_protocol::messages::share_fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::{
-    AlterShareGroupOffsetsRequest, AlterShareGroupOffsetsResponse, DeleteGroupsRequest,
-    DeleteGroupsResponse, DeleteShareGroupOffsetsRequest, DeleteShareGroupOffsetsResponse,
-    DescribeShareGroupOffsetsRequest, DescribeShareGroupOffsetsResponse, GroupId,
-    ShareAcknowledgeRequest, ShareAcknowledgeResponse, ShareFetchRequest, ShareFetchResponse,
-    ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse,
+    AlterShareGroupOffsetsRequest, AlterShareGroupOffsetsResponse, BrokerId, CreateTopicsRequest,
+    CreateTopicsResponse, DeleteGroupsRequest, DeleteGroupsResponse,
+    DeleteShareGroupOffsetsRequest, DeleteShareGroupOffsetsResponse,
+    DescribeShareGroupOffsetsRequest, DescribeShareGroupOffsetsResponse, FindCoordinatorRequest,
+    FindCoordinatorResponse, GroupId, ShareAcknowledgeRequest, ShareAcknowledgeResponse,
+    ShareFetchRequest, ShareFetchResponse, ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse,
 };
 use kafka_protocol::protocol::StrBytes;
 use uuid::Uuid;
 
 const ACCEPT: i8 = 1;
 const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
+const NOT_COORDINATOR: i16 = 16;
 const INVALID_GROUP_ID: i16 = 24;
 const UNSUPPORTED_VERSION: i16 = 35;
 const NON_EMPTY_GROUP: i16 = 68;
@@ -512,4 +518,132 @@ async fn share_admin_apis_are_off_by_default() {
     assert_eq!(r.error_code, UNSUPPORTED_VERSION, "{r:?}");
     let r = delete_offsets(&mut admin, "g", &["t"]).await;
     assert_eq!(r.error_code, UNSUPPORTED_VERSION, "{r:?}");
+}
+
+/// FindCoordinator v6 of `key` (key type 0 group, 2 share partition) until a node answers.
+async fn find_coordinator(conn: &mut RawConn, key_type: i8, key: &str) -> i32 {
+    let deadline = Instant::now() + IO_TIMEOUT;
+    loop {
+        let request = FindCoordinatorRequest::default()
+            .with_key_type(key_type)
+            .with_coordinator_keys(vec![s(key)]);
+        let r: FindCoordinatorResponse = conn.request(6, &request).await;
+        let c = &r.coordinators[0];
+        if c.error_code == 0 {
+            return c.node_id.0;
+        }
+        assert!(Instant::now() < deadline, "no coordinator for {key}: {r:?}");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
+/// Kafka's share-partition coordinator key: "group:topicId:partition", the id in base64.
+fn share_key(group: &str, topic_id: Uuid, partition: i32) -> String {
+    use base64::Engine;
+    let id = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(topic_id.as_bytes());
+    format!("{group}:{id}:{partition}")
+}
+
+/// The admin APIs across brokers: the group's coordinator answers them (NOT_COORDINATOR
+/// elsewhere), reaches the share state on another broker (keys 83, 86, 87) and the partition's
+/// high watermark on a third (ListOffsets), and the partition leader loads what was altered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn share_admin_apis_span_brokers() {
+    let c = cluster::TestCluster::start(3, &["millrace.share.groups.enable=true"]);
+    let leader = 3;
+    let topic = unique_topic("share-admin-3");
+    let mut conn = RawConn::connect(c.addr(1)).await;
+    let create = CreateTopicsRequest::default()
+        .with_timeout_ms(30_000)
+        .with_topics(vec![CreatableTopic::default()
+            .with_name(topic_name(&topic))
+            .with_num_partitions(-1)
+            .with_replication_factor(-1)
+            .with_assignments(vec![CreatableReplicaAssignment::default()
+                .with_partition_index(0)
+                .with_broker_ids(vec![BrokerId(leader)])])]);
+    let created: CreateTopicsResponse = conn.request(7, &create).await;
+    assert_eq!(created.topics[0].error_code, 0, "{created:?}");
+    let deadline = Instant::now() + IO_TIMEOUT;
+    let topic_id = loop {
+        let m = metadata(&mut conn, Some(&[&topic]), false).await;
+        let t = &m.topics[0];
+        if t.error_code == 0
+            && t.partitions
+                .first()
+                .is_some_and(|p| p.leader_id.0 == leader)
+        {
+            break t.topic_id;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{topic} not led by {leader}: {m:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+
+    // A group whose coordinator is neither the partition leader nor the share coordinator.
+    let mut chosen = None;
+    for i in 0..60 {
+        let group = format!("{topic}-g{i}");
+        let coordinator = find_coordinator(&mut conn, 0, &group).await;
+        let share = find_coordinator(&mut conn, 2, &share_key(&group, topic_id, 0)).await;
+        if coordinator != leader && share != coordinator {
+            chosen = Some((group, coordinator, share));
+            break;
+        }
+    }
+    let (group, coordinator, share) = chosen.expect("a group with its coordinators apart");
+    let elsewhere = (1..=3).find(|n| *n != coordinator).expect("another node");
+    eprintln!("group coordinator {coordinator}, share coordinator {share}, leader {leader}");
+    let mut admin = RawConn::connect(c.addr(coordinator)).await;
+    wait_for_coordinator(&mut admin, &group).await;
+    let mut other = RawConn::connect(c.addr(elsewhere)).await;
+
+    let mut producer = RawConn::connect(c.addr(leader)).await;
+    let records: Vec<_> = (0..6)
+        .map(|i| record(None, Some(format!("v{i}").as_bytes()), now_ms()))
+        .collect();
+    produce_batch(&mut producer, &topic, 0, encode_batch(&records)).await;
+
+    // Only the coordinator answers.
+    let g = describe(&mut other, 1, &group, None).await;
+    assert_eq!(g.error_code, NOT_COORDINATOR, "{g:?}");
+    let r = alter(&mut other, &group, &[(&topic, &[(0, 2)])]).await;
+    assert_eq!(r.error_code, NOT_COORDINATOR, "{r:?}");
+    let r = delete_offsets(&mut other, &group, &[&topic]).await;
+    assert_eq!(r.error_code, NOT_COORDINATOR, "{r:?}");
+    assert_eq!(delete_group(&mut other, &group).await, NOT_COORDINATOR);
+
+    // Altered through the share coordinator on another broker; the lag needs the leader's high
+    // watermark from a third.
+    let r = alter(&mut admin, &group, &[(&topic, &[(0, 2)])]).await;
+    assert_eq!(
+        (r.error_code, altered(&r)),
+        (0, vec![(topic.clone(), 0, 0)]),
+        "{r:?}"
+    );
+    let g = describe(&mut admin, 1, &group, None).await;
+    assert_eq!(described(&g), vec![(topic.clone(), 0, 2, 0, 4, 0)], "{g:?}");
+
+    // The leader loads the altered state.
+    let member = Uuid::new_v4().to_string();
+    let mut consumer = RawConn::connect(c.addr(leader)).await;
+    let got = consume(&mut consumer, &group, &member, topic_id).await;
+    assert_eq!(got, vec![(2, 5, 1)]);
+    let r: ShareAcknowledgeResponse = consumer
+        .request(1, &accept_and_close(&group, &member, topic_id, 2, 5))
+        .await;
+    assert_eq!(r.error_code, 0, "{r:?}");
+    let g = describe(&mut admin, 1, &group, None).await;
+    assert_eq!(described(&g), vec![(topic.clone(), 0, 6, 0, 0, 0)], "{g:?}");
+
+    // Deleting the group deletes its state on the share coordinator.
+    assert_eq!(delete_group(&mut admin, &group).await, 0);
+    let g = describe(&mut admin, 1, &group, Some(&[(&topic, &[0])])).await;
+    assert_eq!(
+        described(&g),
+        vec![(topic.clone(), 0, -1, 0, -1, 0)],
+        "{g:?}"
+    );
 }
