@@ -647,3 +647,54 @@ async fn share_admin_apis_span_brokers() {
         "{g:?}"
     );
 }
+
+/// `/metrics` shows each share partition's lag where it is held (the leader): the high watermark
+/// minus the start offset and the records acknowledged above it, and the group's sum.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn share_group_lag_is_a_metric() {
+    let http_port = free_port();
+    let http_listen = format!("millrace.http.listen=127.0.0.1:{http_port}");
+    let broker = Broker::start_with(&["millrace.share.groups.enable=true", &http_listen]);
+    let topic = unique_topic("share-lag");
+    let topic_id = ensure_topics(broker.addr(), &[&topic]).await.topics[0].topic_id;
+    let group = unique_topic("g");
+    let member = Uuid::new_v4().to_string();
+    let mut consumer = RawConn::connect(broker.addr()).await;
+    let r: ShareFetchResponse = consumer
+        .request(1, &share_fetch(&group, &member, 0, topic_id))
+        .await;
+    assert_eq!(r.error_code, 0, "{r:?}");
+    produce_records(&broker, &topic, 10).await;
+    let deadline = Instant::now() + IO_TIMEOUT * 2;
+    let mut epoch = 1;
+    let got = loop {
+        let r: ShareFetchResponse = consumer
+            .request(1, &share_fetch(&group, &member, epoch, topic_id))
+            .await;
+        epoch += 1;
+        let got = acquired(&r);
+        if !got.is_empty() {
+            break got;
+        }
+        assert!(Instant::now() < deadline, "nothing acquired: {r:?}");
+    };
+    assert_eq!(got, vec![(0, 9, 1)]);
+    // Accept 0..=1 and 5..=6 (the session stays open, so the share partition stays held): the
+    // start moves to 2, two records above it are complete; lag = 10 − 2 − 2.
+    for (first, last) in [(0, 1), (5, 6)] {
+        let mut request = accept_and_close(&group, &member, topic_id, first, last);
+        request.share_session_epoch = epoch;
+        epoch += 1;
+        let r: ShareAcknowledgeResponse = consumer.request(1, &request).await;
+        assert_eq!(r.error_code, 0, "{r:?}");
+    }
+    let addr: std::net::SocketAddr = format!("127.0.0.1:{http_port}").parse().expect("addr");
+    let (status, text) = http(addr, "GET", "/metrics");
+    assert_eq!(status, 200);
+    let lag = format!(
+        "millrace_share_group_lag{{group=\"{group}\",topic=\"{topic}\",partition=\"0\"}} 6"
+    );
+    let sum = format!("millrace_share_group_lag_sum{{group=\"{group}\"}} 6");
+    assert!(text.lines().any(|l| l == lag), "{lag} not in:\n{text}");
+    assert!(text.lines().any(|l| l == sum), "{sum} not in:\n{text}");
+}

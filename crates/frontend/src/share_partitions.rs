@@ -129,6 +129,19 @@ pub struct ShareState {
     archived_total: AtomicU64,
 }
 
+/// One share partition held here, as the share-group lag metric reads it: lag = high watermark
+/// − `start_offset` − `delivery_complete_count` (Kafka's DescribeShareGroupOffsets lag).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SharePartitionProgress {
+    pub group_id: Arc<str>,
+    pub topic_id: Uuid,
+    pub partition: i32,
+    /// The share-partition start offset (SPSO).
+    pub start_offset: i64,
+    /// Records at or above the start offset that are acknowledged or archived.
+    pub delivery_complete_count: i32,
+}
+
 /// Share groups' numbers for the metrics, read at scrape time.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ShareStats {
@@ -446,6 +459,29 @@ impl ShareState {
             stats.acquired_records += m.acquired_records;
         }
         stats
+    }
+
+    /// Each share partition held now, with its start offset and delivery-complete count (the
+    /// share-group lag metric). Takes each partition's lock once, briefly.
+    pub fn progress(&self) -> Vec<SharePartitionProgress> {
+        let held: Vec<_> = self
+            .partitions
+            .lock()
+            .iter()
+            .map(|(k, h)| (k.clone(), Arc::clone(h)))
+            .collect();
+        held.into_iter()
+            .map(|(key, h)| {
+                let h = h.lock();
+                SharePartitionProgress {
+                    group_id: key.group_id,
+                    topic_id: key.topic_id,
+                    partition: key.partition,
+                    start_offset: h.partition.start_offset(),
+                    delivery_complete_count: h.partition.delivery_complete_count(),
+                }
+            })
+            .collect()
     }
 
     /// Share partitions held now.
