@@ -193,8 +193,8 @@ pub struct GroupDescription {
 }
 
 /// What DeleteGroups removed with a group that the group coordinator does not own itself: for a
-/// share group, its share partitions that have share state (empty for other groups), which the
-/// caller drops from the share-partition state (Kafka's DeleteShareGroupState).
+/// share group, its share partitions that had share state (empty for other groups), whose state
+/// the caller deleted first (Kafka's DeleteShareGroupState; [`ShareGroupDeletion`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct DeletedGroup {
     pub share_partitions: InitializedPartitions,
