@@ -698,3 +698,141 @@ async fn share_group_lag_is_a_metric() {
     assert!(text.lines().any(|l| l == lag), "{lag} not in:\n{text}");
     assert!(text.lines().any(|l| l == sum), "{sum} not in:\n{text}");
 }
+
+/// A raw connection authenticated with SASL/PLAIN as `user` (password `<user>-secret`).
+async fn as_user(addr: std::net::SocketAddr, user: &str) -> RawConn {
+    use kafka_protocol::messages::{SaslAuthenticateRequest, SaslHandshakeRequest};
+    let mut conn = RawConn::connect(addr).await;
+    let handshake = SaslHandshakeRequest::default().with_mechanism(s("PLAIN"));
+    assert_eq!(conn.request(1, &handshake).await.error_code, 0);
+    let token = SaslAuthenticateRequest::default().with_auth_bytes(bytes::Bytes::from(
+        format!("\0{user}\0{user}-secret").into_bytes(),
+    ));
+    let answer = conn.request(2, &token).await;
+    assert_eq!(answer.error_code, 0, "authenticate {user}: {answer:?}");
+    conn
+}
+
+/// An ALLOW ACL for `User:alice`: `operation` on the literal resource (`resource_type`, `name`).
+async fn grant_alice(admin: &mut RawConn, resource_type: i8, name: &str, operation: i8) {
+    use kafka_protocol::messages::create_acls_request::AclCreation;
+    use kafka_protocol::messages::CreateAclsRequest;
+    const LITERAL: i8 = 3;
+    const ALLOW: i8 = 3;
+    let request = CreateAclsRequest::default().with_creations(vec![AclCreation::default()
+        .with_resource_type(resource_type)
+        .with_resource_name(s(name))
+        .with_resource_pattern_type(LITERAL)
+        .with_principal(s("User:alice"))
+        .with_host(s("*"))
+        .with_operation(operation)
+        .with_permission_type(ALLOW)]);
+    let created = admin.request(3, &request).await;
+    assert_eq!(created.results[0].error_code, 0, "{created:?}");
+}
+
+/// Kafka's ACLs on the admin APIs: DESCRIBE (90), READ (91) and DELETE (92) on the group, or
+/// GROUP_AUTHORIZATION_FAILED for the whole request; READ or DESCRIBE on the topic, or
+/// TOPIC_AUTHORIZATION_FAILED for its partitions (90, 91) or the topic (92).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn share_admin_apis_check_kafkas_acls() {
+    const TOPIC: i8 = 2;
+    const GROUP: i8 = 3;
+    const READ: i8 = 3;
+    const DELETE: i8 = 6;
+    const DESCRIBE: i8 = 8;
+    const TOPIC_AUTHORIZATION_FAILED: i16 = 29;
+    const GROUP_AUTHORIZATION_FAILED: i16 = 30;
+    let jaas = "listener.name.sasl_plaintext.plain.sasl.jaas.config=\
+                org.apache.kafka.common.security.plain.PlainLoginModule required \
+                user_admin=\"admin-secret\" user_alice=\"alice-secret\";";
+    let broker = Broker::start_with(&[
+        "listeners=SASL_PLAINTEXT://127.0.0.1:0",
+        "sasl.enabled.mechanisms=PLAIN",
+        jaas,
+        "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+        "super.users=User:admin",
+        "millrace.share.groups.enable=true",
+    ]);
+    let addr = broker.listener_addr("SASL_PLAINTEXT");
+    let topic = unique_topic("share-acl");
+    let group = unique_topic("g");
+    let mut admin = as_user(addr, "admin").await;
+    let _ = metadata(&mut admin, Some(&[&topic]), true).await;
+    wait_for_coordinator(&mut admin, &group).await;
+    let deadline = Instant::now() + IO_TIMEOUT;
+    loop {
+        let r = alter(&mut admin, &group, &[(&topic, &[(0, 0)])]).await;
+        if r.error_code == 0 && altered(&r) == vec![(topic.clone(), 0, 0)] {
+            break;
+        }
+        assert!(Instant::now() < deadline, "admin cannot alter: {r:?}");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+
+    // Nothing on the group: every API is refused as a whole.
+    let mut alice = as_user(addr, "alice").await;
+    let g = describe(&mut alice, 1, &group, None).await;
+    assert_eq!(g.error_code, GROUP_AUTHORIZATION_FAILED, "{g:?}");
+    let r = alter(&mut alice, &group, &[(&topic, &[(0, 0)])]).await;
+    assert_eq!(r.error_code, GROUP_AUTHORIZATION_FAILED, "{r:?}");
+    let r = delete_offsets(&mut alice, &group, &[&topic]).await;
+    assert_eq!(r.error_code, GROUP_AUTHORIZATION_FAILED, "{r:?}");
+
+    // The group, not the topic: the topic's partitions are refused (and left out of a describe
+    // of every partition).
+    for operation in [DESCRIBE, READ, DELETE] {
+        grant_alice(&mut admin, GROUP, &group, operation).await;
+    }
+    let deadline = Instant::now() + IO_TIMEOUT;
+    let g = loop {
+        let g = describe(&mut alice, 1, &group, None).await;
+        if g.error_code != GROUP_AUTHORIZATION_FAILED {
+            break g;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the group ACLs never applied: {g:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    assert_eq!((g.error_code, g.topics.len()), (0, 0), "{g:?}");
+    let g = describe(&mut alice, 1, &group, Some(&[(&topic, &[0])])).await;
+    assert_eq!(described(&g)[0].5, TOPIC_AUTHORIZATION_FAILED, "{g:?}");
+    let r = alter(&mut alice, &group, &[(&topic, &[(0, 0)])]).await;
+    assert_eq!(
+        (r.error_code, altered(&r)),
+        (0, vec![(topic.clone(), 0, TOPIC_AUTHORIZATION_FAILED)]),
+        "{r:?}"
+    );
+    let r = delete_offsets(&mut alice, &group, &[&topic]).await;
+    assert_eq!(r.error_code, 0, "{r:?}");
+    assert_eq!(
+        r.responses[0].error_code, TOPIC_AUTHORIZATION_FAILED,
+        "{r:?}"
+    );
+
+    // READ on the topic too (it implies DESCRIBE): everything is answered.
+    grant_alice(&mut admin, TOPIC, &topic, READ).await;
+    let deadline = Instant::now() + IO_TIMEOUT;
+    loop {
+        let g = describe(&mut alice, 1, &group, None).await;
+        if !g.topics.is_empty() {
+            assert_eq!(described(&g), vec![(topic.clone(), 0, 0, 0, 0, 0)], "{g:?}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the topic ACL never applied: {g:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let r = alter(&mut alice, &group, &[(&topic, &[(0, 0)])]).await;
+    assert_eq!(
+        (r.error_code, altered(&r)),
+        (0, vec![(topic.clone(), 0, 0)]),
+        "{r:?}"
+    );
+    let r = delete_offsets(&mut alice, &group, &[&topic]).await;
+    assert_eq!((r.error_code, r.responses[0].error_code), (0, 0), "{r:?}");
+}
