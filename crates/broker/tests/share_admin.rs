@@ -836,3 +836,88 @@ async fn share_admin_apis_check_kafkas_acls() {
     let r = delete_offsets(&mut alice, &group, &[&topic]).await;
     assert_eq!((r.error_code, r.responses[0].error_code), (0, 0), "{r:?}");
 }
+
+/// DeleteGroups of a share group whose share state cannot be deleted (its `__share_group_state`
+/// partition has one replica, on a stopped broker) answers the persister's error and keeps the
+/// group, as Kafka 4.4 does; once the broker is back, the deletion goes through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_share_group_whose_state_cannot_be_deleted_stays() {
+    use kafka_protocol::messages::{ShareGroupDescribeRequest, ShareGroupDescribeResponse};
+    const COORDINATOR_NOT_AVAILABLE: i16 = 15;
+    let mut c = cluster::TestCluster::start(
+        3,
+        &[
+            "millrace.share.groups.enable=true",
+            "share.coordinator.state.topic.replication.factor=1",
+            "broker.session.timeout.ms=3000",
+            "broker.heartbeat.interval.ms=500",
+        ],
+    );
+    let topic = unique_topic("share-del-fail");
+    let mut conn = RawConn::connect(c.addr(1)).await;
+    let topic_id = {
+        let deadline = Instant::now() + IO_TIMEOUT;
+        loop {
+            let m = metadata(&mut conn, Some(&[&topic]), true).await;
+            let t = &m.topics[0];
+            if t.error_code == 0 && t.partitions.first().is_some_and(|p| p.leader_id.0 > 0) {
+                break t.topic_id;
+            }
+            assert!(Instant::now() < deadline, "{topic} not ready: {m:?}");
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    };
+    let mut chosen = None;
+    for i in 0..60 {
+        let group = format!("{topic}-g{i}");
+        let coordinator = find_coordinator(&mut conn, 0, &group).await;
+        let share = find_coordinator(&mut conn, 2, &share_key(&group, topic_id, 0)).await;
+        if share != coordinator {
+            chosen = Some((group, coordinator, share));
+            break;
+        }
+    }
+    let (group, coordinator, share) = chosen.expect("a group with its coordinators apart");
+    let mut admin = RawConn::connect(c.addr(coordinator)).await;
+    wait_for_coordinator(&mut admin, &group).await;
+    let r = alter(&mut admin, &group, &[(&topic, &[(0, 0)])]).await;
+    assert_eq!(
+        (r.error_code, altered(&r)),
+        (0, vec![(topic.clone(), 0, 0)]),
+        "{r:?}"
+    );
+
+    // The share coordinator's broker stops: its partition has no other replica.
+    c.stop(share);
+    assert_eq!(
+        delete_group(&mut admin, &group).await,
+        COORDINATOR_NOT_AVAILABLE
+    );
+    let group_described: ShareGroupDescribeResponse = admin
+        .request(
+            1,
+            &ShareGroupDescribeRequest::default().with_group_ids(vec![GroupId(s(&group))]),
+        )
+        .await;
+    assert_eq!(
+        group_described.groups[0].error_code, 0,
+        "the group went: {group_described:?}"
+    );
+
+    c.restart(share);
+    let deadline = Instant::now() + IO_TIMEOUT * 3;
+    loop {
+        let code = delete_group(&mut admin, &group).await;
+        if code == 0 {
+            break;
+        }
+        assert_eq!(code, COORDINATOR_NOT_AVAILABLE);
+        assert!(Instant::now() < deadline, "the group was never deleted");
+    }
+    let g = describe(&mut admin, 1, &group, Some(&[(&topic, &[0])])).await;
+    assert_eq!(
+        described(&g),
+        vec![(topic.clone(), 0, -1, 0, -1, 0)],
+        "{g:?}"
+    );
+}
