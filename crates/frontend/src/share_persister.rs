@@ -53,8 +53,8 @@ const CONNECTIONS_IDLE_MAX: usize = 4;
 /// How long one share-state RPC to another broker may take (connect, send, answer); beyond the
 /// coordinator's own commit wait (`share.coordinator.write.timeout.ms`).
 const RPC_TIMEOUT: Duration = Duration::from_secs(15);
-/// How long [`Persister::retrying`] asks again while the share coordinator is not available
-/// (the topic being created, its leader loading or moving).
+/// How long one admin request retries a share coordinator that is not available (the topic
+/// being created, its leader loading or moving): [`Persister::retry_deadline`].
 const RETRY_WAIT_MAX: Duration = Duration::from_secs(10);
 /// Attempts [`Persister::retrying`] makes at most.
 const RETRY_ATTEMPTS_MAX: u32 = 100;
@@ -377,15 +377,25 @@ impl Persister {
         }
     }
 
-    /// Runs `op` until it succeeds, fails for good, or [`RETRY_WAIT_MAX`] passes, pausing
-    /// between attempts while the answer is retriable ([`StateError::is_retriable`]), as Kafka's
-    /// persister retries finding the share coordinator. For the admin APIs, whose callers wait.
-    pub async fn retrying<T, F, Fut>(&self, mut op: F) -> Result<T, StateError>
+    /// The deadline of one admin request's retries ([`Persister::retrying`]): [`RETRY_WAIT_MAX`]
+    /// from now, shared by every partition the request touches, so a request waits that long at
+    /// most whatever its size.
+    pub fn retry_deadline() -> tokio::time::Instant {
+        tokio::time::Instant::now() + RETRY_WAIT_MAX
+    }
+
+    /// Runs `op` until it succeeds, fails for good, or `deadline` passes, pausing between
+    /// attempts while the answer is retriable ([`StateError::is_retriable`]), as Kafka's persister
+    /// retries finding the share coordinator. For the admin APIs, whose callers wait.
+    pub async fn retrying<T, F, Fut>(
+        &self,
+        deadline: tokio::time::Instant,
+        mut op: F,
+    ) -> Result<T, StateError>
     where
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = Result<T, StateError>>,
     {
-        let deadline = tokio::time::Instant::now() + RETRY_WAIT_MAX;
         let mut backoff = RETRY_BACKOFF_MIN;
         let mut last = None;
         for _ in 0..RETRY_ATTEMPTS_MAX {

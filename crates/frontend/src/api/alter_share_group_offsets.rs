@@ -36,6 +36,7 @@ use crate::error_codes::{
 };
 use crate::handler::{api_handler, response_fields, Reply};
 use crate::share_partitions::ShareKey;
+use crate::share_persister::Persister;
 use crate::BrokerContext;
 
 api_handler! {
@@ -87,6 +88,7 @@ async fn handle(
             "Share state is not persisted here",
         );
     };
+    let deadline = Persister::retry_deadline();
     let group_epoch = match ctx.groups.share_offsets_alterable(&group_id).await {
         Ok(epoch) => epoch,
         Err(e) => {
@@ -123,13 +125,15 @@ async fn handle(
             }
             // Above the stored state epoch, so that a stale share-partition leader is fenced.
             let stored = persister
-                .retrying(|| persister.read_summary(&group_id, topic_id, index))
+                .retrying(deadline, || {
+                    persister.read_summary(&group_id, topic_id, index)
+                })
                 .await
                 .map_or(0, |s| s.state_epoch);
             let state_epoch = group_epoch.max(stored.saturating_add(1));
             let start_offset = p.start_offset;
             match persister
-                .retrying(|| {
+                .retrying(deadline, || {
                     persister.initialize(&group_id, topic_id, index, state_epoch, start_offset)
                 })
                 .await

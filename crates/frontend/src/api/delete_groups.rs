@@ -20,6 +20,7 @@ use crate::error_codes::GROUP_AUTHORIZATION_FAILED;
 use crate::error_codes::{self, NONE};
 use crate::handler::{api_handler, response_fields, Reply};
 use crate::share_partitions::ShareKey;
+use crate::share_persister::Persister;
 use crate::BrokerContext;
 use millrace_cluster::acl::AclOperation;
 use millrace_groups::ShareGroupDeletion;
@@ -94,6 +95,7 @@ pub fn handle(
 async fn delete_share_state(ctx: &Arc<BrokerContext>, group_ids: &[String]) -> Vec<Option<i16>> {
     let plans = ctx.groups.share_groups_to_delete(group_ids);
     let persister = ctx.shares.persister();
+    let deadline = Persister::retry_deadline();
     let mut failed = Vec::with_capacity(group_ids.len());
     for (group_id, plan) in group_ids.iter().zip(plans) {
         let Ok(ShareGroupDeletion::Delete(partitions)) = plan else {
@@ -110,7 +112,7 @@ async fn delete_share_state(ctx: &Arc<BrokerContext>, group_ids: &[String]) -> V
                 };
                 if let Some(persister) = persister {
                     let deleted = persister
-                        .retrying(|| persister.delete(group_id, topic_id, partition))
+                        .retrying(deadline, || persister.delete(group_id, topic_id, partition))
                         .await;
                     if let Err(e) = deleted {
                         tracing::warn!(group = %group_id, partition, error = %e, "deleting a share group's state failed");

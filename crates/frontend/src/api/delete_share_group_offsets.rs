@@ -30,6 +30,7 @@ use crate::error_codes::{
 };
 use crate::handler::{api_handler, response_fields, Reply};
 use crate::share_partitions::ShareKey;
+use crate::share_persister::Persister;
 use crate::BrokerContext;
 
 api_handler! {
@@ -86,6 +87,7 @@ async fn handle(
             "Share state is not persisted here",
         );
     };
+    let deadline = Persister::retry_deadline();
     let initialized = match ctx.groups.share_offsets_deletable(&group_id) {
         Ok(p) => p,
         Err(e) => {
@@ -122,7 +124,9 @@ async fn handle(
         let mut failure = None;
         for &partition in partitions {
             match persister
-                .retrying(|| persister.delete(&group_id, topic_id, partition))
+                .retrying(deadline, || {
+                    persister.delete(&group_id, topic_id, partition)
+                })
                 .await
             {
                 Ok(()) => ctx.shares.forget(&ShareKey {

@@ -75,9 +75,10 @@ async fn handle(
     authz: Authz,
     request: DescribeShareGroupOffsetsRequest,
 ) -> DescribeShareGroupOffsetsResponse {
+    let deadline = Persister::retry_deadline();
     let mut groups = Vec::with_capacity(request.groups.len());
     for group in request.groups {
-        groups.push(describe_group(&ctx, &authz, group).await);
+        groups.push(describe_group(&ctx, &authz, group, deadline).await);
     }
     DescribeShareGroupOffsetsResponse::default().with_groups(groups)
 }
@@ -97,6 +98,7 @@ async fn describe_group(
     ctx: &Arc<BrokerContext>,
     authz: &Authz,
     group: DescribeShareGroupOffsetsRequestGroup,
+    deadline: tokio::time::Instant,
 ) -> DescribeShareGroupOffsetsResponseGroup {
     let group_id = group.group_id.clone();
     if !ctx.shares.settings.enabled {
@@ -154,7 +156,8 @@ async fn describe_group(
         for partition in partitions {
             let answer = match (id, persister) {
                 (Some(id), Some(persister)) => {
-                    describe_partition(ctx, persister, &group_id.0, &name, id, partition).await
+                    describe_partition(ctx, persister, deadline, &group_id.0, &name, id, partition)
+                        .await
                 }
                 _ => no_data(partition),
             };
@@ -201,13 +204,16 @@ fn refused_topic(name: &str, partitions: &[i32]) -> DescribeShareGroupOffsetsRes
 async fn describe_partition(
     ctx: &Arc<BrokerContext>,
     persister: &Persister,
+    deadline: tokio::time::Instant,
     group_id: &str,
     topic: &str,
     topic_id: Uuid,
     partition: i32,
 ) -> DescribeShareGroupOffsetsResponsePartition {
     let summary = persister
-        .retrying(|| persister.read_summary(group_id, topic_id, partition))
+        .retrying(deadline, || {
+            persister.read_summary(group_id, topic_id, partition)
+        })
         .await;
     let Ok(summary) = summary else {
         return no_data(partition);
