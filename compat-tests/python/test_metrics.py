@@ -173,6 +173,59 @@ def check_served_equals_documented(port):
     }
 
 
+def test_share_group_lag_follows_a_share_consumer():
+    """millrace_share_group_lag (KIP-932): 0 once a share consumer has acknowledged what it got,
+    the records produced since while it does not poll, 0 again after it reads them."""
+    from confluent_kafka import ShareConsumer
+
+    port = free_port()
+    b = Broker(settings={"millrace.http.listen": f"127.0.0.1:{port}",
+                         "millrace.share.groups.enable": "true"}).start()
+    topic, group = f"metrics-share-{uuid.uuid4().hex[:8]}", f"g-{uuid.uuid4().hex[:8]}"
+    c = None
+    try:
+        create_topic(b.bootstrap, topic, 1)
+        p = Producer({"bootstrap.servers": b.bootstrap, "linger.ms": 0})
+        c = ShareConsumer({"bootstrap.servers": b.bootstrap, "group.id": group,
+                           "share.acknowledgement.mode": "implicit"})
+        c.subscribe([topic])
+
+        def lag():
+            samples = scrape(port)
+            return (value(samples, "millrace_share_group_lag", group=group, topic=topic, partition=0),
+                    value(samples, "millrace_share_group_lag_sum", group=group))
+
+        def read_until_lag_is_zero(warm_up):
+            deadline = time.time() + 60
+            while time.time() < deadline:
+                if warm_up:
+                    p.produce(topic, value=b"warm-up")
+                    p.flush(10)
+                got = [m for m in c.poll(0.5) if m.error() is None]
+                c.commit_sync()
+                if warm_up:
+                    warm_up = not got
+                elif lag() == (0.0, 0.0):
+                    return
+            pytest.fail(f"share lag did not reach 0: {lag()}")
+
+        # Warm-up: the share partition exists once a record produced after the member joined
+        # arrives (share.auto.offset.reset=latest); then everything read is acknowledged.
+        read_until_lag_is_zero(warm_up=True)
+        for _ in range(5):
+            p.produce(topic, value=VALUE)
+        assert p.flush(10) == 0
+        deadline = time.time() + 10
+        while lag() != (5.0, 5.0) and time.time() < deadline:
+            time.sleep(0.1)
+        assert lag() == (5.0, 5.0)
+        read_until_lag_is_zero(warm_up=False)
+    finally:
+        if c is not None:
+            c.close()
+        b.kill()
+
+
 def test_partition_level_series_can_be_turned_off():
     port = free_port()
     b = Broker(settings={"millrace.http.listen": f"127.0.0.1:{port}",

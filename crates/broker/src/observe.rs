@@ -548,8 +548,56 @@ impl Collector for StateCollector {
             i64::from(quorum.leader() == Some(quorum.node_id())),
             &mut encoder,
         )?;
+        encode_share_lag(view, &high_watermarks, &mut encoder)?;
         self.encode_groups(view, &high_watermarks, &mut encoder)
     }
+}
+
+/// Share groups' lag (KIP-932) for the share partitions this broker holds as leader: high
+/// watermark − share-partition start offset − delivery-complete count, as Kafka's
+/// DescribeShareGroupOffsets computes it; per partition (with partition-level metrics) and
+/// summed per group. A share partition not held here (never fetched, or dropped when its group's
+/// last session here ended) has no series.
+fn encode_share_lag(
+    view: &BrokerView,
+    high_watermarks: &HashMap<(String, i32), i64>,
+    encoder: &mut DescriptorEncoder,
+) -> std::fmt::Result {
+    let image = view.cluster.image();
+    let mut lag = Series::gauge(
+        "share_group_lag",
+        "Records: high watermark minus the share-partition start offset and the records delivered above it, share partitions held here",
+    );
+    let mut sums: std::collections::BTreeMap<String, i64> = std::collections::BTreeMap::new();
+    for p in view.shares.progress() {
+        let Some(topic) = image.topic_by_id(p.topic_id) else {
+            continue;
+        };
+        let Some(&hw) = high_watermarks.get(&(topic.name.clone(), p.partition)) else {
+            continue;
+        };
+        let behind = hw
+            .saturating_sub(p.start_offset)
+            .saturating_sub(i64::from(p.delivery_complete_count.max(0)))
+            .max(0);
+        *sums.entry(p.group_id.to_string()).or_default() += behind;
+        if view.partition_level {
+            let mut labels = tp_labels(&topic.name, p.partition);
+            labels.insert(0, ("group", p.group_id.to_string()));
+            lag.push(labels, behind);
+        }
+    }
+    if view.partition_level {
+        lag.encode(encoder)?;
+    }
+    let mut lag_sum = Series::gauge(
+        "share_group_lag_sum",
+        "Records: share_group_lag summed over the group's share partitions held here",
+    );
+    for (group, sum) in sums {
+        lag_sum.push(vec![("group", group)], sum);
+    }
+    lag_sum.encode(encoder)
 }
 
 impl StateCollector {

@@ -299,6 +299,24 @@ fn oversized_body(key: ApiKey, v: i16) -> Option<Oversized> {
             "topics",
             |r: &mut ReadShareGroupStateSummaryRequest, x| r.topics = x,
         ),
+        ApiKey::DescribeShareGroupOffsets => array(
+            v,
+            f,
+            "groups",
+            |r: &mut DescribeShareGroupOffsetsRequest, x| r.groups = x,
+        ),
+        ApiKey::AlterShareGroupOffsets => array(
+            v,
+            f,
+            "topics",
+            |r: &mut AlterShareGroupOffsetsRequest, x| r.topics = x,
+        ),
+        ApiKey::DeleteShareGroupOffsets => array(
+            v,
+            f,
+            "topics",
+            |r: &mut DeleteShareGroupOffsetsRequest, x| r.topics = x,
+        ),
         ApiKey::SaslHandshake => string(v, f, "mechanism", |r: &mut SaslHandshakeRequest, x| {
             r.mechanism = x
         }),

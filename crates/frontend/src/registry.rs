@@ -13,16 +13,16 @@ use bytes::Bytes;
 use kafka_protocol::messages::ApiKey;
 
 use crate::api::{
-    acls, alter_configs, alter_partition_reassignments, alter_replica_log_dirs, api_versions,
-    client_quotas, consumer_group_describe, consumer_group_heartbeat, create_partitions,
-    create_topics, delete_groups, delete_records, delete_topics, describe_cluster,
-    describe_configs, describe_groups, describe_log_dirs, describe_producers,
-    describe_topic_partitions, elect_leaders, fetch, find_coordinator, heartbeat, init_producer_id,
-    join_group, leave_group, list_config_resources, list_groups, list_offsets,
-    list_partition_reassignments, metadata, offset_commit, offset_delete, offset_fetch,
-    offset_for_leader_epoch, produce, sasl, share_acknowledge, share_fetch, share_group_describe,
-    share_group_heartbeat, share_group_state, sync_group, transactions, txn_offset_commit,
-    user_scram_credentials, write_txn_markers,
+    acls, alter_configs, alter_partition_reassignments, alter_replica_log_dirs,
+    alter_share_group_offsets, api_versions, client_quotas, consumer_group_describe,
+    consumer_group_heartbeat, create_partitions, create_topics, delete_groups, delete_records,
+    delete_share_group_offsets, delete_topics, describe_cluster, describe_configs, describe_groups,
+    describe_log_dirs, describe_producers, describe_share_group_offsets, describe_topic_partitions,
+    elect_leaders, fetch, find_coordinator, heartbeat, init_producer_id, join_group, leave_group,
+    list_config_resources, list_groups, list_offsets, list_partition_reassignments, metadata,
+    offset_commit, offset_delete, offset_fetch, offset_for_leader_epoch, produce, sasl,
+    share_acknowledge, share_fetch, share_group_describe, share_group_heartbeat, share_group_state,
+    sync_group, transactions, txn_offset_commit, user_scram_credentials, write_txn_markers,
 };
 use crate::handler::{ApiHandler, Call};
 use crate::respond::{self, Pending, RequestCharge, Route};
@@ -136,6 +136,9 @@ pub const APIS: &[ApiEntry] = &[
     api::<share_group_state::WriteShareGroupState>(),
     api::<share_group_state::DeleteShareGroupState>(),
     api::<share_group_state::ReadShareGroupStateSummary>(),
+    api::<describe_share_group_offsets::DescribeShareGroupOffsets>(),
+    api::<alter_share_group_offsets::AlterShareGroupOffsets>(),
+    api::<delete_share_group_offsets::DeleteShareGroupOffsets>(),
 ];
 
 /// The entry of `key`, if it is served at all.

@@ -24,6 +24,11 @@
 //! past their deadline (records become available again, or archived at the delivery-count
 //! limit), and a parked ShareFetch wakes at the earliest lock deadline of its session.
 //!
+//! A share partition is dropped when its state is replaced or deleted by the group
+//! coordinator on this broker ([`ShareState::forget`]), and all of a group's are dropped when
+//! its last share session here ends (Kafka's `onGroupEmpty`), so that the admin APIs, which
+//! need an Empty group, find no stale copy on any broker: the next fetch loads the state again.
+//!
 //! Without a persister (the front end's in-process tests) the state lives in memory only.
 
 use std::collections::HashMap;
@@ -163,6 +168,19 @@ pub struct ShareState {
     archived_total: AtomicU64,
 }
 
+/// One share partition held here, as the share-group lag metric reads it: lag = high watermark
+/// − `start_offset` − `delivery_complete_count` (Kafka's DescribeShareGroupOffsets lag).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SharePartitionProgress {
+    pub group_id: Arc<str>,
+    pub topic_id: Uuid,
+    pub partition: i32,
+    /// The share-partition start offset (SPSO).
+    pub start_offset: i64,
+    /// Records at or above the start offset that are acknowledged or archived.
+    pub delivery_complete_count: i32,
+}
+
 /// Share groups' numbers for the metrics, read at scrape time.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ShareStats {
@@ -199,6 +217,12 @@ impl ShareState {
     /// This broker's share coordinator, when share state is persisted.
     pub fn coordinator(&self) -> Option<&Arc<ShareCoordinator>> {
         self.persister.as_ref().map(|p| p.coordinator())
+    }
+
+    /// The persister, when share state is persisted (the group coordinator's admin side uses it
+    /// too).
+    pub fn persister(&self) -> Option<&Arc<Persister>> {
+        self.persister.as_ref()
     }
 
     /// Whether the share partition `key` is loaded for `leader_epoch`.
@@ -255,6 +279,30 @@ impl ShareState {
         {
             partitions.remove(key);
         }
+    }
+
+    /// Drops the share partition `key` whatever leader epoch it was loaded in: its state was
+    /// replaced or deleted (AlterShareGroupOffsets, DeleteShareGroupOffsets, DeleteGroups), and
+    /// the next fetch loads it again from what is persisted. Without a persister nothing is
+    /// dropped: memory is all the state there is.
+    pub fn forget(&self, key: &ShareKey) {
+        if self.persister.is_none() {
+            return;
+        }
+        self.partitions.lock().remove(key);
+    }
+
+    /// Drops every share partition of `group_id` (Kafka's `onGroupEmpty`): its last share session
+    /// on this broker ended, so nothing is acquired from them any more, and the group may now be
+    /// altered or deleted by the group coordinator on any broker; the next fetch loads them
+    /// again from what is persisted. Without a persister nothing is dropped.
+    fn forget_group(&self, group_id: &str) {
+        if self.persister.is_none() {
+            return;
+        }
+        self.partitions
+            .lock()
+            .retain(|key, _| &*key.group_id != group_id);
     }
 
     /// Runs `f` on the share partition `key` if it is loaded for `leader_epoch` (ShareFetch
@@ -382,7 +430,8 @@ impl ShareState {
             .min()
     }
 
-    /// Releases what `member` of `group_id` holds in `partitions` (its session ended).
+    /// Releases what `member` of `group_id` holds in `partitions` (its session ended); when it
+    /// was the group's last session here, the group's share partitions are dropped.
     pub fn release_member(
         &self,
         group_id: &Arc<str>,
@@ -423,6 +472,9 @@ impl ShareState {
         if released {
             self.released.notify_waiters();
         }
+        if !self.sessions.has_group(group_id) {
+            self.forget_group(group_id);
+        }
     }
 
     /// Wakes the ShareFetches waiting for records (some were released).
@@ -451,6 +503,29 @@ impl ShareState {
             stats.acquired_records += m.acquired_records;
         }
         stats
+    }
+
+    /// Each share partition held now, with its start offset and delivery-complete count (the
+    /// share-group lag metric). Takes each partition's lock once, briefly.
+    pub fn progress(&self) -> Vec<SharePartitionProgress> {
+        let held: Vec<_> = self
+            .partitions
+            .lock()
+            .iter()
+            .map(|(k, h)| (k.clone(), Arc::clone(h)))
+            .collect();
+        held.into_iter()
+            .map(|(key, h)| {
+                let h = h.lock();
+                SharePartitionProgress {
+                    group_id: key.group_id,
+                    topic_id: key.topic_id,
+                    partition: key.partition,
+                    start_offset: h.partition.start_offset(),
+                    delivery_complete_count: h.partition.delivery_complete_count(),
+                }
+            })
+            .collect()
     }
 
     /// Share partitions held now.

@@ -1,7 +1,10 @@
-//! The share-partition leader's persister (Kafka's `DefaultStatePersister`): reads, initializes
-//! and writes a share partition's state through the share coordinator that owns its key — this
+//! The persister (Kafka's `DefaultStatePersister`): reads, initializes, writes, deletes and
+//! summarizes a share partition's state through the share coordinator that owns its key — this
 //! broker's own [`ShareCoordinator`] when it leads the key's `__share_group_state` partition,
-//! else the share-state RPCs (keys 83–85) to that partition's leader.
+//! else the share-state RPCs (keys 83–87) to that partition's leader. The share-partition leader
+//! reads and writes; the group coordinator's admin side (AlterShareGroupOffsets,
+//! DescribeShareGroupOffsets, DeleteShareGroupOffsets, DeleteGroups) initializes, summarizes and
+//! deletes.
 //!
 //! Routing: the key's partition is `abs(javaHash("group:topicId:partition")) % N` (Kafka's
 //! `SharePartitionKey.asCoordinatorKey`, the topic id in Kafka's base64 form), its coordinator
@@ -19,9 +22,12 @@ use std::time::Duration;
 
 use base64::Engine;
 use kafka_protocol::messages::{
-    initialize_share_group_state_request, read_share_group_state_request,
-    write_share_group_state_request, ApiKey, InitializeShareGroupStateRequest,
+    delete_share_group_state_request, initialize_share_group_state_request,
+    read_share_group_state_request, read_share_group_state_summary_request,
+    write_share_group_state_request, ApiKey, DeleteShareGroupStateRequest,
+    DeleteShareGroupStateResponse, InitializeShareGroupStateRequest,
     InitializeShareGroupStateResponse, ReadShareGroupStateRequest, ReadShareGroupStateResponse,
+    ReadShareGroupStateSummaryRequest, ReadShareGroupStateSummaryResponse,
     WriteShareGroupStateRequest, WriteShareGroupStateResponse,
 };
 use kafka_protocol::protocol::StrBytes;
@@ -32,7 +38,9 @@ use millrace_groups::partition_for;
 use millrace_replication::client::BrokerConnection;
 use millrace_replication::ReplicaManager;
 use millrace_share::records::ShareStateKey;
-use millrace_share::{PersistedState, StateBatch, StateWrite, SHARE_GROUP_STATE_TOPIC};
+use millrace_share::{
+    PersistedState, StateBatch, StateSummary, StateWrite, SHARE_GROUP_STATE_TOPIC,
+};
 use parking_lot::Mutex;
 use uuid::Uuid;
 
@@ -45,6 +53,14 @@ const CONNECTIONS_IDLE_MAX: usize = 4;
 /// How long one share-state RPC to another broker may take (connect, send, answer); beyond the
 /// coordinator's own commit wait (`share.coordinator.write.timeout.ms`).
 const RPC_TIMEOUT: Duration = Duration::from_secs(15);
+/// How long one admin request retries a share coordinator that is not available (the topic
+/// being created, its leader loading or moving): [`Persister::retry_deadline`].
+const RETRY_WAIT_MAX: Duration = Duration::from_secs(10);
+/// Attempts [`Persister::retrying`] makes at most.
+const RETRY_ATTEMPTS_MAX: u32 = 100;
+/// First and longest pause between two attempts.
+const RETRY_BACKOFF_MIN: Duration = Duration::from_millis(20);
+const RETRY_BACKOFF_MAX: Duration = Duration::from_millis(500);
 
 /// Kafka's coordinator key of a share partition: "group:topicId:partition".
 pub fn coordinator_key(group_id: &str, topic_id: Uuid, partition: i32) -> String {
@@ -279,6 +295,125 @@ impl Persister {
                 code_result(p.error_code, p.error_message.as_deref())
             }
         }
+    }
+
+    /// Deletes a share partition's state (a tombstone; a key never initialized is no error);
+    /// resolves once committed.
+    pub async fn delete(
+        &self,
+        group_id: &str,
+        topic_id: Uuid,
+        partition: i32,
+    ) -> Result<(), StateError> {
+        match self.route(group_id, topic_id, partition)? {
+            Route::Local(p) => {
+                let key = state_key(group_id, topic_id, partition);
+                self.coordinator.delete(p, &key).await
+            }
+            Route::Remote { node, addr } => {
+                let request = DeleteShareGroupStateRequest::default()
+                    .with_group_id(StrBytes::from_string(group_id.to_string()))
+                    .with_topics(vec![
+                        delete_share_group_state_request::DeleteStateData::default()
+                            .with_topic_id(topic_id)
+                            .with_partitions(vec![
+                                delete_share_group_state_request::PartitionData::default()
+                                    .with_partition(partition),
+                            ]),
+                    ]);
+                let response: DeleteShareGroupStateResponse = self
+                    .send(node, &addr, ApiKey::DeleteShareGroupState, 0, &request)
+                    .await?;
+                let p = response
+                    .results
+                    .first()
+                    .and_then(|t| t.partitions.first())
+                    .ok_or_else(|| no_partition(node))?;
+                code_result(p.error_code, p.error_message.as_deref())
+            }
+        }
+    }
+
+    /// A share partition's summary (start offset, state and leader epochs, delivery-complete
+    /// count); a key never initialized answers start offset -1, as Kafka's coordinator does.
+    pub async fn read_summary(
+        &self,
+        group_id: &str,
+        topic_id: Uuid,
+        partition: i32,
+    ) -> Result<StateSummary, StateError> {
+        match self.route(group_id, topic_id, partition)? {
+            Route::Local(p) => {
+                let key = state_key(group_id, topic_id, partition);
+                self.coordinator.read_summary(p, &key).await
+            }
+            Route::Remote { node, addr } => {
+                let request = ReadShareGroupStateSummaryRequest::default()
+                    .with_group_id(StrBytes::from_string(group_id.to_string()))
+                    .with_topics(vec![
+                        read_share_group_state_summary_request::ReadStateSummaryData::default()
+                            .with_topic_id(topic_id)
+                            .with_partitions(vec![
+                                read_share_group_state_summary_request::PartitionData::default()
+                                    .with_partition(partition),
+                            ]),
+                    ]);
+                let response: ReadShareGroupStateSummaryResponse = self
+                    .send(node, &addr, ApiKey::ReadShareGroupStateSummary, 1, &request)
+                    .await?;
+                let p = response
+                    .results
+                    .first()
+                    .and_then(|t| t.partitions.first())
+                    .ok_or_else(|| no_partition(node))?;
+                code_result(p.error_code, p.error_message.as_deref())?;
+                Ok(StateSummary {
+                    state_epoch: p.state_epoch,
+                    leader_epoch: p.leader_epoch,
+                    start_offset: p.start_offset,
+                    delivery_complete_count: p.delivery_complete_count,
+                })
+            }
+        }
+    }
+
+    /// The deadline of one admin request's retries ([`Persister::retrying`]): [`RETRY_WAIT_MAX`]
+    /// from now, shared by every partition the request touches, so a request waits that long at
+    /// most whatever its size.
+    pub fn retry_deadline() -> tokio::time::Instant {
+        tokio::time::Instant::now() + RETRY_WAIT_MAX
+    }
+
+    /// Runs `op` until it succeeds, fails for good, or `deadline` passes, pausing between
+    /// attempts while the answer is retriable ([`StateError::is_retriable`]), as Kafka's persister
+    /// retries finding the share coordinator. For the admin APIs, whose callers wait.
+    pub async fn retrying<T, F, Fut>(
+        &self,
+        deadline: tokio::time::Instant,
+        mut op: F,
+    ) -> Result<T, StateError>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<T, StateError>>,
+    {
+        let mut backoff = RETRY_BACKOFF_MIN;
+        let mut last = None;
+        for _ in 0..RETRY_ATTEMPTS_MAX {
+            match op().await {
+                Err(e) if e.is_retriable() && tokio::time::Instant::now() + backoff < deadline => {
+                    last = Some(e);
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(RETRY_BACKOFF_MAX);
+                }
+                other => return other,
+            }
+        }
+        Err(last.unwrap_or_else(|| {
+            StateError::new(
+                COORDINATOR_NOT_AVAILABLE,
+                "The share coordinator is not available",
+            )
+        }))
     }
 
     /// The coordinator of a key: here, another broker, or not available (the topic is created

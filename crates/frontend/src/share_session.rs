@@ -100,6 +100,14 @@ impl ShareSessionCache {
         self.len() == 0
     }
 
+    /// Whether any member of `group_id` holds a session here.
+    pub fn has_group(&self, group_id: &str) -> bool {
+        self.sessions
+            .lock()
+            .keys()
+            .any(|k| &*k.group_id == group_id)
+    }
+
     /// ShareFetch's session step: `added` are the request's partitions, `forgotten` those to drop.
     pub fn fetch(
         &self,
@@ -283,6 +291,29 @@ mod tests {
             cache.fetch(&k, -1, 1, &[], &[]),
             Err(ShareSessionError::NotFound)
         );
+    }
+
+    #[test]
+    fn a_group_has_sessions_until_its_last_one_ends() {
+        let cache = ShareSessionCache::new(10);
+        let other = MemberKey {
+            group_id: Arc::from("other"),
+            member_id: Arc::from("o"),
+        };
+        cache
+            .fetch(&key("a"), 0, 1, &[tp(0)], &[])
+            .expect("a opens");
+        cache
+            .fetch(&key("b"), 0, 2, &[tp(0)], &[])
+            .expect("b opens");
+        cache
+            .fetch(&other, 0, 3, &[tp(0)], &[])
+            .expect("other opens");
+        cache.fetch(&key("a"), -1, 1, &[], &[]).expect("a closes");
+        assert!(cache.has_group("g"));
+        assert_eq!(cache.connection_closed(2, &[key("b")]).len(), 1);
+        assert!(!cache.has_group("g"));
+        assert!(cache.has_group("other"));
     }
 
     #[test]

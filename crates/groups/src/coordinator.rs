@@ -51,6 +51,8 @@
 //! - `classic.rs`: JoinGroup, SyncGroup, Heartbeat, LeaveGroup (Kafka's `ClassicGroup`);
 //! - `consumer.rs`: KIP-848 ConsumerGroupHeartbeat and ConsumerGroupDescribe;
 //! - `share.rs`: KIP-932 ShareGroupHeartbeat and ShareGroupDescribe;
+//! - `share_offsets.rs`: a share group's initialized partitions as AlterShareGroupOffsets,
+//!   DeleteShareGroupOffsets and DeleteGroups change them;
 //! - `offsets.rs`: OffsetCommit, TxnOffsetCommit and its markers, OffsetFetch, OffsetDelete;
 //! - `admin.rs`: ListGroups, DescribeGroups, DeleteGroups, the metrics' view;
 //! - `timers.rs`: session and rebalance deadlines, offset expiry, the periodic snapshot;
@@ -96,6 +98,7 @@ mod encode;
 mod offsets;
 mod shard;
 mod share;
+mod share_offsets;
 mod snapshots;
 #[cfg(test)]
 mod tests;
@@ -190,11 +193,22 @@ pub struct GroupDescription {
 }
 
 /// What DeleteGroups removed with a group that the group coordinator does not own itself: for a
-/// share group, its share partitions that have share state (empty for other groups), which the
-/// caller drops from the share-partition state (Kafka's DeleteShareGroupState).
+/// share group, its share partitions that had share state (empty for other groups), whose state
+/// the caller deleted first (Kafka's DeleteShareGroupState; [`ShareGroupDeletion`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct DeletedGroup {
     pub share_partitions: InitializedPartitions,
+}
+
+/// What DeleteGroups must do about one group before deleting it (`share_offsets.rs`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ShareGroupDeletion {
+    /// Not a share group (or no group): DeleteGroups handles it as any other.
+    NotShare,
+    /// An Empty share group: delete the share state of these partitions first.
+    Delete(InitializedPartitions),
+    /// A share group with members: NON_EMPTY_GROUP.
+    NotEmpty,
 }
 
 /// Topic → partitions, as OffsetFetch asks; `None` = every committed offset of the group.

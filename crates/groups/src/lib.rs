@@ -45,7 +45,7 @@ pub use consumer_group::{
 pub use coordinator::{
     partition_for, CommitPartition, CommitRequest, CoordinatorConfig, CoordinatorSnapshot,
     FetchTopics, GroupCoordinator, GroupDescription, GroupListing, GroupSnapshot, LoadHold,
-    MemberDescription, PartitionStatus, Reply,
+    MemberDescription, PartitionStatus, Reply, ShareGroupDeletion,
 };
 pub use error::GroupError;
 pub use group::{

@@ -302,6 +302,40 @@ impl ShareGroup {
         &self.initialized
     }
 
+    /// Records `partitions` of topic `topic_id` (named `topic_name`) as having share state
+    /// (AlterShareGroupOffsets initialized them); written with the next records.
+    pub fn add_initialized(
+        &mut self,
+        topic_id: Uuid,
+        topic_name: &str,
+        partitions: impl IntoIterator<Item = i32>,
+    ) {
+        let entry = self
+            .initialized
+            .entry(topic_id)
+            .or_insert_with(|| (topic_name.to_string(), BTreeSet::new()));
+        entry.1.extend(partitions);
+        topic_name.clone_into(&mut entry.0);
+        self.dirty.state_partitions = true;
+    }
+
+    /// Forgets the share partitions of topic `topic_id` (DeleteShareGroupOffsets deleted their
+    /// state); written with the next records. Whether the topic had any.
+    pub fn remove_initialized(&mut self, topic_id: Uuid) -> bool {
+        let had = self.initialized.remove(&topic_id).is_some();
+        if had {
+            self.dirty.state_partitions = true;
+        }
+        had
+    }
+
+    /// A group made without a member (AlterShareGroupOffsets of a group that did not exist):
+    /// its epoch records are written with the next records, so that a replay finds it.
+    pub fn mark_created(&mut self) {
+        self.dirty.group_epoch = true;
+        self.dirty.assignment_epoch = true;
+    }
+
     /// Kafka's `throwIfShareGroupHeartbeatRequestIsInvalid`, plus the member id and metadata
     /// bounds.
     pub fn validate(req: &ShareHeartbeatRequest) -> Result<(), GroupError> {

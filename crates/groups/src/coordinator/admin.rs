@@ -3,9 +3,9 @@
 //!
 //! The reads take each shard's lock once, briefly, and change nothing. DeleteGroups deletes only
 //! Empty groups: it appends tombstones for the group's offsets and metadata and answers once they
-//! are committed. A deleted share group's answer carries its share partitions that have share
-//! state ([`DeletedGroup`]), which the caller drops: the share-partition state is not this
-//! crate's.
+//! are committed. A share group's share state is deleted before, by the caller (the
+//! share-partition state is not this crate's; `share_offsets.rs` says which partitions); the
+//! answer still names them ([`DeletedGroup`]).
 //!
 //! Not here: ConsumerGroupDescribe (`consumer.rs`), OffsetDelete (`offsets.rs`).
 

@@ -729,3 +729,87 @@ async fn a_groups_own_timeouts_override_the_brokers() {
         .expect("share join");
     assert_eq!(plain.heartbeat_interval_ms, 5_000);
 }
+
+/// The share-group admin side: AlterShareGroupOffsets creates a missing group and records its
+/// partitions, DeleteShareGroupOffsets forgets a topic, and both survive a replay; a group with
+/// members refuses both, and DeleteGroups' first step names the partitions to delete.
+#[tokio::test]
+async fn share_offsets_changes_survive_replay() {
+    let (_dir, _store, logs) = logs();
+    let first = coordinator(&logs, None);
+    load(&first, &logs);
+    let t1 = uuid::Uuid::from_bytes([1; 16]);
+    let t2 = uuid::Uuid::from_bytes([2; 16]);
+    let parts = |entries: &[(uuid::Uuid, &str, &[i32])]| -> InitializedPartitions {
+        entries
+            .iter()
+            .map(|(id, name, ps)| (*id, (name.to_string(), ps.iter().copied().collect())))
+            .collect()
+    };
+
+    assert_eq!(
+        first.share_offsets_deletable("admin"),
+        Err(GroupError::GroupIdNotFoundWith(
+            "Group admin not found.".into()
+        ))
+    );
+    assert_eq!(
+        first.share_offsets_alterable("").await,
+        Err(GroupError::InvalidGroupId)
+    );
+    assert_eq!(first.share_offsets_alterable("admin").await, Ok(0));
+    first
+        .share_partitions_initialized("admin", parts(&[(t1, "one", &[0, 1]), (t2, "two", &[0])]))
+        .await
+        .expect("recorded");
+    first
+        .share_topics_deleted("admin", vec![t2])
+        .await
+        .expect("forgotten");
+    let expected = parts(&[(t1, "one", &[0, 1])]);
+    assert_eq!(first.share_offsets_deletable("admin"), Ok(expected.clone()));
+
+    // A classic group's id is not a share group's.
+    assert_eq!(
+        first
+            .commit_offsets(commit("classic", "t", 0, 1, "m"))
+            .await,
+        vec![Ok(())]
+    );
+    assert_eq!(
+        first.share_offsets_alterable("classic").await,
+        Err(GroupError::GroupIdNotFoundWith(
+            "Group classic is not a share group.".into()
+        ))
+    );
+
+    let second = coordinator(&logs, None);
+    load(&second, &logs);
+    assert_eq!(second.share_group_partitions("admin"), Ok(expected.clone()));
+    assert_eq!(
+        second.share_groups_to_delete(&["admin".into(), "classic".into(), "none".into()]),
+        vec![
+            Ok(ShareGroupDeletion::Delete(expected)),
+            Ok(ShareGroupDeletion::NotShare),
+            Ok(ShareGroupDeletion::NotShare),
+        ]
+    );
+
+    // With a member, the group's offsets can be neither altered nor deleted.
+    second
+        .share_heartbeat(&share_join("admin", "m1"), &OneTopic)
+        .await
+        .expect("joined");
+    assert_eq!(
+        second.share_offsets_alterable("admin").await,
+        Err(GroupError::NonEmptyGroup)
+    );
+    assert_eq!(
+        second.share_offsets_deletable("admin"),
+        Err(GroupError::NonEmptyGroup)
+    );
+    assert_eq!(
+        second.share_groups_to_delete(&["admin".into()]),
+        vec![Ok(ShareGroupDeletion::NotEmpty)]
+    );
+}
