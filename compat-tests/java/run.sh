@@ -12,11 +12,13 @@
 #      an exactly-once source worker, exactly.once.source.support=enabled, across a worker restart);
 #   4. cluster: ClusterLeaderChangeTest on a 3-node cluster (lib/millrace.sh millrace_cluster_start):
 #      the default producer across a kill -9 of the partition leader, read back exactly once;
-#   5. share.sh: share groups (KIP-932) with Kafka 4.4's KafkaShareConsumer (share/).
+#   5. share.sh: share groups (KIP-932) with Kafka 4.4's KafkaShareConsumer (share/);
+#   6. group-configs.sh: GROUP resource configs with Kafka 4.4's kafka-configs.sh (group-configs/).
 # and prints one line "N passed, M failed" summing the parts (exit status non-zero on failures).
 #
 #   compat-tests/java/run.sh                 # everything
-#   compat-tests/java/run.sh junit cli       # some parts (junit, cli, connect, cluster, share)
+#   compat-tests/java/run.sh junit cli       # some parts (junit, cli, connect, cluster, share,
+#                                            # group-configs)
 #   JUNIT_TEST=AdminClientTest compat-tests/java/run.sh junit    # one class (Surefire -Dtest)
 #   MILLRACE_BIN=$PWD/compat-tests/reference/kafka-shim.sh MILLRACE_START_TIMEOUT=120 compat-tests/java/run.sh
 #
@@ -33,7 +35,7 @@ source "$HERE/common.sh"
 cd "$HERE"
 
 parts=("$@")
-((${#parts[@]})) || parts=(junit cli connect cluster share)
+((${#parts[@]})) || parts=(junit cli connect cluster share group-configs)
 total_p=0 total_f=0
 lines=()
 add() { # add PART PASSED FAILED
@@ -121,7 +123,7 @@ for part in "${parts[@]}"; do
       echo "junit: $p passed, $f failed (reports and broker dirs in $BUILD_DIR: KEEP_WORK=1 keeps them)"
       add junit "$p" "$f"
       ;;
-    cli | connect | share)
+    cli | connect | share | group-configs)
       echo "=== $part ==="
       log="$(mktemp "${TMPDIR:-/tmp}/millrace-java-$part.XXXXXX.log")"
       rc=0
