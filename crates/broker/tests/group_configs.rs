@@ -1,9 +1,9 @@
 //! Goal: group configs (GROUP config resources, KIP-848/KIP-932) as Kafka 4.4 serves them — set
 //! with IncrementalAlterConfigs and AlterConfigs, described with their sources and synonyms,
-//! listed, refused with Kafka's INVALID_CONFIG messages — and obeyed by share groups: the
-//! heartbeat interval, the record lock duration, the delivery-count limit, where a new share
-//! partition starts (`earliest`, `by_duration`), and read_committed consumption that never
-//! delivers an aborted transaction's records and waits at an open one.
+//! listed, refused with Kafka's INVALID_CONFIG messages — and obeyed: a consumer group's
+//! heartbeat interval; a share group's heartbeat interval, record lock duration, delivery-count
+//! limit, where a new share partition starts (`earliest`, `by_duration`), and read_committed
+//! consumption that never delivers an aborted transaction's records and waits at an open one.
 
 mod common;
 
@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use kafka_protocol::messages::alter_configs_request::{AlterConfigsResource, AlterableConfig};
+use kafka_protocol::messages::consumer_group_heartbeat_request::TopicPartitions as OwnedPartitions;
 use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
 use kafka_protocol::messages::describe_configs_response::DescribeConfigsResourceResult;
 use kafka_protocol::messages::incremental_alter_configs_request as incremental;
@@ -19,9 +20,10 @@ use kafka_protocol::messages::share_acknowledge_request::{
 };
 use kafka_protocol::messages::share_fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::{
-    AlterConfigsRequest, DescribeConfigsRequest, GroupId, IncrementalAlterConfigsRequest,
-    ListConfigResourcesRequest, ShareAcknowledgeRequest, ShareAcknowledgeResponse,
-    ShareFetchRequest, ShareFetchResponse, ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse,
+    AlterConfigsRequest, ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse,
+    DescribeConfigsRequest, GroupId, IncrementalAlterConfigsRequest, ListConfigResourcesRequest,
+    ShareAcknowledgeRequest, ShareAcknowledgeResponse, ShareFetchRequest, ShareFetchResponse,
+    ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse,
 };
 use kafka_protocol::protocol::StrBytes;
 use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
@@ -477,6 +479,39 @@ async fn a_share_group_obeys_its_heartbeat_lock_duration_and_delivery_limit() {
     produce_at(&broker, &topic, 1, now_ms()).await;
     let third = m.fetch_until_acquired(IO_TIMEOUT).await;
     assert_eq!(acquired(&third), vec![(3, 3, 1)]);
+}
+
+/// A KIP-848 consumer group is told its own heartbeat interval; another group the broker's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_consumer_group_is_told_its_own_heartbeat_interval() {
+    let broker = Broker::start();
+    let mut conn = RawConn::connect(broker.addr()).await;
+    let (topic, _) = new_topic(&broker, "gcfg-consumer").await;
+    set(
+        &mut conn,
+        "cg-configured",
+        &[
+            ("consumer.heartbeat.interval.ms", "6000"),
+            ("consumer.session.timeout.ms", "50000"),
+        ],
+    )
+    .await;
+    for (group, interval) in [("cg-configured", 6_000), ("cg-plain", 5_000)] {
+        wait_for_coordinator(&mut conn, group).await;
+        let join = ConsumerGroupHeartbeatRequest::default()
+            .with_group_id(GroupId(s(group)))
+            .with_member_id(s(&Uuid::new_v4().to_string()))
+            .with_member_epoch(0)
+            .with_rebalance_timeout_ms(30_000)
+            .with_subscribed_topic_names(Some(vec![topic_name(&topic)]))
+            .with_topic_partitions(Some(Vec::<OwnedPartitions>::new()));
+        let r: ConsumerGroupHeartbeatResponse = conn.request(1, &join).await;
+        assert_eq!(
+            (r.error_code, r.heartbeat_interval_ms),
+            (0, interval),
+            "{group}: {r:?}"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
