@@ -240,6 +240,23 @@ async fn group_configs_are_altered_described_listed_and_refused_as_kafka_does() 
     assert_eq!(
         alter(
             &mut conn,
+            group,
+            &[("share.delivery.count.limit", SET, None)]
+        )
+        .await,
+        (
+            INVALID_REQUEST,
+            Some("Null value not supported for : share.delivery.count.limit".into())
+        )
+    );
+    assert_eq!(
+        alter(&mut conn, group, &[("no.such.config", DELETE, None)]).await,
+        (0, None),
+        "deleting a key that is not set changes nothing, as in Kafka"
+    );
+    assert_eq!(
+        alter(
+            &mut conn,
             "",
             &[("share.delivery.count.limit", SET, Some("3"))]
         )

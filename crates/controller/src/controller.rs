@@ -33,7 +33,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use millrace_cluster::acl::{AclFilter, StandardAcl};
-use millrace_cluster::config::{BrokerConfig, TopicConfigs};
+use millrace_cluster::config::{BrokerConfig, ConfigOp, TopicConfigs};
 use millrace_cluster::config_group::GroupConfigs;
 use millrace_cluster::image::{MetadataImage, PartitionRegistration, TopicImage, NO_LEADER};
 use millrace_cluster::listeners::ListenerAddress;
@@ -1055,6 +1055,18 @@ impl Controller {
                 )),
             });
         };
+        // Kafka's first check: only DELETE goes without a value.
+        if let Some(c) = parsed
+            .iter()
+            .find(|c| c.op != ConfigOp::Delete && c.value.is_none())
+        {
+            return Decision::answer(ControllerResponse::Configs {
+                result: Err(ControllerError::InvalidRequest(format!(
+                    "Null value not supported for : {}",
+                    c.name
+                ))),
+            });
+        }
         let current = image.group_configs(&group_id).cloned().unwrap_or_default();
         let configs = current.with_changes(&parsed);
         self.group_configs(image, group_id, configs, validate_only)
