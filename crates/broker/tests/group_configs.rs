@@ -1,6 +1,6 @@
 //! Goal: group configs (GROUP config resources, KIP-848/KIP-932) as Kafka 4.4 serves them — set
 //! with IncrementalAlterConfigs and AlterConfigs, described with their sources and synonyms,
-//! listed, refused with Kafka's INVALID_CONFIG messages — and obeyed: a consumer group's
+//! listed, refused with Kafka's messages, kept across a kill -9 — and obeyed: a consumer group's
 //! heartbeat interval; a share group's heartbeat interval, record lock duration, delivery-count
 //! limit, where a new share partition starts (`earliest`, `by_duration`), and read_committed
 //! consumption that never delivers an aborted transaction's records and waits at an open one.
@@ -298,6 +298,27 @@ async fn group_configs_are_altered_described_listed_and_refused_as_kafka_does() 
     let (code, _) = alter(&mut conn, group, &[("share.isolation.level", DELETE, None)]).await;
     assert_eq!(code, 0);
     assert!(groups_with_configs(&mut conn).await.is_empty());
+}
+
+/// Group configs live in the metadata log: a kill -9 and a restart keep them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn group_configs_survive_a_kill_9() {
+    let mut broker = Broker::start();
+    let mut conn = RawConn::connect(broker.addr()).await;
+    set(&mut conn, "durable", &[("share.delivery.count.limit", "3")]).await;
+    broker.kill9();
+    broker.restart();
+    let mut conn = RawConn::connect(broker.addr()).await;
+    let (code, configs) = describe(&mut conn, "durable").await;
+    assert_eq!(code, 0);
+    assert_eq!(
+        value_and_source(&configs, "share.delivery.count.limit"),
+        ("3".into(), SOURCE_GROUP)
+    );
+    assert_eq!(
+        groups_with_configs(&mut conn).await,
+        vec!["durable".to_string()]
+    );
 }
 
 // --- share groups obeying their configs ------------------------------------------------------
