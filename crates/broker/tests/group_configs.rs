@@ -2,8 +2,9 @@
 //! with IncrementalAlterConfigs and AlterConfigs, described with their sources and synonyms,
 //! listed, refused with Kafka's messages, kept across a kill -9 — and obeyed: a consumer group's
 //! heartbeat interval; a share group's heartbeat interval, record lock duration, delivery-count
-//! limit, where a new share partition starts (`earliest`, `by_duration`), and read_committed
-//! consumption that never delivers an aborted transaction's records and waits at an open one.
+//! limit, in-flight window, where a new share partition starts (`earliest`, `by_duration`), and
+//! read_committed consumption that never delivers an aborted transaction's records and waits at
+//! an open one.
 
 mod common;
 
@@ -550,6 +551,43 @@ async fn a_consumer_group_is_told_its_own_heartbeat_interval() {
             "{group}: {r:?}"
         );
     }
+}
+
+/// `share.partition.max.record.locks` bounds what a group's members hold in flight (rounded up
+/// to a log batch); another group on the same partition keeps the broker's 2000.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_share_group_holds_at_most_its_own_record_locks() {
+    let broker = Broker::start_with(&["millrace.share.groups.enable=true"]);
+    let mut admin = RawConn::connect(broker.addr()).await;
+    let (topic, topic_id) = new_topic(&broker, "gcfg-window").await;
+    for _ in 0..30 {
+        produce_at(&broker, &topic, 10, now_ms()).await;
+    }
+    for group in ["narrow", "wide"] {
+        set(
+            &mut admin,
+            group,
+            &[("share.auto.offset.reset", "earliest")],
+        )
+        .await;
+    }
+    set(
+        &mut admin,
+        "narrow",
+        &[("share.partition.max.record.locks", "100")],
+    )
+    .await;
+    let count =
+        |r: &ShareFetchResponse| -> i64 { acquired(r).iter().map(|(f, l, _)| l - f + 1).sum() };
+    let mut narrow = Member::open(&broker, "narrow", topic_id).await;
+    let first = narrow.fetch_until_acquired(IO_TIMEOUT).await;
+    assert_eq!(count(&first), 100, "{:?}", acquired(&first));
+    assert!(
+        acquired(&narrow.fetch(300).await).is_empty(),
+        "the window is full until something is acknowledged"
+    );
+    let mut wide = Member::open(&broker, "wide", topic_id).await;
+    assert_eq!(count(&wide.fetch_until_acquired(IO_TIMEOUT).await), 300);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
