@@ -15,10 +15,12 @@
 #   5. share.sh: share groups (KIP-932) with Kafka 4.4's KafkaShareConsumer (share/);
 #   6. share-cli.sh: Kafka 4.4's kafka-share-groups.sh (ShareGroupCommand) list/describe/
 #      reset-offsets/delete-offsets/delete on a share group a KafkaShareConsumer makes (share-cli/).
+#   7. group-configs.sh: GROUP resource configs with Kafka 4.4's kafka-configs.sh (group-configs/).
 # and prints one line "N passed, M failed" summing the parts (exit status non-zero on failures).
 #
 #   compat-tests/java/run.sh                 # everything
-#   compat-tests/java/run.sh junit cli       # some parts (junit, cli, connect, cluster, share, share-cli)
+#   compat-tests/java/run.sh junit cli       # some parts (junit, cli, connect, cluster, share,
+#                                            # share-cli, group-configs)
 #   JUNIT_TEST=AdminClientTest compat-tests/java/run.sh junit    # one class (Surefire -Dtest)
 #   MILLRACE_BIN=$PWD/compat-tests/reference/kafka-shim.sh MILLRACE_START_TIMEOUT=120 compat-tests/java/run.sh
 #
@@ -35,7 +37,7 @@ source "$HERE/common.sh"
 cd "$HERE"
 
 parts=("$@")
-((${#parts[@]})) || parts=(junit cli connect cluster share share-cli)
+((${#parts[@]})) || parts=(junit cli connect cluster share share-cli group-configs)
 total_p=0 total_f=0
 lines=()
 add() { # add PART PASSED FAILED
@@ -123,7 +125,7 @@ for part in "${parts[@]}"; do
       echo "junit: $p passed, $f failed (reports and broker dirs in $BUILD_DIR: KEEP_WORK=1 keeps them)"
       add junit "$p" "$f"
       ;;
-    cli | connect | share | share-cli)
+    cli | connect | share | share-cli | group-configs)
       echo "=== $part ==="
       log="$(mktemp "${TMPDIR:-/tmp}/millrace-java-$part.XXXXXX.log")"
       rc=0

@@ -1,9 +1,10 @@
 //! Goal: group configs (GROUP config resources, KIP-848/KIP-932) as Kafka 4.4 serves them — set
 //! with IncrementalAlterConfigs and AlterConfigs, described with their sources and synonyms,
-//! listed, refused with Kafka's INVALID_CONFIG messages — and obeyed by share groups: the
-//! heartbeat interval, the record lock duration, the delivery-count limit, where a new share
-//! partition starts (`earliest`, `by_duration`), and read_committed consumption that never
-//! delivers an aborted transaction's records and waits at an open one.
+//! listed, refused with Kafka's messages, kept across a kill -9 — and obeyed: a consumer group's
+//! heartbeat interval; a share group's heartbeat interval, record lock duration, delivery-count
+//! limit, in-flight window, where a new share partition starts (`earliest`, `by_duration`), and
+//! read_committed consumption that never delivers an aborted transaction's records and waits at
+//! an open one.
 
 mod common;
 
@@ -11,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use kafka_protocol::messages::alter_configs_request::{AlterConfigsResource, AlterableConfig};
+use kafka_protocol::messages::consumer_group_heartbeat_request::TopicPartitions as OwnedPartitions;
 use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
 use kafka_protocol::messages::describe_configs_response::DescribeConfigsResourceResult;
 use kafka_protocol::messages::incremental_alter_configs_request as incremental;
@@ -19,9 +21,10 @@ use kafka_protocol::messages::share_acknowledge_request::{
 };
 use kafka_protocol::messages::share_fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::{
-    AlterConfigsRequest, DescribeConfigsRequest, GroupId, IncrementalAlterConfigsRequest,
-    ListConfigResourcesRequest, ShareAcknowledgeRequest, ShareAcknowledgeResponse,
-    ShareFetchRequest, ShareFetchResponse, ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse,
+    AlterConfigsRequest, ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse,
+    DescribeConfigsRequest, GroupId, IncrementalAlterConfigsRequest, ListConfigResourcesRequest,
+    ShareAcknowledgeRequest, ShareAcknowledgeResponse, ShareFetchRequest, ShareFetchResponse,
+    ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse,
 };
 use kafka_protocol::protocol::StrBytes;
 use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
@@ -238,6 +241,23 @@ async fn group_configs_are_altered_described_listed_and_refused_as_kafka_does() 
     assert_eq!(
         alter(
             &mut conn,
+            group,
+            &[("share.delivery.count.limit", SET, None)]
+        )
+        .await,
+        (
+            INVALID_REQUEST,
+            Some("Null value not supported for : share.delivery.count.limit".into())
+        )
+    );
+    assert_eq!(
+        alter(&mut conn, group, &[("no.such.config", DELETE, None)]).await,
+        (0, None),
+        "deleting a key that is not set changes nothing, as in Kafka"
+    );
+    assert_eq!(
+        alter(
+            &mut conn,
             "",
             &[("share.delivery.count.limit", SET, Some("3"))]
         )
@@ -279,6 +299,27 @@ async fn group_configs_are_altered_described_listed_and_refused_as_kafka_does() 
     let (code, _) = alter(&mut conn, group, &[("share.isolation.level", DELETE, None)]).await;
     assert_eq!(code, 0);
     assert!(groups_with_configs(&mut conn).await.is_empty());
+}
+
+/// Group configs live in the metadata log: a kill -9 and a restart keep them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn group_configs_survive_a_kill_9() {
+    let mut broker = Broker::start();
+    let mut conn = RawConn::connect(broker.addr()).await;
+    set(&mut conn, "durable", &[("share.delivery.count.limit", "3")]).await;
+    broker.kill9();
+    broker.restart();
+    let mut conn = RawConn::connect(broker.addr()).await;
+    let (code, configs) = describe(&mut conn, "durable").await;
+    assert_eq!(code, 0);
+    assert_eq!(
+        value_and_source(&configs, "share.delivery.count.limit"),
+        ("3".into(), SOURCE_GROUP)
+    );
+    assert_eq!(
+        groups_with_configs(&mut conn).await,
+        vec!["durable".to_string()]
+    );
 }
 
 // --- share groups obeying their configs ------------------------------------------------------
@@ -477,6 +518,76 @@ async fn a_share_group_obeys_its_heartbeat_lock_duration_and_delivery_limit() {
     produce_at(&broker, &topic, 1, now_ms()).await;
     let third = m.fetch_until_acquired(IO_TIMEOUT).await;
     assert_eq!(acquired(&third), vec![(3, 3, 1)]);
+}
+
+/// A KIP-848 consumer group is told its own heartbeat interval; another group the broker's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_consumer_group_is_told_its_own_heartbeat_interval() {
+    let broker = Broker::start();
+    let mut conn = RawConn::connect(broker.addr()).await;
+    let (topic, _) = new_topic(&broker, "gcfg-consumer").await;
+    set(
+        &mut conn,
+        "cg-configured",
+        &[
+            ("consumer.heartbeat.interval.ms", "6000"),
+            ("consumer.session.timeout.ms", "50000"),
+        ],
+    )
+    .await;
+    for (group, interval) in [("cg-configured", 6_000), ("cg-plain", 5_000)] {
+        wait_for_coordinator(&mut conn, group).await;
+        let join = ConsumerGroupHeartbeatRequest::default()
+            .with_group_id(GroupId(s(group)))
+            .with_member_id(s(&Uuid::new_v4().to_string()))
+            .with_member_epoch(0)
+            .with_rebalance_timeout_ms(30_000)
+            .with_subscribed_topic_names(Some(vec![topic_name(&topic)]))
+            .with_topic_partitions(Some(Vec::<OwnedPartitions>::new()));
+        let r: ConsumerGroupHeartbeatResponse = conn.request(1, &join).await;
+        assert_eq!(
+            (r.error_code, r.heartbeat_interval_ms),
+            (0, interval),
+            "{group}: {r:?}"
+        );
+    }
+}
+
+/// `share.partition.max.record.locks` bounds what a group's members hold in flight (rounded up
+/// to a log batch); another group on the same partition keeps the broker's 2000.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_share_group_holds_at_most_its_own_record_locks() {
+    let broker = Broker::start_with(&["millrace.share.groups.enable=true"]);
+    let mut admin = RawConn::connect(broker.addr()).await;
+    let (topic, topic_id) = new_topic(&broker, "gcfg-window").await;
+    for _ in 0..30 {
+        produce_at(&broker, &topic, 10, now_ms()).await;
+    }
+    for group in ["narrow", "wide"] {
+        set(
+            &mut admin,
+            group,
+            &[("share.auto.offset.reset", "earliest")],
+        )
+        .await;
+    }
+    set(
+        &mut admin,
+        "narrow",
+        &[("share.partition.max.record.locks", "100")],
+    )
+    .await;
+    let count =
+        |r: &ShareFetchResponse| -> i64 { acquired(r).iter().map(|(f, l, _)| l - f + 1).sum() };
+    let mut narrow = Member::open(&broker, "narrow", topic_id).await;
+    let first = narrow.fetch_until_acquired(IO_TIMEOUT).await;
+    assert_eq!(count(&first), 100, "{:?}", acquired(&first));
+    assert!(
+        acquired(&narrow.fetch(300).await).is_empty(),
+        "the window is full until something is acknowledged"
+    );
+    let mut wide = Member::open(&broker, "wide", topic_id).await;
+    assert_eq!(count(&wide.fetch_until_acquired(IO_TIMEOUT).await), 300);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

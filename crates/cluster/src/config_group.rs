@@ -509,16 +509,13 @@ impl GroupConfigs {
         Ok(Self(out))
     }
 
-    /// IncrementalAlterConfigs' SET and DELETE applied, the result checked as [`Self::new`].
+    /// IncrementalAlterConfigs' SET and DELETE applied, the result checked as [`Self::new`]: as
+    /// in Kafka, deleting a key that is not set (known or not) changes nothing, and APPEND or
+    /// SUBTRACT is refused for any key. (A SET without a value is the controller's
+    /// INVALID_REQUEST, before this.)
     pub fn with_changes(&self, changes: &[ConfigChange]) -> Result<Self, ConfigError> {
         let mut next = self.0.clone();
         for change in changes {
-            if group_def(&change.name).is_none() {
-                return Err(ConfigError::Refused(format!(
-                    "Unknown group config name: {}",
-                    change.name
-                )));
-            }
             match change.op {
                 ConfigOp::Set => {
                     let value = change.value.clone().ok_or_else(|| {
@@ -1136,6 +1133,23 @@ mod tests {
             .with_changes(&[change(ConfigOp::Set)])
             .expect("set");
         assert_eq!(set.get("streams.rack.aware.assignment.tags"), Some("a"));
+        // As Kafka: APPEND is refused even for an unknown key, deleting one changes nothing.
+        let unknown = |op| ConfigChange {
+            name: "no.such".into(),
+            op,
+            value: Some("x".into()),
+        };
+        let err = set
+            .with_changes(&[unknown(ConfigOp::Append)])
+            .expect_err("refused");
+        assert_eq!(
+            err.to_string(),
+            "Can't APPEND to key no.such because its type is not LIST."
+        );
+        assert_eq!(
+            set.with_changes(&[unknown(ConfigOp::Delete)]),
+            Ok(set.clone())
+        );
     }
 
     #[test]

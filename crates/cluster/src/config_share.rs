@@ -19,13 +19,14 @@
 //! Every refusal is a [`ConfigError::InvalidValue`] naming the key, with Kafka's wording
 //! ("X must be greater than or equal to Y").
 //!
-//! [`BrokerConfig::share`] reads what the share partitions obey ([`ShareConfig`]), and Millrace's
+//! [`BrokerConfig::share`] reads the broker-wide settings ([`ShareConfig`]), and Millrace's
 //! own `millrace.share.groups.enable`: off by default until share groups have run under the fault
 //! harness and across brokers (decision 0077). Kafka 4.4 gates share groups with the
 //! `share.version` feature instead, which Millrace finalizes at 1 when this is on.
 //!
-//! Deliberately not here: the per-group dynamic configs (`share.*` on GROUP resources), the share
-//! coordinator's `share.coordinator.*` keys.
+//! Deliberately not here: the per-group dynamic configs (`share.*` on GROUP resources, and what a
+//! group obeys with the broker's values standing in: `config_group.rs`), the share coordinator's
+//! `share.coordinator.*` keys.
 
 use crate::config::{BrokerConfig, ConfigError};
 use crate::config_error::invalid;
@@ -300,35 +301,23 @@ mod tests {
     }
 }
 
-/// What the share partitions obey, and whether share groups are served.
+/// Whether share groups are served, and how many share sessions a broker holds. What each
+/// share partition obeys (lock duration, delivery-count limit, in-flight window, where it starts)
+/// is per group: [`BrokerConfig::group_settings`] (`config_group.rs`), the broker's
+/// `group.share.*` values standing in where the group sets none.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ShareConfig {
     /// `millrace.share.groups.enable`.
     pub enabled: bool,
-    /// `group.share.delivery.count.limit`.
-    pub delivery_count_limit: i16,
-    /// `group.share.record.lock.duration.ms`.
-    pub record_lock_duration_ms: i64,
-    /// `group.share.partition.max.record.locks`.
-    pub partition_max_record_locks: u32,
     /// `group.share.max.share.sessions`.
     pub max_share_sessions: usize,
 }
 
 impl BrokerConfig {
-    /// Share groups' settings (their defaults are the registry's, as in [`BOUNDED`]).
+    /// Share groups' broker-wide settings.
     pub fn share(&self) -> ShareConfig {
         ShareConfig {
             enabled: self.bool_or("millrace.share.groups.enable", false),
-            delivery_count_limit: i16::try_from(
-                self.long_or("group.share.delivery.count.limit", 5),
-            )
-            .unwrap_or(i16::MAX),
-            record_lock_duration_ms: self.long_or("group.share.record.lock.duration.ms", 30_000),
-            partition_max_record_locks: u32::try_from(
-                self.long_or("group.share.partition.max.record.locks", 2_000),
-            )
-            .unwrap_or(u32::MAX),
             max_share_sessions: usize::try_from(
                 self.long_or("group.share.max.share.sessions", 2_000),
             )

@@ -33,7 +33,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use millrace_cluster::acl::{AclFilter, StandardAcl};
-use millrace_cluster::config::{BrokerConfig, TopicConfigs};
+use millrace_cluster::config::{BrokerConfig, ConfigOp, TopicConfigs};
 use millrace_cluster::config_group::GroupConfigs;
 use millrace_cluster::image::{MetadataImage, PartitionRegistration, TopicImage, NO_LEADER};
 use millrace_cluster::listeners::ListenerAddress;
@@ -51,9 +51,9 @@ use crate::limits::{
     PRODUCER_ID_BLOCK_SIZE, RECORDS_PER_USER_OP_MAX,
 };
 use crate::messages::{
-    ControllerError, ControllerRequest, ControllerResponse, CreatedTopic, ElectionType, IsrChange,
-    OngoingReassignment, PartitionsSpec, QuotaAlteration, ReassignTopicSpec, ScramUpsertion,
-    TopicSpec,
+    ConfigChangeSpec, ControllerError, ControllerRequest, ControllerResponse, CreatedTopic,
+    ElectionType, IsrChange, OngoingReassignment, PartitionsSpec, QuotaAlteration,
+    ReassignTopicSpec, ScramUpsertion, TopicSpec,
 };
 use crate::partition_change::{Election, ElectionOutcome, PartitionChange};
 use crate::placement;
@@ -359,37 +359,12 @@ impl Controller {
                 group_id,
                 configs,
                 validate_only,
-            } => match GroupConfigs::new(configs) {
-                Ok(configs) => self.set_group_configs(image, group_id, configs, validate_only),
-                Err(e) => Decision::answer(ControllerResponse::Configs {
-                    result: Err(ControllerError::InvalidConfig(e.to_string())),
-                }),
-            },
+            } => self.group_configs(image, group_id, GroupConfigs::new(configs), validate_only),
             ControllerRequest::AlterGroupConfigs {
                 group_id,
                 changes,
                 validate_only,
-            } => {
-                let mut parsed = Vec::with_capacity(changes.len());
-                for c in &changes {
-                    let Some(change) = c.to_change() else {
-                        return Decision::answer(ControllerResponse::Configs {
-                            result: Err(ControllerError::InvalidRequest(format!(
-                                "unknown config operation {}",
-                                c.op
-                            ))),
-                        });
-                    };
-                    parsed.push(change);
-                }
-                let current = image.group_configs(&group_id).cloned().unwrap_or_default();
-                match current.with_changes(&parsed) {
-                    Ok(configs) => self.set_group_configs(image, group_id, configs, validate_only),
-                    Err(e) => Decision::answer(ControllerResponse::Configs {
-                        result: Err(ControllerError::InvalidConfig(e.to_string())),
-                    }),
-                }
-            }
+            } => self.alter_group_configs(image, group_id, &changes, validate_only),
             ControllerRequest::AllocateProducerIds {
                 node_id,
                 broker_epoch,
@@ -1063,6 +1038,58 @@ impl Controller {
         Decision {
             records,
             response: ControllerResponse::Configs { result: Ok(()) },
+        }
+    }
+
+    /// IncrementalAlterConfigs of a GROUP resource: its changes applied to its current set.
+    fn alter_group_configs(
+        &mut self,
+        image: &MetadataImage,
+        group_id: String,
+        changes: &[ConfigChangeSpec],
+        validate_only: bool,
+    ) -> Decision {
+        let Some(parsed) = changes
+            .iter()
+            .map(ConfigChangeSpec::to_change)
+            .collect::<Option<Vec<_>>>()
+        else {
+            return Decision::answer(ControllerResponse::Configs {
+                result: Err(ControllerError::InvalidRequest(
+                    "unknown config operation".into(),
+                )),
+            });
+        };
+        // Kafka's first check: only DELETE goes without a value.
+        if let Some(c) = parsed
+            .iter()
+            .find(|c| c.op != ConfigOp::Delete && c.value.is_none())
+        {
+            return Decision::answer(ControllerResponse::Configs {
+                result: Err(ControllerError::InvalidRequest(format!(
+                    "Null value not supported for : {}",
+                    c.name
+                ))),
+            });
+        }
+        let current = image.group_configs(&group_id).cloned().unwrap_or_default();
+        let configs = current.with_changes(&parsed);
+        self.group_configs(image, group_id, configs, validate_only)
+    }
+
+    /// A GROUP resource's new set, if each value passed on its own.
+    fn group_configs(
+        &mut self,
+        image: &MetadataImage,
+        group_id: String,
+        configs: Result<GroupConfigs, millrace_cluster::ConfigError>,
+        validate_only: bool,
+    ) -> Decision {
+        match configs {
+            Ok(configs) => self.set_group_configs(image, group_id, configs, validate_only),
+            Err(e) => Decision::answer(ControllerResponse::Configs {
+                result: Err(ControllerError::InvalidConfig(e.to_string())),
+            }),
         }
     }
 

@@ -100,7 +100,7 @@ pub fn handle(
             .map(|names| names.into_iter().map(|n| n.0.to_string()).collect()),
         client_id: client_id.to_string(),
         client_host: format!("/{}", peer.ip()),
-        timeouts: crate::group_settings::share_timeouts(&ctx, &request.group_id.0),
+        timeouts: crate::group_settings::share_timeouts(ctx, &request.group_id.0),
     };
     let reply = ctx
         .groups
