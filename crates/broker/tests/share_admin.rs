@@ -507,10 +507,10 @@ async fn deleting_a_share_group_deletes_its_share_state() {
     assert!(acquired(&r).is_empty(), "deleted state came back: {r:?}");
 }
 
-/// Off by default, the admin APIs answer UNSUPPORTED_VERSION, as Kafka with `share.version` 0.
+/// With share groups off (`millrace.share.groups.enable=false`), the admin APIs answer UNSUPPORTED_VERSION, as Kafka with `share.version` 0.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn share_admin_apis_are_off_by_default() {
-    let broker = Broker::start();
+async fn share_admin_apis_answer_unsupported_when_share_groups_are_off() {
+    let broker = Broker::start_with(&["millrace.share.groups.enable=false"]);
     let mut admin = RawConn::connect(broker.addr()).await;
     let g = describe(&mut admin, 1, "g", None).await;
     assert_eq!(g.error_code, UNSUPPORTED_VERSION, "{g:?}");

@@ -332,8 +332,32 @@ async fn a_record_released_up_to_the_delivery_limit_is_archived() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn share_groups_are_off_by_default() {
+async fn share_groups_are_on_by_default() {
     let broker = Broker::start();
+    let topic = unique_topic("share-on");
+    let _ = topic_id(&broker, &topic).await;
+    let mut conn = RawConn::connect(broker.addr()).await;
+    let versions = api_versions(&mut conn, 4).await;
+    let finalized = versions
+        .finalized_features
+        .iter()
+        .find(|f| f.name.as_str() == "share.version")
+        .expect("share.version finalized by default");
+    assert_eq!(finalized.max_version_level, 1);
+    wait_for_coordinator(&mut conn, GROUP).await;
+    let join = ShareGroupHeartbeatRequest::default()
+        .with_group_id(GroupId(s(GROUP)))
+        .with_member_id(s("member-on-by-default"))
+        .with_member_epoch(0)
+        .with_subscribed_topic_names(Some(vec![topic_name(&topic)]));
+    let r: ShareGroupHeartbeatResponse = conn.request(1, &join).await;
+    assert_eq!(r.error_code, 0, "{r:?}");
+    assert_eq!(r.member_epoch, 1, "{r:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn share_groups_can_be_turned_off() {
+    let broker = Broker::start_with(&["millrace.share.groups.enable=false"]);
     let topic = unique_topic("share-off");
     let id = topic_id(&broker, &topic).await;
     let mut conn = RawConn::connect(broker.addr()).await;

@@ -490,8 +490,8 @@ pub static BROKER_CONFIGS: &[ConfigDef] = &[
         ORPHAN_GRACE_MS_DEFAULT,
         LONG_NONNEG,
     ),
-    // Share groups (KIP-932; `config_share.rs`): opt-in for now (decision 0077).
-    def("millrace.share.groups.enable", "false", ConfigType::Bool),
+    // Share groups (KIP-932; `config_share.rs`): on by default, as in Kafka 4.2+ (decision 0077).
+    def("millrace.share.groups.enable", "true", ConfigType::Bool),
     // The HTTP API (REST Proxy v2/v3, stateless consumers; `config_rest.rs`).
     def(
         "millrace.rest.consumer.instance.timeout.ms",

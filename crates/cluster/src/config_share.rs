@@ -20,8 +20,8 @@
 //! ("X must be greater than or equal to Y").
 //!
 //! [`BrokerConfig::share`] reads the broker-wide settings ([`ShareConfig`]), and Millrace's
-//! own `millrace.share.groups.enable`: off by default until share groups have run under the fault
-//! harness and across brokers (decision 0077). Kafka 4.4 gates share groups with the
+//! own `millrace.share.groups.enable`: on by default, as share groups are in Kafka 4.2+ (decision
+//! 0077); off, the share APIs answer UNSUPPORTED_VERSION. Kafka 4.4 gates share groups with the
 //! `share.version` feature instead, which Millrace finalizes at 1 when this is on.
 //!
 //! Deliberately not here: the per-group dynamic configs (`share.*` on GROUP resources, and what a
@@ -317,7 +317,7 @@ impl BrokerConfig {
     /// Share groups' broker-wide settings.
     pub fn share(&self) -> ShareConfig {
         ShareConfig {
-            enabled: self.bool_or("millrace.share.groups.enable", false),
+            enabled: self.bool_or("millrace.share.groups.enable", true),
             max_share_sessions: usize::try_from(
                 self.long_or("group.share.max.share.sessions", 2_000),
             )
