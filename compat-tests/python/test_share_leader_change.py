@@ -107,7 +107,7 @@ def poll_and_ack(c: ShareConsumer, ledger: Ledger, choose=lambda m: AcknowledgeT
     return got
 
 
-def produce(bootstrap: str, topic: str, tag: str, n: int) -> Dict[Key, bytes]:
+def produce(bootstrap: str, topic: str, tag: str, n: int, partitions=range(PARTITIONS)) -> Dict[Key, bytes]:
     p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5,
                   "message.timeout.ms": 60000})
     sent: Dict[Key, bytes] = {}
@@ -119,7 +119,7 @@ def produce(bootstrap: str, topic: str, tag: str, n: int) -> Dict[Key, bytes]:
         else:
             failed.append(str(err))
     for i in range(n):
-        for part in range(PARTITIONS):
+        for part in partitions:
             p.produce(topic, value=f"{tag}-{part}-{i}".encode(), partition=part, on_delivery=report)
         p.poll(0)
     assert p.flush(OP_TIMEOUT) == 0 and not failed, failed[:5]
@@ -184,22 +184,25 @@ def test_accepted_records_stay_accepted_across_share_leader_and_coordinator_kill
         remote = [p for p, leader in leaders(adm, topic).items() if leader != coordinator]
         assert len(remote) == 2, f"partition leaders {leaders(adm, topic)}, share coordinator {coordinator}"
 
+        # Phase 1: a accepts records, then releases the "rel" ones, then leaves the "hold" ones of
+        # the partition whose leader dies unacknowledged (in flight).
         sent = produce(bootstrap, topic, "one", PER_PARTITION)
-        # Phase 1: a accepts about a third, releases some, then holds one batch unacknowledged.
-        released: Set[Key] = set()
         deadline = time.monotonic() + 60
         while len(ledger.accepted) < len(sent) // 3 and time.monotonic() < deadline:
             poll_and_ack(a, ledger)
+        sent.update(produce(bootstrap, topic, "rel", 20))
+        released: Set[Key] = set()
         deadline = time.monotonic() + 30
         while not released and time.monotonic() < deadline:
-            got = poll_and_ack(a, ledger, choose=lambda m: AcknowledgeType.RELEASE)
-            released |= {(m.partition(), m.offset()) for m in got}
-        # The records of the partition whose leader dies are left unacknowledged (in flight).
+            got = poll_and_ack(a, ledger, choose=lambda m: AcknowledgeType.RELEASE if m.value().startswith(b"rel-")
+                               else AcknowledgeType.ACCEPT)
+            released |= {(m.partition(), m.offset()) for m in got if m.value().startswith(b"rel-")}
+        sent.update(produce(bootstrap, topic, "hold", 20, partitions=[remote[0]]))
         held: List = []
         deadline = time.monotonic() + 30
         while not held and time.monotonic() < deadline:
-            got = poll_and_ack(a, ledger, choose=lambda m: None if m.partition() == remote[0] else AcknowledgeType.ACCEPT)
-            held = [m for m in got if m.partition() == remote[0]]
+            got = poll_and_ack(a, ledger, choose=lambda m: None if m.value().startswith(b"hold-") else AcknowledgeType.ACCEPT)
+            held = [m for m in got if m.value().startswith(b"hold-")]
         assert released and held, "phase 1: nothing released or held"
 
         victim = leaders(adm, topic)[remote[0]]
