@@ -331,6 +331,32 @@ async fn a_record_released_up_to_the_delivery_limit_is_archived() {
     assert_eq!(metric("millrace_share_acquired_records"), "0");
 }
 
+/// A share fetch reads only what the records it may acquire need (it starts small and grows),
+/// yet acquires up to `max_records` when they are there: 300 batches of 2 KiB records, far more
+/// than the first read holds, all acquired by one fetch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_fetch_acquires_past_its_first_read() {
+    let broker = Broker::start();
+    let topic = unique_topic("share-big");
+    let id = topic_id(&broker, &topic).await;
+    let mut conn = RawConn::connect(broker.addr()).await;
+    let r: ShareFetchResponse = conn.request(1, &share_fetch("big", 0, id, vec![], 0)).await;
+    assert_eq!(r.error_code, 0, "{r:?}");
+    let mut producer = RawConn::connect(broker.addr()).await;
+    let value = vec![b'x'; 2048];
+    for _ in 0..300 {
+        let batch = encode_batch(&[record(None, Some(&value), now_ms())]);
+        produce_batch(&mut producer, &topic, 0, batch).await;
+    }
+    let mut epoch = 1;
+    let r = fetch_until_acquired(&mut conn, "big", &mut epoch, id).await;
+    assert_eq!(
+        acquired(&r),
+        vec![(0, 299, 1)],
+        "one fetch acquires all 300"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn share_groups_are_on_by_default() {
     let broker = Broker::start();

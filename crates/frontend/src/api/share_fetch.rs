@@ -94,6 +94,11 @@ response_fields!(
 
 /// `share_acquire_mode` of record_limit (v2).
 const RECORD_LIMIT_MODE: i8 = 1;
+/// The first read of a share partition's log for one fetch (bytes). A share fetch acquires at
+/// most `max_records` (and the in-flight window), usually far less than `max_bytes` (clients send
+/// `fetch.max.bytes`, 50 MiB): the read grows from here to what the records wanted need, instead of
+/// copying `max_bytes` of log for every fetch.
+const SHARE_READ_BYTES_FIRST: usize = 64 * 1024;
 
 /// The connection a request came on.
 struct Connection {
@@ -440,19 +445,17 @@ fn acquire(
     if !can_acquire || fetch_offset >= visible_end {
         return Ok(None);
     }
-    let read = match ctx.replicas.read_for_consumer(
-        &tp,
-        -1,
-        fetch_offset,
-        want.budget,
-        true,
-        read_committed,
-        false,
-    ) {
-        Ok(read) => read,
-        Err(ReplicaError::Read(ReadError::OffsetOutOfRange { .. })) => {
-            // Retention removed what the share partition had not reached: it moves to the
-            // log start (Kafka's answer to OFFSET_OUT_OF_RANGE here), and the next look reads.
+    // Whole log batches from `fetch_offset`, enough to hold the records wanted: read a little,
+    // then, if the batches read hold fewer offsets than wanted, again with the size those
+    // batches' bytes per offset say is needed (never past the budget or the visible end).
+    let wanted = i64::from(want.max_records.max(1));
+    let mut size = SHARE_READ_BYTES_FIRST.min(want.budget).max(1);
+    let (bytes, batches, aborted) = loop {
+        let Some((bytes, batches, aborted)) =
+            read_batches(ctx, &tp, fetch_offset, size, read_committed)?
+        else {
+            // Retention removed what the share partition had not reached: it moves to the log
+            // start (Kafka's answer to OFFSET_OUT_OF_RANGE here), and the next look reads.
             let log_start = log.log_start_offset();
             let _ = shares.with_partition(want.key, leader_epoch, now, |sp, epochs| {
                 let change = sp.archive_below(log_start);
@@ -460,9 +463,69 @@ fn acquire(
             });
             waiter.notify_one();
             return Ok(None);
+        };
+        let covered = batches
+            .last()
+            .map_or(0, |(b, _, _)| b.last + 1 - fetch_offset);
+        if covered >= wanted || size >= want.budget || fetch_offset + covered >= visible_end {
+            break (bytes, batches, aborted);
         }
+        let per_offset = bytes.len().max(1) as f64 / covered.max(1) as f64;
+        let needed = (per_offset * wanted as f64 * 1.25) as usize;
+        size = needed.max(size.saturating_mul(2)).min(want.budget);
+    };
+    let log_batches: Vec<LogBatch> = batches.iter().map(|(b, _, _)| *b).collect();
+    let Some(acquired) = shares.with_partition(want.key, leader_epoch, now, |sp, _| {
+        sp.acquire(
+            member,
+            &log_batches,
+            want.max_records,
+            want.batch_size,
+            want.mode,
+            &aborted,
+            now,
+        )
+    }) else {
+        return Ok(None);
+    };
+    let acquired = acquired.map_err(|e| share_common::share_error(&e))?;
+    let (Some(first), Some(last)) = (acquired.first(), acquired.last()) else {
+        return Ok(None);
+    };
+    // The batches from the first to the last that hold an acquired offset (contiguous bytes).
+    let holding = |b: &LogBatch| b.last >= first.first && b.first <= last.last;
+    let from = batches.iter().find(|(b, _, _)| holding(b));
+    let to = batches.iter().rev().find(|(b, _, _)| holding(b));
+    let records = match (from, to) {
+        (Some((_, start, _)), Some((_, end, len))) => bytes.slice(*start..end + len),
+        _ => Bytes::new(),
+    };
+    Ok(Some((records, acquired)))
+}
+
+/// A share partition's whole log batches from `fetch_offset`, at most `size` bytes (one batch at
+/// least): the bytes, each batch with its position and length, and (read_committed) the batches of
+/// aborted transactions. `None` when retention passed `fetch_offset`.
+fn read_batches(
+    ctx: &BrokerContext,
+    tp: &millrace_store::TopicPartition,
+    fetch_offset: i64,
+    size: usize,
+    read_committed: bool,
+) -> Result<Option<ReadBatches>, PartitionOutcome> {
+    let read = match ctx.replicas.read_for_consumer(
+        tp,
+        -1,
+        fetch_offset,
+        size,
+        true,
+        read_committed,
+        false,
+    ) {
+        Ok(read) => read,
+        Err(ReplicaError::Read(ReadError::OffsetOutOfRange { .. })) => return Ok(None),
         Err(e) => {
-            let refusal = leadership::refusal(ctx, &tp, &e);
+            let refusal = leadership::refusal(ctx, tp, &e);
             return Err(PartitionOutcome {
                 code: refusal.error.code,
                 message: refusal.error.message,
@@ -499,34 +562,12 @@ fn acquire(
         }
         batches.push((batch, w.position, w.bytes.len()));
     }
-    let log_batches: Vec<LogBatch> = batches.iter().map(|(b, _, _)| *b).collect();
-    let Some(acquired) = shares.with_partition(want.key, leader_epoch, now, |sp, _| {
-        sp.acquire(
-            member,
-            &log_batches,
-            want.max_records,
-            want.batch_size,
-            want.mode,
-            &aborted,
-            now,
-        )
-    }) else {
-        return Ok(None);
-    };
-    let acquired = acquired.map_err(|e| share_common::share_error(&e))?;
-    let (Some(first), Some(last)) = (acquired.first(), acquired.last()) else {
-        return Ok(None);
-    };
-    // The batches from the first to the last that hold an acquired offset (contiguous bytes).
-    let holding = |b: &LogBatch| b.last >= first.first && b.first <= last.last;
-    let from = batches.iter().find(|(b, _, _)| holding(b));
-    let to = batches.iter().rev().find(|(b, _, _)| holding(b));
-    let records = match (from, to) {
-        (Some((_, start, _)), Some((_, end, len))) => bytes.slice(*start..end + len),
-        _ => Bytes::new(),
-    };
-    Ok(Some((records, acquired)))
+    Ok(Some((bytes, batches, aborted)))
 }
+
+/// What [`read_batches`] reads: the bytes, each whole batch with its position and length, and
+/// the aborted transactions' batches.
+type ReadBatches = (Bytes, Vec<(LogBatch, usize, usize)>, Vec<(i64, i64)>);
 
 /// Whether a batch holds records of one of the `aborted` transactions (Kafka's
 /// `SharePartition.fetchAbortedTransactionRecordBatches`): a transactional data batch of a
