@@ -8,6 +8,8 @@
 #[path = "common/cluster.rs"]
 mod cluster;
 mod common;
+#[path = "common/share.rs"]
+mod share_requests;
 
 use std::time::Instant;
 
@@ -21,10 +23,6 @@ use kafka_protocol::messages::describe_share_group_offsets_request::{
     DescribeShareGroupOffsetsRequestGroup, DescribeShareGroupOffsetsRequestTopic,
 };
 use kafka_protocol::messages::describe_share_group_offsets_response::DescribeShareGroupOffsetsResponseGroup;
-use kafka_protocol::messages::share_acknowledge_request::{
-    AcknowledgePartition, AcknowledgeTopic, AcknowledgementBatch,
-};
-use kafka_protocol::messages::share_fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::{
     AlterShareGroupOffsetsRequest, AlterShareGroupOffsetsResponse, BrokerId, CreateTopicsRequest,
     CreateTopicsResponse, DeleteGroupsRequest, DeleteGroupsResponse,
@@ -49,20 +47,7 @@ fn s(v: &str) -> StrBytes {
 }
 
 fn share_fetch(group: &str, member: &str, epoch: i32, topic_id: Uuid) -> ShareFetchRequest {
-    ShareFetchRequest::default()
-        .with_group_id(Some(GroupId(s(group))))
-        .with_member_id(Some(s(member)))
-        .with_share_session_epoch(epoch)
-        .with_max_wait_ms(200)
-        .with_min_bytes(1)
-        .with_max_bytes(1 << 20)
-        .with_max_records(500)
-        .with_batch_size(500)
-        .with_topics(vec![FetchTopic::default()
-            .with_topic_id(topic_id)
-            .with_partitions(vec![
-                FetchPartition::default().with_partition_index(0)
-            ])])
+    share_requests::share_fetch_request(group, member, epoch, topic_id, &[], 200)
 }
 
 /// Accepts `first..=last` and closes the session (epoch -1).
@@ -73,35 +58,12 @@ fn accept_and_close(
     first: i64,
     last: i64,
 ) -> ShareAcknowledgeRequest {
-    ShareAcknowledgeRequest::default()
-        .with_group_id(Some(GroupId(s(group))))
-        .with_member_id(Some(s(member)))
-        .with_share_session_epoch(-1)
-        .with_topics(vec![AcknowledgeTopic::default()
-            .with_topic_id(topic_id)
-            .with_partitions(vec![AcknowledgePartition::default()
-                .with_partition_index(0)
-                .with_acknowledgement_batches(vec![
-                    AcknowledgementBatch::default()
-                        .with_first_offset(first)
-                        .with_last_offset(last)
-                        .with_acknowledge_types(vec![ACCEPT]),
-                ])])])
+    share_requests::share_ack_request(group, member, -1, topic_id, &[(first, last, ACCEPT)])
 }
 
 /// (first, last, delivery count) of each acquired range.
 fn acquired(response: &ShareFetchResponse) -> Vec<(i64, i64, i16)> {
-    response
-        .responses
-        .first()
-        .and_then(|t| t.partitions.first())
-        .map(|p| {
-            p.acquired_records
-                .iter()
-                .map(|r| (r.first_offset, r.last_offset, r.delivery_count))
-                .collect()
-        })
-        .unwrap_or_default()
+    share_requests::acquired_ranges(response)
 }
 
 /// Opens a session for `member` and fetches until something is acquired; returns it.

@@ -5,16 +5,12 @@
 //! (UNSUPPORTED_VERSION, `share.version` not finalized).
 
 mod common;
+#[path = "common/share.rs"]
+mod share_requests;
 
 use std::time::Instant;
 
 use common::*;
-use kafka_protocol::messages::share_acknowledge_request::{
-    AcknowledgePartition, AcknowledgeTopic, AcknowledgementBatch as AckAckBatch,
-};
-use kafka_protocol::messages::share_fetch_request::{
-    AcknowledgementBatch, FetchPartition, FetchTopic,
-};
 use kafka_protocol::messages::share_fetch_response::PartitionData;
 use kafka_protocol::messages::{
     GroupId, ShareAcknowledgeRequest, ShareAcknowledgeResponse, ShareFetchRequest,
@@ -45,29 +41,7 @@ fn share_fetch(
     acks: Vec<(i64, i64, i8)>,
     max_wait_ms: i32,
 ) -> ShareFetchRequest {
-    ShareFetchRequest::default()
-        .with_group_id(Some(GroupId(s(GROUP))))
-        .with_member_id(Some(s(member)))
-        .with_share_session_epoch(epoch)
-        .with_max_wait_ms(max_wait_ms)
-        .with_min_bytes(1)
-        .with_max_bytes(1 << 20)
-        .with_max_records(500)
-        .with_batch_size(500)
-        .with_topics(vec![FetchTopic::default()
-            .with_topic_id(topic_id)
-            .with_partitions(vec![FetchPartition::default()
-                .with_partition_index(0)
-                .with_acknowledgement_batches(
-                    acks.into_iter()
-                        .map(|(first, last, ty)| {
-                            AcknowledgementBatch::default()
-                                .with_first_offset(first)
-                                .with_last_offset(last)
-                                .with_acknowledge_types(vec![ty])
-                        })
-                        .collect(),
-                )])])
+    share_requests::share_fetch_request(GROUP, member, epoch, topic_id, &acks, max_wait_ms)
 }
 
 fn share_ack(
@@ -76,24 +50,7 @@ fn share_ack(
     topic_id: Uuid,
     acks: Vec<(i64, i64, i8)>,
 ) -> ShareAcknowledgeRequest {
-    ShareAcknowledgeRequest::default()
-        .with_group_id(Some(GroupId(s(GROUP))))
-        .with_member_id(Some(s(member)))
-        .with_share_session_epoch(epoch)
-        .with_topics(vec![AcknowledgeTopic::default()
-            .with_topic_id(topic_id)
-            .with_partitions(vec![AcknowledgePartition::default()
-                .with_partition_index(0)
-                .with_acknowledgement_batches(
-                    acks.into_iter()
-                        .map(|(first, last, ty)| {
-                            AckAckBatch::default()
-                                .with_first_offset(first)
-                                .with_last_offset(last)
-                                .with_acknowledge_types(vec![ty])
-                        })
-                        .collect(),
-                )])])
+    share_requests::share_ack_request(GROUP, member, epoch, topic_id, &acks)
 }
 
 fn partition(response: &ShareFetchResponse) -> Option<&PartitionData> {
@@ -105,14 +62,7 @@ fn partition(response: &ShareFetchResponse) -> Option<&PartitionData> {
 
 /// (first, last, delivery count) of each acquired range.
 fn acquired(response: &ShareFetchResponse) -> Vec<(i64, i64, i16)> {
-    partition(response)
-        .map(|p| {
-            p.acquired_records
-                .iter()
-                .map(|r| (r.first_offset, r.last_offset, r.delivery_count))
-                .collect()
-        })
-        .unwrap_or_default()
+    share_requests::acquired_ranges(response)
 }
 
 fn ack_code(response: &ShareAcknowledgeResponse) -> i16 {

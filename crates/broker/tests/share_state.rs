@@ -4,20 +4,18 @@
 //! and FindCoordinator's share key type answer Kafka's error codes.
 
 mod common;
+#[path = "common/share.rs"]
+mod share_requests;
 
 use std::time::Instant;
 
 use base64::Engine;
 use common::*;
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
-use kafka_protocol::messages::share_acknowledge_request::{
-    AcknowledgePartition, AcknowledgeTopic, AcknowledgementBatch as AckBatch,
-};
-use kafka_protocol::messages::share_fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::{
     delete_share_group_state_request, initialize_share_group_state_request,
     read_share_group_state_request, read_share_group_state_summary_request,
-    write_share_group_state_request, DeleteShareGroupStateRequest, FindCoordinatorRequest, GroupId,
+    write_share_group_state_request, DeleteShareGroupStateRequest, FindCoordinatorRequest,
     InitializeShareGroupStateRequest, ListOffsetsRequest, ReadShareGroupStateRequest,
     ReadShareGroupStateSummaryRequest, ShareAcknowledgeRequest, ShareAcknowledgeResponse,
     ShareFetchRequest, ShareFetchResponse, WriteShareGroupStateRequest,
@@ -38,20 +36,7 @@ fn s(v: &str) -> StrBytes {
 }
 
 fn share_fetch(member: &str, epoch: i32, topic_id: Uuid) -> ShareFetchRequest {
-    ShareFetchRequest::default()
-        .with_group_id(Some(GroupId(s(GROUP))))
-        .with_member_id(Some(s(member)))
-        .with_share_session_epoch(epoch)
-        .with_max_wait_ms(200)
-        .with_min_bytes(1)
-        .with_max_bytes(1 << 20)
-        .with_max_records(500)
-        .with_batch_size(500)
-        .with_topics(vec![FetchTopic::default()
-            .with_topic_id(topic_id)
-            .with_partitions(vec![
-                FetchPartition::default().with_partition_index(0)
-            ])])
+    share_requests::share_fetch_request(GROUP, member, epoch, topic_id, &[], 200)
 }
 
 fn share_ack(
@@ -60,39 +45,12 @@ fn share_ack(
     topic_id: Uuid,
     acks: &[(i64, i64, i8)],
 ) -> ShareAcknowledgeRequest {
-    ShareAcknowledgeRequest::default()
-        .with_group_id(Some(GroupId(s(GROUP))))
-        .with_member_id(Some(s(member)))
-        .with_share_session_epoch(epoch)
-        .with_topics(vec![AcknowledgeTopic::default()
-            .with_topic_id(topic_id)
-            .with_partitions(vec![AcknowledgePartition::default()
-                .with_partition_index(0)
-                .with_acknowledgement_batches(
-                    acks.iter()
-                        .map(|(first, last, ty)| {
-                            AckBatch::default()
-                                .with_first_offset(*first)
-                                .with_last_offset(*last)
-                                .with_acknowledge_types(vec![*ty])
-                        })
-                        .collect(),
-                )])])
+    share_requests::share_ack_request(GROUP, member, epoch, topic_id, acks)
 }
 
 /// (first, last, delivery count) of each acquired range.
 fn acquired(response: &ShareFetchResponse) -> Vec<(i64, i64, i16)> {
-    response
-        .responses
-        .first()
-        .and_then(|t| t.partitions.first())
-        .map(|p| {
-            p.acquired_records
-                .iter()
-                .map(|r| (r.first_offset, r.last_offset, r.delivery_count))
-                .collect()
-        })
-        .unwrap_or_default()
+    share_requests::acquired_ranges(response)
 }
 
 /// Fetches from `*epoch` on (advancing it) until something is acquired, within the IO timeout.
