@@ -371,7 +371,7 @@ impl ShareCoordinator {
                 // shard decides again under the lock. A failure ends this partition's round.
                 let snapshotted = self
                     .run(partition, |s| {
-                        let due = s.snapshotted_below(mark).contains(key);
+                        let due = s.snapshot_offset(key).is_some_and(|o| o < mark);
                         Ok(((), if due { s.snapshot(key, now) } else { None }))
                     })
                     .await;

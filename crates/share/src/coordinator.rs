@@ -188,6 +188,11 @@ impl ShareCoordinatorShard {
             .collect()
     }
 
+    /// Where `key`'s latest snapshot sits (-1: unknown), if the key is held.
+    pub fn snapshot_offset(&self, key: &ShareStateKey) -> Option<i64> {
+        self.entries.get(key).map(|e| e.snapshot_offset)
+    }
+
     /// A snapshot of `key`'s current state (SnapshotEpoch + 1) to append, so that the records
     /// before it are no longer needed; `None` when the key is not held.
     pub fn snapshot(&self, key: &ShareStateKey, now_ms: i64) -> Option<ShareStateRecord> {

@@ -292,6 +292,7 @@ fn pruning_keeps_what_a_reload_needs() {
         "the cold key's snapshot is at 0"
     );
     assert_eq!(c.shard.snapshotted_below(3), vec![cold.clone()]);
+    assert_eq!(c.shard.snapshot_offset(&cold), Some(0));
     // A fresh snapshot of the cold key lets pruning pass everything before the busy key's
     // latest snapshot.
     let fresh = c.shard.snapshot(&cold, NOW).expect("held");
