@@ -30,10 +30,7 @@ use uuid::Uuid;
 
 use super::{str_bytes, topic_name};
 use crate::authz::Authz;
-use crate::error_codes::{
-    self, COORDINATOR_NOT_AVAILABLE, GROUP_AUTHORIZATION_FAILED, INVALID_GROUP_ID, NONE,
-    TOPIC_AUTHORIZATION_FAILED, UNKNOWN_TOPIC_OR_PARTITION, UNSUPPORTED_VERSION,
-};
+use crate::error_codes::{self, NONE, TOPIC_AUTHORIZATION_FAILED, UNKNOWN_TOPIC_OR_PARTITION};
 use crate::handler::{api_handler, response_fields, Reply};
 use crate::share_partitions::ShareKey;
 use crate::share_persister::Persister;
@@ -72,21 +69,15 @@ async fn handle(
     authz: Authz,
     request: AlterShareGroupOffsetsRequest,
 ) -> AlterShareGroupOffsetsResponse {
-    if !ctx.shares.settings.enabled {
-        return refused(UNSUPPORTED_VERSION, super::share_common::DISABLED_MESSAGE);
-    }
     let group_id = request.group_id.0.to_string();
-    if group_id.is_empty() {
-        return refused(INVALID_GROUP_ID, "The group id is invalid.");
-    }
-    if !authz.group(AclOperation::Read, &group_id) {
-        return refused(GROUP_AUTHORIZATION_FAILED, "Group authorization failed.");
-    }
-    let Some(persister) = ctx.shares.persister().cloned() else {
-        return refused(
-            COORDINATOR_NOT_AVAILABLE,
-            "Share state is not persisted here",
-        );
+    let persister = match super::share_common::share_offsets_admission(
+        &ctx,
+        &authz,
+        &group_id,
+        AclOperation::Read,
+    ) {
+        Ok(p) => p,
+        Err((code, message)) => return refused(code, message),
     };
     let deadline = Persister::retry_deadline();
     let group_epoch = match ctx.groups.share_offsets_alterable(&group_id).await {

@@ -65,6 +65,36 @@ impl PartitionOutcome {
     }
 }
 
+/// The checks AlterShareGroupOffsets and DeleteShareGroupOffsets make before anything else, in
+/// Kafka's order: share groups on, a group id, `operation` on the group, a persister. The
+/// persister, or the code and message to refuse with.
+pub fn share_offsets_admission(
+    ctx: &BrokerContext,
+    authz: &Authz,
+    group_id: &str,
+    operation: AclOperation,
+) -> Result<Arc<crate::share_persister::Persister>, (i16, &'static str)> {
+    if !ctx.shares.settings.enabled {
+        return Err((crate::error_codes::UNSUPPORTED_VERSION, DISABLED_MESSAGE));
+    }
+    if group_id.is_empty() {
+        return Err((
+            crate::error_codes::INVALID_GROUP_ID,
+            "The group id is invalid.",
+        ));
+    }
+    if !authz.group(operation, group_id) {
+        return Err((
+            crate::error_codes::GROUP_AUTHORIZATION_FAILED,
+            "Group authorization failed.",
+        ));
+    }
+    ctx.shares.persister().cloned().ok_or((
+        crate::error_codes::COORDINATOR_NOT_AVAILABLE,
+        "Share state is not persisted here",
+    ))
+}
+
 /// The member a request speaks for, or the top-level INVALID_REQUEST message: a group id, and
 /// a member id of 1 to 36 characters.
 pub fn member_key(
