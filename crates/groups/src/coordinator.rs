@@ -78,7 +78,7 @@ use tracing::{debug, error, info, warn};
 
 use crate::consumer_group::ConsumerGroupConfig;
 use crate::error::GroupError;
-use crate::group::{Group, GroupConfig, GroupState, JoinResponse, SyncResponse};
+use crate::group::{CommittedOffset, Group, GroupConfig, GroupState, JoinResponse, SyncResponse};
 use crate::group_log::{GroupLog, GroupLogError};
 use crate::limits::{GROUP_ID_BYTES_MAX, LOADER_THREADS_MAX};
 use crate::replay::{self, ReplayError};
@@ -213,6 +213,16 @@ pub enum ShareGroupDeletion {
 
 /// Topic → partitions, as OffsetFetch asks; `None` = every committed offset of the group.
 pub type FetchTopics = Option<Vec<(String, Vec<i32>)>>;
+
+/// One partition's answer to OffsetFetch.
+#[derive(Debug, Clone)]
+pub enum FetchedOffset {
+    /// The committed offset (`None`: nothing committed).
+    Stable(Option<CommittedOffset>),
+    /// The fetch asked for stable offsets only and a transactional offset of the partition is
+    /// still pending (UNSTABLE_OFFSET_COMMIT).
+    Unstable,
+}
 
 /// Kafka's partition of `__consumer_offsets` for a group: `Utils.abs(groupId.hashCode()) % n`
 /// with Java's String.hashCode over UTF-16 code units, so the layout matches Kafka's.

@@ -44,8 +44,8 @@ pub use consumer_group::{
 };
 pub use coordinator::{
     partition_for, CommitPartition, CommitRequest, CoordinatorConfig, CoordinatorSnapshot,
-    FetchTopics, GroupCoordinator, GroupDescription, GroupListing, GroupSnapshot, LoadHold,
-    MemberDescription, PartitionStatus, Reply, ShareGroupDeletion,
+    FetchTopics, FetchedOffset, GroupCoordinator, GroupDescription, GroupListing, GroupSnapshot,
+    LoadHold, MemberDescription, PartitionStatus, Reply, ShareGroupDeletion,
 };
 pub use error::GroupError;
 pub use group::{

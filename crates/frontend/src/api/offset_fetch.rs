@@ -2,8 +2,10 @@
 //! partition without a commit answers offset -1, empty metadata, NONE. Topics null (v2+) = every
 //! committed offset of the group. With `require_stable` (v7+) a partition whose group has a
 //! transactional offset pending (TxnOffsetCommit before its marker) answers UNSTABLE_OFFSET_COMMIT
-//! and offset -1, as Kafka's; without it the committed offset is answered. v9 requests from members of a KIP-848 consumer group carry the member
-//! id and epoch, which must be current (UNKNOWN_MEMBER_ID, STALE_MEMBER_EPOCH).
+//! and offset -1, as Kafka's (the coordinator checks and reads in one look at the group's shard);
+//! without it the committed offset is answered. v9 requests from members of a KIP-848 consumer
+//! group carry the member id and epoch, which must be current (UNKNOWN_MEMBER_ID,
+//! STALE_MEMBER_EPOCH).
 
 use std::sync::Arc;
 
@@ -12,7 +14,7 @@ use kafka_protocol::messages::offset_fetch_response::{
     OffsetFetchResponseTopic, OffsetFetchResponseTopics,
 };
 use kafka_protocol::messages::{GroupId, OffsetFetchRequest, OffsetFetchResponse};
-use millrace_groups::{CommittedOffset, FetchTopics, GroupError};
+use millrace_groups::{FetchTopics, FetchedOffset, GroupError};
 
 use super::{str_bytes, topic_name};
 use crate::authz::Authz;
@@ -43,7 +45,7 @@ response_fields!(
 /// Committed offsets per topic, and the topics named but not authorized (their partitions); or
 /// the group's error code.
 type Fetched = Result<(FoundTopics, Vec<(String, Vec<i32>)>), i16>;
-type FoundTopics = Vec<(String, Vec<(i32, Option<CommittedOffset>)>)>;
+type FoundTopics = Vec<(String, Vec<(i32, FetchedOffset)>)>;
 
 /// Reads a group's offsets as the client may see them (Kafka's rules): a group it may not
 /// Describe is GROUP_AUTHORIZATION_FAILED; topics it may not Describe are left out of "every
@@ -81,11 +83,12 @@ fn code(e: &GroupError) -> i16 {
     error_codes::from_group(e, "OffsetFetch").code
 }
 
-/// (offset, leader epoch, metadata) as the response carries them.
-fn fields(o: &Option<CommittedOffset>) -> (i64, i32, String) {
+/// (offset, leader epoch, metadata, error code) as the response carries them.
+fn fields(o: &FetchedOffset) -> (i64, i32, String, i16) {
     match o {
-        Some(o) => (o.offset, o.leader_epoch, o.metadata.clone()),
-        None => (-1, -1, String::new()),
+        FetchedOffset::Stable(Some(o)) => (o.offset, o.leader_epoch, o.metadata.clone(), NONE),
+        FetchedOffset::Stable(None) => (-1, -1, String::new(), NONE),
+        FetchedOffset::Unstable => (-1, -1, String::new(), UNSTABLE_OFFSET_COMMIT),
     }
 }
 
@@ -129,16 +132,11 @@ pub fn handle(
                         &g.group_id.0,
                         member.map(|m| m.as_str()),
                         if version >= 9 { g.member_epoch } else { -1 },
+                        request.require_stable,
                         topics,
                     )
                 });
-                let unstable = |topic: &str, partition: i32| {
-                    request.require_stable
-                        && ctx
-                            .groups
-                            .has_pending_offset(&g.group_id.0, topic, partition)
-                };
-                group_v8(fetched, g.group_id.clone(), &unstable)
+                group_v8(fetched, g.group_id.clone())
             })
             .collect();
         return OffsetFetchResponse::default().with_groups(groups);
@@ -152,37 +150,27 @@ pub fn handle(
         None if version >= 2 => None,
         None => Some(Vec::new()),
     };
+    let stable = version >= 7 && request.require_stable;
     match fetch(authz, &request.group_id.0, topics.clone(), |topics| {
-        ctx.groups.fetch_offsets(&request.group_id.0, topics)
+        ctx.groups
+            .fetch_offsets_as(&request.group_id.0, None, -1, stable, topics)
     }) {
         Ok((found, denied)) => {
             let denied = denied.into_iter().map(|(topic, partitions)| {
                 refused_topic(&topic, partitions, TOPIC_AUTHORIZATION_FAILED)
             });
-            let stable = version >= 7 && request.require_stable;
             let topics = found
                 .into_iter()
                 .map(|(topic, partitions)| {
                     let partitions = partitions
                         .into_iter()
                         .map(|(index, o)| {
-                            if stable
-                                && ctx
-                                    .groups
-                                    .has_pending_offset(&request.group_id.0, &topic, index)
-                            {
-                                return OffsetFetchResponsePartition::default()
-                                    .with_partition_index(index)
-                                    .with_committed_offset(-1)
-                                    .with_committed_leader_epoch(-1)
-                                    .with_metadata(Some(str_bytes("")))
-                                    .with_error_code(UNSTABLE_OFFSET_COMMIT);
-                            }
-                            let (offset, epoch, metadata) = fields(&o);
+                            let (offset, epoch, metadata, code) = fields(&o);
                             let mut p = OffsetFetchResponsePartition::default()
                                 .with_partition_index(index)
                                 .with_committed_offset(offset)
-                                .with_metadata(Some(str_bytes(&metadata)));
+                                .with_metadata(Some(str_bytes(&metadata)))
+                                .with_error_code(code);
                             if version >= 5 {
                                 p.committed_leader_epoch = epoch;
                             }
@@ -212,13 +200,8 @@ pub fn handle(
     }
 }
 
-/// One group's answer (v8+); `unstable` says which partitions have a pending transactional offset
-/// a `require_stable` fetch must not answer.
-fn group_v8(
-    fetched: Fetched,
-    group_id: GroupId,
-    unstable: &dyn Fn(&str, i32) -> bool,
-) -> OffsetFetchResponseGroup {
+/// One group's answer (v8+).
+fn group_v8(fetched: Fetched, group_id: GroupId) -> OffsetFetchResponseGroup {
     match fetched {
         Err(code) => OffsetFetchResponseGroup::default()
             .with_group_id(group_id)
@@ -247,12 +230,7 @@ fn group_v8(
                     let partitions = partitions
                         .into_iter()
                         .map(|(index, o)| {
-                            let (offset, epoch, metadata, code) = if unstable(&topic, index) {
-                                (-1, -1, String::new(), UNSTABLE_OFFSET_COMMIT)
-                            } else {
-                                let (offset, epoch, metadata) = fields(&o);
-                                (offset, epoch, metadata, NONE)
-                            };
+                            let (offset, epoch, metadata, code) = fields(&o);
                             OffsetFetchResponsePartitions::default()
                                 .with_partition_index(index)
                                 .with_committed_offset(offset)

@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 
 use super::shard::GroupEntry;
 use super::share::not_a_consumer_group;
-use super::{now_ms, CommitRequest, Committed, FetchTopics, GroupCoordinator};
+use super::{now_ms, CommitRequest, Committed, FetchTopics, FetchedOffset, GroupCoordinator};
 use crate::error::GroupError;
 use crate::group::{CommittedOffset, Group, GroupState};
 use crate::limits::{COMMIT_PARTITIONS_MAX, OFFSET_METADATA_BYTES_MAX};
@@ -65,13 +65,6 @@ impl GroupCoordinator {
                 .insert((topic, p), value);
         }
         shard.dirty = true;
-    }
-
-    /// Whether `group_id` has a transactional offset for `topic`/`partition` still pending (an
-    /// OffsetFetch with `require_stable` answers UNSTABLE_OFFSET_COMMIT for it).
-    pub fn has_pending_offset(&self, group_id: &str, topic: &str, partition: i32) -> bool {
-        self.loaded_shard(group_id)
-            .is_ok_and(|shard| shard.txn.is_pending(group_id, topic, partition))
     }
 
     fn commit(
@@ -210,19 +203,37 @@ impl GroupCoordinator {
         group_id: &str,
         topics: FetchTopics,
     ) -> Result<Vec<(String, Vec<(i32, Option<CommittedOffset>)>)>, GroupError> {
-        self.fetch_offsets_as(group_id, None, -1, topics)
+        let fetched = self.fetch_offsets_as(group_id, None, -1, false, topics)?;
+        Ok(fetched
+            .into_iter()
+            .map(|(topic, partitions)| {
+                let partitions = partitions
+                    .into_iter()
+                    .map(|(p, o)| match o {
+                        FetchedOffset::Stable(o) => (p, o),
+                        FetchedOffset::Unstable => (p, None),
+                    })
+                    .collect();
+                (topic, partitions)
+            })
+            .collect())
     }
 
-    /// OffsetFetch v9+ from a member of a consumer group (`member_id`, `member_epoch`): the
-    /// member must be current (UNKNOWN_MEMBER_ID, STALE_MEMBER_EPOCH), as in Kafka.
+    /// OffsetFetch, as the front end serves it. v9+ from a member of a consumer group
+    /// (`member_id`, `member_epoch`): the member must be current (UNKNOWN_MEMBER_ID,
+    /// STALE_MEMBER_EPOCH), as in Kafka. With `require_stable` a partition whose transactional
+    /// offset is still pending answers [`FetchedOffset::Unstable`]; the check and the read are
+    /// one look at the shard, so a marker landing in between cannot pass off the offset it
+    /// replaces as stable.
     #[allow(clippy::type_complexity)]
     pub fn fetch_offsets_as(
         &self,
         group_id: &str,
         member_id: Option<&str>,
         member_epoch: i32,
+        require_stable: bool,
         topics: FetchTopics,
-    ) -> Result<Vec<(String, Vec<(i32, Option<CommittedOffset>)>)>, GroupError> {
+    ) -> Result<Vec<(String, Vec<(i32, FetchedOffset)>)>, GroupError> {
         let shard = self.loaded_shard(group_id)?;
         if shard
             .groups
@@ -236,6 +247,14 @@ impl GroupCoordinator {
             consumer.validate_fetch(member_id, member_epoch)?;
         }
         let group = shard.groups.get(group_id).map(|e| &e.group);
+        let stable_only = require_stable && shard.txn.any_pending();
+        let answer = |topic: &str, p: i32, o: Option<&CommittedOffset>| {
+            if stable_only && shard.txn.is_pending(group_id, topic, p) {
+                FetchedOffset::Unstable
+            } else {
+                FetchedOffset::Stable(o.cloned())
+            }
+        };
         Ok(match topics {
             Some(topics) => topics
                 .into_iter()
@@ -243,22 +262,21 @@ impl GroupCoordinator {
                     let found = partitions
                         .into_iter()
                         .map(|p| {
-                            let o = group.and_then(|g| g.offsets.get(&(topic.clone(), p)).cloned());
-                            (p, o)
+                            let o = group.and_then(|g| g.offsets.get(&(topic.clone(), p)));
+                            (p, answer(&topic, p, o))
                         })
                         .collect();
                     (topic, found)
                 })
                 .collect(),
             None => {
-                let mut by_topic: BTreeMap<String, Vec<(i32, Option<CommittedOffset>)>> =
-                    BTreeMap::new();
+                let mut by_topic: BTreeMap<String, Vec<(i32, FetchedOffset)>> = BTreeMap::new();
                 if let Some(g) = group {
                     for ((topic, p), o) in &g.offsets {
                         by_topic
                             .entry(topic.clone())
                             .or_default()
-                            .push((*p, Some(o.clone())));
+                            .push((*p, answer(topic, *p, Some(o))));
                     }
                 }
                 by_topic.into_iter().collect()

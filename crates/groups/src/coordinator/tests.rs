@@ -813,3 +813,50 @@ async fn share_offsets_changes_survive_replay() {
         vec![Ok(ShareGroupDeletion::NotEmpty)]
     );
 }
+
+/// A `require_stable` OffsetFetch answers a partition with a pending transactional offset as
+/// unstable (named or among every offset of the group) until its producer's marker; a plain
+/// fetch answers the last committed offset meanwhile. COMMIT applies the offset, ABORT drops it.
+#[tokio::test]
+async fn pending_transactional_offset_is_unstable_until_its_marker() {
+    let (_dir, _store, logs) = logs();
+    let c = coordinator(&logs, None);
+    load(&c, &logs);
+    let offsets_partition = partition_for("g", N);
+    let r = c.commit_offsets(commit("g", "t", 0, 5, "")).await;
+    assert!(matches!(&r[..], [Ok(())]), "{r:?}");
+    let fetch = |require_stable: bool, topics: FetchTopics| {
+        c.fetch_offsets_as("g", None, -1, require_stable, topics)
+            .expect("fetch")
+    };
+    let named = || Some(vec![("t".to_string(), vec![0])]);
+    let stable_at = |fetched: &[(String, Vec<(i32, FetchedOffset)>)]| match &fetched[0].1[..] {
+        [(0, FetchedOffset::Stable(Some(o)))] => Some(o.offset),
+        [(0, FetchedOffset::Unstable)] => None,
+        other => panic!("unexpected answer {other:?}"),
+    };
+    let mut committed = 5;
+    assert_eq!(stable_at(&fetch(true, named())), Some(committed));
+
+    for (producer_id, offset, commit_marker, after) in [(77, 9, true, 9), (78, 12, false, 9)] {
+        let r = c
+            .commit_txn_offsets(commit("g", "t", 0, offset, ""), producer_id, 0)
+            .await;
+        assert!(matches!(&r[..], [Ok(())]), "{r:?}");
+        assert_eq!(
+            stable_at(&fetch(true, named())),
+            None,
+            "producer {producer_id}"
+        );
+        assert_eq!(
+            stable_at(&fetch(true, None)),
+            None,
+            "producer {producer_id}"
+        );
+        assert_eq!(offset_of(&c, "g", "t", 0).map(|o| o.0), Some(committed));
+        c.complete_txn(offsets_partition, producer_id, commit_marker);
+        committed = after;
+        assert_eq!(stable_at(&fetch(true, named())), Some(committed));
+        assert_eq!(stable_at(&fetch(false, None)), Some(committed));
+    }
+}
