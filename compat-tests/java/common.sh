@@ -6,6 +6,8 @@
 #   java_dist_classpath      -> sets DIST_CP: the Kafka 4.1 tools + Connect jars (dist/pom.xml),
 #                               resolved with Maven on first use into target/dist.classpath
 #   tool CLASS ARGS...       -> runs a Kafka CLI class with DIST_CP (bounded by TOOL_TIMEOUT)
+#   pom_classpath NAME       -> prints the classpath of NAME/pom.xml, resolved with Maven once per
+#                               pom change into target/NAME.classpath
 #   now_ms, check helpers pass/fail/summary
 #
 # Env: MILLRACE_BIN, MVN (default mvn), MAVEN_REPO_LOCAL (optional -Dmaven.repo.local),
@@ -72,6 +74,17 @@ java_dist_classpath() {
     [[ -f "$j" ]] || { rm -f "$cpfile"; java_dist_classpath; return; }
   done
   export DIST_CP
+}
+
+pom_classpath() {
+  local cpfile="$JAVA_COMPAT_DIR/target/$1.classpath" pom="$JAVA_COMPAT_DIR/$1/pom.xml"
+  if [[ ! -s "$cpfile" || "$pom" -nt "$cpfile" ]]; then
+    mkdir -p "$JAVA_COMPAT_DIR/target"
+    mvn_cmd 900 -f "$pom" org.apache.maven.plugins:maven-dependency-plugin:3.8.1:build-classpath \
+      -Dmdep.outputFile="$cpfile.tmp" >&2 || return 1
+    mv "$cpfile.tmp" "$cpfile"
+  fi
+  cat "$cpfile"
 }
 
 JAVA_TOOL_OPTS=(-Xmx384m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 -Xshare:auto

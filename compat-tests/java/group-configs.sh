@@ -19,14 +19,7 @@ source "$HERE/common.sh"
 java_broker_bin || { fail broker-binary "no broker binary"; summary; exit 1; }
 
 # kafka-tools 4.4 (group-configs/pom.xml), resolved once per pom change.
-cpfile="$HERE/target/group-configs.classpath"
-if [[ ! -s "$cpfile" || "$HERE/group-configs/pom.xml" -nt "$cpfile" ]]; then
-  mkdir -p "$HERE/target"
-  mvn_cmd 900 -f "$HERE/group-configs/pom.xml" org.apache.maven.plugins:maven-dependency-plugin:3.8.1:build-classpath \
-    -Dmdep.outputFile="$cpfile.tmp" >&2 || { fail classpath "could not resolve kafka-tools 4.4"; summary; exit 1; }
-  mv "$cpfile.tmp" "$cpfile"
-fi
-CP="$(cat "$cpfile")"
+CP="$(pom_classpath group-configs)" || { fail classpath "could not resolve kafka-tools 4.4"; summary; exit 1; }
 
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/millrace-java-group-configs.XXXXXX")"
 cleanup() {

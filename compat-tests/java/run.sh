@@ -15,12 +15,14 @@
 #   5. share.sh: share groups (KIP-932) with Kafka 4.4's KafkaShareConsumer (share/);
 #   6. share-cli.sh: Kafka 4.4's kafka-share-groups.sh (ShareGroupCommand) list/describe/
 #      reset-offsets/delete-offsets/delete on a share group a KafkaShareConsumer makes (share-cli/).
-#   7. group-configs.sh: GROUP resource configs with Kafka 4.4's kafka-configs.sh (group-configs/).
+#   7. group-configs.sh: GROUP resource configs with Kafka 4.4's kafka-configs.sh (group-configs/);
+#   8. quorum-cli.sh: Kafka 4.4's kafka-metadata-quorum.sh describe on a 3-node cluster, across a
+#      kill -9 of the quorum leader.
 # and prints one line "N passed, M failed" summing the parts (exit status non-zero on failures).
 #
 #   compat-tests/java/run.sh                 # everything
 #   compat-tests/java/run.sh junit cli       # some parts (junit, cli, connect, cluster, share,
-#                                            # share-cli, group-configs)
+#                                            # share-cli, group-configs, quorum-cli)
 #   JUNIT_TEST=AdminClientTest compat-tests/java/run.sh junit    # one class (Surefire -Dtest)
 #   MILLRACE_BIN=$PWD/compat-tests/reference/kafka-shim.sh MILLRACE_START_TIMEOUT=120 compat-tests/java/run.sh
 #
@@ -37,7 +39,7 @@ source "$HERE/common.sh"
 cd "$HERE"
 
 parts=("$@")
-((${#parts[@]})) || parts=(junit cli connect cluster share share-cli group-configs)
+((${#parts[@]})) || parts=(junit cli connect cluster share share-cli group-configs quorum-cli)
 total_p=0 total_f=0
 lines=()
 add() { # add PART PASSED FAILED
@@ -125,7 +127,7 @@ for part in "${parts[@]}"; do
       echo "junit: $p passed, $f failed (reports and broker dirs in $BUILD_DIR: KEEP_WORK=1 keeps them)"
       add junit "$p" "$f"
       ;;
-    cli | connect | share | share-cli | group-configs)
+    cli | connect | share | share-cli | group-configs | quorum-cli)
       echo "=== $part ==="
       log="$(mktemp "${TMPDIR:-/tmp}/millrace-java-$part.XXXXXX.log")"
       rc=0
@@ -166,7 +168,7 @@ for part in "${parts[@]}"; do
       add cluster "$p" "$f"
       ;;
     *)
-      echo "java: unknown part $part (junit, cli, connect, cluster, share, share-cli)" >&2
+      echo "java: unknown part $part (junit, cli, connect, cluster, share, share-cli, group-configs, quorum-cli)" >&2
       add "$part" 0 1
       ;;
   esac

@@ -22,14 +22,7 @@ source "$HERE/common.sh"
 java_broker_bin || { fail broker-binary "no broker binary"; summary; exit 1; }
 
 # kafka-tools and kafka-clients 4.4 (share-cli/pom.xml), resolved once per pom change.
-cpfile="$HERE/target/share-cli.classpath"
-if [[ ! -s "$cpfile" || "$HERE/share-cli/pom.xml" -nt "$cpfile" ]]; then
-  mkdir -p "$HERE/target"
-  mvn_cmd 900 -f "$HERE/share-cli/pom.xml" org.apache.maven.plugins:maven-dependency-plugin:3.8.1:build-classpath \
-    -Dmdep.outputFile="$cpfile.tmp" >&2 || { fail classpath "could not resolve kafka-tools 4.4"; summary; exit 1; }
-  mv "$cpfile.tmp" "$cpfile"
-fi
-CP="$(cat "$cpfile")"
+CP="$(pom_classpath share-cli)" || { fail classpath "could not resolve kafka-tools 4.4"; summary; exit 1; }
 
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/millrace-java-share-cli.XXXXXX")"
 MEMBER_PID=""

@@ -185,6 +185,9 @@ fn oversized_body(key: ApiKey, v: i16) -> Option<Oversized> {
         ),
         // Booleans and an int8 only: the header's client id carries the oversized length.
         ApiKey::DescribeCluster => None,
+        ApiKey::DescribeQuorum => array(v, f, "topics", |r: &mut DescribeQuorumRequest, x| {
+            r.topics = x
+        }),
         // v0 has no field at all (the header's client id then); v1 an int8 array.
         ApiKey::ListConfigResources => array(
             v,

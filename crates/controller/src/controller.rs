@@ -444,6 +444,12 @@ impl Controller {
                     topics: list_partition_reassignments(image, topics),
                 })
             }
+            // Answered by the service from the quorum, never queued here.
+            ControllerRequest::DescribeQuorum => Decision::answer(ControllerResponse::Error {
+                error: ControllerError::InvalidRequest(
+                    "DescribeQuorum is answered by the quorum, not the decision loop".into(),
+                ),
+            }),
         }
     }
 

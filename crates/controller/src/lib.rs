@@ -32,5 +32,7 @@ pub use entries::{activation_records, entries_of, SplitError};
 pub use lifecycle::{BrokerInfo, BrokerLifecycle, Registration};
 pub use messages::{ControllerError, ControllerRequest, ControllerResponse};
 pub use producer_ids::ProducerIdAllocator;
-pub use quorum::{CallError, MetadataQuorum, ProposeError, QuorumView};
+pub use quorum::{
+    CallError, MetadataQuorum, ProposeError, QuorumDescription, QuorumReplica, QuorumView,
+};
 pub use service::ControllerService;

@@ -16,6 +16,8 @@ use millrace_cluster::listeners::ListenerAddress;
 use millrace_cluster::records::EncodeError;
 use millrace_cluster::remote_log::RemoteSegment;
 use serde::{Deserialize, Serialize};
+
+use crate::quorum::QuorumDescription;
 use uuid::Uuid;
 
 /// A request to the active controller.
@@ -140,6 +142,9 @@ pub enum ControllerRequest {
     },
     /// \[AlterPartitionReassignments\] (KIP-455) Start, replace or cancel reassignments.
     AlterPartitionReassignments { topics: Vec<ReassignTopicSpec> },
+    /// \[DescribeQuorum\] The quorum leader's view of every voter and observer; answered by the
+    /// service of the node that leads, from its quorum, not by the decision loop.
+    DescribeQuorum,
     /// \[ListPartitionReassignments\] `None` = every reassignment in progress; otherwise the given
     /// partitions of the given topics (unknown ones are left out, as Kafka does).
     ListPartitionReassignments {
@@ -287,6 +292,10 @@ pub enum ControllerResponse {
     /// Per topic of the request, in order: (partition, result) in request order.
     AlterPartitionReassignments {
         results: Vec<(String, PartitionResults)>,
+    },
+    /// DescribeQuorum's answer.
+    Quorum {
+        description: QuorumDescription,
     },
     /// Topics with reassignments in progress, by name.
     ListPartitionReassignments {

@@ -1,6 +1,7 @@
 //! What the controller needs of the metadata quorum, as one small trait: propose an entry, know the
-//! leader, call another node. The broker implements it over `millrace-quorum` (openraft); the
-//! simulator implements it over a simulated log. Nothing in this crate knows openraft.
+//! leader, call another node, describe its progress. The broker implements it over
+//! `millrace-quorum` (openraft); the simulator implements it over a simulated log. Nothing in this
+//! crate knows openraft.
 
 use std::time::Duration;
 
@@ -41,6 +42,28 @@ pub struct QuorumView {
     pub term: u64,
 }
 
+/// One voter's or observer's progress as the quorum leader reports it (DescribeQuorum's
+/// `ReplicaState`; -1 = unknown, as Kafka answers).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct QuorumReplica {
+    pub node_id: i32,
+    pub log_end_offset: i64,
+    pub last_fetch_timestamp: i64,
+    pub last_caught_up_timestamp: i64,
+}
+
+/// The quorum as its leader describes it (DescribeQuorum).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct QuorumDescription {
+    pub leader_id: i32,
+    pub leader_epoch: i32,
+    pub high_watermark: i64,
+    pub voters: Vec<QuorumReplica>,
+    pub observers: Vec<QuorumReplica>,
+    /// Controller listener address (`host:port`) per node, where one is known.
+    pub endpoints: Vec<(i32, String)>,
+}
+
 /// The metadata quorum.
 pub trait MetadataQuorum: Send + Sync + 'static {
     /// Proposes one entry (an encoded `MetadataBatch`); resolves with its log offset once it is
@@ -55,4 +78,9 @@ pub trait MetadataQuorum: Send + Sync + 'static {
         payload: Vec<u8>,
         timeout: Duration,
     ) -> BoxFuture<'_, Result<Vec<u8>, CallError>>;
+    /// DescribeQuorum's view, answered by the leader only (`None` elsewhere, or where the quorum
+    /// keeps no progress, as the simulated one).
+    fn describe(&self) -> Option<QuorumDescription> {
+        None
+    }
 }

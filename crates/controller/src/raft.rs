@@ -13,7 +13,9 @@ use tokio::sync::watch;
 use tracing::warn;
 
 use crate::messages::{ControllerError, ControllerResponse};
-use crate::quorum::{CallError, MetadataQuorum, ProposeError, QuorumView};
+use crate::quorum::{
+    CallError, MetadataQuorum, ProposeError, QuorumDescription, QuorumReplica, QuorumView,
+};
 use crate::service::ControllerService;
 
 /// The metadata image as the quorum's state machine.
@@ -170,6 +172,29 @@ impl MetadataQuorum for RaftQuorum {
                     node: to,
                     reason: e.to_string(),
                 })
+        })
+    }
+
+    fn describe(&self) -> Option<QuorumDescription> {
+        let d = self.quorum.describe()?;
+        let offset = |o: u64| i64::try_from(o).unwrap_or(i64::MAX);
+        let replica = |r: &millrace_quorum::ReplicaProgress| QuorumReplica {
+            node_id: to_node(r.node_id),
+            log_end_offset: offset(r.log_end_offset),
+            last_fetch_timestamp: r.last_fetch_ms.unwrap_or(-1),
+            last_caught_up_timestamp: r.last_caught_up_ms.unwrap_or(-1),
+        };
+        Some(QuorumDescription {
+            leader_id: to_node(d.leader),
+            leader_epoch: i32::try_from(d.term).unwrap_or(i32::MAX),
+            high_watermark: offset(d.high_watermark),
+            voters: d.voters.iter().map(replica).collect(),
+            observers: d.observers.iter().map(replica).collect(),
+            endpoints: d
+                .addresses
+                .into_iter()
+                .map(|(id, addr)| (to_node(id), addr))
+                .collect(),
         })
     }
 }

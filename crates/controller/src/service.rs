@@ -93,6 +93,13 @@ impl ControllerService {
         if !self.quorum.view().borrow().is_leader {
             return not_controller();
         }
+        if let ControllerRequest::DescribeQuorum = req {
+            // A read of the quorum's own progress: nothing to decide over the image.
+            return match self.quorum.describe() {
+                Some(description) => ControllerResponse::Quorum { description },
+                None => not_controller(),
+            };
+        }
         let (tx, rx) = oneshot::channel();
         if self.jobs.try_send((req, tx)).is_err() {
             return ControllerResponse::Error {

@@ -17,12 +17,13 @@ use crate::api::{
     alter_share_group_offsets, api_versions, client_quotas, consumer_group_describe,
     consumer_group_heartbeat, create_partitions, create_topics, delete_groups, delete_records,
     delete_share_group_offsets, delete_topics, describe_cluster, describe_configs, describe_groups,
-    describe_log_dirs, describe_producers, describe_share_group_offsets, describe_topic_partitions,
-    elect_leaders, fetch, find_coordinator, heartbeat, init_producer_id, join_group, leave_group,
-    list_config_resources, list_groups, list_offsets, list_partition_reassignments, metadata,
-    offset_commit, offset_delete, offset_fetch, offset_for_leader_epoch, produce, sasl,
-    share_acknowledge, share_fetch, share_group_describe, share_group_heartbeat, share_group_state,
-    sync_group, transactions, txn_offset_commit, user_scram_credentials, write_txn_markers,
+    describe_log_dirs, describe_producers, describe_quorum, describe_share_group_offsets,
+    describe_topic_partitions, elect_leaders, fetch, find_coordinator, heartbeat, init_producer_id,
+    join_group, leave_group, list_config_resources, list_groups, list_offsets,
+    list_partition_reassignments, metadata, offset_commit, offset_delete, offset_fetch,
+    offset_for_leader_epoch, produce, sasl, share_acknowledge, share_fetch, share_group_describe,
+    share_group_heartbeat, share_group_state, sync_group, transactions, txn_offset_commit,
+    user_scram_credentials, write_txn_markers,
 };
 use crate::handler::{ApiHandler, Call};
 use crate::respond::{self, Pending, RequestCharge, Route};
@@ -115,6 +116,7 @@ pub const APIS: &[ApiEntry] = &[
     api::<transactions::ListTransactions>(),
     api::<describe_topic_partitions::DescribeTopicPartitions>(),
     api::<describe_cluster::DescribeCluster>(),
+    api::<describe_quorum::DescribeQuorum>(),
     api::<offset_commit::OffsetCommit>(),
     api::<offset_fetch::OffsetFetch>(),
     api::<join_group::JoinGroup>(),

@@ -60,6 +60,7 @@ pub mod limits;
 pub mod testing;
 
 mod codec;
+mod describe;
 mod error;
 mod log_file;
 mod log_store;
@@ -74,6 +75,7 @@ mod wire;
 use futures::future::BoxFuture;
 
 pub use config::{QuorumConfig, Role};
+pub use describe::{QuorumDescription, ReplicaProgress};
 pub use error::{ProposeError, QuorumError, RpcError};
 pub use quorum::{NodeState, Quorum, QuorumStatus, SpaceState, StartOptions};
 

@@ -12,12 +12,17 @@
 //! (per node, so it may be a proxy); an observer at the address it registered when it joined
 //! (its `BasicNode::addr` in the membership).
 //!
-//! Locking: the pool map and each pool's idle list and backoff state are short mutexes, never
-//! held across an `.await`.
+//! Follower progress for DescribeQuorum: while this node leads, every AppendEntries a follower or
+//! observer answers is its "fetch" (Raft pushes where Kafka's followers pull); one that covered the
+//! leader's last entry as the status last published it makes the node caught up at that moment.
+//!
+//! Locking: the pool map, each pool's idle list and backoff state, and the acks map are short
+//! mutexes, never held across an `.await`.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use openraft::error::{
     InstallSnapshotError, NetworkError, PayloadTooLarge, RPCError, RaftError, RemoteError, Timeout,
@@ -121,6 +126,25 @@ pub struct Peers {
     hello: Vec<u8>,
     voters: BTreeMap<u64, String>,
     pools: Mutex<HashMap<(u64, String), Arc<Pool>>>,
+    /// Per peer, what the last AppendEntries it answered told this node.
+    acks: Mutex<HashMap<u64, FollowerAck>>,
+    /// This node's last log index + 1 as last published (0: an empty log).
+    log_end: AtomicU64,
+}
+
+/// What a leader last heard from one follower or observer (Kafka's `ReplicaState` times).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct FollowerAck {
+    /// When it last answered an AppendEntries (ms since the epoch).
+    pub last_ack_ms: i64,
+    /// When an answer last showed it holding the leader's last entry; `None`: never.
+    pub last_caught_up_ms: Option<i64>,
+}
+
+pub(crate) fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 impl Peers {
@@ -136,7 +160,34 @@ impl Peers {
             hello,
             voters,
             pools: Mutex::new(HashMap::new()),
+            acks: Mutex::new(HashMap::new()),
+            log_end: AtomicU64::new(0),
         })
+    }
+
+    /// This node's log now ends after index `last` (`None`: empty).
+    pub fn set_log_end(&self, last: Option<u64>) {
+        let end = last.map_or(0, |i| i.saturating_add(1));
+        self.log_end.store(end, Ordering::Relaxed);
+    }
+
+    /// Peer `target` answered an AppendEntries; `holds` = the index its log now matches the
+    /// leader's up to, when the answer says so.
+    fn note_ack(&self, target: u64, holds: Option<u64>) {
+        let now = now_ms();
+        let caught_up =
+            holds.map_or(0, |i| i.saturating_add(1)) >= self.log_end.load(Ordering::Relaxed);
+        let mut acks = self.acks.lock();
+        let ack = acks.entry(target).or_default();
+        ack.last_ack_ms = now;
+        if caught_up {
+            ack.last_caught_up_ms = Some(now);
+        }
+    }
+
+    /// What each peer last told this node.
+    pub fn acks(&self) -> HashMap<u64, FollowerAck> {
+        self.acks.lock().clone()
     }
 
     /// The configured address of voter `id`.
@@ -321,6 +372,11 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<u64>, RpcErr> {
         let entries = rpc.entries.len() as u64;
+        let sent_up_to = rpc
+            .entries
+            .last()
+            .map(|e| e.log_id.index)
+            .or(rpc.prev_log_id.map(|l| l.index));
         let ttl = option.hard_ttl();
         let req = Request::AppendEntries(rpc);
         if entries > 1 {
@@ -334,7 +390,15 @@ impl RaftNetwork<TypeConfig> for PeerClient {
             }
         }
         match self.send(&req, ttl).await {
-            Ok(Reply::AppendEntries(Ok(r))) => Ok(r),
+            Ok(Reply::AppendEntries(Ok(r))) => {
+                let holds = match &r {
+                    AppendEntriesResponse::Success => sent_up_to,
+                    AppendEntriesResponse::PartialSuccess(matching) => matching.map(|l| l.index),
+                    AppendEntriesResponse::Conflict | AppendEntriesResponse::HigherVote(_) => None,
+                };
+                self.peers.note_ack(self.target, holds);
+                Ok(r)
+            }
             Ok(Reply::AppendEntries(Err(e))) => Err(RemoteError::new(self.target, e).into()),
             Ok(other) => Err(Self::unexpected(other)),
             Err(e) => Err(self.rpc_error(RPCTypes::AppendEntries, ttl, e)),

@@ -29,13 +29,14 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::describe::{self, QuorumDescription};
 use crate::disk::{Disk, OsDisk};
 use crate::limits::{
     APP_RPC_BYTES_MAX, ENTRY_PAYLOAD_BYTES_MAX, RESERVE_BYTES, RESERVE_RETRY_INTERVAL_MS,
     SHUTDOWN_WAIT_MS,
 };
 use crate::log_store::{LogStore, WriterDone};
-use crate::network::{CallError, NetworkFactory, Peers};
+use crate::network::{self, CallError, NetworkFactory, Peers};
 use crate::reserve::Reserve;
 use crate::server::Server;
 use crate::state_machine::{SmStore, SnapshotFiles};
@@ -261,6 +262,7 @@ impl Quorum {
         let status_tx = Arc::new(status_tx);
         tracker.spawn(publish_status(
             raft.metrics(),
+            peers.clone(),
             committed_rx.clone(),
             status_tx.clone(),
             cancel.clone(),
@@ -285,7 +287,12 @@ impl Quorum {
             return Err(e);
         }
         // What `start` waited for (a sole voter's leadership) is visible as soon as it returns.
-        publish(&status_tx, &quorum.raft.metrics(), &committed_rx);
+        publish(
+            &status_tx,
+            &quorum.raft.metrics(),
+            &committed_rx,
+            &quorum.peers,
+        );
         Ok(quorum)
     }
 
@@ -384,6 +391,21 @@ impl Quorum {
     /// Status updates: leader, term, committed and applied index, membership.
     pub fn watch(&self) -> watch::Receiver<QuorumStatus> {
         self.status.clone()
+    }
+
+    /// DescribeQuorum's view: every voter's and observer's progress; `None` unless this node
+    /// leads.
+    pub fn describe(&self) -> Option<QuorumDescription> {
+        let committed = self.status.borrow().committed;
+        let metrics = self.raft.metrics();
+        let m = metrics.borrow();
+        describe::describe(
+            &m,
+            committed,
+            &self.peers.acks(),
+            self.peers.voters(),
+            network::now_ms(),
+        )
     }
 
     /// Sends an application RPC to node `to` over the controller listener; its `RpcHandler`
@@ -491,13 +513,14 @@ impl Drop for Quorum {
 /// Publishes `QuorumStatus` whenever openraft's metrics or the committed index change.
 async fn publish_status(
     mut metrics: watch::Receiver<RaftMetrics<u64, openraft::BasicNode>>,
+    peers: Arc<Peers>,
     mut committed: watch::Receiver<Option<u64>>,
     tx: Arc<watch::Sender<QuorumStatus>>,
     cancel: CancellationToken,
 ) {
     let mut committed_open = true;
     let cancelled = loop {
-        publish(&tx, &metrics, &committed);
+        publish(&tx, &metrics, &committed, &peers);
         tokio::select! {
             _ = cancel.cancelled() => break true,
             r = metrics.changed() => if r.is_err() { break false },
@@ -519,8 +542,12 @@ fn publish(
     tx: &watch::Sender<QuorumStatus>,
     metrics: &watch::Receiver<RaftMetrics<u64, openraft::BasicNode>>,
     committed: &watch::Receiver<Option<u64>>,
+    peers: &Peers,
 ) {
-    let status = QuorumStatus::from_metrics(&metrics.borrow(), *committed.borrow());
+    let m = metrics.borrow();
+    peers.set_log_end(m.last_log_index);
+    let status = QuorumStatus::from_metrics(&m, *committed.borrow());
+    drop(m);
     tx.send_if_modified(|cur| {
         let changed = *cur != status;
         *cur = status;
