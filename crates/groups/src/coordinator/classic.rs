@@ -122,6 +122,9 @@ impl GroupCoordinator {
         let Some(entry) = shard.groups.get_mut(&req.group_id) else {
             return ready(SyncResponse::error(GroupError::UnknownMemberId));
         };
+        if entry.share.is_some() {
+            return ready(SyncResponse::error(not_a_classic_group(&req.group_id)));
+        }
         let before = (entry.group.state(), entry.group.generation());
         let (outcome, effects) = entry.group.sync(&req, now);
         log_transition(&entry.group, before);
@@ -181,6 +184,9 @@ impl GroupCoordinator {
             .groups
             .get_mut(group_id)
             .ok_or(GroupError::UnknownMemberId)?;
+        if entry.share.is_some() {
+            return Err(not_a_classic_group(group_id));
+        }
         entry
             .group
             .heartbeat(member_id, group_instance_id, generation_id, now_ms())
@@ -195,6 +201,9 @@ impl GroupCoordinator {
                 .map(|_| Err(GroupError::UnknownMemberId))
                 .collect());
         };
+        if entry.share.is_some() {
+            return Err(not_a_classic_group(group_id));
+        }
         let before = (entry.group.state(), entry.group.generation());
         let (result, effects) = entry.group.leave(members, now_ms());
         log_transition(&entry.group, before);

@@ -41,7 +41,7 @@ pub(super) fn not_a_consumer_group(group_id: &str) -> GroupError {
 }
 
 /// Kafka's GROUP_ID_NOT_FOUND for a share group id used by a classic group request (JoinGroup,
-/// DescribeGroups).
+/// SyncGroup, Heartbeat, LeaveGroup, DescribeGroups).
 pub(super) fn not_a_classic_group(group_id: &str) -> GroupError {
     GroupError::GroupIdNotFoundWith(format!("Group {group_id} is not a classic group."))
 }

@@ -363,6 +363,24 @@ async fn share_group_survives_replay_and_snapshot() {
             join.await.error,
             Some(GroupError::GroupIdNotFoundWith(m)) if m == "Group sg is not a classic group."
         ));
+        // The other classic requests name the share group the same way (Kafka's 69, not 25).
+        let not_classic = |e: &GroupError| matches!(e, GroupError::GroupIdNotFoundWith(m) if m == "Group sg is not a classic group.");
+        let sync = first
+            .sync(SyncRequest {
+                group_id: "sg".into(),
+                generation_id: 1,
+                member_id: "m".into(),
+                group_instance_id: None,
+                protocol_type: None,
+                protocol_name: None,
+                assignments: Vec::new(),
+            })
+            .await;
+        assert!(sync.error.as_ref().is_some_and(not_classic), "{sync:?}");
+        let beat = first.heartbeat("sg", "m", None, 1);
+        assert!(beat.as_ref().is_err_and(not_classic), "{beat:?}");
+        let left = first.leave("sg", &[("m".into(), None)]);
+        assert!(left.as_ref().is_err_and(not_classic), "{left:?}");
         assert!(matches!(
             first.describe_group("sg"),
             Err(GroupError::GroupIdNotFoundWith(_))
