@@ -65,6 +65,7 @@ mod error;
 mod log_file;
 mod log_store;
 mod network;
+mod pre_vote;
 mod quorum;
 mod reserve;
 mod server;

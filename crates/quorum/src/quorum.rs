@@ -13,6 +13,9 @@
 //! - an observer asks the voters, in turn, to add it as a learner until its own log shows it in
 //!   the membership.
 //!
+//! A voter of a quorum of more than one also runs the pre-vote guard (`pre_vote`), which keeps its
+//! elections off while a majority of the voters still hears a leader.
+//!
 //! Shutdown cancels the listener, the connections and the background tasks, stops openraft, and
 //! waits for the log writer thread to finish the writes already queued.
 
@@ -37,6 +40,7 @@ use crate::limits::{
 };
 use crate::log_store::{LogStore, WriterDone};
 use crate::network::{self, CallError, NetworkFactory, Peers};
+use crate::pre_vote::{self, LeaderContact};
 use crate::reserve::Reserve;
 use crate::server::Server;
 use crate::state_machine::{SmStore, SnapshotFiles};
@@ -245,6 +249,7 @@ impl Quorum {
 
         let cancel = CancellationToken::new();
         let tracker = TaskTracker::new();
+        let contact = LeaderContact::new(Duration::from_millis(config.election_timeout_min_ms));
         if let Some(listener) = listener {
             let server = Arc::new(Server {
                 raft: raft.clone(),
@@ -254,8 +259,19 @@ impl Quorum {
                 rpc: rpc.clone(),
                 cancel: cancel.clone(),
                 tracker: tracker.clone(),
+                contact: contact.clone(),
             });
             tracker.spawn(server.serve(listener));
+        }
+        if config.role == Role::Voter && config.voters.len() > 1 {
+            tracker.spawn(pre_vote::guard(
+                raft.clone(),
+                peers.clone(),
+                contact,
+                config.node_id,
+                Duration::from_millis(config.heartbeat_interval_ms),
+                cancel.clone(),
+            ));
         }
         let (status_tx, status) =
             watch::channel(QuorumStatus::initial(config.node_id, config.role));

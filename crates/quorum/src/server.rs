@@ -6,6 +6,8 @@
 //! (`INBOUND_IDLE_MS_MAX`) closes that connection only, with a warning naming the peer; nothing
 //! a peer sends can panic the server. Inbound connections are bounded by
 //! `INBOUND_CONNECTIONS_MAX`. An observer answers Vote requests with a refusal: it never votes.
+//! PreVote asks whether this node heard from a leader lately (`pre_vote`); answering an
+//! AppendEntries that carried no lower term counts as hearing from one.
 //!
 //! Shutdown: the cancellation token stops the accept loop and every connection task; the tracker
 //! lets `Quorum::shutdown` wait for them.
@@ -15,6 +17,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use openraft::error::{ClientWriteError, RaftError};
+use openraft::raft::AppendEntriesResponse;
 use openraft::{BasicNode, ChangeMembers};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
@@ -25,6 +28,7 @@ use crate::limits::{
     APP_RPC_BYTES_MAX, HANDSHAKE_TIMEOUT_MS, INBOUND_CONNECTIONS_MAX, INBOUND_IDLE_MS_MAX,
     NODE_ADDR_BYTES_MAX, OBSERVERS_MAX, SNAPSHOT_BYTES_MAX,
 };
+use crate::pre_vote::LeaderContact;
 use crate::types::{Payload, Raft};
 use crate::wire::{self, Hello, HelloReply, JoinReply, Reply, Request, PROTOCOL_VERSION};
 use crate::{Role, RpcHandler};
@@ -45,6 +49,8 @@ pub struct Server {
     pub cancel: CancellationToken,
     /// Tracks the server's tasks.
     pub tracker: TaskTracker,
+    /// When a leader was last heard from (pre-vote).
+    pub(crate) contact: Arc<LeaderContact>,
 }
 
 impl Server {
@@ -175,7 +181,11 @@ impl Server {
     async fn handle(&self, from: u64, req: Request) -> Reply {
         match req {
             Request::AppendEntries(rpc) => {
-                Reply::AppendEntries(self.raft.append_entries(rpc).await)
+                let answer = self.raft.append_entries(rpc).await;
+                if matches!(&answer, Ok(r) if !matches!(r, AppendEntriesResponse::HigherVote(_))) {
+                    self.contact.touch();
+                }
+                Reply::AppendEntries(answer)
             }
             Request::Vote(_) if self.role == Role::Observer => {
                 Reply::Refused("an observer does not vote".into())
@@ -201,6 +211,9 @@ impl Server {
                 Reply::App(Payload(answer))
             }
             Request::Join { addr } => Reply::Join(self.join(from, addr).await),
+            Request::PreVote => Reply::PreVote {
+                leader_recent: self.contact.leader_recent(&self.raft, self.node_id),
+            },
         }
     }
 

@@ -60,6 +60,9 @@ pub enum Request {
     App(Payload),
     /// An observer asks to be added as a learner, reachable at `addr`.
     Join { addr: String },
+    /// Has the peer heard from a leader lately (`pre_vote`)? Last, so that the variants before it
+    /// keep their numbers.
+    PreVote,
 }
 
 /// The answer to one `Request`.
@@ -77,6 +80,9 @@ pub enum Reply {
     Join(JoinReply),
     /// The request was not served (the reason says why).
     Refused(String),
+    /// Answer to `Request::PreVote`: whether the peer leads or heard from a leader within its
+    /// shortest election timeout (it then would not grant).
+    PreVote { leader_recent: bool },
 }
 
 /// Answer to `Request::Join`.

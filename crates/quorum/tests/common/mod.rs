@@ -123,6 +123,8 @@ pub struct Cluster {
     /// When set, each node runs on its own in-memory disk (for crash models).
     pub mem: Option<BTreeMap<u64, MemDisk>>,
     pub voters: BTreeMap<u64, String>,
+    /// Per node, the voter addresses it dials instead of `voters` (a proxy in between).
+    pub voter_views: BTreeMap<u64, BTreeMap<u64, String>>,
     pub nodes: BTreeMap<u64, Node>,
     pub tweak: fn(QuorumConfig) -> QuorumConfig,
 }
@@ -174,6 +176,7 @@ impl Cluster {
                 root,
                 mem: None,
                 voters,
+                voter_views: BTreeMap::new(),
                 nodes,
                 tweak,
             },
@@ -197,7 +200,7 @@ impl Cluster {
             id,
             n.dir.clone(),
             n.role,
-            self.voters.clone(),
+            self.voter_views.get(&id).unwrap_or(&self.voters).clone(),
             Some(n.addr),
         ))
     }
