@@ -267,7 +267,7 @@ async fn malformed_request_body_closes_the_connection() {
 
 /// The (key, min, max) ranges the broker promises at least: each key present, with exactly
 /// this min (Produce min 0 matters to old librdkafka) and at least this max.
-const CONTRACT: [(i16, i16, i16); 10] = [
+const CONTRACT: [(i16, i16, i16); 11] = [
     (0, 0, 13), // Produce (v0-2 advertised for old librdkafka, rejected if used; 13 marks 4.1)
     (1, 4, 12), // Fetch
     (2, 1, 10), // ListOffsets
@@ -276,13 +276,15 @@ const CONTRACT: [(i16, i16, i16); 10] = [
     (19, 2, 7), // CreateTopics
     (20, 1, 6), // DeleteTopics
     (37, 0, 3), // CreatePartitions
+    (55, 0, 2), // DescribeQuorum
     (60, 0, 1), // DescribeCluster
     (74, 0, 1), // ListConfigResources
 ];
 
 /// Keys only controllers or brokers send each other; a client-facing broker must not advertise
-/// them (KRaft, inter-broker replication, broker registration).
-const INTERNAL_KEYS: [i16; 12] = [4, 5, 6, 7, 52, 53, 54, 55, 56, 58, 62, 63];
+/// them (KRaft, inter-broker replication, broker registration). DescribeQuorum (55) is not one:
+/// its schema's listeners are broker and controller, and brokers forward it.
+const INTERNAL_KEYS: [i16; 11] = [4, 5, 6, 7, 52, 53, 54, 56, 58, 62, 63];
 
 fn assert_contract(list: &[(i16, i16, i16)], what: &str) {
     for (key, min, max) in CONTRACT {
