@@ -1,6 +1,7 @@
 //! DescribeGroups (key 15): state, protocol and members of each group. Members' metadata and
 //! assignments are shown only in Stable, as Kafka does; an unknown group is "Dead" with NONE, and
-//! so is a share group (Kafka answers "Dead" with NONE below v6, GROUP_ID_NOT_FOUND from v6).
+//! so is a share or KIP-848 consumer group (Kafka answers "Dead" with NONE below v6,
+//! GROUP_ID_NOT_FOUND from v6).
 
 use std::sync::Arc;
 
@@ -45,8 +46,8 @@ pub fn handle(
             _ if !authz.group(AclOperation::Describe, &id.0) => DescribedGroup::default()
                 .with_group_id(id)
                 .with_error_code(GROUP_AUTHORIZATION_FAILED),
-            // A share group: not a classic group (`GroupIdNotFoundWith`), "Dead" with no error
-            // before v6, as Kafka's `describeGroups`.
+            // A share or consumer group: not a classic group (`GroupIdNotFoundWith`), "Dead" with
+            // no error before v6, as Kafka's `describeGroups`.
             Err(millrace_groups::GroupError::GroupIdNotFoundWith(_))
                 if version < DEAD_WITH_ERROR_VERSION_MIN =>
             {

@@ -89,15 +89,12 @@ impl GroupCoordinator {
                 members: Vec::new(),
             });
         };
-        if entry.share.is_some() {
-            // Kafka: "Group … is not a classic group." (the front end answers v0-v5 with Dead
-            // and no error, as Kafka does).
+        if entry.share.is_some() || entry.consumer.is_some() {
+            // Kafka: "Group … is not a classic group." The front end answers v0-v5 with Dead and
+            // no error, as Kafka does; the Java and librdkafka admin clients ask
+            // ConsumerGroupDescribe first and only fall back to DescribeGroups on its
+            // GROUP_ID_NOT_FOUND.
             return Err(not_a_classic_group(group_id));
-        }
-        if entry.consumer.is_some() {
-            // Kafka: "Group … is not a classic group." (the admin client then asks
-            // ConsumerGroupDescribe).
-            return Err(GroupError::GroupIdNotFound);
         }
         let g = &entry.group;
         let stable = g.state() == GroupState::Stable;

@@ -231,6 +231,14 @@ async fn consumer_group_survives_replay_and_snapshot() {
         ok.generation_id = epoch;
         ok.member_id = "m1".into();
         assert_eq!(first.commit_offsets(ok).await, vec![Ok(())]);
+        // DescribeGroups names it as Kafka does: not a classic group (the front end answers
+        // "Dead" without an error below v6).
+        assert_eq!(
+            first.describe_group("cg").map(|d| d.state),
+            Err(GroupError::GroupIdNotFoundWith(
+                "Group cg is not a classic group.".into()
+            ))
+        );
         // Classic members are refused while the consumer group has members; so is deletion.
         let join = first.join(JoinRequest {
             group_id: "cg".into(),
