@@ -19,7 +19,8 @@
 #      SEAWEEDFS_BIN (the object store of a 3-node Millrace run: tiered storage; default: what
 #      scripts/seaweedfs.sh prints, which builds SeaweedFS once per machine, ~9 min),
 #      PYTHON (interpreter for the venv, default python3), CLUSTER_TIMEOUT (seconds for the
-#      harness, default 900). --system kafka needs java >= 17 and mvn (jars resolved once).
+#      harness, default 900), CHAOS_CLIENT_DEBUG (librdkafka debug contexts, e.g. eos,broker,msg:
+#      every client's debug log in its client-*.log). --system kafka needs java >= 17 and mvn.
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"

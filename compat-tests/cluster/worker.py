@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 import threading
 
@@ -51,7 +52,7 @@ def main() -> int:
         handler = logging.FileHandler(cfg["client_log"])
         handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
         CLIENT_LOG.addHandler(handler)
-        CLIENT_LOG.setLevel(logging.INFO)
+        CLIENT_LOG.setLevel(logging.DEBUG if os.environ.get("CHAOS_CLIENT_DEBUG") else logging.INFO)
     history = History(cfg["history"], cfg["t0_ns"])
     if cfg.get("record_topic"):
         history = TopicHistory(history, cfg["topic"])

@@ -9,6 +9,7 @@ stops when the shared ``stop`` event is set.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from typing import Dict, List, Optional
@@ -48,6 +49,10 @@ CLIENT_TIMEOUTS = {
     "metadata.recovery.strategy": "none",
     "logger": CLIENT_LOG,
 }
+# CHAOS_CLIENT_DEBUG=eos,broker,msg (librdkafka's debug contexts) turns on every client's debug log,
+# written to its client-*.log: how to see why a client stalls (the broker's side is in node*/).
+if os.environ.get("CHAOS_CLIENT_DEBUG"):
+    CLIENT_TIMEOUTS["debug"] = os.environ["CHAOS_CLIENT_DEBUG"]
 
 
 def _err_text(err) -> str:

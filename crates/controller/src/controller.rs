@@ -13,7 +13,9 @@
 //! Invariants it keeps (each with a test below or in `partition_change.rs`):
 //! - a fenced or shutting-down broker leads nothing and joins no ISR (KIP-841);
 //! - a broker whose session expired (`broker.session.timeout.ms` without a heartbeat) is fenced,
-//!   and its leaderships move in the same decision;
+//!   and its leaderships move in the same decision; time the controller itself did not run (a
+//!   gap of `CONTROLLER_STALL_MS` or more between ticks) does not count against any session, so
+//!   a controller resuming from a stop does not fence every broker at once;
 //! - leader epochs only rise (a leader change always raises it; see `partition_change.rs`);
 //! - an AlterPartition is applied only if its leader epoch and partition epoch are current and
 //!   every new ISR member is active with the broker epoch the leader saw (KIP-903);
@@ -42,13 +44,14 @@ use millrace_cluster::scram::{
     ScramCredential, ScramMechanism, SCRAM_ITERATIONS_MAX, SCRAM_ITERATIONS_MIN,
 };
 use millrace_cluster::validate_topic_name;
-use tracing::info;
+use tracing::{info, warn};
 use uuid::Uuid;
 
 use crate::limits::{
-    GROUPS_WITH_CONFIGS_MAX, GROUP_CONFIG_BYTES_MAX, ISR_CHANGES_PER_REQUEST_MAX,
-    LEADER_REBALANCE_ELECTIONS_MAX, OFFLINE_REPLICAS_PER_HEARTBEAT_MAX, PARTITIONS_PER_TOPIC_MAX,
-    PRODUCER_ID_BLOCK_SIZE, RECORDS_PER_USER_OP_MAX,
+    CONTROLLER_STALL_MS, GROUPS_WITH_CONFIGS_MAX, GROUP_CONFIG_BYTES_MAX,
+    ISR_CHANGES_PER_REQUEST_MAX, LEADER_REBALANCE_ELECTIONS_MAX,
+    OFFLINE_REPLICAS_PER_HEARTBEAT_MAX, PARTITIONS_PER_TOPIC_MAX, PRODUCER_ID_BLOCK_SIZE,
+    RECORDS_PER_USER_OP_MAX,
 };
 use crate::messages::{
     ConfigChangeSpec, ControllerError, ControllerRequest, ControllerResponse, CreatedTopic,
@@ -151,6 +154,9 @@ pub struct Controller {
     /// When the next leader-imbalance check is due (`None`: not scheduled yet; the first tick
     /// schedules it one interval ahead, as activation does).
     next_rebalance_ms: Option<i64>,
+    /// When the last tick (or the activation) ran: a much later next tick is a stall of this
+    /// controller, credited to the sessions (`CONTROLLER_STALL_MS`).
+    last_tick_ms: Option<i64>,
     new_topic_id: Box<dyn FnMut() -> Uuid + Send + Sync>,
     /// Per broker, its replicas on a failed log dir, as its last heartbeat reported them (soft
     /// state: a new active controller learns them from the next heartbeats; a new incarnation
@@ -173,6 +179,7 @@ impl Controller {
             config,
             sessions: BTreeMap::new(),
             next_rebalance_ms: None,
+            last_tick_ms: None,
             new_topic_id,
             offline_replicas: BTreeMap::new(),
         }
@@ -199,7 +206,29 @@ impl Controller {
             .collect();
         self.next_rebalance_ms =
             Some(now_ms.saturating_add(self.config.leader_imbalance_check_interval_ms));
+        self.last_tick_ms = Some(now_ms);
         self.offline_replicas.clear();
+    }
+
+    /// Credits a stall of this controller to every session: when the previous tick ran
+    /// `CONTROLLER_STALL_MS` or more ago, the controller could not hear heartbeats for that
+    /// long, so each session's last contact moves forward by the gap (never past now). Without
+    /// it a controller resuming from a stop longer than the session timeout fences every broker
+    /// at once, and a client then answered with an empty broker list forgets every broker.
+    fn credit_stall(&mut self, now_ms: i64) {
+        let last = self.last_tick_ms.replace(now_ms);
+        let Some(last) = last else { return };
+        let gap = now_ms.saturating_sub(last);
+        if gap < CONTROLLER_STALL_MS {
+            return;
+        }
+        warn!(
+            gap_ms = gap,
+            "the controller did not run for a while; broker sessions are not charged for it"
+        );
+        for s in self.sessions.values_mut() {
+            s.last_contact_ms = s.last_contact_ms.saturating_add(gap).min(now_ms);
+        }
     }
 
     /// Whether broker `b`'s replica of the partition is on a failed log dir.
@@ -458,6 +487,7 @@ impl Controller {
     /// due — rebalance leaders towards the preferred replicas. Returns the records to commit
     /// (maybe none).
     pub fn tick(&mut self, image: &MetadataImage, now_ms: i64) -> Vec<MetadataRecord> {
+        self.credit_stall(now_ms);
         let mut records = Vec::new();
         let mut leaving = BTreeSet::new();
         for b in image.brokers.values() {

@@ -16,6 +16,13 @@ pub const CONTROLLER_QUEUE_MAX: usize = 4096;
 /// partitions).
 pub const CONTROLLER_TICK_MS: u64 = 250;
 
+/// Milliseconds: a gap this long between two controller ticks means the controller itself did
+/// not run (a stop signal, a stalled machine, a commit waiting on a lost quorum). Heartbeats could
+/// not be heard meanwhile, so the gap is credited to every broker's session instead of fencing
+/// the whole cluster on resume. Twelve ticks: far above scheduling jitter, far below
+/// `broker.session.timeout.ms` (9 s by default). Enforced by `Controller::tick`.
+pub const CONTROLLER_STALL_MS: i64 = 3_000;
+
 /// Milliseconds a decision may take to commit before its outcome is reported unknown.
 pub const PROPOSE_TIMEOUT_MS: u64 = 10_000;
 

@@ -471,10 +471,32 @@ fn after_activation_a_new_incarnation_registers_at_once_and_a_silent_broker_is_f
     ));
     // Broker 2 never reaches the new controller: fenced a session timeout after activation.
     assert!(!h.image.broker(2).expect("broker 2").fenced);
-    h.now += SESSION_MS + 1;
-    h.heartbeat(1, false);
-    h.tick();
+    h.run(SESSION_MS + 1, &[2]);
     assert!(h.image.broker(2).expect("broker 2").fenced);
+}
+
+#[test]
+fn a_stall_of_the_controller_fences_no_broker_but_silence_after_it_does() {
+    let mut h = Harness::new(&[]);
+    h.start(&[1, 2, 3]);
+    h.create("t", 3, 3, &[]);
+    h.run(2_000, &[]);
+    // The controller stops for longer than a session (SIGSTOP, a stalled machine): heartbeats
+    // sent meanwhile were never heard, so its first tick after the stall fences nobody.
+    h.now += SESSION_MS * 2;
+    h.tick();
+    for b in [1, 2, 3] {
+        assert!(
+            !h.image.broker(b).expect("broker").fenced,
+            "broker {b} fenced by a stall"
+        );
+    }
+    // What happens after the stall counts: broker 3 stays silent and loses its session one
+    // session timeout later (less the time before the stall), the others keep theirs.
+    h.run(SESSION_MS + 1, &[3]);
+    assert!(h.image.broker(3).expect("broker 3").fenced);
+    assert!(!h.image.broker(1).expect("broker 1").fenced);
+    assert!(!h.image.broker(2).expect("broker 2").fenced);
 }
 
 #[test]
