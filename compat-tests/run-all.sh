@@ -62,6 +62,12 @@ else
   echo "run-all: no broker binary; every suite will fail" >&2
 fi
 
+# The lines that name a failure in the suites' own formats (harness checks, pytest, go test, the
+# shell suites, librdkafka's runner, node), for the failures section printed before the summary.
+FAILURE_PATTERN='check FAIL:|^FAIL|FAILED|--- FAIL|^not ok|^✗|: FAIL\b'
+FAILURE_NOISE='^FAILED in stage|not allow-listed|0 failed'
+FAILURE_LINES_MAX=15
+
 LOGDIR="$(mktemp -d "${TMPDIR:-/tmp}/millrace-compat.XXXXXX")"
 ((${#lanes[@]} == 1)) || export PATH="$HERE/lib/apt-serial:$PATH"
 lane_pids=()
@@ -130,6 +136,17 @@ done
 
 echo
 if ((total_failed > 0)); then
+  # What failed, by name, next to the summary: CI shows only the end of a run's output.
+  echo "=== failures (at most $FAILURE_LINES_MAX lines a suite; the whole logs are above) ==="
+  for lane in "${lanes[@]}"; do
+    for suite in $lane; do
+      read -r p f rc secs 2>/dev/null <"$LOGDIR/$suite.result" || f=1
+      ((f > 0)) || continue
+      echo "--- $suite"
+      grep -E "$FAILURE_PATTERN" "$LOGDIR/$suite.log" 2>/dev/null | grep -vE "$FAILURE_NOISE" | cut -c1-300 |
+        head -n "$FAILURE_LINES_MAX" || true
+    done
+  done
   echo "=== summary (logs kept in $LOGDIR) ==="
 else
   rm -rf "$LOGDIR"

@@ -78,6 +78,29 @@ def test_expired_lock_late_ack_refused_then_redelivered_is_clean():
     assert nonzero(h.result()) == {}
 
 
+def test_late_accept_skipped_below_the_start_is_not_accepted_twice():
+    # s1's lock expired; s2 got the record and accepted it, moving the share-partition start
+    # past it; s1's late ACCEPT is then skipped with success (Kafka's rule), not applied.
+    h = S()
+    h.send(0, "q1-0", 0)
+    h.poll("s1", [(0, 0, "q1-0", 1)])
+    h.poll("s2", [(0, 0, "q1-0", 2)])
+    h.ack("s2", {0: [(0, "accept")]}, {0: "ok"})
+    h.ack("s1", {0: [(0, "accept")]}, {0: "ok"})
+    assert nonzero(h.result()) == {}
+
+
+def test_two_accepts_of_the_latest_delivery_are_accepted_twice():
+    # Two members each accepting its own, unsuperseded delivery: both cannot have been applied.
+    h = S()
+    h.send(0, "q1-0", 0)
+    h.poll("s1", [(0, 0, "q1-0", 1)])
+    h.ack("s1", {0: [(0, "accept")]}, {0: "ok"})
+    h.poll("s2", [(0, 0, "q1-0", 2)])
+    h.ack("s2", {0: [(0, "accept")]}, {0: "ok"})
+    assert nonzero(h.result()) == {"accepted-twice": 1, "delivered-after-accept": 1}
+
+
 def test_never_delivered_is_lost():
     h = clean()
     h.send(0, "q1-2", 2)
