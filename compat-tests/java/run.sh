@@ -16,13 +16,17 @@
 #   6. share-cli.sh: Kafka 4.4's kafka-share-groups.sh (ShareGroupCommand) list/describe/
 #      reset-offsets/delete-offsets/delete on a share group a KafkaShareConsumer makes (share-cli/).
 #   7. group-configs.sh: GROUP resource configs with Kafka 4.4's kafka-configs.sh (group-configs/);
-#   8. quorum-cli.sh: Kafka 4.4's kafka-metadata-quorum.sh describe on a 3-node cluster, across a
+#   8. broker-configs.sh: dynamic broker configs (cluster default and per broker) with Kafka 4.4's
+#      kafka-configs.sh: describe with synonyms, message.max.bytes live on a topic without
+#      overrides (kafka-producer-perf-test), precedence, delete-config, refusals (group-configs/);
+#   9. quorum-cli.sh: Kafka 4.4's kafka-metadata-quorum.sh describe on a 3-node cluster, across a
 #      kill -9 of the quorum leader.
 # and prints one line "N passed, M failed" summing the parts (exit status non-zero on failures).
 #
 #   compat-tests/java/run.sh                 # everything
 #   compat-tests/java/run.sh junit cli       # some parts (junit, cli, connect, cluster, share,
-#                                            # share-cli, group-configs, quorum-cli)
+#                                            # share-cli, group-configs, broker-configs,
+#                                            # quorum-cli)
 #   JUNIT_TEST=AdminClientTest compat-tests/java/run.sh junit    # one class (Surefire -Dtest)
 #   MILLRACE_BIN=$PWD/compat-tests/reference/kafka-shim.sh MILLRACE_START_TIMEOUT=120 compat-tests/java/run.sh
 #
@@ -39,7 +43,7 @@ source "$HERE/common.sh"
 cd "$HERE"
 
 parts=("$@")
-((${#parts[@]})) || parts=(junit cli connect cluster share share-cli group-configs quorum-cli)
+((${#parts[@]})) || parts=(junit cli connect cluster share share-cli group-configs broker-configs quorum-cli)
 total_p=0 total_f=0
 lines=()
 add() { # add PART PASSED FAILED
@@ -127,7 +131,7 @@ for part in "${parts[@]}"; do
       echo "junit: $p passed, $f failed (reports and broker dirs in $BUILD_DIR: KEEP_WORK=1 keeps them)"
       add junit "$p" "$f"
       ;;
-    cli | connect | share | share-cli | group-configs | quorum-cli)
+    cli | connect | share | share-cli | group-configs | broker-configs | quorum-cli)
       echo "=== $part ==="
       log="$(mktemp "${TMPDIR:-/tmp}/millrace-java-$part.XXXXXX.log")"
       rc=0
@@ -168,7 +172,7 @@ for part in "${parts[@]}"; do
       add cluster "$p" "$f"
       ;;
     *)
-      echo "java: unknown part $part (junit, cli, connect, cluster, share, share-cli, group-configs, quorum-cli)" >&2
+      echo "java: unknown part $part (junit, cli, connect, cluster, share, share-cli, group-configs, broker-configs, quorum-cli)" >&2
       add "$part" 0 1
       ;;
   esac

@@ -53,6 +53,10 @@ pub(crate) const ORPHAN_GRACE_MS_DEFAULT: &str = "600000";
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ConfigSource {
     DynamicTopicConfig = 1,
+    /// This broker's own dynamic config (`kafka-configs --entity-name ID`).
+    DynamicBrokerConfig = 2,
+    /// The cluster-wide dynamic default (`kafka-configs --entity-default`).
+    DynamicDefaultBrokerConfig = 3,
     StaticBrokerConfig = 4,
     DefaultConfig = 5,
     /// A group's own config (GROUP resources, Kafka's `DYNAMIC_GROUP_CONFIG`).
@@ -905,7 +909,7 @@ pub fn parse_cleanup_policy(v: &str) -> Option<CleanupPolicy> {
     Some(policy)
 }
 
-fn broker_def(key: &str) -> Option<&'static ConfigDef> {
+pub(crate) fn broker_def(key: &str) -> Option<&'static ConfigDef> {
     BROKER_CONFIGS.iter().find(|d| d.name == key)
 }
 
@@ -917,6 +921,11 @@ fn topic_def(key: &str) -> Option<&'static TopicConfigDef> {
 #[derive(Debug, Clone, Default)]
 pub struct BrokerConfig {
     set: BTreeMap<String, String>,
+    /// This broker's dynamic configs, then the cluster default's, from the metadata image
+    /// (`config_broker`; empty until [`BrokerConfig::with_dynamic`] layers them). They win over
+    /// `set`, in that order.
+    dynamic_broker: BTreeMap<String, String>,
+    dynamic_default: BTreeMap<String, String>,
 }
 
 impl BrokerConfig {
@@ -934,7 +943,10 @@ impl BrokerConfig {
                 set.insert(key.clone(), value.trim().to_string());
             }
         }
-        let config = Self { set };
+        let config = Self {
+            set,
+            ..Self::default()
+        };
         config.check_request_budget()?;
         config.check_consumer_group_timeouts()?;
         config.check_consumer_group_assignors()?;
@@ -1035,21 +1047,59 @@ impl BrokerConfig {
         Ok(())
     }
 
-    /// The value of a key: set, or its default; `None` for an unknown or null key.
+    /// This config with the image's dynamic broker configs layered over it: this broker's own,
+    /// then the cluster default's (Kafka's precedence; `config_broker`).
+    pub fn with_dynamic(&self, dynamic: &crate::config_broker::DynamicBrokerConfigs) -> Self {
+        let own = dynamic
+            .brokers
+            .get(&self.node_id())
+            .cloned()
+            .unwrap_or_default();
+        if own.is_empty()
+            && dynamic.default.is_empty()
+            && self.dynamic_default.is_empty()
+            && self.dynamic_broker.is_empty()
+        {
+            return self.clone();
+        }
+        Self {
+            set: self.set.clone(),
+            dynamic_broker: own,
+            dynamic_default: dynamic.default.clone(),
+        }
+    }
+
+    /// The explicit values of a key, highest precedence first: this broker's dynamic value, the
+    /// cluster default's, the static one.
+    fn layers(&self, key: &str) -> Vec<(&str, ConfigSource)> {
+        [
+            (&self.dynamic_broker, ConfigSource::DynamicBrokerConfig),
+            (
+                &self.dynamic_default,
+                ConfigSource::DynamicDefaultBrokerConfig,
+            ),
+            (&self.set, ConfigSource::StaticBrokerConfig),
+        ]
+        .into_iter()
+        .filter_map(|(layer, source)| layer.get(key).map(|v| (v.as_str(), source)))
+        .collect()
+    }
+
+    /// The value of a key: dynamic, set, or its default; `None` for an unknown or null key.
     pub fn get(&self, key: &str) -> Option<&str> {
-        self.set
+        self.dynamic_broker
             .get(key)
+            .or_else(|| self.dynamic_default.get(key))
+            .or_else(|| self.set.get(key))
             .map(String::as_str)
             .or_else(|| broker_def(key).and_then(|d| d.default))
     }
 
-    /// Whether the operator set this key.
+    /// Where the key's value comes from.
     pub fn source(&self, key: &str) -> ConfigSource {
-        if self.set.contains_key(key) {
-            ConfigSource::StaticBrokerConfig
-        } else {
-            ConfigSource::DefaultConfig
-        }
+        self.layers(key)
+            .first()
+            .map_or(ConfigSource::DefaultConfig, |(_, source)| *source)
     }
 
     pub(crate) fn long(&self, key: &str) -> Option<i64> {
@@ -1260,6 +1310,32 @@ impl BrokerConfig {
         Some(value)
     }
 
+    /// The cluster-wide dynamic defaults alone (DescribeConfigs of the BROKER resource "",
+    /// `kafka-configs --entity-default --describe`), as Kafka answers it.
+    pub fn describe_broker_default(&self) -> Vec<ConfigEntry> {
+        BROKER_CONFIGS
+            .iter()
+            .filter_map(|d| {
+                let v = self.dynamic_default.get(d.name)?;
+                let sensitive = matches!(d.ty, ConfigType::Password);
+                let shown = (!sensitive).then(|| v.clone());
+                Some(ConfigEntry {
+                    name: d.name,
+                    value: shown.clone(),
+                    source: ConfigSource::DynamicDefaultBrokerConfig,
+                    read_only: false,
+                    sensitive,
+                    ty: d.ty,
+                    synonyms: vec![ConfigSynonym {
+                        name: d.name.to_string(),
+                        value: shown,
+                        source: ConfigSource::DynamicDefaultBrokerConfig,
+                    }],
+                })
+            })
+            .collect()
+    }
+
     /// Every broker key with its value and source (DescribeConfigs for a BROKER resource).
     pub fn describe_broker(&self) -> Vec<ConfigEntry> {
         BROKER_CONFIGS
@@ -1268,14 +1344,15 @@ impl BrokerConfig {
                 // A secret's value is never sent (Kafka: null value, is_sensitive).
                 let sensitive = matches!(d.ty, ConfigType::Password);
                 let shown = |v: &str| (!sensitive).then(|| v.to_string());
-                let mut synonyms = Vec::new();
-                if let Some(v) = self.set.get(d.name) {
-                    synonyms.push(ConfigSynonym {
+                let mut synonyms: Vec<ConfigSynonym> = self
+                    .layers(d.name)
+                    .into_iter()
+                    .map(|(v, source)| ConfigSynonym {
                         name: d.name.to_string(),
                         value: shown(v),
-                        source: ConfigSource::StaticBrokerConfig,
-                    });
-                }
+                        source,
+                    })
+                    .collect();
                 if let Some(v) = d.default {
                     synonyms.push(ConfigSynonym {
                         name: d.name.to_string(),
@@ -1287,7 +1364,7 @@ impl BrokerConfig {
                     name: d.name,
                     value: self.get(d.name).and_then(shown),
                     source: self.source(d.name),
-                    read_only: true,
+                    read_only: !crate::config_broker::is_dynamic(d.name),
                     sensitive,
                     ty: d.ty,
                     synonyms,
@@ -1317,13 +1394,23 @@ impl BrokerConfig {
                         chain => chain,
                     },
                 };
-                for key in chain {
-                    if let Some(v) = self.set.get(*key) {
-                        synonyms.push(ConfigSynonym {
-                            name: key.to_string(),
-                            value: Some(v.clone()),
-                            source: ConfigSource::StaticBrokerConfig,
-                        });
+                // Kafka's order: each layer (this broker's dynamic, the cluster default's,
+                // static), the chain's keys most specific first within it.
+                for source in [
+                    ConfigSource::DynamicBrokerConfig,
+                    ConfigSource::DynamicDefaultBrokerConfig,
+                    ConfigSource::StaticBrokerConfig,
+                ] {
+                    for key in chain {
+                        if let Some((v, _)) =
+                            self.layers(key).into_iter().find(|(_, s)| *s == source)
+                        {
+                            synonyms.push(ConfigSynonym {
+                                name: key.to_string(),
+                                value: Some(v.to_string()),
+                                source,
+                            });
+                        }
                     }
                 }
                 if let Some(default) = chain
@@ -1339,11 +1426,10 @@ impl BrokerConfig {
                 let (value, source) = match overrides.get(d.name) {
                     Some(v) => (Some(v.to_string()), ConfigSource::DynamicTopicConfig),
                     None => {
-                        let source = if chain.iter().any(|k| self.set.contains_key(*k)) {
-                            ConfigSource::StaticBrokerConfig
-                        } else {
-                            ConfigSource::DefaultConfig
-                        };
+                        let source = synonyms
+                            .iter()
+                            .find(|s| s.source != ConfigSource::DynamicTopicConfig)
+                            .map_or(ConfigSource::DefaultConfig, |s| s.source);
                         (self.topic_default(d.name), source)
                     }
                 };

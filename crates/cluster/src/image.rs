@@ -36,6 +36,7 @@ use uuid::Uuid;
 
 use crate::acl::AclSet;
 use crate::config::TopicConfigs;
+use crate::config_broker::DynamicBrokerConfigs;
 use crate::config_group::GroupConfigs;
 use crate::listeners::ListenerAddress;
 use crate::quota::ClientQuotas;
@@ -144,6 +145,10 @@ pub struct MetadataImage {
     /// batches do not touch them.
     #[serde(default)]
     pub group_configs: Arc<BTreeMap<String, GroupConfigs>>,
+    /// BROKER resources' dynamic configs: per broker and the cluster default
+    /// (`config_broker`). Shared: most batches do not touch them.
+    #[serde(default)]
+    pub broker_configs: Arc<DynamicBrokerConfigs>,
     /// The metadata transaction begun and not yet ended or aborted, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub transaction: Option<OpenTransaction>,
@@ -461,6 +466,9 @@ impl MetadataImage {
                 } else {
                     groups.insert(group_id.clone(), configs.clone());
                 }
+            }
+            MetadataRecord::BrokerConfigs { broker, configs } => {
+                Arc::make_mut(&mut self.broker_configs).replace(*broker, configs.clone());
             }
             MetadataRecord::RemoteSegmentCommitted { .. }
             | MetadataRecord::RemoteSegmentsDeleted { .. }

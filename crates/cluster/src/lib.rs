@@ -14,6 +14,7 @@
 
 pub mod acl;
 pub mod config;
+pub mod config_broker;
 mod config_error;
 pub mod config_group;
 pub mod config_rest;

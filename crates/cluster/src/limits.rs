@@ -54,3 +54,8 @@ const _: () = assert!(
     QUEUED_MAX_REQUEST_BYTES_MAX >= SOCKET_REQUEST_MAX_BYTES_MAX + SMALL_REQUEST_RESERVE_BYTES
 );
 const _: () = assert!(SMALL_REQUEST_BYTES_MAX <= SMALL_REQUEST_RESERVE_BYTES);
+
+/// Bytes: most a BROKER resource's dynamic configs (keys and values) may take, per broker and for
+/// the cluster default; more is refused with INVALID_CONFIG. The dynamic keys are a few dozen
+/// short values, far below this. Enforced by `config_broker::check`.
+pub const BROKER_CONFIG_BYTES_MAX: usize = 64 * 1024;

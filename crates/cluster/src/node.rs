@@ -194,6 +194,12 @@ impl Cluster {
         self.single_node
     }
 
+    /// The broker config in force now: the static one with the image's dynamic broker configs
+    /// (this broker's, the cluster default's) over it.
+    pub fn effective_config(&self) -> BrokerConfig {
+        self.config.with_dynamic(&self.image().broker_configs)
+    }
+
     /// The committed metadata as of now.
     pub fn image(&self) -> Arc<MetadataImage> {
         self.image.current()

@@ -180,6 +180,13 @@ pub enum MetadataRecord {
         group_id: String,
         configs: crate::config_group::GroupConfigs,
     },
+    /// \[ConfigRecord\]s of one BROKER resource, replaced as a whole; empty removes them.
+    /// `broker` `None` is the cluster-wide default (Kafka's resource name ""). Checked by the
+    /// controller (`config_broker::check`).
+    BrokerConfigs {
+        broker: Option<i32>,
+        configs: std::collections::BTreeMap<String, String>,
+    },
     /// \[RemoteLogSegmentMetadataRecord, COPY_SEGMENT_FINISHED\] A tiered partition's leader
     /// uploaded a segment and the controller accepted it (decision 0073): from this entry on the
     /// segment is part of the remote log, readable and counted by retention.
@@ -234,6 +241,7 @@ impl MetadataRecord {
             Self::TopicConfigs { .. } => "TopicConfigs",
             Self::ProducerIds { .. } => "ProducerIds",
             Self::GroupConfigs { .. } => "GroupConfigs",
+            Self::BrokerConfigs { .. } => "BrokerConfigs",
             Self::RemoteSegmentCommitted { .. } => "RemoteSegmentCommitted",
             Self::RemoteSegmentsDeleted { .. } => "RemoteSegmentsDeleted",
             Self::RemoteTopicPurged { .. } => "RemoteTopicPurged",

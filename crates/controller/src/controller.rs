@@ -36,6 +36,9 @@ use std::sync::Arc;
 
 use millrace_cluster::acl::{AclFilter, StandardAcl};
 use millrace_cluster::config::{BrokerConfig, ConfigOp, TopicConfigs};
+use millrace_cluster::config_broker::{
+    self as config_broker, BrokerConfigError, DynamicBrokerConfigs,
+};
 use millrace_cluster::config_group::GroupConfigs;
 use millrace_cluster::image::{MetadataImage, PartitionRegistration, TopicImage, NO_LEADER};
 use millrace_cluster::listeners::ListenerAddress;
@@ -157,6 +160,9 @@ pub struct Controller {
     /// When the last tick (or the activation) ran: a much later next tick is a stall of this
     /// controller, credited to the sessions (`CONTROLLER_STALL_MS`).
     last_tick_ms: Option<i64>,
+    /// The image's dynamic broker configs last seen, and the static config with them layered
+    /// over it (`refresh_effective`): what topic defaults such as `min.insync.replicas` are.
+    effective: (Arc<DynamicBrokerConfigs>, BrokerConfig),
     new_topic_id: Box<dyn FnMut() -> Uuid + Send + Sync>,
     /// Per broker, its replicas on a failed log dir, as its last heartbeat reported them (soft
     /// state: a new active controller learns them from the next heartbeats; a new incarnation
@@ -175,11 +181,13 @@ impl Controller {
         config: ControllerConfig,
         new_topic_id: Box<dyn FnMut() -> Uuid + Send + Sync>,
     ) -> Self {
+        let effective = (Arc::default(), config.broker.clone());
         Self {
             config,
             sessions: BTreeMap::new(),
             next_rebalance_ms: None,
             last_tick_ms: None,
+            effective,
             new_topic_id,
             offline_replicas: BTreeMap::new(),
         }
@@ -243,13 +251,24 @@ impl Controller {
         image.is_active(b) && !self.replica_offline(b, topic_id, partition)
     }
 
+    /// The broker config in force: the static one with the image's dynamic cluster default (and
+    /// this node's own dynamic configs) over it, recomputed only when those changed.
+    fn refresh_effective(&mut self, image: &MetadataImage) {
+        if !Arc::ptr_eq(&self.effective.0, &image.broker_configs) {
+            self.effective = (
+                Arc::clone(&image.broker_configs),
+                self.config.broker.with_dynamic(&image.broker_configs),
+            );
+        }
+    }
+
     fn min_isr(&self, topic: &TopicImage) -> usize {
-        self.config.broker.min_insync_replicas(&topic.configs)
+        self.effective.1.min_insync_replicas(&topic.configs)
     }
 
     fn unclean_allowed(&self, topic: &TopicImage) -> bool {
-        self.config
-            .broker
+        self.effective
+            .1
             .unclean_leader_election_enable(&topic.configs)
     }
 
@@ -283,6 +302,7 @@ impl Controller {
         req: ControllerRequest,
         now_ms: i64,
     ) -> Decision {
+        self.refresh_effective(image);
         match req {
             ControllerRequest::RegisterBroker {
                 node_id,
@@ -394,29 +414,22 @@ impl Controller {
                 changes,
                 validate_only,
             } => self.alter_group_configs(image, group_id, &changes, validate_only),
+            ControllerRequest::SetBrokerConfigs {
+                broker,
+                configs,
+                validate_only,
+            } => {
+                self.set_broker_configs(image, broker, config_broker::check(configs), validate_only)
+            }
+            ControllerRequest::AlterBrokerConfigs {
+                broker,
+                changes,
+                validate_only,
+            } => self.alter_broker_configs(image, broker, &changes, validate_only),
             ControllerRequest::AllocateProducerIds {
                 node_id,
                 broker_epoch,
-            } => {
-                if image.broker(node_id).map(|b| b.broker_epoch) != Some(broker_epoch) {
-                    return Decision::error(ControllerError::StaleBrokerEpoch);
-                }
-                let first = image.next_producer_id;
-                let Some(next) = first.checked_add(PRODUCER_ID_BLOCK_SIZE) else {
-                    return Decision::error(ControllerError::Internal(
-                        "producer ids exhausted".into(),
-                    ));
-                };
-                Decision {
-                    records: vec![MetadataRecord::ProducerIds {
-                        next_producer_id: next,
-                    }],
-                    response: ControllerResponse::ProducerIds {
-                        first_producer_id: first,
-                        count: PRODUCER_ID_BLOCK_SIZE,
-                    },
-                }
-            }
+            } => allocate_producer_ids(image, node_id, broker_epoch),
             ControllerRequest::AlterPartition {
                 node_id,
                 broker_epoch,
@@ -487,6 +500,7 @@ impl Controller {
     /// due — rebalance leaders towards the preferred replicas. Returns the records to commit
     /// (maybe none).
     pub fn tick(&mut self, image: &MetadataImage, now_ms: i64) -> Vec<MetadataRecord> {
+        self.refresh_effective(image);
         self.credit_stall(now_ms);
         let mut records = Vec::new();
         let mut leaving = BTreeSet::new();
@@ -1180,6 +1194,65 @@ impl Controller {
         }
     }
 
+    /// IncrementalAlterConfigs of a BROKER resource: its new set from the current one.
+    fn alter_broker_configs(
+        &mut self,
+        image: &MetadataImage,
+        broker: Option<i32>,
+        changes: &[ConfigChangeSpec],
+        validate_only: bool,
+    ) -> Decision {
+        let Some(parsed) = changes
+            .iter()
+            .map(ConfigChangeSpec::to_change)
+            .collect::<Option<Vec<_>>>()
+        else {
+            return Decision::answer(ControllerResponse::Configs {
+                result: Err(ControllerError::InvalidRequest(
+                    "unknown config operation".into(),
+                )),
+            });
+        };
+        let current = image.broker_configs.of(broker).cloned().unwrap_or_default();
+        // APPEND/SUBTRACT start from the value in force (as this node sees it).
+        let next = config_broker::with_changes(&current, &parsed, |key| {
+            self.effective.1.get(key).map(str::to_string)
+        });
+        self.set_broker_configs(image, broker, next, validate_only)
+    }
+
+    /// A BROKER resource's whole new dynamic set, already checked by `config_broker`, committed
+    /// as one record; an empty set removes it.
+    fn set_broker_configs(
+        &mut self,
+        image: &MetadataImage,
+        broker: Option<i32>,
+        configs: Result<BTreeMap<String, String>, BrokerConfigError>,
+        validate_only: bool,
+    ) -> Decision {
+        let answer = |result| Decision::answer(ControllerResponse::Configs { result });
+        let configs = match configs {
+            Ok(c) => c,
+            Err(BrokerConfigError::InvalidRequest(m)) => {
+                return answer(Err(ControllerError::InvalidRequest(m)))
+            }
+            Err(BrokerConfigError::InvalidConfig(m)) => {
+                return answer(Err(ControllerError::InvalidConfig(m)))
+            }
+        };
+        let unchanged = match image.broker_configs.of(broker) {
+            Some(c) => *c == configs,
+            None => configs.is_empty(),
+        };
+        if validate_only || unchanged {
+            return answer(Ok(()));
+        }
+        Decision {
+            records: vec![MetadataRecord::BrokerConfigs { broker, configs }],
+            response: ControllerResponse::Configs { result: Ok(()) },
+        }
+    }
+
     #[allow(clippy::too_many_arguments)]
     fn alter_partition(
         &mut self,
@@ -1843,3 +1916,23 @@ fn alter_client_quotas(
 
 #[cfg(test)]
 mod tests;
+
+/// \[AllocateProducerIds\] The next block of producer ids, for a broker of the current epoch.
+fn allocate_producer_ids(image: &MetadataImage, node_id: i32, broker_epoch: i64) -> Decision {
+    if image.broker(node_id).map(|b| b.broker_epoch) != Some(broker_epoch) {
+        return Decision::error(ControllerError::StaleBrokerEpoch);
+    }
+    let first = image.next_producer_id;
+    let Some(next) = first.checked_add(PRODUCER_ID_BLOCK_SIZE) else {
+        return Decision::error(ControllerError::Internal("producer ids exhausted".into()));
+    };
+    Decision {
+        records: vec![MetadataRecord::ProducerIds {
+            next_producer_id: next,
+        }],
+        response: ControllerResponse::ProducerIds {
+            first_producer_id: first,
+            count: PRODUCER_ID_BLOCK_SIZE,
+        },
+    }
+}

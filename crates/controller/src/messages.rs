@@ -107,6 +107,19 @@ pub enum ControllerRequest {
         changes: Vec<ConfigChangeSpec>,
         validate_only: bool,
     },
+    /// \[AlterConfigs\] (full replace) for one BROKER resource: `broker` `None` is the
+    /// cluster default (resource name "").
+    SetBrokerConfigs {
+        broker: Option<i32>,
+        configs: BTreeMap<String, String>,
+        validate_only: bool,
+    },
+    /// \[IncrementalAlterConfigs\] for one BROKER resource.
+    AlterBrokerConfigs {
+        broker: Option<i32>,
+        changes: Vec<ConfigChangeSpec>,
+        validate_only: bool,
+    },
     /// \[AllocateProducerIds\]
     AllocateProducerIds { node_id: i32, broker_epoch: i64 },
     /// \[AlterPartition\] A leader proposes a new ISR (KIP-497, KIP-903 broker epochs).

@@ -27,6 +27,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use millrace_cluster::config::BrokerConfig;
+use millrace_cluster::config_broker::DynamicBrokerConfigs;
 use millrace_cluster::image::{MetadataImage, SharedImage, NO_LEADER};
 use millrace_controller::limits::ISR_CHANGES_PER_REQUEST_MAX;
 use millrace_controller::ControllerClient;
@@ -192,6 +193,10 @@ pub struct ReplicaManager {
     /// ISR changes proposed by partitions led here, sent in batches by `run_isr_change_sender`.
     isr_changes: Mutex<IsrChangeSender<Arc<HostedPartition>>>,
     isr_changes_wake: Notify,
+    /// The image's dynamic broker configs last seen and the broker config with them layered
+    /// over the static one (`effective`): the topic defaults every log and ISR check uses, so a
+    /// `kafka-configs --entity-type brokers` change applies at the next image.
+    effective: RwLock<(Arc<DynamicBrokerConfigs>, Arc<BrokerConfig>)>,
     pub(crate) stop: CancellationToken,
 }
 
@@ -220,6 +225,7 @@ impl ReplicaManager {
         controller: Arc<ControllerClient>,
         stop: CancellationToken,
     ) -> Arc<Self> {
+        let effective = config.broker.clone();
         let manager = Arc::new(Self {
             config,
             store,
@@ -234,6 +240,7 @@ impl ReplicaManager {
             applied: watch::Sender::new(0),
             isr_changes: Mutex::new(IsrChangeSender::default()),
             isr_changes_wake: Notify::new(),
+            effective: RwLock::new((Arc::default(), Arc::new(effective))),
             stop,
         });
         let weak = Arc::downgrade(&manager);
@@ -308,10 +315,25 @@ impl ReplicaManager {
             .is_ok_and(|r| r.is_ok())
     }
 
+    /// The broker config in force for `image`: the static one with the image's dynamic broker
+    /// configs over it, recomputed only when those changed.
+    fn effective(&self, image: &MetadataImage) -> Arc<BrokerConfig> {
+        {
+            let held = self.effective.read();
+            if Arc::ptr_eq(&held.0, &image.broker_configs) {
+                return Arc::clone(&held.1);
+            }
+        }
+        let config = Arc::new(self.config.broker.with_dynamic(&image.broker_configs));
+        *self.effective.write() = (Arc::clone(&image.broker_configs), Arc::clone(&config));
+        config
+    }
+
     fn replica_config(&self, image: &MetadataImage, topic: &str) -> ReplicaConfig {
+        let broker = self.effective(image);
         let min_insync_replicas = image.topic(topic).map_or_else(
-            || self.config.broker.min_insync_replicas(&Default::default()),
-            |t| self.config.broker.min_insync_replicas(&t.configs),
+            || broker.min_insync_replicas(&Default::default()),
+            |t| broker.min_insync_replicas(&t.configs),
         );
         ReplicaConfig {
             replica_lag_time_max_ms: self.config.broker.replica_lag_time_max_ms(),
@@ -391,7 +413,7 @@ impl ReplicaManager {
                     pr.high_watermark = slot.partition.replica().high_watermark();
                 });
                 drop(slot);
-                let log_config = self.config.broker.log_config(&topic.configs);
+                let log_config = self.effective(image).log_config(&topic.configs);
                 if hosted.log.config() != log_config {
                     hosted.log.update_config(log_config);
                 }
@@ -454,7 +476,7 @@ impl ReplicaManager {
                 if self.partitions.read().contains_key(&tp) || self.store.partition(&tp).is_some() {
                     continue;
                 }
-                let config = self.config.broker.log_config(&topic.configs);
+                let config = self.effective(image).log_config(&topic.configs);
                 let id = TopicId::from_bytes(topic.topic_id.into_bytes());
                 batch.push((tp, config, id));
             }
@@ -488,7 +510,7 @@ impl ReplicaManager {
         }
         let config = image
             .topic(&tp.topic)
-            .map(|t| self.config.broker.log_config(&t.configs))
+            .map(|t| self.effective(image).log_config(&t.configs))
             .unwrap_or_default();
         let id = TopicId::from_bytes(topic_id.into_bytes());
         let log = match self.store.partition(tp) {

@@ -1665,3 +1665,80 @@ fn remote_segments_commit_only_from_the_current_leader_and_contiguously() {
     assert_eq!(h.request(purged), ok);
     assert!(h.image.remote_purges.is_empty());
 }
+
+#[test]
+fn dynamic_broker_configs_are_checked_stored_and_in_force_for_elections() {
+    let mut h = Harness::new(&[("auto.leader.rebalance.enable", "false")]);
+    h.register(1, 1000, true);
+    h.heartbeat(1, false);
+    h.register(2, 2000, true); // registered, still fenced: not in the ISR
+    h.create_assigned("t", &[&[1, 2]], &[]);
+    let change = |name: &str, value: Option<&str>| ConfigChangeSpec {
+        name: name.into(),
+        op: if value.is_some() { 0 } else { 1 },
+        value: value.map(str::to_string),
+    };
+    let refused = |r: ControllerResponse, want: &str| {
+        assert_eq!(
+            r,
+            ControllerResponse::Configs {
+                result: Err(ControllerError::InvalidRequest(want.into()))
+            }
+        );
+    };
+    // Kafka's refusals: a key it does not reconfigure, a value of the wrong type.
+    let r = h.request(ControllerRequest::SetBrokerConfigs {
+        broker: None,
+        configs: [("log.dirs".to_string(), "/x".to_string())].into(),
+        validate_only: false,
+    });
+    refused(r, "Cannot update these configs dynamically: [log.dirs]");
+    let r = h.request(ControllerRequest::AlterBrokerConfigs {
+        broker: Some(1),
+        changes: vec![change("message.max.bytes", Some("abc"))],
+        validate_only: false,
+    });
+    refused(
+        r,
+        "Invalid value abc for configuration message.max.bytes: Not a number of type INT",
+    );
+    // A broker's own set is stored, and removed with its last key.
+    let alter = |h: &mut Harness, broker, changes| {
+        h.request(ControllerRequest::AlterBrokerConfigs {
+            broker,
+            changes,
+            validate_only: false,
+        })
+    };
+    let ok = ControllerResponse::Configs { result: Ok(()) };
+    assert_eq!(
+        alter(
+            &mut h,
+            Some(2),
+            vec![change("log.retention.ms", Some("1000"))]
+        ),
+        ok
+    );
+    assert_eq!(
+        h.image.broker_configs.of(Some(2)),
+        Some(&[("log.retention.ms".to_string(), "1000".to_string())].into())
+    );
+    assert_eq!(
+        alter(&mut h, Some(2), vec![change("log.retention.ms", None)]),
+        ok
+    );
+    assert_eq!(h.image.broker_configs.of(Some(2)), None);
+    // The cluster default turns unclean election on for every topic without its own value: once
+    // 2 is unfenced and 1 dies, the out-of-sync 2 is elected at a tick (without it the partition
+    // stays leaderless: `an_election_writing_more_than_the_record_bound_is_a_policy_violation`).
+    assert_eq!(
+        alter(
+            &mut h,
+            None,
+            vec![change("unclean.leader.election.enable", Some("true"))]
+        ),
+        ok
+    );
+    h.run(SESSION_MS + 2_000, &[1]);
+    assert_eq!(h.partition("t", 0).leader, 2);
+}

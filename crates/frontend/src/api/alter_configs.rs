@@ -1,7 +1,11 @@
 //! AlterConfigs (key 33, replaces a topic's or a group's whole override set) and
 //! IncrementalAlterConfigs (key 44, SET/DELETE/APPEND/SUBTRACT per key), forwarded to the active
-//! controller; every broker applies the committed configs to its replicas' logs. Broker configs
-//! are static in Millrace: altering them is refused with INVALID_REQUEST.
+//! controller; every broker applies the committed configs to its replicas' logs.
+//!
+//! BROKER resources (type 4) hold the dynamic broker configs (`millrace_cluster::config_broker`):
+//! resource name "" is the cluster-wide default, a broker id that broker's own set (only that
+//! broker accepts it, as in Kafka, whose admin client sends it there). Only the keys Kafka lets a
+//! broker reconfigure as topic defaults are accepted; the rest are refused by name.
 //!
 //! GROUP resources (type 32) hold a group's dynamic configs (`consumer.*`, `share.*`,
 //! `streams.*`; `millrace_cluster::config_group`), checked by the controller against the broker's
@@ -20,6 +24,7 @@ use kafka_protocol::messages::{
     AlterConfigsResponse, IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse,
 };
 use kafka_protocol::protocol::StrBytes;
+use millrace_cluster::config_broker;
 use millrace_cluster::{GroupConfigs, TopicConfigs};
 use millrace_controller::messages::ConfigChangeSpec;
 use millrace_controller::{ControllerRequest, ControllerResponse};
@@ -100,6 +105,26 @@ pub async fn handle(
                 )
                 .await
             }
+            Ok(()) if resource.resource_type == RESOURCE_BROKER => {
+                match broker_resource(&ctx, resource.resource_name.as_str()) {
+                    Err(e) => Err(e),
+                    Ok(broker) => {
+                        let configs = legacy_entries(&resource.configs);
+                        let expected = config_broker::check(configs.clone()).ok();
+                        apply(
+                            &ctx,
+                            Target::Broker(broker),
+                            ControllerRequest::SetBrokerConfigs {
+                                broker,
+                                configs,
+                                validate_only: request.validate_only,
+                            },
+                            broker_wait(request.validate_only, broker, expected),
+                        )
+                        .await
+                    }
+                }
+            }
             Ok(()) => {
                 let entries = legacy_entries(&resource.configs);
                 match TopicConfigs::new(entries.clone()) {
@@ -167,7 +192,46 @@ pub async fn handle_incremental(
                         value: c.value.as_ref().map(|v| v.to_string()),
                     })
                     .collect();
-                let (target, wait, request) = if resource.resource_type == RESOURCE_GROUP {
+                let broker = if resource.resource_type == RESOURCE_BROKER {
+                    match broker_resource(&ctx, &name) {
+                        Ok(b) => Some(b),
+                        Err(e) => {
+                            responses.push(incremental_response(
+                                &resource.resource_name,
+                                resource.resource_type,
+                                Err(e),
+                            ));
+                            continue;
+                        }
+                    }
+                } else {
+                    None
+                };
+                let (target, wait, request) = if let Some(broker) = broker {
+                    let expected = changes
+                        .iter()
+                        .map(ConfigChangeSpec::to_change)
+                        .collect::<Option<Vec<_>>>()
+                        .and_then(|parsed| {
+                            let image = ctx.cluster.image();
+                            let current =
+                                image.broker_configs.of(broker).cloned().unwrap_or_default();
+                            let effective = ctx.cluster.config.with_dynamic(&image.broker_configs);
+                            config_broker::with_changes(&current, &parsed, |key| {
+                                effective.get(key).map(str::to_string)
+                            })
+                            .ok()
+                        });
+                    (
+                        Target::Broker(broker),
+                        broker_wait(request.validate_only, broker, expected),
+                        ControllerRequest::AlterBrokerConfigs {
+                            broker,
+                            changes,
+                            validate_only: request.validate_only,
+                        },
+                    )
+                } else if resource.resource_type == RESOURCE_GROUP {
                     let expected = changes
                         .iter()
                         .map(ConfigChangeSpec::to_change)
@@ -200,25 +264,46 @@ pub async fn handle_incremental(
                 apply(&ctx, target, request, wait).await
             }
         };
-        let (code, message) = split(outcome);
-        responses.push(
-            incremental_alter_configs_response::AlterConfigsResourceResponse::default()
-                .with_resource_type(resource.resource_type)
-                .with_resource_name(resource.resource_name)
-                .with_error_code(code)
-                .with_error_message(message),
-        );
+        responses.push(incremental_response(
+            &resource.resource_name,
+            resource.resource_type,
+            outcome,
+        ));
     }
     IncrementalAlterConfigsResponse::default().with_responses(responses)
 }
 
+fn incremental_response(
+    name: &StrBytes,
+    resource_type: i8,
+    outcome: Outcome,
+) -> incremental_alter_configs_response::AlterConfigsResourceResponse {
+    let (code, message) = split(outcome);
+    incremental_alter_configs_response::AlterConfigsResourceResponse::default()
+        .with_resource_type(resource_type)
+        .with_resource_name(name.clone())
+        .with_error_code(code)
+        .with_error_message(message)
+}
+
+/// The BROKER resource a request names: the cluster default (""), or this broker's id — another
+/// broker's configs are altered through that broker, as Kafka's admin client does.
+fn broker_resource(ctx: &BrokerContext, name: &str) -> Result<Option<i32>, (i16, String)> {
+    let broker =
+        config_broker::parse_resource(name).map_err(|e| (INVALID_REQUEST, e.to_string()))?;
+    let local = ctx.cluster.node_id();
+    match broker {
+        Some(id) if id != local => Err((
+            INVALID_REQUEST,
+            format!("Unexpected broker id, expected {local}, but received {id}"),
+        )),
+        other => Ok(other),
+    }
+}
+
 fn check_resource(resource_type: i8) -> Outcome {
     match resource_type {
-        RESOURCE_TOPIC | RESOURCE_GROUP => Ok(()),
-        RESOURCE_BROKER => Err((
-            INVALID_REQUEST,
-            "Broker configs are static in Millrace; set them at start.".into(),
-        )),
+        RESOURCE_TOPIC | RESOURCE_GROUP | RESOURCE_BROKER => Ok(()),
         other => Err((
             INVALID_REQUEST,
             format!("Unsupported resource type {other}."),
@@ -231,6 +316,8 @@ fn check_resource(resource_type: i8) -> Outcome {
 enum Target<'a> {
     Topic(&'a str),
     Group(&'a str),
+    /// `None`: the cluster default.
+    Broker(Option<i32>),
 }
 
 /// A resource's configs as this broker's image holds them.
@@ -238,13 +325,15 @@ enum Target<'a> {
 enum Held {
     Topic(Option<TopicConfigs>),
     Group(Option<GroupConfigs>),
+    Broker(Option<BTreeMap<String, String>>),
 }
 
-impl<'a> Target<'a> {
+impl Target<'_> {
     fn name(self) -> &'static str {
         match self {
             Target::Topic(_) => "topic",
             Target::Group(_) => "group",
+            Target::Broker(_) => "broker",
         }
     }
 
@@ -252,12 +341,15 @@ impl<'a> Target<'a> {
         match self {
             Target::Topic(t) => Held::Topic(image.topic(t).map(|t| t.configs.clone())),
             Target::Group(g) => Held::Group(image.group_configs(g).cloned()),
+            Target::Broker(b) => Held::Broker(image.broker_configs.of(b).cloned()),
         }
     }
 
-    fn resource(self) -> &'a str {
+    fn resource(self) -> String {
         match self {
-            Target::Topic(n) | Target::Group(n) => n,
+            Target::Topic(n) | Target::Group(n) => n.to_string(),
+            Target::Broker(None) => "default".to_string(),
+            Target::Broker(Some(id)) => id.to_string(),
         }
     }
 }
@@ -317,6 +409,21 @@ fn group_wait(validate_only: bool, expected: Option<GroupConfigs>) -> Wait {
     match expected {
         _ if validate_only => Wait::Nothing,
         Some(set) => Wait::Becomes(Held::Group((!set.is_empty()).then_some(set))),
+        None => Wait::Changed,
+    }
+}
+
+/// A BROKER resource's change waits for the set it should produce (the default always has a
+/// set, possibly empty; a broker's empty set is no entry).
+fn broker_wait(
+    validate_only: bool,
+    broker: Option<i32>,
+    expected: Option<BTreeMap<String, String>>,
+) -> Wait {
+    match expected {
+        _ if validate_only => Wait::Nothing,
+        Some(set) if broker.is_none() => Wait::Becomes(Held::Broker(Some(set))),
+        Some(set) => Wait::Becomes(Held::Broker((!set.is_empty()).then_some(set))),
         None => Wait::Changed,
     }
 }

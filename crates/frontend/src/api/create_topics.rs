@@ -188,7 +188,7 @@ fn describe_configs(
     configs: &TopicConfigs,
 ) -> Vec<CreatableTopicConfigs> {
     configs
-        .describe(&ctx.cluster.config)
+        .describe(&ctx.cluster.effective_config())
         .map(|(name, value, source)| {
             CreatableTopicConfigs::default()
                 .with_name(str_bytes(name))

@@ -1,4 +1,5 @@
-//! DescribeConfigs (key 32): every config of a topic, of this broker or of a group (GROUP
+//! DescribeConfigs (key 32): every config of a topic, of this broker (its dynamic configs and the
+//! cluster default's over the static ones, with those sources) or of a group (GROUP
 //! resources: its dynamic configs, else the broker's `group.*` values, else Kafka's defaults;
 //! any group name, existing or not, as Kafka answers), with value, source, synonyms and type,
 //! under Kafka's names.
@@ -63,14 +64,17 @@ pub fn handle(
             }
             let entries = match resource.resource_type {
                 RESOURCE_TOPIC => match cluster.topic(name) {
-                    Some(topic) => Ok(cluster.config.describe_topic(&topic.configs)),
+                    Some(topic) => Ok(cluster.effective_config().describe_topic(&topic.configs)),
                     None => Err((
                         UNKNOWN_TOPIC_OR_PARTITION,
                         format!("Topic '{name}' does not exist."),
                     )),
                 },
-                RESOURCE_BROKER if name.is_empty() || name == cluster.node_id().to_string() => {
-                    Ok(cluster.config.describe_broker())
+                RESOURCE_BROKER if name.is_empty() => {
+                    Ok(cluster.effective_config().describe_broker_default())
+                }
+                RESOURCE_BROKER if name == cluster.node_id().to_string() => {
+                    Ok(cluster.effective_config().describe_broker())
                 }
                 RESOURCE_BROKER => {
                     Err((INVALID_REQUEST, format!("Unexpected broker id '{name}'.")))

@@ -1,6 +1,6 @@
 //! `/v3/clusters/{cluster_id}/brokers/{broker_id}/configs[/{name}]`: a broker's configs, read
-//! only — Millrace's broker configs are static (IncrementalAlterConfigs refuses them), so the
-//! update, reset and `configs:alter` paths of Confluent's reference are not served (405).
+//! only — dynamic broker configs are changed with IncrementalAlterConfigs (`kafka-configs`); the
+//! update, reset and `configs:alter` paths of Confluent's reference are not served here yet (405).
 //!
 //! A broker's configs are known to that broker only: DescribeConfigs goes to it (forwarded when
 //! it is another broker).
