@@ -85,6 +85,8 @@ pub enum ConfigType {
     Str,
     /// A comma-separated list of any words (Kafka's LIST without a validator).
     List,
+    /// A replication-throttle replica list (KIP-73): `*`, or `PARTITION:BROKER,...`, or empty.
+    ThrottledReplicas,
     /// A Kafka listener list (`NAME://host:port,...`); which protocols are served is checked
     /// with the whole config ([`BrokerConfig::listeners`]).
     Listeners,
@@ -439,6 +441,17 @@ pub static BROKER_CONFIGS: &[ConfigDef] = &[
     def("broker.session.timeout.ms", "9000", INT_POS),
     def("broker.heartbeat.interval.ms", "2000", INT_POS),
     def("replica.lag.time.max.ms", "30000", LONG_POS),
+    // Replication throttles (KIP-73), bytes per second; dynamic (config_broker).
+    def(
+        "leader.replication.throttled.rate",
+        "9223372036854775807",
+        LONG_NONNEG,
+    ),
+    def(
+        "follower.replication.throttled.rate",
+        "9223372036854775807",
+        LONG_NONNEG,
+    ),
     def("replica.fetch.wait.max.ms", "500", INT_NONNEG),
     def("replica.fetch.min.bytes", "1", INT_POS),
     def("replica.fetch.max.bytes", "1048576", INT_NONNEG),
@@ -740,6 +753,16 @@ pub static TOPIC_CONFIGS: &[TopicConfigDef] = &[
         LOCAL_RETENTION,
         "log.local.retention.ms",
     ),
+    topic_only(
+        "leader.replication.throttled.replicas",
+        ConfigType::ThrottledReplicas,
+        "",
+    ),
+    topic_only(
+        "follower.replication.throttled.replicas",
+        ConfigType::ThrottledReplicas,
+        "",
+    ),
     topic_only("remote.log.copy.disable", ConfigType::Bool, "false"),
     topic_only("remote.log.delete.on.disable", ConfigType::Bool, "false"),
     topic_only("remote.storage.enable", ConfigType::Bool, "false"),
@@ -781,7 +804,7 @@ impl ConfigType {
             ConfigType::Int { .. } => 3,
             ConfigType::Long { .. } => 5,
             ConfigType::Double { .. } => 6,
-            ConfigType::CleanupPolicy | ConfigType::List => 7,
+            ConfigType::CleanupPolicy | ConfigType::List | ConfigType::ThrottledReplicas => 7,
         }
     }
 }
@@ -856,6 +879,15 @@ pub fn validate_value(key: &str, value: &str, ty: ConfigType) -> Result<(), Conf
                 .ok_or_else(|| invalid(key, value, "must be a list of delete, compact"))?;
         }
         ConfigType::Str | ConfigType::Password | ConfigType::List => {}
+        ConfigType::ThrottledReplicas => {
+            if parse_throttled_replicas(v).is_none() {
+                return Err(invalid(
+                    key,
+                    value,
+                    "must be * or a list of PARTITION:BROKER entries",
+                ));
+            }
+        }
         ConfigType::Listeners => {
             crate::listeners::parse_listener_list(key, v)?;
         }
@@ -892,6 +924,41 @@ const SCRUB_BYTES_PER_SEC_DEFAULT: &str = "33554432";
 /// `v` within `min..=i32::MAX`.
 fn clamp_i32(v: i64, min: i32) -> i32 {
     i32::try_from(v.clamp(i64::from(min), i64::from(i32::MAX))).unwrap_or(i32::MAX)
+}
+
+/// Which replicas a throttle-replica list names (KIP-73): `None` for a malformed list,
+/// `Some(Throttled::All)` for `*`, else the (partition, broker) pairs (empty: none).
+pub fn parse_throttled_replicas(v: &str) -> Option<ThrottledReplicas> {
+    let v = v.trim();
+    if v == "*" {
+        return Some(ThrottledReplicas::All);
+    }
+    let mut pairs = Vec::new();
+    for entry in v.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+        let (partition, broker) = entry.split_once(':')?;
+        pairs.push((
+            partition.trim().parse::<i32>().ok()?,
+            broker.trim().parse::<i32>().ok()?,
+        ));
+    }
+    Some(ThrottledReplicas::Some(pairs))
+}
+
+/// A parsed `*.replication.throttled.replicas` value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ThrottledReplicas {
+    All,
+    Some(Vec<(i32, i32)>),
+}
+
+impl ThrottledReplicas {
+    /// Whether the replica of `partition` on `broker` is throttled.
+    pub fn contains(&self, partition: i32, broker: i32) -> bool {
+        match self {
+            Self::All => true,
+            Self::Some(pairs) => pairs.contains(&(partition, broker)),
+        }
+    }
 }
 
 pub fn parse_cleanup_policy(v: &str) -> Option<CleanupPolicy> {
@@ -1104,6 +1171,12 @@ impl BrokerConfig {
 
     pub(crate) fn long(&self, key: &str) -> Option<i64> {
         self.get(key).and_then(|v| v.parse().ok())
+    }
+
+    /// A LONG key's value, `i64::MAX` when unset or unparsable (the replication throttles'
+    /// "no bound").
+    pub fn long_or_max(&self, key: &str) -> i64 {
+        self.long_or(key, i64::MAX)
     }
 
     pub(crate) fn long_or(&self, key: &str, fallback: i64) -> i64 {

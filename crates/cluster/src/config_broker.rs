@@ -12,7 +12,9 @@
 //! `min.insync.replicas`, `log.cleanup.policy`, ...; Kafka's `DynamicLogConfig`), which Kafka
 //! lets both a broker and the cluster default set. Millrace applies them live: they are the
 //! defaults of every topic without its own override, and the replica manager hands each log
-//! its config again whenever the image changes. Every other broker key is refused with Kafka's
+//! its config again whenever the image changes. And the replication throttles
+//! (`leader.replication.throttled.rate`, `follower.replication.throttled.rate`, KIP-73), which the
+//! replica manager's quotas take at each image (`millrace_replication::throttle`). Every other broker key is refused with Kafka's
 //! "Cannot update these configs dynamically" (INVALID_REQUEST), naming it — Kafka also refuses
 //! its read-only keys so; the keys Kafka reconfigures live and Millrace does not yet (thread
 //! pools, listeners' certificates, quotas' window) are refused the same way. A bad value is
@@ -36,9 +38,16 @@ const CHAIN_KEYS: &[&str] = &[
     "log.roll.hours",
 ];
 
+/// The replication throttles (KIP-73), bytes per second, read by the replica manager's quotas.
+const THROTTLE_RATES: &[&str] = &[
+    "leader.replication.throttled.rate",
+    "follower.replication.throttled.rate",
+];
+
 /// Whether `key` may be set as a dynamic broker config (per broker or cluster default).
 pub fn is_dynamic(key: &str) -> bool {
     CHAIN_KEYS.contains(&key)
+        || THROTTLE_RATES.contains(&key)
         || TOPIC_CONFIGS
             .iter()
             .filter_map(|d| d.broker_synonym())

@@ -106,10 +106,20 @@ async fn run(
             .map(|h| ((h.topic_id, h.tp.partition), h))
             .collect();
         // A replica on an offline log dir is not fetched for (Kafka stops its fetcher): it can
-        // store nothing until the broker restarts.
+        // store nothing until the broker restarts. A throttled replica out of the ISR waits
+        // while the follower bound is exceeded (KIP-73; `throttle`).
+        let image = manager.image.current();
+        let throttled = |h: &HostedPartition| {
+            h.follower_throttled()
+                && !image
+                    .partition(&h.tp.topic, h.tp.partition)
+                    .is_some_and(|p| p.isr.contains(&manager.node_id()))
+        };
+        let held_back = manager.follower_quota.exceeded(now_ms());
         let followed: Vec<Followed<PartitionKey>> = hosted
             .iter()
             .filter(|(_, h)| !h.log.is_offline())
+            .filter(|(_, h)| !(held_back && throttled(h)))
             .filter_map(|(key, h)| {
                 let position = manager.lock_partition(h).partition.fetch_position()?;
                 Some(Followed {
@@ -231,6 +241,10 @@ async fn run(
                 let (Some(h), Some(position)) = (hosted.get(&key), sent.get(&key)) else {
                     continue;
                 };
+                if throttled(h) {
+                    let bytes = pd.records.as_ref().map_or(0, |r| r.len());
+                    manager.follower_quota.record(bytes, now_ms());
+                }
                 let mut slot = manager.lock_partition(h);
                 let outcome = apply_answer(&mut slot.partition, position, answer_of(pd));
                 appended |= outcome.appended;

@@ -20,6 +20,7 @@ pub mod partition;
 pub mod repair;
 pub mod replica;
 pub mod store_log;
+pub mod throttle;
 
 pub use driver::acks::AckError;
 pub use manager::{

@@ -26,7 +26,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
-use millrace_cluster::config::BrokerConfig;
+use millrace_cluster::config::{parse_throttled_replicas, BrokerConfig, ThrottledReplicas};
 use millrace_cluster::config_broker::DynamicBrokerConfigs;
 use millrace_cluster::image::{MetadataImage, SharedImage, NO_LEADER};
 use millrace_controller::limits::ISR_CHANGES_PER_REQUEST_MAX;
@@ -47,6 +47,7 @@ use crate::isr_changes::IsrChangeSender;
 use crate::partition::{FollowerFetchDecision, PartitionError};
 use crate::replica::{Action, AlterPartitionError, PartitionState, ReplicaConfig};
 use crate::store_log::StoreLog;
+use crate::throttle::ReplicationQuota;
 
 /// Where an `acks=all` wait gets its answer.
 type AckSender = oneshot::Sender<Result<(), AckError>>;
@@ -77,6 +78,10 @@ pub struct HostedPartition {
     pub log: Arc<PartitionLog>,
     state: Mutex<HostedReplica<StoreLog, AckSender>>,
     progress: watch::Sender<Progress>,
+    /// Whether the topic's `leader.replication.throttled.replicas` / `follower.…` name this
+    /// broker's replica (KIP-73; `throttle`), as of the last image applied.
+    leader_throttled: AtomicBool,
+    follower_throttled: AtomicBool,
 }
 
 impl HostedPartition {
@@ -87,6 +92,12 @@ impl HostedPartition {
 
     pub fn progress(&self) -> watch::Receiver<Progress> {
         self.progress.subscribe()
+    }
+
+    /// Whether the topic's `follower.replication.throttled.replicas` names this broker's
+    /// replica (KIP-73).
+    pub fn follower_throttled(&self) -> bool {
+        self.follower_throttled.load(Ordering::Relaxed)
     }
 
     /// As leader: the start of this leader epoch (ListOffsets answers OFFSET_NOT_AVAILABLE for the
@@ -197,6 +208,10 @@ pub struct ReplicaManager {
     /// over the static one (`effective`): the topic defaults every log and ISR check uses, so a
     /// `kafka-configs --entity-type brokers` change applies at the next image.
     effective: RwLock<(Arc<DynamicBrokerConfigs>, Arc<BrokerConfig>)>,
+    /// Replication throttles (KIP-73): what this broker sends as a leader to, and fetches as a
+    /// follower for, replicas out of the ISR that their topic names.
+    pub(crate) leader_quota: ReplicationQuota,
+    pub(crate) follower_quota: ReplicationQuota,
     pub(crate) stop: CancellationToken,
 }
 
@@ -241,6 +256,8 @@ impl ReplicaManager {
             isr_changes: Mutex::new(IsrChangeSender::default()),
             isr_changes_wake: Notify::new(),
             effective: RwLock::new((Arc::default(), Arc::new(effective))),
+            leader_quota: ReplicationQuota::default(),
+            follower_quota: ReplicationQuota::default(),
             stop,
         });
         let weak = Arc::downgrade(&manager);
@@ -351,7 +368,21 @@ impl ReplicaManager {
         let mut changes = Vec::new();
         let mut following: BTreeMap<i32, BTreeSet<TopicPartition>> = BTreeMap::new();
         self.create_new_logs(image);
+        let broker = self.effective(image);
+        self.leader_quota
+            .set_rate(broker.long_or_max("leader.replication.throttled.rate"));
+        self.follower_quota
+            .set_rate(broker.long_or_max("follower.replication.throttled.rate"));
         for topic in image.topics.values() {
+            let throttled = |key: &str| {
+                broker
+                    .topic_value(&topic.configs, key)
+                    .and_then(|v| parse_throttled_replicas(&v))
+            };
+            let (leader_list, follower_list) = (
+                throttled("leader.replication.throttled.replicas"),
+                throttled("follower.replication.throttled.replicas"),
+            );
             for (index, p) in topic.partitions.iter().enumerate() {
                 if !p.replicas.contains(&local) {
                     continue;
@@ -372,6 +403,16 @@ impl ReplicaManager {
                     isr: p.isr.clone(),
                     replicas: p.replicas.clone(),
                 };
+                let index_i32 = i32::try_from(index).unwrap_or(i32::MAX);
+                let named = |list: &Option<ThrottledReplicas>| {
+                    list.as_ref().is_some_and(|l| l.contains(index_i32, local))
+                };
+                hosted
+                    .leader_throttled
+                    .store(named(&leader_list), Ordering::Relaxed);
+                hosted
+                    .follower_throttled
+                    .store(named(&follower_list), Ordering::Relaxed);
                 let config = self.replica_config(image, &topic.name);
                 let mut slot = hosted.state.lock();
                 let inactive = |b: i32| !image.is_active(b);
@@ -541,6 +582,8 @@ impl ReplicaManager {
             }),
             log,
             state: Mutex::new(part),
+            leader_throttled: AtomicBool::new(false),
+            follower_throttled: AtomicBool::new(false),
         });
         self.partitions
             .write()
@@ -834,11 +877,25 @@ impl ReplicaManager {
                 diverging: Some((epoch, end_offset)),
             }),
             FollowerFetchDecision::Serve { high_watermark } => {
-                let records = if fetch_offset >= log.log_end_offset() {
+                // KIP-73: a throttled replica out of the ISR gets no records while the leader's
+                // bound is exceeded (its position above still counts).
+                let throttled = hosted.leader_throttled.load(Ordering::Relaxed)
+                    && !image
+                        .partition(&tp.topic, tp.partition)
+                        .is_some_and(|p| p.isr.contains(&replica_id));
+                let now = now_ms();
+                let records = if fetch_offset >= log.log_end_offset()
+                    || (throttled && self.leader_quota.exceeded(now))
+                {
                     Bytes::new()
                 } else {
-                    log.read(fetch_offset, max_bytes, ReadUpperBound::LogEnd, true)?
-                        .records
+                    let records = log
+                        .read(fetch_offset, max_bytes, ReadUpperBound::LogEnd, true)?
+                        .records;
+                    if throttled {
+                        self.leader_quota.record(records.len(), now);
+                    }
+                    records
                 };
                 Ok(FollowerRead {
                     records,

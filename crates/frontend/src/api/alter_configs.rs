@@ -12,9 +12,10 @@
 //! bounds and stored in the metadata, whether the group exists or not, as in Kafka 4.4. Both APIs
 //! serve them (Kafka 4.4's legacy AlterConfigs does too); ALTER_CONFIGS on the group is required.
 //!
-//! Replication throttles (Kafka's `*.replication.throttled.*`) do not exist here: deleting one, at
-//! broker or topic level, is a no-op that succeeds, because `kafka-reassign-partitions --verify`
-//! clears them on every broker and topic once a reassignment completes.
+//! Replication throttles (KIP-73) are real configs: the broker rates are dynamic broker configs,
+//! the replica lists topic configs. Only `replica.alter.log.dirs.io.max.bytes.per.second` does not
+//! exist here: deleting it is a no-op that succeeds, because `kafka-reassign-partitions --verify`
+//! clears it on every broker once a reassignment completes.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -59,14 +60,9 @@ response_fields!(IncrementalAlterConfigsResponse: errors[responses[error_code]],
 
 type Outcome = Result<(), (i16, String)>;
 
-/// Kafka's replication-throttle configs (broker rates, topic replica lists); never set here.
-const THROTTLE_CONFIGS: &[&str] = &[
-    "leader.replication.throttled.rate",
-    "follower.replication.throttled.rate",
-    "replica.alter.log.dirs.io.max.bytes.per.second",
-    "leader.replication.throttled.replicas",
-    "follower.replication.throttled.replicas",
-];
+/// Kafka's throttle of moves between one broker's log dirs; not set here (deleting it, as
+/// `kafka-reassign-partitions --verify` does on every broker, succeeds).
+const THROTTLE_CONFIGS: &[&str] = &["replica.alter.log.dirs.io.max.bytes.per.second"];
 /// IncrementalAlterConfigs' DELETE operation.
 const OP_DELETE: i8 = 1;
 
