@@ -306,7 +306,13 @@ def main(argv: Optional[List[str]] = None) -> int:
         def txn_coordinator_lookup(slot: int) -> tuple:
             return ctp.find_txn_coordinator(cluster.bootstrap, ctp.txn_id(slot))
 
-        nemesis = Nemesis(cluster, history, TOPIC, stop_nemesis, controller_lookup, txn_coordinator_lookup)
+        def throttle_setter(node: int, side: str, rate: Optional[int]) -> Optional[str]:
+            cfg = dict(common, node=node, side=side, rate=rate)
+            out = run_once(work, t0_ns, "throttle", f"throttle-{node}", cfg, 30)
+            return None if out == "ok" else f"throttle {side} on {node}: no ok ({out!r})"
+
+        nemesis = Nemesis(cluster, history, TOPIC, stop_nemesis, controller_lookup, txn_coordinator_lookup,
+                          throttle_setter)
         nemesis.start(schedule)
         t0 = time.monotonic()
         next_report = t0 + 30
@@ -443,6 +449,9 @@ def main(argv: Optional[List[str]] = None) -> int:
             for c in crashes:
                 print(f"  {c}")
         checks.add("cluster recovered within 120 s of the heal", recovered, f"{recovery_s:.1f}s")
+        if "throttle" in lanes:
+            checks.add("every replication throttle lifted by the heal", not nemesis.throttled,
+                       f"left: {sorted(nemesis.throttled)}" if nemesis.throttled else "")
         checks.add("final drain read every partition to its end", bool(drained["complete"]))
         checks.add("replicas byte-identical below the HW", bool(hws) and not compared.problems,
                    f"{len(compared.problems)} problems" if compared.problems else f"{compared.batches} batches")

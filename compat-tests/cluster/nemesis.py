@@ -30,6 +30,11 @@ says whether it caught one), and an object-store lane cuts the brokers' ``s3`` r
 for 5-20 s (``object-store-outage``), then leaves it whole for 8-20 s; the other lanes go on
 meanwhile, so leaders are killed and partitioned during uploads and outages.
 
+With several nodes a throttle lane sets a KIP-73 replication throttle (``throttle-replication``):
+a low leader or follower rate on one broker for every replica of the main topic, for 6-12 s,
+then lifts it (in a one-shot worker process); only out-of-sync replicas are held back, so acks=all
+writes wait on nothing the throttle slows except the catch-up of a replica back from a fault.
+
 The broken configuration has its own lane: isolate the leader of a partition from its
 followers for a moment, kill -9 it while acks=1 writes are still unreplicated, let another
 replica take over, then heal and restart.
@@ -70,6 +75,10 @@ TIERED_PARTITIONS = 3
 FLIP_S = (6.0, 9.0)
 # How long a flip-bytes fault waits for a closed segment to appear in its partition.
 FLIP_WAIT_SEGMENT_S = 30.0
+# A throttle-replication fault: how long the throttle holds, and its bound (bytes/s: far below
+# the workload's replication, so an out-of-sync replica really waits).
+THROTTLE_S = (6.0, 12.0)
+THROTTLE_RATE = (50_000, 300_000)
 # A v2 batch's CRC covers its bytes from the attributes field on (offset 21).
 CRC_COVERED_FROM = 21
 
@@ -134,6 +143,9 @@ def _params(rng: random.Random, kind: str, ids: List[int], partitions: int) -> d
         cut = round(rng.uniform(*OUTAGE_S), 2)
         # The schedule spaces faults by ``duration``: the cut and the quiet time after it.
         return dict(kind=kind, cut=cut, duration=round(cut + rng.uniform(*OUTAGE_QUIET_S), 2))
+    if kind == "throttle-replication":
+        return dict(kind=kind, node=node, side=rng.choice(["leader", "follower"]),
+                    rate=rng.randrange(*THROTTLE_RATE), duration=round(rng.uniform(*THROTTLE_S), 2))
     if kind == "isolate-leader-kill":
         return dict(kind=kind, partition=rng.randrange(partitions), node=node,
                     isolate=round(rng.uniform(1.5, 3.0), 2), duration=round(rng.uniform(12.0, 15.0), 2))
@@ -142,7 +154,7 @@ def _params(rng: random.Random, kind: str, ids: List[int], partitions: int) -> d
 
 class Nemesis:
     def __init__(self, cluster: Cluster, history: History, topic: str, stop: threading.Event,
-                 controller_lookup, txn_coordinator_lookup=None) -> None:
+                 controller_lookup, txn_coordinator_lookup=None, throttle_setter=None) -> None:
         self.cluster = cluster
         self.chaos = cluster.chaos
         self.history = history
@@ -155,6 +167,11 @@ class Nemesis:
         # slot -> (coordinator node id or None, why the lookup failed): FindCoordinator for the
         # transactional id of that worker slot (ctp.find_txn_coordinator).
         self.txn_coordinator_lookup = txn_coordinator_lookup
+        # (node, side, rate or None) -> error text or None: sets or lifts a KIP-73 throttle in a
+        # one-shot worker process (worker.set_throttle).
+        self.throttle_setter = throttle_setter
+        # (node, side) of throttles that may still be set (a lift that failed): lifted at the heal.
+        self.throttled: set = set()
         self.errors: List[str] = []
         self.threads: List[threading.Thread] = []
         # (partition, batch base offset) -> nodes whose copy a flip-bytes fault damaged.
@@ -308,6 +325,19 @@ class Nemesis:
             time.sleep(fault["cut"])
             self.chaos.heal(["s3"])
             h.record("nemesis", "ok", kind)
+        elif kind == "throttle-replication":
+            node, side = fault["node"], fault["side"]
+            h.record("nemesis", "invoke", kind, node=node, side=side, rate=fault["rate"], duration=fault["duration"])
+            self.throttled.add((node, side))
+            error = self.throttle_setter(node, side, fault["rate"])
+            time.sleep(fault["duration"])
+            lifted = self.throttle_setter(node, side, None)
+            if lifted is None:
+                self.throttled.discard((node, side))
+            if error or lifted:
+                h.record("nemesis", "info", kind, node=node, error=(error or lifted)[:300])
+            else:
+                h.record("nemesis", "ok", kind, node=node)
         elif kind == "flip-bytes":
             self._flip_bytes(fault)
         else:
@@ -399,7 +429,14 @@ class Nemesis:
         for i, node in self.cluster.nodes.items():
             if not node.alive():
                 self._restart(i)
-        self.history.record("nemesis", "ok", "heal-all")
+        # A throttle whose lift failed (its node was down) is lifted now, the nodes being up.
+        for node, side in sorted(self.throttled):
+            for _ in range(5):
+                if self.throttle_setter(node, side, None) is None:
+                    self.throttled.discard((node, side))
+                    break
+                time.sleep(2)
+        self.history.record("nemesis", "ok", "heal-all", throttles_left=sorted(self.throttled))
 
 
 def _batch_positions(data: bytes) -> List[tuple]:

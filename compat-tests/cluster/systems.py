@@ -66,6 +66,9 @@ TIERED_RETENTION_CHECK_MS = "2000"
 TIERED_ORPHAN_GRACE_MS = "30000"
 CLIENT_NETWORK_KINDS = ("client-cut-oneway", "client-cut-both")
 PEER_NETWORK_KINDS = ("partition-oneway", "partition-both", "isolate-controller")
+# Replication throttles (KIP-73) on one broker, leader or follower side, for every replica of the
+# main topic, then lifted (several nodes: there is replication to throttle).
+THROTTLE_KINDS = ("throttle-replication",)
 # Storage faults: only Millrace repairs damaged batches (issue 30), and only with replicas.
 STORAGE_KINDS = ("flip-bytes",)
 # Millrace's scrub interval under the harness: two passes fit in one flip-bytes fault.
@@ -197,7 +200,10 @@ class Cluster:
 
     def fault_kinds(self) -> Dict[str, tuple]:
         network = CLIENT_NETWORK_KINDS + (PEER_NETWORK_KINDS if self.multi else ())
-        return {"process": PROCESS_KINDS, "network": network}
+        kinds = {"process": PROCESS_KINDS, "network": network}
+        if self.multi:
+            kinds["throttle"] = THROTTLE_KINDS
+        return kinds
 
     @property
     def bootstrap(self) -> str:

@@ -23,6 +23,9 @@ import logging
 import os
 import sys
 import threading
+from typing import Optional
+
+from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 
 import ctp
 import share
@@ -40,12 +43,34 @@ from workload import (
 )
 
 
+def set_throttle(bootstrap: str, topic: str, node: int, side: str, rate: Optional[int]) -> None:
+    """KIP-73 throttle of ``side`` (leader or follower) on broker ``node`` for every replica of
+    ``topic`` (``*``): SET with a rate, DELETE without (IncrementalAlterConfigs; the broker's
+    resource goes to that broker). Raises on any refusal."""
+    op = AlterConfigOpType.SET if rate is not None else AlterConfigOpType.DELETE
+    admin = admin_client(bootstrap)
+    resources = [
+        ConfigResource(ResourceType.BROKER, str(node), incremental_configs=[
+            ConfigEntry(f"{side}.replication.throttled.rate", str(rate or ""), incremental_operation=op)]),
+        ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[
+            ConfigEntry(f"{side}.replication.throttled.replicas", "*" if rate is not None else "",
+                        incremental_operation=op)]),
+    ]
+    for resource in resources:
+        for f in admin.incremental_alter_configs([resource], request_timeout=8).values():
+            f.result(timeout=10)
+
+
 def main() -> int:
     cfg = json.loads(sys.argv[1])
     role = cfg["role"]
     if role == "controller":
         desc = admin_client(cfg["bootstrap"]).describe_cluster(request_timeout=5).result(8)
         print(desc.controller.id if desc.controller is not None else -1, flush=True)
+        return 0
+    if role == "throttle":
+        set_throttle(cfg["bootstrap"], cfg["topic"], cfg["node"], cfg["side"], cfg.get("rate"))
+        print("ok", flush=True)
         return 0
 
     if cfg.get("client_log"):
