@@ -35,7 +35,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use millrace_cluster::acl::{AclFilter, StandardAcl};
-use millrace_cluster::config::{BrokerConfig, ConfigOp, TopicConfigs};
+use millrace_cluster::config::{BrokerConfig, ConfigChange, ConfigOp, TopicConfigs};
 use millrace_cluster::config_broker::{
     self as config_broker, BrokerConfigError, DynamicBrokerConfigs,
 };
@@ -1099,16 +1099,8 @@ impl Controller {
         changes: &[ConfigChangeSpec],
         validate_only: bool,
     ) -> Decision {
-        let Some(parsed) = changes
-            .iter()
-            .map(ConfigChangeSpec::to_change)
-            .collect::<Option<Vec<_>>>()
-        else {
-            return Decision::answer(ControllerResponse::Configs {
-                result: Err(ControllerError::InvalidRequest(
-                    "unknown config operation".into(),
-                )),
-            });
+        let Some(parsed) = parse_changes(changes) else {
+            return unknown_operation();
         };
         // Kafka's first check: only DELETE goes without a value.
         if let Some(c) = parsed
@@ -1202,16 +1194,8 @@ impl Controller {
         changes: &[ConfigChangeSpec],
         validate_only: bool,
     ) -> Decision {
-        let Some(parsed) = changes
-            .iter()
-            .map(ConfigChangeSpec::to_change)
-            .collect::<Option<Vec<_>>>()
-        else {
-            return Decision::answer(ControllerResponse::Configs {
-                result: Err(ControllerError::InvalidRequest(
-                    "unknown config operation".into(),
-                )),
-            });
+        let Some(parsed) = parse_changes(changes) else {
+            return unknown_operation();
         };
         let current = image.broker_configs.of(broker).cloned().unwrap_or_default();
         // APPEND/SUBTRACT start from the value in force (as this node sees it).
@@ -1935,4 +1919,18 @@ fn allocate_producer_ids(image: &MetadataImage, node_id: i32, broker_epoch: i64)
             count: PRODUCER_ID_BLOCK_SIZE,
         },
     }
+}
+
+/// IncrementalAlterConfigs' changes parsed; `None` when an operation is unknown.
+fn parse_changes(changes: &[ConfigChangeSpec]) -> Option<Vec<ConfigChange>> {
+    changes.iter().map(ConfigChangeSpec::to_change).collect()
+}
+
+/// The answer to an IncrementalAlterConfigs with an unknown operation.
+fn unknown_operation() -> Decision {
+    Decision::answer(ControllerResponse::Configs {
+        result: Err(ControllerError::InvalidRequest(
+            "unknown config operation".into(),
+        )),
+    })
 }
