@@ -1759,6 +1759,27 @@ impl BrokerConfig {
     }
 }
 
+/// A list config's value after an APPEND (items not yet in it, at the end) or a SUBTRACT (every
+/// copy of each item removed) of `change`'s comma-separated items to `current`.
+pub(crate) fn list_with_change(current: &str, change: &ConfigChange) -> String {
+    let mut items: Vec<String> = current
+        .split(',')
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .collect();
+    let given = change.value.as_deref().unwrap_or("");
+    for item in given.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        if change.op == ConfigOp::Append {
+            if !items.iter().any(|i| i == item) {
+                items.push(item.to_string());
+            }
+        } else {
+            items.retain(|i| i != item);
+        }
+    }
+    items.join(",")
+}
+
 /// IncrementalAlterConfigs operation (Kafka codes 0..=3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ConfigOp {
@@ -1853,28 +1874,7 @@ impl TopicConfigs {
                         .cloned()
                         .or_else(|| default(&change.name))
                         .unwrap_or_default();
-                    let mut items: Vec<String> = current
-                        .split(',')
-                        .map(|s| s.trim().to_string())
-                        .filter(|s| !s.is_empty())
-                        .collect();
-                    for item in change
-                        .value
-                        .as_deref()
-                        .unwrap_or("")
-                        .split(',')
-                        .map(str::trim)
-                        .filter(|s| !s.is_empty())
-                    {
-                        if change.op == ConfigOp::Append {
-                            if !items.iter().any(|i| i == item) {
-                                items.push(item.to_string());
-                            }
-                        } else {
-                            items.retain(|i| i != item);
-                        }
-                    }
-                    next.insert(change.name.clone(), items.join(","));
+                    next.insert(change.name.clone(), list_with_change(&current, change));
                 }
             }
         }

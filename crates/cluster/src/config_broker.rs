@@ -25,7 +25,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::config::{
-    broker_def, validate_value, ConfigChange, ConfigOp, ConfigType, TOPIC_CONFIGS,
+    broker_def, list_with_change, validate_value, ConfigChange, ConfigOp, ConfigType, TOPIC_CONFIGS,
 };
 use crate::config_error::{invalid, ConfigError};
 use crate::limits::BROKER_CONFIG_BYTES_MAX;
@@ -212,22 +212,7 @@ pub fn with_changes(
                     .cloned()
                     .or_else(|| effective(&change.name))
                     .unwrap_or_default();
-                let mut items: Vec<String> = start
-                    .split(',')
-                    .map(|s| s.trim().to_string())
-                    .filter(|s| !s.is_empty())
-                    .collect();
-                let given = change.value.as_deref().unwrap_or("");
-                for item in given.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-                    if change.op == ConfigOp::Append {
-                        if !items.iter().any(|i| i == item) {
-                            items.push(item.to_string());
-                        }
-                    } else {
-                        items.retain(|i| i != item);
-                    }
-                }
-                next.insert(change.name.clone(), items.join(","));
+                next.insert(change.name.clone(), list_with_change(&start, change));
             }
         }
     }
