@@ -976,6 +976,32 @@ pub fn parse_cleanup_policy(v: &str) -> Option<CleanupPolicy> {
     Some(policy)
 }
 
+/// The broker keys that fall back through a chain (Kafka's synonyms), beyond the topic
+/// configs' direct broker synonyms.
+const CHAIN_KEYS: &[&str] = &[
+    "log.retention.minutes",
+    "log.retention.hours",
+    "log.roll.hours",
+];
+
+/// The replication throttles (KIP-73), bytes per second, read by the replica manager's quotas.
+const THROTTLE_RATES: &[&str] = &[
+    "leader.replication.throttled.rate",
+    "follower.replication.throttled.rate",
+];
+
+/// Whether `key` may be set as a dynamic broker config, per broker or as the cluster default
+/// (`config_broker`): the broker synonyms of topic configs (Kafka's `DynamicLogConfig`) and the
+/// replication throttles.
+pub fn is_dynamic_broker_key(key: &str) -> bool {
+    CHAIN_KEYS.contains(&key)
+        || THROTTLE_RATES.contains(&key)
+        || TOPIC_CONFIGS
+            .iter()
+            .filter_map(|d| d.broker_synonym())
+            .any(|s| s == key)
+}
+
 pub(crate) fn broker_def(key: &str) -> Option<&'static ConfigDef> {
     BROKER_CONFIGS.iter().find(|d| d.name == key)
 }
@@ -989,7 +1015,7 @@ fn topic_def(key: &str) -> Option<&'static TopicConfigDef> {
 pub struct BrokerConfig {
     set: BTreeMap<String, String>,
     /// This broker's dynamic configs, then the cluster default's, from the metadata image
-    /// (`config_broker`; empty until [`BrokerConfig::with_dynamic`] layers them). They win over
+    /// (`config_broker`; empty until [`BrokerConfig::with_dynamic_layers`] sets them). They win over
     /// `set`, in that order.
     dynamic_broker: BTreeMap<String, String>,
     dynamic_default: BTreeMap<String, String>,
@@ -1114,25 +1140,18 @@ impl BrokerConfig {
         Ok(())
     }
 
-    /// This config with the image's dynamic broker configs layered over it: this broker's own,
-    /// then the cluster default's (Kafka's precedence; `config_broker`).
-    pub fn with_dynamic(&self, dynamic: &crate::config_broker::DynamicBrokerConfigs) -> Self {
-        let own = dynamic
-            .brokers
-            .get(&self.node_id())
-            .cloned()
-            .unwrap_or_default();
-        if own.is_empty()
-            && dynamic.default.is_empty()
-            && self.dynamic_default.is_empty()
-            && self.dynamic_broker.is_empty()
-        {
-            return self.clone();
-        }
+    /// This config with dynamic layers over it: this broker's own dynamic configs, then the
+    /// cluster default's (Kafka's precedence). `config_broker::DynamicBrokerConfigs::layer_over`
+    /// picks them from the image.
+    pub fn with_dynamic_layers(
+        &self,
+        own: &BTreeMap<String, String>,
+        default: &BTreeMap<String, String>,
+    ) -> Self {
         Self {
             set: self.set.clone(),
-            dynamic_broker: own,
-            dynamic_default: dynamic.default.clone(),
+            dynamic_broker: own.clone(),
+            dynamic_default: default.clone(),
         }
     }
 
@@ -1437,7 +1456,7 @@ impl BrokerConfig {
                     name: d.name,
                     value: self.get(d.name).and_then(shown),
                     source: self.source(d.name),
-                    read_only: !crate::config_broker::is_dynamic(d.name),
+                    read_only: !is_dynamic_broker_key(d.name),
                     sensitive,
                     ty: d.ty,
                     synonyms,

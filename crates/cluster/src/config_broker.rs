@@ -4,18 +4,20 @@
 //! which keys may be set that way, and how a set is checked.
 //!
 //! Precedence (Kafka's): a broker's own dynamic value, else the cluster default's, else the
-//! static config file's, else the key's default — [`crate::config::BrokerConfig::with_dynamic`]
+//! static config file's, else the key's default — [`DynamicBrokerConfigs::layer_over`]
 //! layers them, and every reader that takes its config from the image sees a change at the next
 //! committed entry.
 //!
-//! Which keys: the broker synonyms of topic configs (`log.retention.ms`, `message.max.bytes`,
+//! Which keys (the list is `config::is_dynamic_broker_key`, next to the registry it reads):
+//! the broker synonyms of topic configs (`log.retention.ms`, `message.max.bytes`,
 //! `min.insync.replicas`, `log.cleanup.policy`, ...; Kafka's `DynamicLogConfig`), which Kafka
 //! lets both a broker and the cluster default set. Millrace applies them live: they are the
 //! defaults of every topic without its own override, and the replica manager hands each log
 //! its config again whenever the image changes. And the replication throttles
 //! (`leader.replication.throttled.rate`, `follower.replication.throttled.rate`, KIP-73), which the
-//! replica manager's quotas take at each image (`millrace_replication::throttle`). Every other broker key is refused with Kafka's
-//! "Cannot update these configs dynamically" (INVALID_REQUEST), naming it — Kafka also refuses
+//! replica manager's quotas take at each image (`millrace_replication::throttle`). Every other
+//! broker key is refused with Kafka's "Cannot update these configs dynamically" (INVALID_REQUEST),
+//! naming it — Kafka also refuses
 //! its read-only keys so; the keys Kafka reconfigures live and Millrace does not yet (thread
 //! pools, listeners' certificates, quotas' window) are refused the same way. A bad value is
 //! INVALID_REQUEST too, "Invalid value V for configuration K: ...", as Kafka 4.4 answers.
@@ -25,34 +27,13 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::config::{
-    broker_def, list_with_change, validate_value, ConfigChange, ConfigOp, ConfigType, TOPIC_CONFIGS,
+    broker_def, list_with_change, validate_value, BrokerConfig, ConfigChange, ConfigOp, ConfigType,
 };
 use crate::config_error::{invalid, ConfigError};
 use crate::limits::BROKER_CONFIG_BYTES_MAX;
 
-/// The broker keys that fall back through a chain (Kafka's synonyms), beyond the topic
-/// configs' direct broker synonyms.
-const CHAIN_KEYS: &[&str] = &[
-    "log.retention.minutes",
-    "log.retention.hours",
-    "log.roll.hours",
-];
-
-/// The replication throttles (KIP-73), bytes per second, read by the replica manager's quotas.
-const THROTTLE_RATES: &[&str] = &[
-    "leader.replication.throttled.rate",
-    "follower.replication.throttled.rate",
-];
-
-/// Whether `key` may be set as a dynamic broker config (per broker or cluster default).
-pub fn is_dynamic(key: &str) -> bool {
-    CHAIN_KEYS.contains(&key)
-        || THROTTLE_RATES.contains(&key)
-        || TOPIC_CONFIGS
-            .iter()
-            .filter_map(|d| d.broker_synonym())
-            .any(|s| s == key)
-}
+/// Whether `key` may be set as a dynamic broker config (the list lives with the registry).
+pub use crate::config::is_dynamic_broker_key as is_dynamic;
 
 /// The dynamic broker configs in the metadata image.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -65,7 +46,17 @@ pub struct DynamicBrokerConfigs {
     pub brokers: BTreeMap<i32, BTreeMap<String, String>>,
 }
 
+/// No dynamic configs.
+static NONE: BTreeMap<String, String> = BTreeMap::new();
+
 impl DynamicBrokerConfigs {
+    /// `config` with these dynamic configs over it: its broker's own (by `node.id`), then the
+    /// cluster default's.
+    pub fn layer_over(&self, config: &BrokerConfig) -> BrokerConfig {
+        let own = self.brokers.get(&config.node_id()).unwrap_or(&NONE);
+        config.with_dynamic_layers(own, &self.default)
+    }
+
     /// The set of one resource: `None` is the cluster default.
     pub fn of(&self, broker: Option<i32>) -> Option<&BTreeMap<String, String>> {
         match broker {
@@ -295,7 +286,7 @@ mod tests {
 
     #[test]
     fn a_brokers_own_value_beats_the_default_which_beats_the_static_one() {
-        use crate::config::{BrokerConfig, ConfigSource};
+        use crate::config::ConfigSource;
         let static_layer = set(&[("node.id", "1"), ("message.max.bytes", "5000")]);
         let config = BrokerConfig::from_layers([&static_layer]).expect("valid");
         let mut dynamic = DynamicBrokerConfigs::default();
@@ -304,7 +295,7 @@ mod tests {
             set(&[("message.max.bytes", "2000"), ("log.retention.ms", "7")]),
         );
         dynamic.replace(Some(2), set(&[("log.retention.ms", "9")]));
-        let effective = config.with_dynamic(&dynamic);
+        let effective = dynamic.layer_over(&config);
         assert_eq!(effective.get("message.max.bytes"), Some("2000"));
         assert_eq!(
             effective.source("message.max.bytes"),
@@ -313,7 +304,7 @@ mod tests {
         // Broker 2's own value is not this broker's (node 1).
         assert_eq!(effective.get("log.retention.ms"), Some("7"));
         dynamic.replace(Some(1), set(&[("message.max.bytes", "10000")]));
-        let effective = config.with_dynamic(&dynamic);
+        let effective = dynamic.layer_over(&config);
         assert_eq!(effective.get("message.max.bytes"), Some("10000"));
         assert_eq!(
             effective.source("message.max.bytes"),

@@ -197,7 +197,7 @@ impl Cluster {
     /// The broker config in force now: the static one with the image's dynamic broker configs
     /// (this broker's, the cluster default's) over it.
     pub fn effective_config(&self) -> BrokerConfig {
-        self.config.with_dynamic(&self.image().broker_configs)
+        self.image().broker_configs.layer_over(&self.config)
     }
 
     /// The committed metadata as of now.

@@ -257,7 +257,7 @@ impl Controller {
         if !Arc::ptr_eq(&self.effective.0, &image.broker_configs) {
             self.effective = (
                 Arc::clone(&image.broker_configs),
-                self.config.broker.with_dynamic(&image.broker_configs),
+                image.broker_configs.layer_over(&self.config.broker),
             );
         }
     }

@@ -341,7 +341,7 @@ impl ReplicaManager {
                 return Arc::clone(&held.1);
             }
         }
-        let config = Arc::new(self.config.broker.with_dynamic(&image.broker_configs));
+        let config = Arc::new(image.broker_configs.layer_over(&self.config.broker));
         *self.effective.write() = (Arc::clone(&image.broker_configs), Arc::clone(&config));
         config
     }

@@ -212,7 +212,7 @@ pub async fn handle_incremental(
                             let image = ctx.cluster.image();
                             let current =
                                 image.broker_configs.of(broker).cloned().unwrap_or_default();
-                            let effective = ctx.cluster.config.with_dynamic(&image.broker_configs);
+                            let effective = image.broker_configs.layer_over(&ctx.cluster.config);
                             config_broker::with_changes(&current, &parsed, |key| {
                                 effective.get(key).map(str::to_string)
                             })
