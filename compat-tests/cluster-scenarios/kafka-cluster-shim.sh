@@ -9,6 +9,9 @@
 #
 # Usage: kafka-cluster-shim.sh --node-id I --data-dir D --listen H:K --controller-listen H:C
 #            --controller-voters 1@H:C1,... [--set name=value ...]
+# Instead of --listen, `--set listeners=NAME://H:K` makes NAME (e.g. SASL_SSL) the node's one Kafka
+# listener and the inter-broker one (the settings then carry its TLS and SASL keys, as for
+# millrace); the controller listener stays PLAINTEXT.
 # Like millrace it prints "millrace ready (listening on H:K)" on stdout once Kafka serves, and on
 # stderr "this node is the active controller term=T" when Kafka's QuorumController becomes active
 # (epoch T). The process is Kafka's JVM itself (exec), so kill -9 / SIGTERM of the pid hit Kafka;
@@ -20,7 +23,7 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REF_VERSION="$(sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' "$HERE/../reference/pom.xml")"
 CPFILE="$HERE/../.work/kafka-cluster-shim-$REF_VERSION.classpath"
 
-node_id="" data_dir="" listen="" clisten="" voters="" sets=()
+node_id="" data_dir="" listen="" clisten="" voters="" sets=() kafka_listener=""
 while (($#)); do
   case "$1" in
     --node-id) node_id="$2"; shift 2 ;;
@@ -28,11 +31,24 @@ while (($#)); do
     --listen) listen="$2"; shift 2 ;;
     --controller-listen) clisten="$2"; shift 2 ;;
     --controller-voters) voters="$2"; shift 2 ;;
-    --set) sets+=("$2"); shift 2 ;;
+    --set)
+      case "$2" in
+        listeners=*) kafka_listener="${2#listeners=}" ;;
+        *) sets+=("$2") ;;
+      esac
+      shift 2
+      ;;
     --help) sed -n '2,16p' "$0"; echo "--controller-voters"; exit 0 ;;
     *) echo "kafka-cluster-shim: unknown argument $1" >&2; exit 2 ;;
   esac
 done
+# NAME://H:K given as `listeners`: H:K is what --listen would be.
+if [[ -n "$kafka_listener" ]]; then
+  listen="${kafka_listener#*://}"
+else
+  kafka_listener="PLAINTEXT://$listen"
+fi
+listener_name="${kafka_listener%%://*}"
 [[ -n "$node_id" && -n "$data_dir" && -n "$listen" && -n "$clisten" && -n "$voters" ]] || {
   echo "usage: $0 --node-id I --data-dir D --listen H:K --controller-listen H:C --controller-voters V [--set k=v]..." >&2
   exit 2
@@ -55,10 +71,10 @@ process.roles=broker,controller
 node.id=$node_id
 controller.quorum.voters=$voters
 controller.listener.names=CONTROLLER
-listeners=PLAINTEXT://$listen,CONTROLLER://$clisten
-advertised.listeners=PLAINTEXT://$listen
-inter.broker.listener.name=PLAINTEXT
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+listeners=$kafka_listener,CONTROLLER://$clisten
+advertised.listeners=$kafka_listener
+inter.broker.listener.name=$listener_name
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL,CONTROLLER:PLAINTEXT
 log.dirs=$data_dir/logs
 PROPS
 for kv in "${sets[@]+"${sets[@]}"}"; do echo "$kv" >>"$props"; done

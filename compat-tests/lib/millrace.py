@@ -347,9 +347,13 @@ class ClusterNode:
 
     def command(self) -> List[str]:
         c = self.cluster
+        # The Kafka listener: PLAINTEXT (--listen), or the cluster's one listener of another name.
+        listener = (["--listen", self.bootstrap] if c.listener is None
+                    else ["--set", f"listeners={c.listener}://{self.bootstrap}",
+                          "--set", f"inter.broker.listener.name={c.listener}"])
         args = [
             str(c.binary), "--node-id", str(self.id), "--data-dir", str(self.data_dir),
-            "--listen", self.bootstrap, "--controller-listen", f"127.0.0.1:{self.controller_port}",
+            *listener, "--controller-listen", f"127.0.0.1:{self.controller_port}",
             "--controller-voters", c.voters,
         ]
         if self.http_port is not None:
@@ -476,7 +480,9 @@ class Cluster:
     """N ``millrace`` processes on loopback forming one cluster (a controller quorum of N voters).
 
     ``Cluster(3, {"min.insync.replicas": "2"}).start()`` (``http=True``: each node also serves
-    ``--http-listen`` on ``node.http_port``); ``cluster.nodes[i]`` (1-based ids) can
+    ``--http-listen`` on ``node.http_port``; ``listener="SASL_SSL"``: each node's only Kafka
+    listener is the one of that name, at ``node.bootstrap``, instead of PLAINTEXT — the settings
+    then name its protocol's TLS and SASL keys); ``cluster.nodes[i]`` (1-based ids) can
     be killed, stopped, paused and restarted; ``cluster.close()`` stops every node (SIGTERM, then
     SIGKILL) and removes the work dir unless MILLRACE_KEEP_WORK is set or ``keep=True``.
     """
@@ -489,10 +495,12 @@ class Cluster:
         start_timeout: Optional[float] = None,
         work_dir: Optional[Path] = None,
         http: bool = False,
+        listener: Optional[str] = None,
     ) -> None:
         if nodes < 1:
             raise ValueError("a cluster has at least one node")
         self.settings = dict(settings or {})
+        self.listener = listener
         self.binary = Path(binary) if binary else cluster_binary()
         # A cluster is ready once its quorum has elected a controller and every broker registered:
         # allow longer than a single broker's start.

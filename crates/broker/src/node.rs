@@ -158,6 +158,7 @@ pub async fn start(
             node_id,
             broker: config.clone(),
             peer_addresses: settings.peer_addresses.clone(),
+            inter_broker: settings.inter_broker.clone(),
         },
         Arc::clone(store),
         Arc::clone(&image),

@@ -40,6 +40,8 @@ use clap::Parser;
 use millrace_cluster::config::{validate_value, ConfigType};
 use millrace_cluster::listeners::{with_plaintext_listener, SecurityProtocol};
 use millrace_cluster::{BrokerConfig, ConfigError};
+use millrace_frontend::inter_broker::InterBrokerError;
+use millrace_replication::client_security::InterBrokerSecurity;
 
 /// Default Kafka listener.
 #[cfg(test)]
@@ -150,6 +152,8 @@ pub struct Settings {
     pub listeners: Vec<ListenerSettings>,
     /// The name of the listener brokers reach each other on (and the one the ready line names).
     pub inter_broker_listener: String,
+    /// How this broker connects to the others' inter-broker listener (its TLS and SASL).
+    pub inter_broker: InterBrokerSecurity,
     /// `None` = a single-node cluster (a quorum of one, no controller listener).
     pub quorum: Option<QuorumSettings>,
     /// Test only: inter-broker addresses replacing the registered ones.
@@ -163,6 +167,8 @@ pub struct Settings {
 pub enum SettingsError {
     #[error(transparent)]
     Config(#[from] ConfigError),
+    #[error("the inter-broker listener: {0}")]
+    InterBroker(#[from] InterBrokerError),
     #[error("invalid value '{value}' for {what}: {reason}")]
     Invalid {
         what: String,
@@ -388,6 +394,7 @@ impl Settings {
             });
         }
         let inter_broker_listener = config.inter_broker_listener()?.address.name;
+        let inter_broker = millrace_frontend::inter_broker::security(&config)?;
         let quorum = quorum_settings(&config)?;
         let http_listen = match config.explicit("millrace.http.listen") {
             Some(text) => Some(bind_address("millrace.http.listen", text)?),
@@ -403,6 +410,7 @@ impl Settings {
             extra_log_dirs,
             listeners,
             inter_broker_listener,
+            inter_broker,
             quorum,
             peer_addresses,
             http_listen,

@@ -28,6 +28,7 @@ use millrace_frontend::error_codes::{
 };
 use millrace_groups::{GroupCoordinator, OFFSETS_TOPIC};
 use millrace_replication::client::BrokerConnection;
+use millrace_replication::client_security::InterBrokerSecurity;
 use millrace_replication::{AckError, AckWait, PartitionError, ReplicaError, ReplicaManager};
 use millrace_store::records::{encode_records, BatchFields, Record};
 use millrace_store::{AppendError, Marker, TopicPartition};
@@ -56,6 +57,7 @@ const MARKER_REQUEST_SLACK: Duration = Duration::from_secs(5);
 /// WriteTxnMarkers requests to the leaders of partitions on other brokers.
 struct MarkerChannel {
     client_id: String,
+    security: InterBrokerSecurity,
     timeout: Duration,
     idle: Mutex<HashMap<i32, Vec<BrokerConnection>>>,
 }
@@ -75,7 +77,7 @@ impl MarkerChannel {
             .and_then(|mut idle| idle.get_mut(&node).and_then(Vec::pop));
         let mut conn = match kept {
             Some(c) if c.addr() == addr => c,
-            _ => BrokerConnection::connect(addr, &self.client_id, self.timeout)
+            _ => BrokerConnection::connect(addr, &self.client_id, self.timeout, &self.security)
                 .await
                 .map_err(|e| TxnIoError::Other(e.to_string()))?,
         };
@@ -130,6 +132,7 @@ impl ReplicatedTxnIo {
     ) -> Self {
         let markers = Arc::new(MarkerChannel {
             client_id: format!("broker-{}-txn-markers", replicas.node_id()),
+            security: replicas.config().inter_broker.clone(),
             timeout: commit_timeout.max(MARKER_COMMIT_TIMEOUT) + MARKER_REQUEST_SLACK,
             idle: Mutex::new(HashMap::new()),
         });

@@ -1625,8 +1625,8 @@ impl BrokerConfig {
 /// - `advertised.listeners` names a subset of the listeners; a listener it leaves out advertises
 ///   its own address.
 /// - The inter-broker listener is `inter.broker.listener.name`, else the listener named after
-///   `security.inter.broker.protocol` (PLAINTEXT). Brokers replicate over PLAINTEXT only for now,
-///   so a cluster (`controller.quorum.voters` set) refuses any other inter-broker protocol.
+///   `security.inter.broker.protocol` (PLAINTEXT). Brokers connect to it with its protocol's TLS
+///   and SASL settings (`millrace_frontend::inter_broker`).
 /// - Per-listener settings: `listener.name.<name>.<key>` (the name in lower case) overrides `<key>`
 ///   for that listener only ([`BrokerConfig::listener_get`]).
 impl BrokerConfig {
@@ -1748,18 +1748,6 @@ impl BrokerConfig {
                     "must name a listener in 'listeners' (the brokers' own listener)",
                 )
             })?;
-        if self.explicit("controller.quorum.voters").is_some()
-            && listener.protocol != SecurityProtocol::Plaintext
-        {
-            return Err(invalid(
-                key,
-                &name,
-                format!(
-                    "the inter-broker listener is {}; brokers replicate over PLAINTEXT only for now",
-                    listener.protocol.name()
-                ),
-            ));
-        }
         Ok(listener)
     }
 
@@ -2360,14 +2348,6 @@ mod tests {
                 "inter.broker.listener.name",
             ),
             (
-                vec![
-                    ("listeners", "PLAINTEXT://h:1,SSL://h:2"),
-                    ("inter.broker.listener.name", "SSL"),
-                    ("controller.quorum.voters", "1@h:3"),
-                ],
-                "inter.broker.listener.name",
-            ),
-            (
                 vec![("listener.security.protocol.map", "PLAINTEXT:TLS")],
                 "listener.security.protocol.map",
             ),
@@ -2375,10 +2355,16 @@ mod tests {
             let err = config(&pairs).expect_err(&format!("{pairs:?}")).to_string();
             assert!(err.contains(&format!("'{key}'")), "{pairs:?}: {err}");
         }
-        // A single-node broker may use its TLS listener as the "inter-broker" one.
+        // A TLS listener may be the inter-broker one, on a single node and in a cluster.
         config(&[
             ("listeners", "SSL://h:1"),
             ("inter.broker.listener.name", "SSL"),
+        ])
+        .unwrap();
+        config(&[
+            ("listeners", "PLAINTEXT://h:1,SSL://h:2"),
+            ("inter.broker.listener.name", "SSL"),
+            ("controller.quorum.voters", "1@h:3"),
         ])
         .unwrap();
     }

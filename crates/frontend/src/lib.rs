@@ -28,6 +28,7 @@ pub mod fetch_session;
 pub mod group_settings;
 pub mod handler;
 pub mod inproc;
+pub mod inter_broker;
 pub mod internal_topics;
 pub mod limits;
 pub mod principal;

@@ -64,7 +64,7 @@ impl Mechanism {
         }
     }
 
-    fn parse(name: &str) -> Option<Self> {
+    pub(crate) fn parse(name: &str) -> Option<Self> {
         match name {
             "PLAIN" => Some(Mechanism::Plain),
             other => ScramMechanism::from_name(other).map(Mechanism::Scram),

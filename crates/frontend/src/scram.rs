@@ -346,6 +346,134 @@ pub fn finish(pending: &ScramPending, message: &[u8]) -> Result<(String, Vec<u8>
     ))
 }
 
+/// `saslname` of RFC 5802 from a user name: `,` is `=2C`, `=` is `=3D`.
+fn encode_saslname(name: &str) -> String {
+    name.replace('=', "=3D").replace(',', "=2C")
+}
+
+/// Where a client-side exchange stands.
+enum ClientStep {
+    Start,
+    SentFirst {
+        client_first_bare: String,
+        nonce: String,
+    },
+    SentFinal {
+        server_signature: Vec<u8>,
+    },
+    Done,
+}
+
+/// The client side of one SCRAM exchange: this broker authenticating to another broker's
+/// listener with its own user and password (`sasl.mechanism.inter.broker.protocol`). The
+/// server's iteration count must lie within Kafka's bounds, its nonce must extend the client's,
+/// and its final signature must prove it knows the credential.
+pub struct ScramClientExchange {
+    mechanism: ScramMechanism,
+    user: String,
+    password: String,
+    step: ClientStep,
+}
+
+impl ScramClientExchange {
+    pub fn new(mechanism: ScramMechanism, user: &str, password: &str) -> Self {
+        Self {
+            mechanism,
+            user: user.to_string(),
+            password: password.to_string(),
+            step: ClientStep::Start,
+        }
+    }
+
+    /// The next message, given the server's last one (`None` at the start); `Ok(None)` once the
+    /// server has proved itself.
+    pub fn respond(&mut self, challenge: Option<&[u8]>) -> Result<Option<Vec<u8>>, String> {
+        let m = self.mechanism;
+        match (
+            std::mem::replace(&mut self.step, ClientStep::Done),
+            challenge,
+        ) {
+            (ClientStep::Start, None) => {
+                let nonce = random_nonce()?;
+                let client_first_bare = format!("n={},r={nonce}", encode_saslname(&self.user));
+                let message = format!("n,,{client_first_bare}").into_bytes();
+                self.step = ClientStep::SentFirst {
+                    client_first_bare,
+                    nonce,
+                };
+                Ok(Some(message))
+            }
+            (
+                ClientStep::SentFirst {
+                    client_first_bare,
+                    nonce,
+                },
+                Some(server_first),
+            ) => {
+                let server_first = std::str::from_utf8(server_first)
+                    .map_err(|_| "server-first message is not UTF-8".to_string())?;
+                let mut combined = None;
+                let mut salt = None;
+                let mut iterations = None;
+                for attribute in server_first.split(',') {
+                    match attribute.split_once('=') {
+                        Some(("r", v)) => combined = Some(v),
+                        Some(("s", v)) => salt = BASE64.decode(v).ok(),
+                        Some(("i", v)) => iterations = v.parse::<i32>().ok(),
+                        Some(("e", v)) => return Err(format!("server error: {v}")),
+                        _ => {}
+                    }
+                }
+                let (Some(combined), Some(salt), Some(iterations)) = (combined, salt, iterations)
+                else {
+                    return Err(format!("bad server-first message {server_first:?}"));
+                };
+                if !combined.starts_with(&nonce) || combined.len() == nonce.len() {
+                    return Err("the server's nonce does not extend the client's".to_string());
+                }
+                let rounds = NonZeroU32::new(u32::try_from(iterations).unwrap_or(0))
+                    .filter(|_| (SCRAM_ITERATIONS_MIN..=SCRAM_ITERATIONS_MAX).contains(&iterations))
+                    .ok_or_else(|| format!("{iterations} iterations is outside Kafka's bounds"))?;
+                let salted = salted_password(m, &self.password, &salt, rounds);
+                let client_key = mac(m, &salted, b"Client Key");
+                let without_proof = format!("c={},r={combined}", BASE64.encode("n,,"));
+                let auth_message = format!("{client_first_bare},{server_first},{without_proof}");
+                let client_signature = mac(m, &hash(m, &client_key), auth_message.as_bytes());
+                let proof: Vec<u8> = client_key
+                    .iter()
+                    .zip(&client_signature)
+                    .map(|(k, s)| k ^ s)
+                    .collect();
+                let server_key = mac(m, &salted, b"Server Key");
+                self.step = ClientStep::SentFinal {
+                    server_signature: mac(m, &server_key, auth_message.as_bytes()),
+                };
+                Ok(Some(
+                    format!("{without_proof},p={}", BASE64.encode(proof)).into_bytes(),
+                ))
+            }
+            (ClientStep::SentFinal { server_signature }, Some(server_final)) => {
+                let text = std::str::from_utf8(server_final)
+                    .map_err(|_| "server-final message is not UTF-8".to_string())?;
+                if let Some(error) = text.strip_prefix("e=") {
+                    return Err(format!("server error: {error}"));
+                }
+                let signature = text
+                    .strip_prefix("v=")
+                    .and_then(|v| BASE64.decode(v).ok())
+                    .ok_or_else(|| format!("bad server-final message {text:?}"))?;
+                if !constant_time_eq(&signature, &server_signature) {
+                    return Err("the server's signature is wrong: it does not hold the \
+                                credential"
+                        .to_string());
+                }
+                Ok(None)
+            }
+            _ => Err("SCRAM exchange out of order".to_string()),
+        }
+    }
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
@@ -378,7 +506,8 @@ pub(crate) mod tests {
         }
     }
 
-    /// Runs a client through the exchange; the server's answers or its error.
+    /// Runs this module's client through an exchange with its server; the server's error, or the
+    /// client's when the server fails to prove itself.
     fn exchange(
         m: ScramMechanism,
         user: &str,
@@ -387,42 +516,50 @@ pub(crate) mod tests {
     ) -> Result<(), String> {
         let lookup =
             |u: &str, mech: ScramMechanism| (u == "alice" && mech == m).then(|| known.clone());
-        let client_first_bare = format!("n={},r=clientnonce", user.replace('=', "=3D"));
-        let (server_first, pending) =
-            first(m, format!("n,,{client_first_bare}").as_bytes(), &lookup)?;
-        let server_first = String::from_utf8(server_first).expect("utf-8");
-        let mut fields = server_first.split(',');
-        let nonce = fields.next().and_then(|f| f.strip_prefix("r=")).expect("r");
-        assert!(nonce.starts_with("clientnonce") && nonce.len() > "clientnonce".len());
-        let salt = BASE64
-            .decode(fields.next().and_then(|f| f.strip_prefix("s=")).expect("s"))
-            .expect("salt");
-        let iterations: u32 = fields
-            .next()
-            .and_then(|f| f.strip_prefix("i="))
-            .expect("i")
-            .parse()
-            .expect("iterations");
-        let salted = salted(m, password, &salt, iterations);
-        let without_proof = format!("c=biws,r={nonce}");
-        let auth_message = format!("{client_first_bare},{server_first},{without_proof}");
-        let client_key = mac(m, &salted, b"Client Key");
-        let signature = mac(m, &hash(m, &client_key), auth_message.as_bytes());
-        let proof: Vec<u8> = client_key
-            .iter()
-            .zip(&signature)
-            .map(|(a, b)| a ^ b)
-            .collect();
-        let final_message = format!("{without_proof},p={}", BASE64.encode(proof));
-        let (who, server_final) = finish(&pending, final_message.as_bytes())?;
+        let mut client = ScramClientExchange::new(m, user, password);
+        let client_first = client.respond(None)?.expect("client-first");
+        let (server_first, pending) = first(m, &client_first, &lookup)?;
+        let client_final = client.respond(Some(&server_first))?.expect("client-final");
+        let (who, server_final) = finish(&pending, &client_final)?;
         assert_eq!(who, user);
-        let expected = mac(m, &mac(m, &salted, b"Server Key"), auth_message.as_bytes());
         assert_eq!(
-            server_final,
-            format!("v={}", BASE64.encode(expected)).into_bytes(),
+            client.respond(Some(&server_final))?,
+            None,
             "the server proves it knows the key"
         );
         Ok(())
+    }
+
+    #[test]
+    fn the_client_refuses_a_server_that_does_not_know_the_credential() {
+        let m = ScramMechanism::Sha256;
+        let mut client = ScramClientExchange::new(m, "broker", "secret");
+        let client_first =
+            String::from_utf8(client.respond(None).expect("first").expect("some")).expect("utf-8");
+        let nonce = client_first.rsplit_once("r=").expect("nonce").1;
+        let server_first = format!("r={nonce}server,s={},i=4096", BASE64.encode(b"salt"));
+        client
+            .respond(Some(server_first.as_bytes()))
+            .expect("final")
+            .expect("some");
+        let forged = format!("v={}", BASE64.encode([0u8; 32]));
+        let e = client.respond(Some(forged.as_bytes())).expect_err("forged");
+        assert!(e.contains("signature"), "{e}");
+        // A nonce that does not extend the client's, and too few iterations, are refused too.
+        let mut client = ScramClientExchange::new(m, "broker", "secret");
+        client.respond(None).expect("first");
+        let e = client
+            .respond(Some(b"r=other,s=c2FsdA==,i=4096"))
+            .expect_err("nonce");
+        assert!(e.contains("nonce"), "{e}");
+        let mut client = ScramClientExchange::new(m, "broker", "secret");
+        let first =
+            String::from_utf8(client.respond(None).expect("first").expect("some")).expect("utf-8");
+        let nonce = first.rsplit_once("r=").expect("nonce").1;
+        let e = client
+            .respond(Some(format!("r={nonce}x,s=c2FsdA==,i=1").as_bytes()))
+            .expect_err("iterations");
+        assert!(e.contains("iterations"), "{e}");
     }
 
     #[test]

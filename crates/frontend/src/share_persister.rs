@@ -465,7 +465,9 @@ impl Persister {
         let kept = self.idle.lock().get_mut(&node).and_then(Vec::pop);
         let mut conn = match kept {
             Some(c) if c.addr() == addr => c,
-            _ => BrokerConnection::connect(addr, &self.client_id, RPC_TIMEOUT)
+            _ => self
+                .replicas
+                .connect_to(addr, &self.client_id, RPC_TIMEOUT)
                 .await
                 .map_err(|e| failed(e.to_string()))?,
         };

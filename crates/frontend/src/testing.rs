@@ -121,6 +121,7 @@ pub fn single_node_context(
             node_id: NODE_ID,
             broker: config.clone(),
             peer_addresses: BTreeMap::new(),
+            inter_broker: Default::default(),
         },
         store.clone(),
         image.clone(),

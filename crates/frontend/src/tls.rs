@@ -28,10 +28,16 @@ use std::time::{Duration, SystemTime};
 use millrace_cluster::listeners::{SecurityProtocol, LISTENER_PREFIX};
 use millrace_cluster::BrokerConfig;
 use parking_lot::RwLock;
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::client::WebPkiServerVerifier;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::pki_types::{ServerName, UnixTime};
 use rustls::server::WebPkiClientVerifier;
-use rustls::{RootCertStore, ServerConfig, SupportedProtocolVersion};
+use rustls::{
+    CertificateError, ClientConfig, DigitallySignedStruct, RootCertStore, ServerConfig,
+    SignatureScheme, SupportedProtocolVersion,
+};
 use tokio_rustls::TlsAcceptor;
 use tracing::{info, warn};
 
@@ -262,6 +268,16 @@ impl TlsSettings {
         self.client_auth
     }
 
+    /// The listener's name.
+    pub fn listener(&self) -> &str {
+        &self.listener
+    }
+
+    /// What the files behind the configuration look like now (compared to tell a change).
+    pub(crate) fn stamps(&self) -> FileStamps {
+        self.files().iter().map(|f| stamp(f)).collect()
+    }
+
     /// The files the configuration is built from, for change detection.
     fn files(&self) -> Vec<&Path> {
         let mut files: Vec<&Path> = Vec::new();
@@ -301,8 +317,10 @@ impl TlsSettings {
         }
     }
 
-    /// Reads the PEM material and builds the rustls configuration.
-    pub fn build(&self) -> Result<ServerConfig, TlsError> {
+    /// The certificate chain and its private key, read from the keystore.
+    fn certified_key(
+        &self,
+    ) -> Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>), TlsError> {
         let chain_pem = self.read(&self.chain)?;
         let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&chain_pem)
             .collect::<Result<_, _>>()
@@ -323,24 +341,35 @@ impl TlsSettings {
         }
         let key = PrivateKeyDer::from_pem_slice(&key_pem)
             .map_err(|e| self.wrong(&self.key, format!("no usable private key: {e}")))?;
+        Ok((chain, key))
+    }
+
+    /// The CA certificates of the truststore.
+    fn roots(&self, trust: &PemSource) -> Result<RootCertStore, TlsError> {
+        let pem = self.read(trust)?;
+        let mut roots = RootCertStore::empty();
+        for cert in CertificateDer::pem_slice_iter(&pem) {
+            let cert = cert.map_err(|e| self.wrong(trust, format!("bad PEM certificate: {e}")))?;
+            roots
+                .add(cert)
+                .map_err(|e| self.rustls("a truststore certificate", e))?;
+        }
+        if roots.is_empty() {
+            return Err(self.wrong(trust, "no CA certificate in it"));
+        }
+        Ok(roots)
+    }
+
+    /// Reads the PEM material and builds the rustls configuration.
+    pub fn build(&self) -> Result<ServerConfig, TlsError> {
+        let (chain, key) = self.certified_key()?;
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let builder = ServerConfig::builder_with_provider(provider.clone())
             .with_protocol_versions(&self.protocols)
             .map_err(|e| self.rustls("protocol versions", e))?;
         let builder = match (&self.trust, self.client_auth) {
             (Some(trust), auth) if auth != ClientAuth::None => {
-                let pem = self.read(trust)?;
-                let mut roots = RootCertStore::empty();
-                for cert in CertificateDer::pem_slice_iter(&pem) {
-                    let cert =
-                        cert.map_err(|e| self.wrong(trust, format!("bad PEM certificate: {e}")))?;
-                    roots
-                        .add(cert)
-                        .map_err(|e| self.rustls("a truststore certificate", e))?;
-                }
-                if roots.is_empty() {
-                    return Err(self.wrong(trust, "no CA certificate in it"));
-                }
+                let roots = self.roots(trust)?;
                 let verifier =
                     WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider);
                 let verifier = if auth == ClientAuth::Requested {
@@ -364,6 +393,44 @@ impl TlsSettings {
         Ok(config)
     }
 
+    /// The client side of the same settings, for this broker's connections to the others' listener
+    /// of this name: their certificates are checked against the truststore (required here, as
+    /// there is no system store to fall back on) and, with `verify_hostname`
+    /// (`ssl.endpoint.identification.algorithm=https`, Kafka's default), against the address
+    /// dialled; the keystore's certificate is offered to a server that asks for one.
+    pub fn build_client(&self, verify_hostname: bool) -> Result<ClientConfig, TlsError> {
+        let trust = self.trust.as_ref().ok_or_else(|| TlsError::Config {
+            listener: self.listener.clone(),
+            key: "ssl.truststore.location".to_string(),
+            reason: "this is the inter-broker listener: checking the other brokers' \
+                     certificates needs ssl.truststore.location or ssl.truststore.certificates"
+                .to_string(),
+        })?;
+        let roots = Arc::new(self.roots(trust)?);
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let verifier = WebPkiServerVerifier::builder_with_provider(roots, provider.clone())
+            .build()
+            .map_err(|e| TlsError::Config {
+                listener: self.listener.clone(),
+                key: "ssl.truststore.location".to_string(),
+                reason: e.to_string(),
+            })?;
+        let builder = ClientConfig::builder_with_provider(provider)
+            .with_protocol_versions(&self.protocols)
+            .map_err(|e| self.rustls("protocol versions", e))?;
+        let builder = if verify_hostname {
+            builder.with_webpki_verifier(verifier)
+        } else {
+            builder
+                .dangerous()
+                .with_custom_certificate_verifier(Arc::new(AnyNameVerifier(verifier)))
+        };
+        let (chain, key) = self.certified_key()?;
+        builder
+            .with_client_auth_cert(chain, key)
+            .map_err(|e| self.rustls("the certificate and key", e))
+    }
+
     fn rustls(&self, what: &str, source: rustls::Error) -> TlsError {
         TlsError::Rustls {
             listener: self.listener.clone(),
@@ -373,17 +440,69 @@ impl TlsSettings {
     }
 }
 
+/// A server certificate verifier that checks the chain against the truststore but not the name
+/// (`ssl.endpoint.identification.algorithm` empty, as Kafka allows): the web PKI verifier checks
+/// the name last, so its name errors are the only ones forgiven.
+#[derive(Debug)]
+struct AnyNameVerifier(Arc<WebPkiServerVerifier>);
+
+impl ServerCertVerifier for AnyNameVerifier {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &ServerName<'_>,
+        ocsp_response: &[u8],
+        now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        match self
+            .0
+            .verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now)
+        {
+            Err(rustls::Error::InvalidCertificate(
+                CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
+            )) => Ok(ServerCertVerified::assertion()),
+            other => other,
+        }
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.0.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.0.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.0.supported_verify_schemes()
+    }
+}
+
 fn contains(haystack: &[u8], needle: &[u8]) -> bool {
     haystack.windows(needle.len()).any(|w| w == needle)
 }
 
 /// What a file looked like when the configuration was built.
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct FileStamp {
+pub(crate) struct FileStamp {
     len: u64,
     modified: Option<SystemTime>,
     inode: u64,
 }
+
+/// One stamp per file of a configuration, `None` for a file that cannot be looked at.
+pub(crate) type FileStamps = Vec<Option<FileStamp>>;
 
 fn stamp(path: &Path) -> Option<FileStamp> {
     use std::os::unix::fs::MetadataExt;
@@ -398,13 +517,13 @@ fn stamp(path: &Path) -> Option<FileStamp> {
 /// A TLS listener's current configuration, swapped when its files change.
 pub struct TlsListener {
     settings: TlsSettings,
-    current: RwLock<(TlsAcceptor, Vec<Option<FileStamp>>)>,
+    current: RwLock<(TlsAcceptor, FileStamps)>,
 }
 
 impl TlsListener {
     /// Builds the configuration once; an error stops the broker at start-up.
     pub fn new(settings: TlsSettings) -> Result<Arc<Self>, TlsError> {
-        let stamps = settings.files().iter().map(|f| stamp(f)).collect();
+        let stamps = settings.stamps();
         let config = settings.build()?;
         Ok(Arc::new(Self {
             settings,
@@ -425,8 +544,7 @@ impl TlsListener {
     /// Rebuilds the configuration if a file changed since it was built. `true` when it was
     /// replaced; a failed rebuild keeps the current one (and is retried at the next check).
     pub fn reload_if_changed(&self) -> bool {
-        let stamps: Vec<Option<FileStamp>> =
-            self.settings.files().iter().map(|f| stamp(f)).collect();
+        let stamps = self.settings.stamps();
         if stamps == self.current.read().1 {
             return false;
         }

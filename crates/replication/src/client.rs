@@ -1,18 +1,35 @@
-//! A minimal Kafka client connection between brokers: one TCP connection to another broker's
-//! Kafka listener, one request at a time, Kafka's framing and headers, bounded frames. The
-//! follower's fetcher uses it for replica Fetch (the only client request format this crate knows).
+//! A minimal Kafka client connection between brokers: one connection to another broker's
+//! inter-broker listener, one request at a time, Kafka's framing and headers, bounded frames. The
+//! follower's fetcher, repair, transaction markers, the share-state persister and the HTTP
+//! gateway's forwarding use it.
+//!
+//! The connection speaks the listener's security protocol ([`InterBrokerSecurity`]): TLS first
+//! where it asks for it, then SaslHandshake (v1) and SaslAuthenticate (v2) rounds with the
+//! broker's own credentials. A session with a lifetime (KIP-368) authenticates again on the same
+//! connection before it ends.
 //!
 //! Bad or oversized answers end the connection with an error; the caller reconnects.
 
 use std::time::Duration;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
-use kafka_protocol::messages::{ApiKey, RequestHeader, ResponseHeader};
+use kafka_protocol::messages::{
+    ApiKey, RequestHeader, ResponseHeader, SaslAuthenticateRequest, SaslAuthenticateResponse,
+    SaslHandshakeRequest, SaslHandshakeResponse,
+};
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use rustls::pki_types::ServerName;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
+use tokio::time::Instant;
 
-use crate::limits::INTER_BROKER_RESPONSE_BYTES_MAX;
+use crate::client_security::InterBrokerSecurity;
+use crate::limits::{INTER_BROKER_RESPONSE_BYTES_MAX, SASL_REAUTH_AT_PER_MILLE, SASL_ROUNDS_MAX};
+
+/// SaslHandshake's version: 1, whose tokens travel in SaslAuthenticate requests.
+const SASL_HANDSHAKE_VERSION: i16 = 1;
+/// SaslAuthenticate's version: 2 (flexible, with the session lifetime of KIP-368).
+const SASL_AUTHENTICATE_VERSION: i16 = 2;
 
 /// Why a request to another broker failed.
 #[derive(Debug, thiserror::Error)]
@@ -31,47 +48,170 @@ pub enum ClientError {
     Timeout { addr: String, ms: u128 },
     #[error("bad answer from {addr}: {reason}")]
     Protocol { addr: String, reason: String },
+    #[error("TLS with {addr}: {reason}")]
+    Tls { addr: String, reason: String },
+    #[error("SASL authentication with {addr} failed: {reason}")]
+    Authentication { addr: String, reason: String },
 }
+
+/// A connection's byte stream: TCP, or TLS over it.
+trait PeerStream: AsyncRead + AsyncWrite + Send + Unpin {}
+impl<T: AsyncRead + AsyncWrite + Send + Unpin> PeerStream for T {}
 
 /// One connection to another broker.
 pub struct BrokerConnection {
     addr: String,
-    stream: TcpStream,
+    stream: Box<dyn PeerStream>,
     client_id: String,
     correlation_id: i32,
+    security: InterBrokerSecurity,
+    /// When the SASL session should be renewed (KIP-368), if the server gave it a lifetime.
+    reauthenticate_at: Option<Instant>,
 }
 
 impl BrokerConnection {
+    /// Connects to `addr` (`host:port`) and runs `security`'s handshakes, all within `timeout`.
     pub async fn connect(
         addr: &str,
         client_id: &str,
         timeout: Duration,
+        security: &InterBrokerSecurity,
     ) -> Result<Self, ClientError> {
-        let stream = tokio::time::timeout(timeout, TcpStream::connect(addr))
+        let started = Instant::now();
+        let timed_out = || ClientError::Timeout {
+            addr: addr.to_string(),
+            ms: timeout.as_millis(),
+        };
+        let tcp = tokio::time::timeout(timeout, TcpStream::connect(addr))
             .await
-            .map_err(|_| ClientError::Timeout {
-                addr: addr.to_string(),
-                ms: timeout.as_millis(),
-            })?
+            .map_err(|_| timed_out())?
             .map_err(|source| ClientError::Connect {
                 addr: addr.to_string(),
                 source,
             })?;
-        let _ = stream.set_nodelay(true);
-        Ok(Self {
+        let _ = tcp.set_nodelay(true);
+        let stream: Box<dyn PeerStream> = match &security.tls {
+            None => Box::new(tcp),
+            Some(tls) => {
+                let tls_error = |reason: String| ClientError::Tls {
+                    addr: addr.to_string(),
+                    reason,
+                };
+                let connector = tls.connector().map_err(tls_error)?;
+                let name = server_name(addr).map_err(tls_error)?;
+                let left = timeout.saturating_sub(started.elapsed());
+                let stream = tokio::time::timeout(left, connector.connect(name, tcp))
+                    .await
+                    .map_err(|_| timed_out())?
+                    .map_err(|e| tls_error(e.to_string()))?;
+                Box::new(stream)
+            }
+        };
+        let mut connection = Self {
             addr: addr.to_string(),
             stream,
             client_id: client_id.to_string(),
             correlation_id: 0,
-        })
+            security: security.clone(),
+            reauthenticate_at: None,
+        };
+        if connection.security.sasl.is_some() {
+            connection
+                .authenticate(timeout.saturating_sub(started.elapsed()))
+                .await?;
+        }
+        Ok(connection)
+    }
+
+    /// One SASL exchange: SaslHandshake, then SaslAuthenticate rounds until the mechanism is
+    /// done. Also how a session is renewed (KIP-368: the same requests on the same connection).
+    async fn authenticate(&mut self, timeout: Duration) -> Result<(), ClientError> {
+        let Some(sasl) = self.security.sasl.clone() else {
+            return Ok(());
+        };
+        let addr = self.addr.clone();
+        let failed = |reason: String| ClientError::Authentication {
+            addr: addr.clone(),
+            reason,
+        };
+        let handshake: SaslHandshakeResponse = self
+            .send_now(
+                ApiKey::SaslHandshake,
+                SASL_HANDSHAKE_VERSION,
+                &SaslHandshakeRequest::default()
+                    .with_mechanism(StrBytes::from_string(sasl.mechanism().to_string())),
+                timeout,
+            )
+            .await?;
+        if handshake.error_code != 0 {
+            let enabled: Vec<&str> = handshake.mechanisms.iter().map(|m| m.as_str()).collect();
+            return Err(failed(format!(
+                "mechanism {} refused (error code {}; the listener enables {enabled:?})",
+                sasl.mechanism(),
+                handshake.error_code
+            )));
+        }
+        let mut exchange = sasl.start();
+        let mut token = exchange.respond(None).map_err(failed)?;
+        for _ in 0..SASL_ROUNDS_MAX {
+            let Some(next) = token else {
+                return Ok(());
+            };
+            let answer: SaslAuthenticateResponse = self
+                .send_now(
+                    ApiKey::SaslAuthenticate,
+                    SASL_AUTHENTICATE_VERSION,
+                    &SaslAuthenticateRequest::default().with_auth_bytes(Bytes::from(next)),
+                    timeout,
+                )
+                .await?;
+            if answer.error_code != 0 {
+                return Err(failed(format!(
+                    "error code {}: {}",
+                    answer.error_code,
+                    answer.error_message.as_deref().unwrap_or("")
+                )));
+            }
+            self.reauthenticate_at = u64::try_from(answer.session_lifetime_ms)
+                .ok()
+                .filter(|ms| *ms > 0)
+                .map(|ms| {
+                    Instant::now() + Duration::from_millis(ms) * SASL_REAUTH_AT_PER_MILLE / 1000
+                });
+            token = exchange.respond(Some(&answer.auth_bytes)).map_err(failed)?;
+        }
+        Err(failed(format!(
+            "the exchange took more than {SASL_ROUNDS_MAX} rounds"
+        )))
     }
 
     pub fn addr(&self) -> &str {
         &self.addr
     }
 
-    /// Sends `request` at `version` and decodes the answer.
+    /// Sends `request` at `version` and decodes the answer (renewing the SASL session first when
+    /// it is about to end).
     pub async fn send<Req, Resp>(
+        &mut self,
+        key: ApiKey,
+        version: i16,
+        request: &Req,
+        timeout: Duration,
+    ) -> Result<Resp, ClientError>
+    where
+        Req: Encodable,
+        Resp: Decodable,
+    {
+        if self
+            .reauthenticate_at
+            .is_some_and(|at| Instant::now() >= at)
+        {
+            self.authenticate(timeout).await?;
+        }
+        self.send_now(key, version, request, timeout).await
+    }
+
+    async fn send_now<Req, Resp>(
         &mut self,
         key: ApiKey,
         version: i16,
@@ -142,5 +282,38 @@ impl BrokerConnection {
             return Err(protocol(format!("{} trailing bytes", answer.remaining())));
         }
         Ok(response)
+    }
+}
+
+/// The name a TLS server's certificate is checked against: `addr`'s host (an IP address or a DNS
+/// name; IPv6 in brackets).
+fn server_name(addr: &str) -> Result<ServerName<'static>, String> {
+    let host = addr
+        .rsplit_once(':')
+        .map_or(addr, |(host, _)| host)
+        .trim_start_matches('[')
+        .trim_end_matches(']');
+    ServerName::try_from(host.to_string()).map_err(|e| format!("{host} as a TLS server name: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_tls_server_name_is_the_host_of_the_address() {
+        assert_eq!(
+            server_name("127.0.0.1:9093").expect("ip"),
+            ServerName::try_from("127.0.0.1").expect("ip")
+        );
+        assert_eq!(
+            server_name("[::1]:9093").expect("ipv6"),
+            ServerName::try_from("::1").expect("ipv6")
+        );
+        assert_eq!(
+            server_name("broker-1.example:9093").expect("dns"),
+            ServerName::try_from("broker-1.example").expect("dns")
+        );
+        assert!(server_name("bad host:1").is_err());
     }
 }

@@ -157,12 +157,13 @@ async fn run(
             // (A failed request reset the session, so a new connection starts a new one.)
             None => match manager.broker_address(leader) {
                 Some(addr) => {
-                    match BrokerConnection::connect(
-                        &addr,
-                        &client_id,
-                        manager.config.broker.replica_socket_timeout(),
-                    )
-                    .await
+                    match manager
+                        .connect_to(
+                            &addr,
+                            &client_id,
+                            manager.config.broker.replica_socket_timeout(),
+                        )
+                        .await
                     {
                         Ok(c) => Some(c),
                         Err(e) => {

@@ -9,6 +9,7 @@
 //! seeded simulator drives them.
 
 pub mod client;
+pub mod client_security;
 pub mod divergence;
 pub mod driver;
 pub mod fetch_session;

@@ -41,6 +41,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 use uuid::Uuid;
 
+use crate::client::{BrokerConnection, ClientError};
+use crate::client_security::InterBrokerSecurity;
 use crate::driver::acks::AckError;
 use crate::driver::{HostedReplica, LeadershipMove};
 use crate::isr_changes::IsrChangeSender;
@@ -61,6 +63,8 @@ pub struct ReplicaManagerConfig {
     pub broker: BrokerConfig,
     /// Test only: inter-broker addresses that replace the registered ones (node id → host:port).
     pub peer_addresses: BTreeMap<i32, String>,
+    /// How this broker connects to the others' inter-broker listener (TLS, SASL).
+    pub inter_broker: InterBrokerSecurity,
 }
 
 /// What a waiter on a partition watches.
@@ -916,6 +920,17 @@ impl ReplicaManager {
             .topic(&tp.topic)
             .and_then(|t| t.partition(tp.partition))
             .map(|p| p.leader)
+    }
+
+    /// A new connection to another broker's inter-broker listener at `addr`, with this broker's
+    /// inter-broker security.
+    pub async fn connect_to(
+        &self,
+        addr: &str,
+        client_id: &str,
+        timeout: Duration,
+    ) -> Result<BrokerConnection, ClientError> {
+        BrokerConnection::connect(addr, client_id, timeout, &self.config.inter_broker).await
     }
 
     /// Address of `node`'s Kafka listener for inter-broker traffic.

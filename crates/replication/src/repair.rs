@@ -123,7 +123,8 @@ async fn fetch_copy(
         .ok_or_else(|| format!("broker {source} has no address"))?;
     let timeout = manager.config.broker.replica_socket_timeout();
     let client_id = format!("millrace-repair-{}", manager.node_id());
-    let mut conn = BrokerConnection::connect(&addr, &client_id, timeout)
+    let mut conn = manager
+        .connect_to(&addr, &client_id, timeout)
         .await
         .map_err(|e| e.to_string())?;
     let mut copies = Vec::with_capacity(ranges.len());

@@ -289,13 +289,15 @@ impl Gateway {
         let (connection, answer): (_, EnvelopeResponse) = match sent {
             Ok(done) => done,
             Err(()) => {
-                let mut c = millrace_replication::client::BrokerConnection::connect(
-                    &format!("{}:{}", broker.host, broker.port),
-                    CLIENT_ID,
-                    FORWARD_TIMEOUT,
-                )
-                .await
-                .map_err(|e| e.to_string())?;
+                let mut c = ctx
+                    .replicas
+                    .connect_to(
+                        &format!("{}:{}", broker.host, broker.port),
+                        CLIENT_ID,
+                        FORWARD_TIMEOUT,
+                    )
+                    .await
+                    .map_err(|e| e.to_string())?;
                 let answer = c
                     .send(
                         ApiKey::Envelope,

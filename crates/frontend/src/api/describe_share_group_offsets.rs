@@ -32,7 +32,6 @@ use kafka_protocol::messages::{
 use millrace_cluster::acl::AclOperation;
 use millrace_cluster::image::NO_LEADER;
 use millrace_groups::GroupError;
-use millrace_replication::client::BrokerConnection;
 use uuid::Uuid;
 
 use super::{leadership, str_bytes, topic_name};
@@ -269,7 +268,9 @@ async fn latest_offset(
                 .with_partition_index(partition)
                 .with_timestamp(LATEST_TIMESTAMP)])]);
     let failed = |e: String| (error_codes::UNKNOWN_SERVER_ERROR, e);
-    let mut conn = BrokerConnection::connect(&addr, &client_id, LATEST_OFFSET_TIMEOUT)
+    let mut conn = ctx
+        .replicas
+        .connect_to(&addr, &client_id, LATEST_OFFSET_TIMEOUT)
         .await
         .map_err(|e| failed(e.to_string()))?;
     let response: ListOffsetsResponse = conn

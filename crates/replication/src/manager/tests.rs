@@ -139,6 +139,7 @@ impl Fixture {
                 node_id: 1,
                 broker,
                 peer_addresses: BTreeMap::new(),
+                inter_broker: Default::default(),
             },
             store,
             Arc::clone(&image),
