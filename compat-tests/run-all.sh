@@ -26,7 +26,7 @@ source "$HERE/lib/millrace.sh"
 # The default split: lane 1, then lane 2 (measured serial minutes on 2 cores in brackets). A suite
 # that is not named here joins lane 1.
 LANE_PLAN=(
-  "kcat go compose java cluster-scenarios cluster node http" # ~2 ~2 1.1 4.7 2.1 5.6 2.7 ~2
+  "kcat go compose java cluster-scenarios cluster cluster-secure node http" # ~2 ~2 1.1 4.7 2.1 5.6 5.5 2.7 ~2
   "peer python"                                         # ~11 ~9
 )
 

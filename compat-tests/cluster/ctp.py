@@ -38,7 +38,6 @@ Every client call is bounded by a timeout; loops are bounded by a deadline or th
 
 from __future__ import annotations
 
-import socket
 import struct
 import threading
 import time
@@ -47,6 +46,7 @@ from typing import Dict, List, Optional, Tuple
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from history import History
+from secure import broker_socket, recv_exact
 from workload import CLIENT_TIMEOUTS, Worker, _err_text, reader_for_group
 
 IN_TOPIC = "ctp-in"
@@ -437,28 +437,16 @@ def _string(s: Optional[str]) -> bytes:
     return struct.pack(">h", len(b)) + b
 
 
-def _recv_exact(sock: socket.socket, n: int) -> bytes:
-    buf = b""
-    while len(buf) < n:
-        chunk = sock.recv(n - len(buf))
-        if not chunk:
-            raise ConnectionError("connection closed")
-        buf += chunk
-    return buf
-
-
 def find_coordinator_at(addr: str, key: str, timeout: float, key_type: int = COORDINATOR_TXN) -> Tuple[int, int]:
     """One FindCoordinator v1 request to ``addr``; returns (error code, coordinator node id)."""
-    host, port = addr.rsplit(":", 1)
     correlation = 1
     header = struct.pack(">hhi", FIND_COORDINATOR, 1, correlation) + _string("harness-find-coordinator")
     body = _string(key) + struct.pack(">b", key_type)
     request = header + body
-    with socket.create_connection((host, int(port)), timeout=timeout) as sock:
-        sock.settimeout(timeout)
+    with broker_socket(addr, timeout) as sock:
         sock.sendall(struct.pack(">i", len(request)) + request)
-        size = struct.unpack(">i", _recv_exact(sock, 4))[0]
-        resp = _recv_exact(sock, size)
+        size = struct.unpack(">i", recv_exact(sock, 4))[0]
+        resp = recv_exact(sock, size)
     got_corr, _throttle, error = struct.unpack_from(">iih", resp, 0)
     if got_corr != correlation:
         raise ValueError(f"correlation id {got_corr}, expected {correlation}")

@@ -48,6 +48,7 @@ from typing import Dict, List, Optional
 import checker
 import ctp
 import replicas
+import secure
 import share
 import tiered
 from chaos import Chaos
@@ -56,7 +57,7 @@ from nemesis import TIERED_PARTITIONS, TIERED_TOPIC, Nemesis, describe, fault_co
 from procs import spawn, terminate, wait_until
 from seaweed import SeaweedFs, weed_binary
 from systems import REPO, TIERED_PREFIX, Cluster, KafkaCluster, MillraceCluster, millrace_has_cluster_support
-from workload import CLIENT_LOG, admin_client, create_topic
+from workload import CLIENT_LOG, CLIENT_TIMEOUTS, admin_client, create_topic
 
 HERE = Path(__file__).resolve().parent
 PARTITIONS = 6
@@ -195,6 +196,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--min-faults", type=int, default=None, help="default: 40 per 240 s of --duration")
     ap.add_argument("--work", type=Path, default=None)
     ap.add_argument("--keep", action="store_true")
+    ap.add_argument("--secure", action="store_true",
+                    help="every Kafka listener SASL_SSL, brokers' own links included (secure.py)")
     args = ap.parse_args(argv)
 
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1, 2**31)
@@ -222,6 +225,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.broken and (args.system != "kafka" or nodes < 3):
         raise SystemExit("harness: --broken needs --system kafka with 3 nodes (it kills an isolated leader)")
 
+    if args.secure:
+        log(f"secure: every Kafka listener is SASL_SSL (TLS material in {secure.enable(work)})")
+        CLIENT_TIMEOUTS.update(secure.client_settings())
     log(f"system {args.system}, {nodes} node(s), seed {seed}, duration {args.duration:.0f}s, "
         f"{'BROKEN configuration' if args.broken else 'safe configuration'}, work dir {work}")
     chaos = Chaos(binary("CHAOS_PROXY_BIN", "millrace-chaos"), work / "chaos.log").start()

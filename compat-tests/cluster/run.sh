@@ -12,6 +12,8 @@
 #   compat-tests/cluster/run.sh --system kafka --broken # acks=1, min.insync.replicas=1, unclean
 #                                                       # election: must REPORT lost writes
 #   compat-tests/cluster/run.sh --seed 1234             # rerun a seed (same faults, same order)
+#   compat-tests/cluster/run.sh --secure                # every Kafka listener SASL_SSL, the brokers'
+#                                                       # own links included (secure.py)
 #
 # Extra args go to harness.py (--duration, --nodes, --rate, --keep, --min-faults ...).
 # Env: MILLRACE_BIN (broker; built with cargo when unset), CHAOS_PROXY_BIN (proxy; built when

@@ -37,7 +37,6 @@ History records (``checker.check_share`` reads them):
 from __future__ import annotations
 
 import random
-import socket
 import struct
 import threading
 import time
@@ -45,8 +44,9 @@ from typing import Dict, List, Optional
 
 from confluent_kafka import AcknowledgeType, KafkaException, ShareConsumer
 
-from ctp import _recv_exact, _string
+from ctp import _string
 from history import History
+from secure import broker_socket, recv_exact
 from workload import CLIENT_TIMEOUTS, Worker, _err_text
 
 TOPIC = "share-in"
@@ -196,18 +196,16 @@ def poison(value: Optional[str]) -> bool:
 def alter_group_configs_at(addr: str, group: str, configs: Dict[str, str], timeout: float) -> tuple:
     """One IncrementalAlterConfigs v0 request to ``addr`` SETting ``configs`` on the GROUP
     resource ``group``; returns (error code, error message)."""
-    host, port = addr.rsplit(":", 1)
     correlation = 7
     header = struct.pack(">hhi", INCREMENTAL_ALTER_CONFIGS, 0, correlation) + _string("harness-group-config")
     entries = b"".join(_string(k) + struct.pack(">b", OP_SET) + _string(v) for k, v in configs.items())
     body = (struct.pack(">i", 1) + struct.pack(">b", RESOURCE_GROUP) + _string(group)
             + struct.pack(">i", len(configs)) + entries + struct.pack(">b", 0))
     request = header + body
-    with socket.create_connection((host, int(port)), timeout=timeout) as sock:
-        sock.settimeout(timeout)
+    with broker_socket(addr, timeout) as sock:
         sock.sendall(struct.pack(">i", len(request)) + request)
-        size = struct.unpack(">i", _recv_exact(sock, 4))[0]
-        resp = _recv_exact(sock, size)
+        size = struct.unpack(">i", recv_exact(sock, 4))[0]
+        resp = recv_exact(sock, size)
     got_corr, _throttle, count = struct.unpack_from(">iii", resp, 0)
     if got_corr != correlation or count != 1:
         raise ValueError(f"correlation id {got_corr}, {count} resources")

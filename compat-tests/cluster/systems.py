@@ -41,6 +41,7 @@ import uuid
 from pathlib import Path
 from typing import Dict, List, Optional
 
+import secure
 import share
 from chaos import Chaos
 from seaweed import BUCKET, SeaweedFs
@@ -312,7 +313,9 @@ class KafkaCluster(Cluster):
                 "listeners": ",".join(listeners),
                 "advertised.listeners": ",".join(advertised),
                 "inter.broker.listener.name": f"B{j}",
-                "listener.security.protocol.map": ",".join(f"{n}:PLAINTEXT" for n in names),
+                "listener.security.protocol.map": ",".join(
+                    f"{n}:{'PLAINTEXT' if n == 'CONTROLLER' or secure.tls_dir() is None else 'SASL_SSL'}"
+                    for n in names),
                 "log.dirs": str(node.dir / "logs"),
                 "num.partitions": "6",
                 "default.replication.factor": str(self.n),
@@ -328,6 +331,8 @@ class KafkaCluster(Cluster):
                 "replica.lag.time.max.ms": "10000",
                 **share.broker_settings(self.n),
             }
+            if secure.tls_dir() is not None:
+                settings.update(secure.broker_settings(names[:-1]))
             node.props.write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
             (node.dir / "log4j.properties").write_text(
                 "log4j.rootLogger=INFO, F\n"
@@ -465,10 +470,17 @@ class MillraceCluster(Cluster):
                     "log.retention.check.interval.ms": TIERED_RETENTION_CHECK_MS,
                 })
             http_addr = f"127.0.0.1:{free_port()}"
-            args = [
-                str(binary), "--node-id", str(j), "--data-dir", str(work / f"node{j}" / "data"),
-                "--listen", f"127.0.0.1:{self.client_ports[j]}", "--advertised-listener", self.client_addr[j],
-            ]
+            args = [str(binary), "--node-id", str(j), "--data-dir", str(work / f"node{j}" / "data")]
+            if secure.tls_dir() is None:
+                args += ["--listen", f"127.0.0.1:{self.client_ports[j]}", "--advertised-listener", self.client_addr[j]]
+            else:
+                # The one Kafka listener is SASL_SSL, for clients and brokers alike.
+                settings.update({
+                    "listeners": f"SASL_SSL://127.0.0.1:{self.client_ports[j]}",
+                    "advertised.listeners": f"SASL_SSL://{self.client_addr[j]}",
+                    "inter.broker.listener.name": "SASL_SSL",
+                    **secure.broker_settings(["SASL_SSL"]),
+                })
             args += ["--http-listen", http_addr]
             env: Dict[str, str] = dict(s3_env)
             if self.multi:

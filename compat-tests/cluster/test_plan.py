@@ -87,6 +87,7 @@ def test_find_coordinator_request_and_answer():
     import threading
 
     import ctp
+    import secure
 
     srv = socket.socket()
     srv.bind(("127.0.0.1", 0))
@@ -96,8 +97,8 @@ def test_find_coordinator_request_and_answer():
     def serve():
         conn, _ = srv.accept()
         with conn:
-            size = struct.unpack(">i", ctp._recv_exact(conn, 4))[0]
-            got["req"] = ctp._recv_exact(conn, size)
+            size = struct.unpack(">i", secure.recv_exact(conn, 4))[0]
+            got["req"] = secure.recv_exact(conn, size)
             body = struct.pack(">iih", 1, 0, 0) + struct.pack(">h", -1) + struct.pack(">i", 3)
             body += ctp._string("127.0.0.1") + struct.pack(">i", 9092)
             conn.sendall(struct.pack(">i", len(body)) + body)

@@ -29,11 +29,12 @@ Only the standard library is used.
 from __future__ import annotations
 
 import json
-import socket
 import struct
 import urllib.request
 from collections import defaultdict
 from typing import Any, Dict, Iterable, List, Optional, Tuple
+
+from secure import broker_socket, recv_exact
 
 ANOMALIES = (
     "remote-log-unsorted",
@@ -260,7 +261,6 @@ def _skip_tags(buf: bytes, pos: int) -> int:
 def list_offsets(addr: str, topic: str, partitions: List[int], timestamp: int,
                  timeout: float = 5.0) -> Dict[int, Tuple[int, int]]:
     """ListOffsets v9 to the broker at ``addr``: partition -> (error code, offset)."""
-    host, port = addr.rsplit(":", 1)
     correlation = 7
     header = struct.pack(">hhi", LIST_OFFSETS, LIST_OFFSETS_VERSION, correlation)
     client = b"harness-list-offsets"
@@ -270,11 +270,10 @@ def list_offsets(addr: str, topic: str, partitions: List[int], timestamp: int,
         body += struct.pack(">iiq", p, -1, timestamp) + _uvarint(0)
     body += _uvarint(0) + _uvarint(0)
     request = header + body
-    with socket.create_connection((host, int(port)), timeout=timeout) as sock:
-        sock.settimeout(timeout)
+    with broker_socket(addr, timeout) as sock:
         sock.sendall(struct.pack(">i", len(request)) + request)
-        size = struct.unpack(">i", _recv_exact(sock, 4))[0]
-        resp = _recv_exact(sock, size)
+        size = struct.unpack(">i", recv_exact(sock, 4))[0]
+        resp = recv_exact(sock, size)
     (got,) = struct.unpack_from(">i", resp, 0)
     if got != correlation:
         raise ValueError(f"correlation id {got}, expected {correlation}")
@@ -293,12 +292,3 @@ def list_offsets(addr: str, topic: str, partitions: List[int], timestamp: int,
         pos = _skip_tags(resp, pos)
     return out
 
-
-def _recv_exact(sock: socket.socket, n: int) -> bytes:
-    buf = b""
-    while len(buf) < n:
-        chunk = sock.recv(n - len(buf))
-        if not chunk:
-            raise ConnectionError("connection closed")
-        buf += chunk
-    return buf

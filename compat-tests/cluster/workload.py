@@ -18,6 +18,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from history import History
+import secure
 
 # Commit errors that mean the coordinator refused the commit (it did not happen).
 COMMIT_REFUSED = {
@@ -53,6 +54,9 @@ CLIENT_TIMEOUTS = {
 # written to its client-*.log: how to see why a client stalls (the broker's side is in node*/).
 if os.environ.get("CHAOS_CLIENT_DEBUG"):
     CLIENT_TIMEOUTS["debug"] = os.environ["CHAOS_CLIENT_DEBUG"]
+# --secure (CHAOS_TLS_DIR, secure.py): every client speaks SASL_SSL; the harness process, which
+# imported this before it made the TLS material, adds them again once it has.
+CLIENT_TIMEOUTS.update(secure.client_settings())
 
 
 def _err_text(err) -> str:

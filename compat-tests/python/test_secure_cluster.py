@@ -18,7 +18,6 @@ against the CA. The controller listener stays PLAINTEXT. Runs on Apache Kafka 4.
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import Dict, List
 
 import pytest
