@@ -11,7 +11,8 @@
 #            --controller-voters 1@H:C1,... [--set name=value ...]
 # Instead of --listen, `--set listeners=NAME://H:K` makes NAME (e.g. SASL_SSL) the node's one Kafka
 # listener and the inter-broker one (the settings then carry its TLS and SASL keys, as for
-# millrace); the controller listener stays PLAINTEXT.
+# millrace); the controller listener is PLAINTEXT unless the settings map CONTROLLER to SSL in
+# listener.security.protocol.map (the last value of a key wins).
 # Like millrace it prints "millrace ready (listening on H:K)" on stdout once Kafka serves, and on
 # stderr "this node is the active controller term=T" when Kafka's QuorumController becomes active
 # (epoch T). The process is Kafka's JVM itself (exec), so kill -9 / SIGTERM of the pid hit Kafka;

@@ -1,14 +1,16 @@
 """The harness's ``--secure`` mode: every Kafka listener of the cluster is SASL_SSL (TLS, then
 SASL/PLAIN), the ones brokers replicate over included, so the faults hit TLS sessions and SASL
 logins (issue 36: "a 3-node cluster whose brokers use only SASL_SSL listeners passes the fault
-harness"). The controller listeners stay PLAINTEXT (Millrace's does not speak TLS yet).
+harness"), and the controller listeners are SSL with client certificates required (mutual TLS: the
+Raft traffic and the brokers' controller requests). Nothing on the cluster's links is plaintext.
 
 - ``enable(work)`` makes throwaway TLS material (``compat-tests/python/tls_material.py``: a CA, a
   certificate for 127.0.0.1 — the proxies' address — and its key) and names its directory in
   ``CHAOS_TLS_DIR``, which the worker processes inherit;
 - ``client_settings()``: what every librdkafka client of the harness adds (``workload`` merges it
   into ``CLIENT_TIMEOUTS``); empty when the mode is off;
-- ``broker_settings(listeners)``: the broker keys, Kafka's names on both systems;
+- ``broker_settings(listeners)``: the broker keys, Kafka's names on both systems (the controller
+  listener is ``CONTROLLER``; its keystore is ``node.pem``, a certificate for both ends);
 - ``broker_socket(addr)``: a raw Kafka connection for the harness's hand-written requests, with
   the TLS handshake and a SaslHandshake v1 / SaslAuthenticate v1 PLAIN login when the mode is on.
 
@@ -80,6 +82,11 @@ def broker_settings(listeners: List[str]) -> Dict[str, str]:
     }
     for name in listeners:
         settings[f"listener.name.{name.lower()}.plain.sasl.jaas.config"] = JAAS
+    settings.update({
+        "controller.listener.names": "CONTROLLER",
+        "listener.name.controller.ssl.keystore.location": str(d / "node.pem"),
+        "listener.name.controller.ssl.client.auth": "required",
+    })
     return settings
 
 

@@ -314,7 +314,7 @@ class KafkaCluster(Cluster):
                 "advertised.listeners": ",".join(advertised),
                 "inter.broker.listener.name": f"B{j}",
                 "listener.security.protocol.map": ",".join(
-                    f"{n}:{'PLAINTEXT' if n == 'CONTROLLER' or secure.tls_dir() is None else 'SASL_SSL'}"
+                    f"{n}:{'PLAINTEXT' if secure.tls_dir() is None else 'SSL' if n == 'CONTROLLER' else 'SASL_SSL'}"
                     for n in names),
                 "log.dirs": str(node.dir / "logs"),
                 "num.partitions": "6",
@@ -479,6 +479,7 @@ class MillraceCluster(Cluster):
                     "listeners": f"SASL_SSL://127.0.0.1:{self.client_ports[j]}",
                     "advertised.listeners": f"SASL_SSL://{self.client_addr[j]}",
                     "inter.broker.listener.name": "SASL_SSL",
+                    "listener.security.protocol.map": "SASL_SSL:SASL_SSL,CONTROLLER:SSL",
                     **secure.broker_settings(["SASL_SSL"]),
                 })
             args += ["--http-listen", http_addr]

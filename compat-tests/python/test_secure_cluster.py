@@ -11,8 +11,9 @@ replicates over it (issue 36, "broker-to-broker TLS and SASL"):
 
 Brokers authenticate to each other as User:broker (the `username`/`password` of the listener's
 JAAS line, `sasl.mechanism.inter.broker.protocol=PLAIN`) and check each other's certificates
-against the CA. The controller listener stays PLAINTEXT. Runs on Apache Kafka 4.4 as well
-(reference run: 3 Kafka nodes with the same settings).
+against the CA; the controller listener is SSL with client certificates required (mutual TLS), so
+no link of the cluster is plaintext. Runs on Apache Kafka 4.4 as well (reference run: 3 Kafka
+nodes with the same settings).
 """
 
 from __future__ import annotations
@@ -46,6 +47,11 @@ def secure(tmp_path_factory):
         "ssl.keystore.location": str(mat.server),
         "ssl.truststore.type": "PEM",
         "ssl.truststore.location": str(mat.ca),
+        # The controller listener: mutual TLS (node.pem serves both ends).
+        "controller.listener.names": "CONTROLLER",
+        "listener.security.protocol.map": "SASL_SSL:SASL_SSL,CONTROLLER:SSL",
+        "listener.name.controller.ssl.keystore.location": str(mat.node),
+        "listener.name.controller.ssl.client.auth": "required",
         "group.initial.rebalance.delay.ms": "0",
         "broker.session.timeout.ms": "3000",
         "broker.heartbeat.interval.ms": "500",

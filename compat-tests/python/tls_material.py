@@ -11,6 +11,9 @@ Files (EC P-256 keys, unencrypted PKCS#8 "BEGIN PRIVATE KEY", as Kafka's PEM key
                                   its private key: the broker's ssl.keystore.location
   server-cert.pem, server-key.pem the same two parts on their own
   client-cert.pem, client-key.pem client certificate CN=alice signed by ca.pem (EKU clientAuth)
+  node.pem                        a node certificate (CN=millrace-test-node, the server's SAN, EKU
+                                  serverAuth and clientAuth) and its key: a keystore that is both
+                                  ends of mutual TLS (a controller listener)
   client.pem                      both in one file (a Java client's PEM keystore)
   other-ca.pem                    a second, unrelated CA
   untrusted-cert.pem, untrusted-key.pem, untrusted.pem
@@ -51,6 +54,13 @@ subjectKeyIdentifier = hash
 basicConstraints = critical, CA:FALSE
 keyUsage = critical, digitalSignature
 extendedKeyUsage = serverAuth
+subjectAltName = IP:127.0.0.1, DNS:localhost
+subjectKeyIdentifier = hash
+authorityKeyIdentifier = keyid
+[node]
+basicConstraints = critical, CA:FALSE
+keyUsage = critical, digitalSignature
+extendedKeyUsage = serverAuth, clientAuth
 subjectAltName = IP:127.0.0.1, DNS:localhost
 subjectKeyIdentifier = hash
 authorityKeyIdentifier = keyid
@@ -129,6 +139,8 @@ def make_material(d: Path) -> TlsMaterial:
     _ca(d, "other-ca", "Unrelated Test CA")
     mat = TlsMaterial(d)
     write_server_cert(mat, SERVER_CN)
+    _leaf(d, "node", "millrace-test-node", "ca", "node", _serial())
+    _concat(d / "node.pem", [d / "node-cert.pem", d / "node-key.pem"])
     _leaf(d, "client", CLIENT_CN, "ca", "client", _serial())
     _concat(d / "client.pem", [d / "client-cert.pem", d / "client-key.pem"])
     _leaf(d, "untrusted", UNTRUSTED_CN, "other-ca", "client", _serial())

@@ -84,6 +84,7 @@ pub async fn start(
                 c.election_timeout_min_ms = ms;
                 c.election_timeout_max_ms = ms * 2;
             }
+            c.tls = settings.controller_tls.clone();
             c
         }
     };

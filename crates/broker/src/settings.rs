@@ -41,6 +41,7 @@ use millrace_cluster::config::{validate_value, ConfigType};
 use millrace_cluster::listeners::{with_plaintext_listener, SecurityProtocol};
 use millrace_cluster::{BrokerConfig, ConfigError};
 use millrace_frontend::inter_broker::InterBrokerError;
+use millrace_quorum::tls::ControllerTlsHandle;
 use millrace_replication::client_security::InterBrokerSecurity;
 
 /// Default Kafka listener.
@@ -154,6 +155,8 @@ pub struct Settings {
     pub inter_broker_listener: String,
     /// How this broker connects to the others' inter-broker listener (its TLS and SASL).
     pub inter_broker: InterBrokerSecurity,
+    /// Mutual TLS on the controller listener (`None`: plain TCP).
+    pub controller_tls: Option<ControllerTlsHandle>,
     /// `None` = a single-node cluster (a quorum of one, no controller listener).
     pub quorum: Option<QuorumSettings>,
     /// Test only: inter-broker addresses replacing the registered ones.
@@ -395,6 +398,7 @@ impl Settings {
         }
         let inter_broker_listener = config.inter_broker_listener()?.address.name;
         let inter_broker = millrace_frontend::inter_broker::security(&config)?;
+        let controller_tls = millrace_frontend::inter_broker::controller_tls(&config)?;
         let quorum = quorum_settings(&config)?;
         let http_listen = match config.explicit("millrace.http.listen") {
             Some(text) => Some(bind_address("millrace.http.listen", text)?),
@@ -411,6 +415,7 @@ impl Settings {
             listeners,
             inter_broker_listener,
             inter_broker,
+            controller_tls,
             quorum,
             peer_addresses,
             http_listen,

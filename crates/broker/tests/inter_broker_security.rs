@@ -1,7 +1,8 @@
 //! Brokers talk to each other over a secured inter-broker listener (issue 36): replica fetches,
 //! transaction markers and forwarded requests go over TLS with SASL/PLAIN (SASL_SSL), or over TLS
 //! with client certificates (SSL with `ssl.client.auth=required`), with the broker's own
-//! credentials. A 3-node cluster whose inter-broker listener is secured replicates: acks=all
+//! credentials; the quorum's nodes talk mutual TLS on the controller listener
+//! (`controller.listener.names` mapped to SSL), and a connection that is not TLS gets nothing. A 3-node cluster whose inter-broker listener is secured replicates: acks=all
 //! with `min.insync.replicas=3` is acknowledged only once both followers fetched over it, and a
 //! follower killed with SIGKILL catches up over it after its restart. A broker that could not
 //! authenticate is refused at start-up, naming the key. The clients use a PLAINTEXT listener
@@ -30,6 +31,9 @@ const JAAS: &str = "org.apache.kafka.common.security.plain.PlainLoginModule requ
                     username=\"broker\" password=\"broker-secret\" \
                     user_broker=\"broker-secret\";";
 const RECORDS: usize = 50;
+/// The controller listener's opening frame as a plain TCP client sends it: `Hello { version: 1,
+/// from: 99, voters: [1, 2, 3] }` (postcard), after its length. A PLAINTEXT listener answers it.
+const PLAIN_HELLO: [u8; 10] = [0, 0, 0, 6, 1, 99, 3, 1, 2, 3];
 /// Longest wait for a restarted follower to be back in the ISR.
 const CATCH_UP_WITHIN: Duration = Duration::from_secs(60);
 
@@ -233,10 +237,37 @@ async fn a_cluster_replicates_over_sasl_ssl() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_cluster_replicates_over_mutual_tls() {
+async fn a_cluster_replicates_over_mutual_tls_with_a_tls_quorum() {
     let pki = Pki::new();
-    let settings = pki.settings("SSL", &["listener.name.internal.ssl.client.auth=required"]);
+    let mut settings = pki.settings("SSL", &["listener.name.internal.ssl.client.auth=required"]);
+    // The controller listener too: mutual TLS between the quorum's nodes.
+    settings.retain(|s| !s.starts_with("listener.security.protocol.map="));
+    settings.extend([
+        "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,INTERNAL:SSL,CONTROLLER:SSL"
+            .to_string(),
+        "controller.listener.names=CONTROLLER".to_string(),
+    ]);
     let mut cluster = start(&settings);
+    // A node speaking the quorum's protocol without TLS gets no answer (at most a TLS alert): the
+    // connection closes.
+    let mut plain = tokio::net::TcpStream::connect(cluster.controller_addr(1))
+        .await
+        .expect("connect to the controller listener");
+    tokio::io::AsyncWriteExt::write_all(&mut plain, &PLAIN_HELLO)
+        .await
+        .expect("write");
+    let mut answer = Vec::new();
+    let read = tokio::time::timeout(
+        Duration::from_secs(15),
+        tokio::io::AsyncReadExt::read_to_end(&mut plain, &mut answer),
+    )
+    .await
+    .expect("the controller listener closes a connection that is not TLS");
+    assert!(
+        read.is_err() || answer.is_empty() || answer[0] == 0x15,
+        "a plain Hello got {answer:?}"
+    );
+    // The quorum works over TLS: a controller kill and restart included (node 3 votes).
     replicates_over_the_inter_broker_listener(&mut cluster).await;
 }
 
@@ -299,6 +330,20 @@ fn a_broker_without_credentials_for_the_other_brokers_is_refused() {
         s,
         &["listener.name.internal.plain.sasl.jaas.config", "username"],
     );
+    // The controller listener serves PLAINTEXT or SSL (mutual TLS, so with a truststore).
+    let mut s = pki.settings("SSL", &["controller.listener.names=CONTROLLER"]);
+    s.retain(|s| !s.starts_with("listener.security.protocol.map="));
+    s.push(
+        "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,INTERNAL:SSL,CONTROLLER:SASL_SSL"
+            .to_string(),
+    );
+    check(s.clone(), &["controller.listener.names", "SASL_SSL"]);
+    let s: Vec<String> = s
+        .into_iter()
+        .map(|s| s.replace("CONTROLLER:SASL_SSL", "CONTROLLER:SSL"))
+        .filter(|s| !s.starts_with("ssl.truststore"))
+        .collect();
+    check(s, &["ssl.truststore.location"]);
     // TLS towards the other brokers needs a truststore to check them with (in a cluster).
     let s: Vec<String> = pki
         .settings("SSL", &[])

@@ -437,6 +437,9 @@ pub static BROKER_CONFIGS: &[ConfigDef] = &[
     ),
     nodef("controller.quorum.voters", ConfigType::Str),
     nodef("controller.listener", ConfigType::Str),
+    // Kafka's name of the controller listener: its protocol (PLAINTEXT or SSL) comes from
+    // listener.security.protocol.map, its TLS settings from listener.name.<name>.ssl.*.
+    nodef("controller.listener.names", ConfigType::Str),
     nodef("broker.rack", ConfigType::Str),
     def("broker.session.timeout.ms", "9000", INT_POS),
     def("broker.heartbeat.interval.ms", "2000", INT_POS),

@@ -1,5 +1,8 @@
-//! What this broker presents to the other brokers' inter-broker listener, built from its config at
-//! start-up (replication's [`InterBrokerSecurity`], which every broker-to-broker connection runs):
+//! What this node presents to the others, built from its config at start-up: on their
+//! inter-broker listener (replication's [`InterBrokerSecurity`], which every broker-to-broker
+//! connection runs) and on the controller listener (the quorum's [`ControllerTlsHandle`]).
+//!
+//! The inter-broker listener:
 //!
 //! - **TLS** when the listener's protocol is SSL or SASL_SSL: the listener's own `ssl.*` settings
 //!   (`listener.name.<name>.ssl.*` first). The truststore checks the other brokers' certificates,
@@ -14,6 +17,12 @@
 //!   credentials. PLAIN and SCRAM-SHA-256/512 are served; a SCRAM user must exist in the metadata
 //!   log before the brokers can use it.
 //!
+//! The controller listener (`controller.listener.names`, its first name; Kafka's key): PLAINTEXT,
+//! or SSL as mutual TLS — client certificates are required whatever `ssl.client.auth` says, as
+//! they are the quorum's only authentication, and the node's keystore certificate is both its
+//! server and its client certificate (so it needs both extended key usages, or none). Its TLS
+//! settings are `listener.name.<name>.ssl.*`, else `ssl.*`. SASL is not served there.
+//!
 //! Every problem is a [`InterBrokerError`] naming the key; the broker does not start. A single
 //! node (no `controller.quorum.voters`) never connects to another broker, so there an unusable
 //! TLS client side (no truststore: Kafka would use the JVM's) is only a warning.
@@ -22,16 +31,17 @@ use std::sync::Arc;
 
 use millrace_cluster::listeners::SecurityProtocol;
 use millrace_cluster::BrokerConfig;
+use millrace_quorum::tls::{ControllerTls, ControllerTlsHandle};
 use millrace_replication::client_security::{
     ClientTls, InterBrokerSecurity, SaslClient, SaslExchange,
 };
 use parking_lot::RwLock;
-use tokio_rustls::TlsConnector;
+use tokio_rustls::{TlsAcceptor, TlsConnector};
 use tracing::info;
 
 use crate::sasl::{parse_jaas, Mechanism};
 use crate::scram::ScramClientExchange;
-use crate::tls::{FileStamps, TlsError, TlsSettings};
+use crate::tls::{FileStamps, TlsError, TlsListener, TlsSettings};
 
 /// Why this broker cannot talk to the others as configured.
 #[derive(Debug, thiserror::Error)]
@@ -80,6 +90,71 @@ pub fn security(config: &BrokerConfig) -> Result<InterBrokerSecurity, InterBroke
         SecurityProtocol::Plaintext | SecurityProtocol::Ssl => None,
     };
     Ok(InterBrokerSecurity { tls, sasl })
+}
+
+/// Mutual TLS on the controller listener, or `None` for PLAINTEXT (also when
+/// `controller.listener.names` is not set).
+pub fn controller_tls(
+    config: &BrokerConfig,
+) -> Result<Option<ControllerTlsHandle>, InterBrokerError> {
+    const KEY: &str = "controller.listener.names";
+    let Some(names) = config.explicit(KEY) else {
+        return Ok(None);
+    };
+    let wrong = |reason: String| InterBrokerError::Config {
+        key: KEY.to_string(),
+        reason,
+    };
+    let name = names
+        .split(',')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_uppercase();
+    let map = config
+        .security_protocol_map()
+        .map_err(|e| wrong(e.to_string()))?;
+    match map.get(&name) {
+        None => Err(wrong(format!(
+            "{name} has no security protocol in listener.security.protocol.map"
+        ))),
+        Some(SecurityProtocol::Plaintext) => Ok(None),
+        Some(SecurityProtocol::Ssl) => {
+            let settings =
+                TlsSettings::from_config(config, &name)?.requiring_client_certificates()?;
+            let verify_hostname = !config
+                .listener_get(&name, "ssl.endpoint.identification.algorithm")
+                .unwrap_or("https")
+                .trim()
+                .is_empty();
+            let tls = QuorumTls {
+                server: TlsListener::new(settings.clone())?,
+                client: PeerTls::new(settings, verify_hostname)?,
+            };
+            Ok(Some(ControllerTlsHandle(Arc::new(tls))))
+        }
+        Some(other) => Err(wrong(format!(
+            "the controller listener {name} is {}: it serves PLAINTEXT or SSL (mutual TLS)",
+            other.name()
+        ))),
+    }
+}
+
+/// Both ends of the controller listener's TLS, each reloaded when its files change.
+struct QuorumTls {
+    server: Arc<TlsListener>,
+    client: Arc<PeerTls>,
+}
+
+impl ControllerTls for QuorumTls {
+    fn acceptor(&self) -> TlsAcceptor {
+        self.server.reload_if_changed();
+        self.server.acceptor()
+    }
+
+    fn connector(&self) -> Result<TlsConnector, String> {
+        self.client.connector()
+    }
 }
 
 fn sasl_client(

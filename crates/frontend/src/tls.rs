@@ -273,6 +273,22 @@ impl TlsSettings {
         &self.listener
     }
 
+    /// The same settings with client certificates required, whatever `ssl.client.auth` says:
+    /// mutual TLS, for a listener with no other authentication (the controller listener).
+    pub fn requiring_client_certificates(mut self) -> Result<Self, TlsError> {
+        if self.trust.is_none() {
+            return Err(TlsError::Config {
+                listener: self.listener.clone(),
+                key: "ssl.truststore.location".to_string(),
+                reason: "mutual TLS checks the other nodes' certificates against a truststore: \
+                         set ssl.truststore.location or ssl.truststore.certificates"
+                    .to_string(),
+            });
+        }
+        self.client_auth = ClientAuth::Required;
+        Ok(self)
+    }
+
     /// What the files behind the configuration look like now (compared to tell a change).
     pub(crate) fn stamps(&self) -> FileStamps {
         self.files().iter().map(|f| stamp(f)).collect()

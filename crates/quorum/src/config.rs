@@ -6,6 +6,7 @@
 //! The voter set is static, as in Kafka's static quorum: every node must be given the same voter
 //! ids (the handshake in `wire` refuses peers whose set differs).
 
+use crate::tls::ControllerTlsHandle;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -60,6 +61,8 @@ pub struct QuorumConfig {
     pub entries_kept_after_snapshot: u64,
     /// Milliseconds: `propose` gives up (outcome unknown) after this long.
     pub propose_timeout_ms: u64,
+    /// Mutual TLS on the controller listener, both ends (`None`: plain TCP).
+    pub tls: Option<ControllerTlsHandle>,
 }
 
 impl QuorumConfig {
@@ -96,6 +99,7 @@ impl QuorumConfig {
             snapshot_every_entries: 10_000,
             entries_kept_after_snapshot: 1_000,
             propose_timeout_ms: 10_000,
+            tls: None,
         }
     }
 

@@ -58,6 +58,7 @@ pub mod config;
 pub mod disk;
 pub mod limits;
 pub mod testing;
+pub mod tls;
 
 mod codec;
 mod describe;

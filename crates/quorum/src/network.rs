@@ -43,6 +43,7 @@ use crate::limits::{
     APPEND_ENTRIES_BYTES_MAX, CONNECT_TIMEOUT_MS, IDLE_CONNECTIONS_PER_PEER_MAX,
     OUTBOUND_IDLE_MS_MAX, RECONNECT_BACKOFF_MS_MAX, RECONNECT_BACKOFF_MS_MIN,
 };
+use crate::tls::{server_name, Conn, ControllerTlsHandle};
 use crate::types::TypeConfig;
 use crate::wire::{self, Hello, HelloReply, Reply, Request, PROTOCOL_VERSION};
 
@@ -71,19 +72,19 @@ struct BackoffState {
 
 #[derive(Debug, Default)]
 struct Pool {
-    idle: Mutex<Vec<(TcpStream, Instant)>>,
+    idle: Mutex<Vec<(Conn, Instant)>>,
     backoff: Mutex<BackoffState>,
 }
 
 impl Pool {
-    fn take_idle(&self) -> Option<TcpStream> {
+    fn take_idle(&self) -> Option<Conn> {
         let mut idle = self.idle.lock();
         let max_idle = Duration::from_millis(OUTBOUND_IDLE_MS_MAX);
         while let Some((conn, since)) = idle.pop() {
             // A connection the peer closed (or wrote to unasked) while it sat idle is stale:
             // sending on it would fail after the request may look sent.
             let mut probe = [0u8; 1];
-            let open = matches!(conn.try_read(&mut probe), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock);
+            let open = matches!(conn.tcp().try_read(&mut probe), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock);
             if open && since.elapsed() < max_idle {
                 return Some(conn);
             }
@@ -91,7 +92,7 @@ impl Pool {
         None
     }
 
-    fn put_idle(&self, conn: TcpStream) {
+    fn put_idle(&self, conn: Conn) {
         let mut idle = self.idle.lock();
         if idle.len() < IDLE_CONNECTIONS_PER_PEER_MAX {
             idle.push((conn, Instant::now()));
@@ -130,6 +131,8 @@ pub struct Peers {
     acks: Mutex<HashMap<u64, FollowerAck>>,
     /// This node's last log index + 1 as last published (0: an empty log).
     log_end: AtomicU64,
+    /// Mutual TLS before the handshake, when the controller listeners are SSL ones.
+    tls: Option<ControllerTlsHandle>,
 }
 
 /// What a leader last heard from one follower or observer (Kafka's `ReplicaState` times).
@@ -149,7 +152,11 @@ pub(crate) fn now_ms() -> i64 {
 
 impl Peers {
     /// Peers of node `self_id`, with the configured voter addresses.
-    pub fn new(self_id: u64, voters: BTreeMap<u64, String>) -> Result<Peers, CodecError> {
+    pub fn new(
+        self_id: u64,
+        voters: BTreeMap<u64, String>,
+        tls: Option<ControllerTlsHandle>,
+    ) -> Result<Peers, CodecError> {
         let hello = wire::encode_frame(&Hello {
             version: PROTOCOL_VERSION,
             from: self_id,
@@ -162,6 +169,7 @@ impl Peers {
             pools: Mutex::new(HashMap::new()),
             acks: Mutex::new(HashMap::new()),
             log_end: AtomicU64::new(0),
+            tls,
         })
     }
 
@@ -244,7 +252,7 @@ impl Peers {
         Ok(reply)
     }
 
-    async fn connect(&self, target: u64, addr: &str, pool: &Pool) -> Result<TcpStream, CallError> {
+    async fn connect(&self, target: u64, addr: &str, pool: &Pool) -> Result<Conn, CallError> {
         if pool.in_backoff() {
             return Err(CallError::Unreachable(format!(
                 "node {target} at {addr}: waiting before reconnecting"
@@ -270,9 +278,20 @@ impl Peers {
         }
     }
 
-    async fn handshake(&self, target: u64, addr: &str) -> Result<TcpStream, String> {
-        let mut conn = TcpStream::connect(addr).await.map_err(|e| e.to_string())?;
-        let _ = conn.set_nodelay(true);
+    async fn handshake(&self, target: u64, addr: &str) -> Result<Conn, String> {
+        let tcp = TcpStream::connect(addr).await.map_err(|e| e.to_string())?;
+        let _ = tcp.set_nodelay(true);
+        let mut conn = match &self.tls {
+            None => Conn::Plain(tcp),
+            Some(tls) => {
+                let connector = tls.0.connector()?;
+                let stream = connector
+                    .connect(server_name(addr)?, tcp)
+                    .await
+                    .map_err(|e| format!("TLS: {e}"))?;
+                Conn::Client(Box::new(stream))
+            }
+        };
         wire::write_frame(&mut conn, &self.hello)
             .await
             .map_err(|e| e.to_string())?;

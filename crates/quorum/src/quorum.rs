@@ -234,7 +234,7 @@ impl Quorum {
         let listen_addr = listener.as_ref().and_then(|l| l.local_addr().ok());
 
         let peers = Arc::new(
-            Peers::new(config.node_id, config.voters.clone())
+            Peers::new(config.node_id, config.voters.clone(), config.tls.clone())
                 .map_err(|e| QuorumError::Config(e.to_string()))?,
         );
         let raft = Raft::new(
@@ -260,6 +260,7 @@ impl Quorum {
                 cancel: cancel.clone(),
                 tracker: tracker.clone(),
                 contact: contact.clone(),
+                tls: config.tls.clone(),
             });
             tracker.spawn(server.serve(listener));
         }

@@ -29,6 +29,7 @@ use crate::limits::{
     NODE_ADDR_BYTES_MAX, OBSERVERS_MAX, SNAPSHOT_BYTES_MAX,
 };
 use crate::pre_vote::LeaderContact;
+use crate::tls::{Conn, ControllerTlsHandle};
 use crate::types::{Payload, Raft};
 use crate::wire::{self, Hello, HelloReply, JoinReply, Reply, Request, PROTOCOL_VERSION};
 use crate::{Role, RpcHandler};
@@ -51,6 +52,8 @@ pub struct Server {
     pub tracker: TaskTracker,
     /// When a leader was last heard from (pre-vote).
     pub(crate) contact: Arc<LeaderContact>,
+    /// Mutual TLS before the handshake, when the listener is an SSL one.
+    pub tls: Option<ControllerTlsHandle>,
 }
 
 impl Server {
@@ -87,8 +90,30 @@ impl Server {
         }
     }
 
-    async fn connection(&self, mut stream: TcpStream, peer: SocketAddr) {
+    async fn connection(&self, stream: TcpStream, peer: SocketAddr) {
         let _ = stream.set_nodelay(true);
+        let mut stream = match &self.tls {
+            None => Conn::Plain(stream),
+            Some(tls) => {
+                let accepted = tokio::time::timeout(
+                    Duration::from_millis(HANDSHAKE_TIMEOUT_MS),
+                    tls.0.acceptor().accept(stream),
+                )
+                .await;
+                match accepted {
+                    Ok(Ok(s)) => Conn::Server(Box::new(s)),
+                    Ok(Err(e)) => {
+                        // INFO, as on the Kafka listeners: a cut link ends handshakes too.
+                        tracing::info!(%peer, error = %e, "controller listener: TLS handshake failed; closing");
+                        return;
+                    }
+                    Err(_) => {
+                        tracing::warn!(%peer, "controller listener: no TLS handshake in time; closing");
+                        return;
+                    }
+                }
+            }
+        };
         let hello = tokio::time::timeout(
             Duration::from_millis(HANDSHAKE_TIMEOUT_MS),
             wire::read_frame::<Hello, _>(&mut stream),
@@ -137,7 +162,7 @@ impl Server {
 
     async fn send<T: serde::Serialize>(
         &self,
-        stream: &mut TcpStream,
+        stream: &mut Conn,
         msg: &T,
         peer: SocketAddr,
     ) -> bool {

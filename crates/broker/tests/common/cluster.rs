@@ -319,6 +319,11 @@ impl TestCluster {
     }
 
     /// The node's Kafka listener.
+    /// Node `id`'s controller listener.
+    pub fn controller_addr(&self, id: i32) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.node(id).controller_port))
+    }
+
     pub fn addr(&self, id: i32) -> SocketAddr {
         SocketAddr::from(([127, 0, 0, 1], self.node(id).client_port))
     }
