@@ -230,10 +230,26 @@ async fn replicates_over_the_inter_broker_listener(cluster: &mut TestCluster) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_replicates_over_sasl_ssl() {
     let pki = Pki::new();
-    let mut settings = pki.settings("SASL_SSL", &[]);
+    // Sessions of 2 s (KIP-368): the brokers' connections must authenticate again on the way.
+    let mut settings = pki.settings(
+        "SASL_SSL",
+        &["listener.name.internal.connections.max.reauth.ms=2000"],
+    );
     settings.extend(sasl_settings());
     let mut cluster = start(&settings);
+    let started = Instant::now();
     replicates_over_the_inter_broker_listener(&mut cluster).await;
+    assert!(
+        started.elapsed() > Duration::from_secs(4),
+        "several session lifetimes"
+    );
+    for id in 1..=3 {
+        let log = cluster.log_tail(id, 5000);
+        assert!(
+            !log.contains("the SASL session ended"),
+            "node {id} saw a broker's session end without re-authentication:\n{log}"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
