@@ -8,9 +8,10 @@
 //! route and lives with those routes' tests.
 
 mod common;
+#[path = "common/scram.rs"]
+mod scram_credentials;
 
 use std::net::SocketAddr;
-use std::num::NonZeroU32;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -18,9 +19,7 @@ use std::time::{Duration, Instant};
 use base64::Engine;
 use bytes::Bytes;
 use common::*;
-use kafka_protocol::messages::alter_user_scram_credentials_request::ScramCredentialUpsertion;
 use kafka_protocol::messages::AlterUserScramCredentialsRequest;
-use kafka_protocol::protocol::StrBytes;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -192,25 +191,6 @@ async fn tls_get(
     http1(stream, &head, b"").await
 }
 
-/// A SCRAM-SHA-512 credential for `user`, as Kafka's admin client sends it.
-fn upsertion(user: &str, password: &str) -> ScramCredentialUpsertion {
-    let salt = format!("salt-of-{user}").into_bytes();
-    let mut salted = vec![0u8; 64];
-    ring::pbkdf2::derive(
-        ring::pbkdf2::PBKDF2_HMAC_SHA512,
-        NonZeroU32::new(4096).expect("rounds"),
-        &salt,
-        password.as_bytes(),
-        &mut salted,
-    );
-    ScramCredentialUpsertion::default()
-        .with_name(StrBytes::from_string(user.to_string()))
-        .with_mechanism(2)
-        .with_iterations(4096)
-        .with_salt(Bytes::from(salt))
-        .with_salted_password(Bytes::from(salted))
-}
-
 /// An answer from the HTTP API proper (not the operator's routes) for a path it does not serve:
 /// 404 with Confluent's body, which only an authenticated caller gets.
 const PROBE: &str = "/millrace-test-no-such-route";
@@ -244,8 +224,9 @@ async fn tls_http1_http2_basic_and_mtls_on_a_real_broker() {
     let created = admin
         .request(
             0,
-            &AlterUserScramCredentialsRequest::default()
-                .with_upsertions(vec![upsertion("bob", "bob-pw")]),
+            &AlterUserScramCredentialsRequest::default().with_upsertions(vec![
+                scram_credentials::upsertion("bob", scram_credentials::SHA512, "bob-pw", 4096),
+            ]),
         )
         .await;
     assert_eq!(created.results[0].error_code, 0);

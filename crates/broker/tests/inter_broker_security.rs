@@ -1,7 +1,7 @@
 //! Brokers talk to each other over a secured inter-broker listener (issue 36): replica fetches,
 //! transaction markers and forwarded requests go over TLS with SASL/PLAIN (SASL_SSL), or over TLS
 //! with client certificates (SSL with `ssl.client.auth=required`), with the broker's own
-//! credentials; the quorum's nodes talk mutual TLS on the controller listener
+//! credentials (SCRAM too, once the brokers' user exists); the quorum's nodes talk mutual TLS on the controller listener
 //! (`controller.listener.names` mapped to SSL), and a connection that is not TLS gets nothing. A 3-node cluster whose inter-broker listener is secured replicates: acks=all
 //! with `min.insync.replicas=3` is acknowledged only once both followers fetched over it, and a
 //! follower killed with SIGKILL catches up over it after its restart. A broker that could not
@@ -12,12 +12,15 @@
 #[path = "common/cluster.rs"]
 mod cluster;
 mod common;
+#[path = "common/scram.rs"]
+mod scram_credentials;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use cluster::TestCluster;
 use common::*;
+use kafka_protocol::messages::AlterUserScramCredentialsRequest;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
@@ -248,6 +251,62 @@ async fn a_cluster_replicates_over_sasl_ssl() {
         assert!(
             !log.contains("the SASL session ended"),
             "node {id} saw a broker's session end without re-authentication:\n{log}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn brokers_authenticate_to_each_other_with_scram_once_their_user_exists() {
+    let pki = Pki::new();
+    let mut settings = pki.settings("SASL_SSL", &[]);
+    settings.extend([
+        "sasl.enabled.mechanisms=SCRAM-SHA-256".to_string(),
+        "sasl.mechanism.inter.broker.protocol=SCRAM-SHA-256".to_string(),
+        "listener.name.internal.scram-sha-256.sasl.jaas.config=\
+         org.apache.kafka.common.security.scram.ScramLoginModule required \
+         username=\"broker\" password=\"broker-secret\";"
+            .to_string(),
+    ]);
+    let cluster = start(&settings);
+    let bootstrap = cluster.bootstrap();
+    let topic = unique_topic("scram-replication");
+    create_topic(&bootstrap, &topic).await;
+    // No SCRAM user `broker` yet: the followers cannot log in, so nothing is fully replicated.
+    let (acked, _) = produce(&bootstrap, &topic, 0, 1).await;
+    assert_eq!(acked, 0, "acks=all before the brokers could fetch");
+
+    // The user, as `kafka-configs --alter --add-config SCRAM-SHA-256=[password=…]` creates it.
+    let mut admin = RawConn::connect(cluster.addr(1)).await;
+    let response = admin
+        .request(
+            0,
+            &AlterUserScramCredentialsRequest::default().with_upsertions(vec![
+                scram_credentials::upsertion(
+                    "broker",
+                    scram_credentials::SHA256,
+                    "broker-secret",
+                    4096,
+                ),
+            ]),
+        )
+        .await;
+    assert!(
+        response.results.iter().all(|r| r.error_code == 0),
+        "{response:?}"
+    );
+    let deadline = Instant::now() + CATCH_UP_WITHIN;
+    let mut next = 1;
+    loop {
+        let (acked, error) = produce(&bootstrap, &topic, next, 1).await;
+        next += 1;
+        if acked == 1 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "acks=all not acknowledged within {CATCH_UP_WITHIN:?} of the user's creation: \
+             {error:?}; node 2's log:\n{}",
+            cluster.log_tail(2, 40)
         );
     }
 }

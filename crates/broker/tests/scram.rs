@@ -5,17 +5,16 @@
 //! clients run in `compat-tests`). A wrong password and an unknown user fail alike at the proof.
 
 mod common;
+#[path = "common/scram.rs"]
+mod scram_credentials;
 
 use std::net::SocketAddr;
-use std::num::NonZeroU32;
 
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine;
 use bytes::Bytes;
 use common::*;
-use kafka_protocol::messages::alter_user_scram_credentials_request::{
-    ScramCredentialDeletion, ScramCredentialUpsertion,
-};
+use kafka_protocol::messages::alter_user_scram_credentials_request::ScramCredentialDeletion;
 use kafka_protocol::messages::describe_client_quotas_request::ComponentData;
 use kafka_protocol::messages::describe_user_scram_credentials_request::UserName;
 use kafka_protocol::messages::{
@@ -24,9 +23,7 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 use ring::{digest, hmac, pbkdf2};
-
-const SHA256: i8 = 1;
-const SHA512: i8 = 2;
+use scram_credentials::{salted_password, upsertion, SHA256, SHA512};
 
 fn algorithms(
     mechanism: i8,
@@ -49,19 +46,6 @@ fn algorithms(
     }
 }
 
-fn salted_password(mechanism: i8, password: &str, salt: &[u8], iterations: u32) -> Vec<u8> {
-    let (pbkdf2_alg, _, digest_alg) = algorithms(mechanism);
-    let mut out = vec![0u8; digest_alg.output_len()];
-    pbkdf2::derive(
-        pbkdf2_alg,
-        NonZeroU32::new(iterations).expect("iterations"),
-        salt,
-        password.as_bytes(),
-        &mut out,
-    );
-    out
-}
-
 fn mac(mechanism: i8, key: &[u8], data: &[u8]) -> Vec<u8> {
     let (_, alg, _) = algorithms(mechanism);
     hmac::sign(&hmac::Key::new(alg, key), data)
@@ -75,22 +59,6 @@ fn mechanism_name(mechanism: i8) -> &'static str {
     } else {
         "SCRAM-SHA-512"
     }
-}
-
-fn upsertion(
-    user: &str,
-    mechanism: i8,
-    password: &str,
-    iterations: i32,
-) -> ScramCredentialUpsertion {
-    let salt = format!("salt-of-{user}").into_bytes();
-    let salted = salted_password(mechanism, password, &salt, iterations as u32);
-    ScramCredentialUpsertion::default()
-        .with_name(StrBytes::from_string(user.to_string()))
-        .with_mechanism(mechanism)
-        .with_iterations(iterations)
-        .with_salt(Bytes::from(salt))
-        .with_salted_password(Bytes::from(salted))
 }
 
 /// A SCRAM exchange on a new connection: Ok(()) once the server proved it knows the key too, or
