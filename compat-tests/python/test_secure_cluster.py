@@ -7,7 +7,9 @@ replicates over it (issue 36, "broker-to-broker TLS and SASL"):
   leader is killed in turn: every acknowledged record reads back, in order;
 - transactions whose partitions have leaders on several brokers commit and abort: the
   coordinator's WriteTxnMarkers reach the other leaders over the SASL_SSL listener, so a
-  read_committed consumer sees every committed record and no aborted one.
+  read_committed consumer sees every committed record and no aborted one;
+- with the authorizer on, the brokers' own requests (replica fetches, WriteTxnMarkers: ClusterAction)
+  pass as User:broker, a super user, while bob, with no ACL, cannot produce.
 
 Brokers authenticate to each other as User:broker (the `username`/`password` of the listener's
 JAAS line, `sasl.mechanism.inter.broker.protocol=PLAIN`) and check each other's certificates
@@ -33,7 +35,11 @@ CATCH_UP_TIMEOUT = 90.0  # a restarted follower back in the ISR (Kafka's JVM res
 N = 50
 JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required '
         'username="broker" password="broker-secret" '
-        'user_broker="broker-secret" user_alice="alice-secret";')
+        'user_broker="broker-secret" user_alice="alice-secret" user_bob="bob-secret";')
+AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+# The brokers (SASL), the nodes on the controller listener (their certificate's subject: Kafka
+# authorizes controller traffic too) and alice are super users; bob has no ACL.
+SUPER_USERS = "User:broker;User:CN=millrace-test-node;User:alice"
 
 
 @pytest.fixture(scope="module")
@@ -52,6 +58,8 @@ def secure(tmp_path_factory):
         "listener.security.protocol.map": "SASL_SSL:SASL_SSL,CONTROLLER:SSL",
         "listener.name.controller.ssl.keystore.location": str(mat.node),
         "listener.name.controller.ssl.client.auth": "required",
+        "authorizer.class.name": AUTHORIZER,
+        "super.users": SUPER_USERS,
         "group.initial.rebalance.delay.ms": "0",
         "broker.session.timeout.ms": "3000",
         "broker.heartbeat.interval.ms": "500",
@@ -182,3 +190,20 @@ def test_transaction_markers_reach_leaders_on_other_brokers(secure):
 
     got = read(conf, topic, partitions, len(committed))
     assert sorted(got) == sorted(committed), f"read_committed: {len(got)} records"
+
+
+def test_the_authorizer_knows_the_brokers_and_refuses_bob(secure):
+    cluster, conf = secure
+    topic = unique_topic("secure-acl")
+    create(conf, topic, 1, {})
+    # The brokers replicate under the authorizer (acks=all needs the followers' fetches).
+    produce(conf, topic, [b"from-alice"], acks="all")
+    bob = {**conf, "sasl.username": "bob", "sasl.password": "bob-secret"}
+    p = Producer({**bob, "acks": "all", "message.timeout.ms": 10000})
+    errors = []
+    p.produce(topic, value=b"from-bob", partition=0,
+              on_delivery=lambda err, msg: errors.append(err))
+    p.flush(20)
+    assert errors and errors[0] is not None, f"bob's record: {errors}"
+    assert errors[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED, errors[0]
+    assert read(conf, topic, 1, 1, isolation="read_uncommitted") == [b"from-alice"]
