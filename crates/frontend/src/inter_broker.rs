@@ -63,13 +63,8 @@ pub fn security(config: &BrokerConfig) -> Result<InterBrokerSecurity, InterBroke
     let name = listener.address.name.as_str();
     let tls = match listener.protocol {
         SecurityProtocol::Ssl | SecurityProtocol::SaslSsl => {
-            let verify_hostname = !config
-                .listener_get(name, "ssl.endpoint.identification.algorithm")
-                .unwrap_or("https")
-                .trim()
-                .is_empty();
             let built = TlsSettings::from_config(config, name)
-                .and_then(|settings| PeerTls::new(settings, verify_hostname));
+                .and_then(|settings| PeerTls::new(settings, verifies_hostname(config, name)));
             match built {
                 Ok(client) => Some(client as Arc<dyn ClientTls>),
                 // A single node never connects to another broker: what Kafka accepts there (no
@@ -92,13 +87,28 @@ pub fn security(config: &BrokerConfig) -> Result<InterBrokerSecurity, InterBroke
     Ok(InterBrokerSecurity { tls, sasl })
 }
 
+/// Whether the other end's certificate must name the address dialled
+/// (`ssl.endpoint.identification.algorithm`, `https` by default; empty turns it off).
+fn verifies_hostname(config: &BrokerConfig, listener: &str) -> bool {
+    !config
+        .listener_get(listener, "ssl.endpoint.identification.algorithm")
+        .unwrap_or("https")
+        .trim()
+        .is_empty()
+}
+
 /// Mutual TLS on the controller listener, or `None` for PLAINTEXT (also when
-/// `controller.listener.names` is not set).
+/// `controller.listener.names` is not set, and on a single node, which has no controller
+/// listener).
 pub fn controller_tls(
     config: &BrokerConfig,
 ) -> Result<Option<ControllerTlsHandle>, InterBrokerError> {
     const KEY: &str = "controller.listener.names";
-    let Some(names) = config.explicit(KEY) else {
+    // A single node (no controller.quorum.voters) has no controller listener at all.
+    let (Some(names), Some(_)) = (
+        config.explicit(KEY),
+        config.explicit("controller.quorum.voters"),
+    ) else {
         return Ok(None);
     };
     let wrong = |reason: String| InterBrokerError::Config {
@@ -122,14 +132,9 @@ pub fn controller_tls(
         Some(SecurityProtocol::Ssl) => {
             let settings =
                 TlsSettings::from_config(config, &name)?.requiring_client_certificates()?;
-            let verify_hostname = !config
-                .listener_get(&name, "ssl.endpoint.identification.algorithm")
-                .unwrap_or("https")
-                .trim()
-                .is_empty();
             let tls = QuorumTls {
                 server: TlsListener::new(settings.clone())?,
-                client: PeerTls::new(settings, verify_hostname)?,
+                client: PeerTls::new(settings, verifies_hostname(config, &name))?,
             };
             Ok(Some(ControllerTlsHandle(Arc::new(tls))))
         }
