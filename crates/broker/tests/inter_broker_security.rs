@@ -164,6 +164,31 @@ async fn produce(
     (acked, first_error)
 }
 
+/// Produces one acks=all record at a time (values from `record-{from}` on) until one is
+/// acknowledged, within `CATCH_UP_WITHIN`; else fails naming `what` with node `log_of`'s log.
+async fn until_acknowledged(
+    cluster: &TestCluster,
+    topic: &str,
+    from: usize,
+    log_of: i32,
+    what: &str,
+) {
+    let deadline = Instant::now() + CATCH_UP_WITHIN;
+    for next in from.. {
+        let (acked, error) = produce(&cluster.bootstrap(), topic, next, 1).await;
+        if acked == 1 {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not within {CATCH_UP_WITHIN:?}: {what}; acks=all answered {error:?}; node {log_of}'s \
+             log:\n{}",
+            cluster.log_tail(log_of, 40)
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
 /// Every record of the topic's partition, from the start, as strings.
 async fn read_all(bootstrap: &str, topic: &str, n: usize) -> Vec<String> {
     let consumer = consumer_at(bootstrap, &[]);
@@ -209,22 +234,14 @@ async fn replicates_over_the_inter_broker_listener(cluster: &mut TestCluster) {
     );
 
     cluster.restart(3);
-    let deadline = Instant::now() + CATCH_UP_WITHIN;
-    let mut next = RECORDS + 1;
-    loop {
-        let (acked, error) = produce(&bootstrap, &topic, next, 1).await;
-        next += 1;
-        if acked == 1 {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the restarted follower is not back in the ISR within {CATCH_UP_WITHIN:?}: {error:?}; \
-             its log:\n{}",
-            cluster.log_tail(3, 40)
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    until_acknowledged(
+        cluster,
+        &topic,
+        RECORDS + 1,
+        3,
+        "the restarted follower is back in the ISR",
+    )
+    .await;
     let records = read_all(&bootstrap, &topic, RECORDS).await;
     let expected: Vec<String> = (0..RECORDS).map(|i| format!("record-{i}")).collect();
     assert_eq!(records, expected);
@@ -294,21 +311,14 @@ async fn brokers_authenticate_to_each_other_with_scram_once_their_user_exists() 
         response.results.iter().all(|r| r.error_code == 0),
         "{response:?}"
     );
-    let deadline = Instant::now() + CATCH_UP_WITHIN;
-    let mut next = 1;
-    loop {
-        let (acked, error) = produce(&bootstrap, &topic, next, 1).await;
-        next += 1;
-        if acked == 1 {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "acks=all not acknowledged within {CATCH_UP_WITHIN:?} of the user's creation: \
-             {error:?}; node 2's log:\n{}",
-            cluster.log_tail(2, 40)
-        );
-    }
+    until_acknowledged(
+        &cluster,
+        &topic,
+        1,
+        2,
+        "the followers log in with the new user",
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
