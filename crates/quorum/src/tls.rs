@@ -65,7 +65,8 @@ impl Conn {
     }
 }
 
-/// The name a server's certificate is checked against: the host of `addr` (`host:port`).
+/// The name a server's certificate is checked against: the host of `addr` (`host:port`; an IP
+/// address or a DNS name, IPv6 in brackets). Also the inter-broker connections' (replication).
 pub fn server_name(addr: &str) -> Result<ServerName<'static>, String> {
     let host = addr
         .rsplit_once(':')
@@ -116,5 +117,27 @@ impl AsyncWrite for Conn {
             Conn::Client(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
             Conn::Server(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_tls_server_name_is_the_host_of_the_address() {
+        assert_eq!(
+            server_name("127.0.0.1:9093").expect("ip"),
+            ServerName::try_from("127.0.0.1").expect("ip")
+        );
+        assert_eq!(
+            server_name("[::1]:9093").expect("ipv6"),
+            ServerName::try_from("::1").expect("ipv6")
+        );
+        assert_eq!(
+            server_name("broker-1.example:9093").expect("dns"),
+            ServerName::try_from("broker-1.example").expect("dns")
+        );
+        assert!(server_name("bad host:1").is_err());
     }
 }

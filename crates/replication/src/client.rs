@@ -18,7 +18,7 @@ use kafka_protocol::messages::{
     SaslHandshakeRequest, SaslHandshakeResponse,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
-use rustls::pki_types::ServerName;
+use millrace_quorum::tls::server_name;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
@@ -282,38 +282,5 @@ impl BrokerConnection {
             return Err(protocol(format!("{} trailing bytes", answer.remaining())));
         }
         Ok(response)
-    }
-}
-
-/// The name a TLS server's certificate is checked against: `addr`'s host (an IP address or a DNS
-/// name; IPv6 in brackets).
-fn server_name(addr: &str) -> Result<ServerName<'static>, String> {
-    let host = addr
-        .rsplit_once(':')
-        .map_or(addr, |(host, _)| host)
-        .trim_start_matches('[')
-        .trim_end_matches(']');
-    ServerName::try_from(host.to_string()).map_err(|e| format!("{host} as a TLS server name: {e}"))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_tls_server_name_is_the_host_of_the_address() {
-        assert_eq!(
-            server_name("127.0.0.1:9093").expect("ip"),
-            ServerName::try_from("127.0.0.1").expect("ip")
-        );
-        assert_eq!(
-            server_name("[::1]:9093").expect("ipv6"),
-            ServerName::try_from("::1").expect("ipv6")
-        );
-        assert_eq!(
-            server_name("broker-1.example:9093").expect("dns"),
-            ServerName::try_from("broker-1.example").expect("dns")
-        );
-        assert!(server_name("bad host:1").is_err());
     }
 }
