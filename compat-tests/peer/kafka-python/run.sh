@@ -6,7 +6,8 @@
 # The sdist comes from PyPI (pip download --no-binary), its test/ directory is unpacked under
 # compat-tests/peer/.cache/ (gitignored) with two files it lacks there: an empty test/__init__.py
 # (so that `test` is this package, not the standard library's) and service.py from this folder
-# (kafka-python's fixtures then only ever use an external broker). Runs the tests named in
+# (kafka-python's fixtures then only ever use an external broker), and conftest.py from this
+# folder (a shorter metadata_max_age_ms for every client: a client race, see the file). Runs the tests named in
 # ALLOWLIST with KAFKA_URI=<broker> KAFKA_VERSION=4.1.1. The broker listens on a port chosen
 # here and advertises it (advertised.listeners), as a Kafka started from server.properties does;
 # num.partitions=4 and group.min.session.timeout.ms=1000 as the tests expect (test_group uses
@@ -65,6 +66,7 @@ fi
 # Ours, refreshed on every run.
 touch "$SRC/test/__init__.py"
 cp "$HERE/service.py" "$SRC/test/service.py"
+cp "$HERE/conftest.py" "$SRC/test/conftest.py"
 mkdir -p "$SRC/servers/kafka-bin"
 
 mapfile -t tests < <(sed -e 's/#.*//' -e 's/[[:space:]]//g' "$HERE/ALLOWLIST" | grep -v '^$')
