@@ -355,18 +355,22 @@ impl SharePartition {
     }
 
     /// Acquires records for `member` from the log batches the leader just read starting at
-    /// [`Self::next_fetch_offset`] (Kafka's `SharePartition.acquire`): new offsets become
-    /// ACQUIRED with delivery count 1; cached AVAILABLE records are re-acquired with their count
-    /// plus one; nothing below SPSO is acquired; cached AVAILABLE records the log skipped over
-    /// (compaction) are archived; records of aborted transactions (`aborted`, read_committed) are
-    /// archived at once and left out of the result. `max_records` is capped by the in-flight
-    /// window and, in batch-optimized mode, rounded up to a log batch end; new ranges longer than
-    /// `batch_size` are split at log batch boundaries (`batch_size` 0: no split). Nothing here is
-    /// persisted.
+    /// `read_offset` (the [`Self::next_fetch_offset`] it read from; Kafka's
+    /// `SharePartition.acquire` takes the same fetch offset): new offsets become ACQUIRED with
+    /// delivery count 1; cached AVAILABLE records are re-acquired with their count plus one;
+    /// nothing below SPSO is acquired; cached AVAILABLE records between `read_offset` and the
+    /// first batch, which the log skipped over (compaction), are archived. A record released
+    /// below `read_offset` while the leader read (another member's acknowledgement) is not in
+    /// that range: it stays AVAILABLE for the next fetch. Records of aborted transactions
+    /// (`aborted`, read_committed) are archived at once and left out of the result.
+    /// `max_records` is capped by the in-flight window and, in batch-optimized mode, rounded up
+    /// to a log batch end; new ranges longer than `batch_size` are split at log batch boundaries
+    /// (`batch_size` 0: no split). Nothing here is persisted.
     #[allow(clippy::too_many_arguments)] // Kafka's acquire takes the same inputs; a struct would only rename them.
     pub fn acquire(
         &mut self,
         member: &str,
+        read_offset: i64,
         log_batches: &[LogBatch],
         max_records: u32,
         batch_size: u32,
@@ -389,7 +393,7 @@ impl SharePartition {
             return Ok(Vec::new());
         }
         let log_base = first_batch.first;
-        self.archive_stale(fetch_offset, log_base);
+        self.archive_stale(read_offset, log_base);
 
         let mut acq = Acquisition {
             member: Arc::from(member),
@@ -599,20 +603,23 @@ impl SharePartition {
         }
     }
 
-    /// Archives cached AVAILABLE records between the fetch offset and the first log batch: the
-    /// log no longer has them (compaction). Gap-window holes there are gone from the log too.
-    fn archive_stale(&mut self, fetch_offset: i64, log_base: i64) {
-        if fetch_offset >= log_base {
+    /// Archives cached AVAILABLE records between the offset the log was read from and the first
+    /// log batch: the log no longer has them (compaction). Gap-window holes there are gone from
+    /// the log too; holes below `read_offset` were not looked for, and stay.
+    fn archive_stale(&mut self, read_offset: i64, log_base: i64) {
+        if read_offset >= log_base {
             return;
         }
         if let Some(w) = self.gap_window.as_mut() {
-            w.gap_start = w.gap_start.max(log_base);
+            if w.gap_start >= read_offset {
+                w.gap_start = w.gap_start.max(log_base);
+            }
         }
         let keys: Vec<i64> = self.cache.range(..log_base).map(|(k, _)| *k).collect();
         let mut archived = 0u64;
         for key in keys {
             if let Some(batch) = self.cache.get_mut(&key) {
-                for run in batch.range_mut(fetch_offset, log_base - 1) {
+                for run in batch.range_mut(read_offset, log_base - 1) {
                     if run.rec.state == RecordState::Available {
                         run.rec = Record::unlocked(RecordState::Archived, run.rec.delivery_count);
                         archived += run.len().unsigned_abs();

@@ -70,9 +70,11 @@ fn fetch(
     max: u32,
     now: i64,
 ) -> Vec<AcquiredRange> {
-    let batches = read(log, sp.next_fetch_offset());
+    let from = sp.next_fetch_offset();
+    let batches = read(log, from);
     sp.acquire(
         member,
+        from,
         &batches,
         max,
         max,
@@ -128,7 +130,16 @@ fn nothing_below_the_start_offset_is_acquired() {
     assert_eq!(fetch(&mut sp, &log, "a", 100, T0), vec![r(15, 49, 1)]);
     let mut old = fresh(50);
     assert_eq!(
-        old.acquire("a", &log[..2], 10, 10, AcquireMode::BatchOptimized, &[], T0),
+        old.acquire(
+            "a",
+            0,
+            &log[..2],
+            10,
+            10,
+            AcquireMode::BatchOptimized,
+            &[],
+            T0
+        ),
         Ok(vec![])
     );
 }
@@ -483,6 +494,7 @@ fn aborted_transactions_are_archived_and_left_out() {
     let got = sp
         .acquire(
             "a",
+            0,
             &batches,
             20,
             20,
@@ -558,12 +570,30 @@ fn batch_size_splits_new_ranges_at_log_batch_boundaries() {
     let mut sp = fresh(0);
     let batches = read(&log, 0);
     let got = sp
-        .acquire("a", &batches, 50, 20, AcquireMode::BatchOptimized, &[], T0)
+        .acquire(
+            "a",
+            0,
+            &batches,
+            50,
+            20,
+            AcquireMode::BatchOptimized,
+            &[],
+            T0,
+        )
         .expect("acquire");
     assert_eq!(got, vec![r(0, 19, 1), r(20, 39, 1), r(40, 49, 1)]);
     let mut sp = fresh(0);
     let got = sp
-        .acquire("a", &batches, 50, 25, AcquireMode::BatchOptimized, &[], T0)
+        .acquire(
+            "a",
+            0,
+            &batches,
+            50,
+            25,
+            AcquireMode::BatchOptimized,
+            &[],
+            T0,
+        )
         .expect("acquire");
     assert_eq!(
         got,
@@ -583,7 +613,16 @@ fn batch_optimized_rounds_up_and_record_limit_does_not() {
 
     let mut sp = fresh(0);
     let got = sp
-        .acquire("a", &read(&log, 0), 3, 3, AcquireMode::RecordLimit, &[], T0)
+        .acquire(
+            "a",
+            0,
+            &read(&log, 0),
+            3,
+            3,
+            AcquireMode::RecordLimit,
+            &[],
+            T0,
+        )
         .expect("acquire");
     assert_eq!(got, vec![r(0, 2, 1)]);
     assert_eq!(
@@ -592,12 +631,22 @@ fn batch_optimized_rounds_up_and_record_limit_does_not() {
         "the rest of the log batch stays available"
     );
     let got = sp
-        .acquire("b", &read(&log, 3), 3, 3, AcquireMode::RecordLimit, &[], T0)
+        .acquire(
+            "b",
+            3,
+            &read(&log, 3),
+            3,
+            3,
+            AcquireMode::RecordLimit,
+            &[],
+            T0,
+        )
         .expect("acquire");
     assert_eq!(got, vec![r(3, 5, 1)]);
     let got = sp
         .acquire(
             "b",
+            6,
             &read(&log, 6),
             10,
             10,
@@ -690,6 +739,7 @@ fn records_the_log_compacted_away_are_archived() {
     let got = sp
         .acquire(
             "c",
+            0,
             &read(&log, 10),
             10,
             10,
@@ -704,6 +754,36 @@ fn records_the_log_compacted_away_are_archived() {
         10,
         "the archived records no longer hold SPSO back"
     );
+}
+
+#[test]
+fn a_release_while_the_leader_reads_is_not_taken_for_compaction() {
+    // Member a holds 0..=9 and b 10..=19; c's fetch reads the log from 20 (everything below is
+    // acquired). Before c's acquire runs, a releases 0..=9. The log read from 20 starting at 20
+    // says nothing about 0..=9: they stay AVAILABLE and go to the next fetch.
+    let log = log_of(10, 3);
+    let mut sp = fresh(0);
+    fetch(&mut sp, &log, "a", 10, T0);
+    fetch(&mut sp, &log, "b", 10, T0);
+    let read_from = sp.next_fetch_offset();
+    assert_eq!(read_from, 20);
+    ok(&mut sp, "a", &[ack(0, 9, AckType::Release)]);
+    let got = sp
+        .acquire(
+            "c",
+            read_from,
+            &read(&log, read_from),
+            10,
+            10,
+            AcquireMode::BatchOptimized,
+            &[],
+            T0,
+        )
+        .expect("acquire");
+    assert_eq!(got, vec![r(20, 29, 1)]);
+    assert_eq!(sp.metrics().archived_records_total, 0);
+    assert_eq!(sp.next_fetch_offset(), 0, "the released records come next");
+    assert_eq!(fetch(&mut sp, &log, "c", 10, T0), vec![r(0, 9, 2)]);
 }
 
 #[test]
@@ -860,7 +940,7 @@ fn corrupt_persisted_state_and_log_batches_are_errors() {
             LogBatch { first: 9, last: 12 },
         ],
     ] {
-        let res = sp.acquire("a", &log, 10, 10, AcquireMode::BatchOptimized, &[], T0);
+        let res = sp.acquire("a", 0, &log, 10, 10, AcquireMode::BatchOptimized, &[], T0);
         assert!(matches!(res, Err(ShareError::InvalidLogBatches(_))));
     }
 }
@@ -959,7 +1039,8 @@ fn random_operations_keep_every_invariant() {
                         AcquireMode::BatchOptimized
                     };
                     let before = sp.clone();
-                    let batches = read(&log, sp.next_fetch_offset());
+                    let from = sp.next_fetch_offset();
+                    let batches = read(&log, from);
                     let batches = &batches[..batches
                         .len()
                         .min(1 + usize::try_from(rng.below(8)).expect("small"))];
@@ -972,6 +1053,7 @@ fn random_operations_keep_every_invariant() {
                     let got = sp
                         .acquire(
                             member,
+                            from,
                             batches,
                             max,
                             u32::try_from(rng.below(10)).expect("small"),

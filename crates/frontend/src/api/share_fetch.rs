@@ -478,6 +478,7 @@ fn acquire(
     let Some(acquired) = shares.with_partition(want.key, leader_epoch, now, |sp, _| {
         sp.acquire(
             member,
+            fetch_offset,
             &log_batches,
             want.max_records,
             want.batch_size,
