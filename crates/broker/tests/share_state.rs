@@ -1,8 +1,11 @@
 //! Goal: share-partition state is durable in `__share_group_state` (KIP-932) — after a kill -9
 //! and restart, accepted records stay accepted, released ones come back with their delivery
 //! count, and records in flight are delivered again — and the share-state RPCs (keys 83–87)
-//! and FindCoordinator's share key type answer Kafka's error codes.
+//! and FindCoordinator's share key type answer Kafka's error codes. In a cluster, a write whose
+//! commit timed out is in the coordinator's log and commits later: the next read returns it.
 
+#[path = "common/cluster.rs"]
+mod cluster;
 mod common;
 #[path = "common/share.rs"]
 mod share_requests;
@@ -10,6 +13,7 @@ mod share_requests;
 use std::time::Instant;
 
 use base64::Engine;
+use cluster::TestCluster;
 use common::*;
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
 use kafka_protocol::messages::{
@@ -497,5 +501,101 @@ async fn share_state_rpcs_answer_kafkas_error_codes() {
     assert_eq!(
         r.results[0].partitions[0].error_code, INVALID_REQUEST,
         "{r:?}"
+    );
+}
+
+const REQUEST_TIMED_OUT: i16 = 7;
+
+/// The state batches of a ReadShareGroupState answer's only partition.
+fn read_batches(
+    p: &kafka_protocol::messages::read_share_group_state_response::PartitionResult,
+) -> Vec<(i64, i64, i8, i16)> {
+    p.state_batches
+        .iter()
+        .map(|b| {
+            (
+                b.first_offset,
+                b.last_offset,
+                b.delivery_state,
+                b.delivery_count,
+            )
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_state_write_that_commits_after_its_timeout_is_what_the_next_read_returns() {
+    // One __share_group_state partition on two of the three nodes, so that killing its follower
+    // leaves the quorum up and the coordinator leading.
+    let mut cluster = TestCluster::start(
+        3,
+        &[
+            "millrace.share.groups.enable=true",
+            "share.coordinator.state.topic.num.partitions=1",
+            "share.coordinator.state.topic.replication.factor=2",
+            "share.coordinator.state.topic.min.isr=2",
+            "share.coordinator.write.timeout.ms=1000",
+        ],
+    );
+    let topic = unique_topic("share-state-late-commit");
+    let id = ensure_topics(cluster.addr(1), &[topic.as_str()])
+        .await
+        .topics[0]
+        .topic_id;
+    let mut conn = RawConn::connect(cluster.addr(1)).await;
+    let coordinator = find_share_coordinator(&mut conn, &coordinator_key(id, 0)).await;
+    let mut conn = RawConn::connect(cluster.addr(coordinator)).await;
+    let deadline = Instant::now() + IO_TIMEOUT;
+    loop {
+        let r = conn.request(0, &initialize(id, GROUP, 1, 5)).await;
+        if r.results[0].partitions[0].error_code == 0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{r:?}");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let r = conn.request(0, &read(id, 3)).await;
+    assert_eq!(r.results[0].partitions[0].start_offset, 5, "{r:?}");
+    let state = metadata(&mut conn, Some(&["__share_group_state"]), false).await;
+    let replicas: Vec<i32> = state.topics[0].partitions[0]
+        .replica_nodes
+        .iter()
+        .map(|b| b.0)
+        .collect();
+    assert_eq!(replicas.len(), 2, "{state:?}");
+    let follower = *replicas
+        .iter()
+        .find(|&&n| n != coordinator)
+        .expect("a follower");
+
+    // The follower gone (still in the ISR): the write is appended, and times out.
+    cluster.kill9(follower);
+    let r = conn.request(1, &write(id, 1, 3)).await;
+    assert_eq!(
+        r.results[0].partitions[0].error_code, REQUEST_TIMED_OUT,
+        "{r:?}"
+    );
+
+    // Back, it catches up and the write commits: reads return it (after the timed-out answer a
+    // read may wait for the commit, or answer REQUEST_TIMED_OUT meanwhile).
+    cluster.restart(follower);
+    let deadline = Instant::now() + IO_TIMEOUT;
+    let r = loop {
+        let r = conn.request(0, &read(id, 3)).await;
+        let code = r.results[0].partitions[0].error_code;
+        if code == 0 {
+            break r;
+        }
+        assert_eq!(code, REQUEST_TIMED_OUT, "{r:?}");
+        assert!(Instant::now() < deadline, "{r:?}");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    let p = &r.results[0].partitions[0];
+    assert_eq!(p.start_offset, 7, "the timed-out write counts: {r:?}");
+    assert_eq!(read_batches(p), vec![(7, 7, 2, 1), (8, 9, 0, 2)]);
+    let state = metadata(&mut conn, Some(&["__share_group_state"]), false).await;
+    assert_eq!(
+        state.topics[0].partitions[0].leader_id.0, coordinator,
+        "the coordinator kept leading, so its own shard answered: {state:?}"
     );
 }

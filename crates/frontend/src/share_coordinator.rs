@@ -13,9 +13,14 @@
 //!   resigns; until the replay is done the partition answers COORDINATOR_LOAD_IN_PROGRESS, and
 //!   a partition not led here NOT_COORDINATOR;
 //! - one RPC at a time per partition: it decides on the shard's state, appends its record
-//!   acks=all in the leader epoch the shard was loaded in, and folds the record into the shard
-//!   only once committed and only if the shard is still that load — so the in-memory state is
-//!   always a replay of committed records;
+//!   acks=all in the leader epoch the shard was loaded in, folds the record into the shard as
+//!   soon as it is in the log, and answers once it is committed. As Kafka's coordinator runtime
+//!   applies a write before it commits: a record in the leader's log commits unless leadership
+//!   moves (and then the shard is dropped and the next leader replays its own log), so a write
+//!   whose commit timed out still counts — the shard is always a replay of this leader's log. An
+//!   RPC that writes nothing (a read) answers only once everything folded so far is committed,
+//!   so no answer shows state that may not survive, and none misses a timed-out write that later
+//!   commits (its share partition would deliver from a state the log then overrides);
 //! - the write-lock of a shard is an async mutex held across the append: writes of one
 //!   partition are serialized, as Kafka's coordinator runtime serializes a shard's events;
 //! - pruning ([`ShareCoordinator::prune`], every `share.coordinator.state.topic.prune.interval.ms`)
@@ -32,7 +37,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use millrace_replication::{AckError, PartitionError, ReplicaError, ReplicaManager};
+use millrace_replication::{AckError, AckWait, PartitionError, ReplicaError, ReplicaManager};
 use millrace_share::records::{decode_record, encode_record, ShareStateKey, ShareStateRecord};
 use millrace_share::{
     CoordinatorError, PersistedState, ShareCoordinatorShard, StateSummary, StateWrite,
@@ -42,6 +47,7 @@ use millrace_store::batch_walk::{BatchWalk, Validation, WalkChecks, WalkedBatch}
 use millrace_store::records::{decode_records, encode_records, BatchFields, Record};
 use millrace_store::{PartitionLog, ReadUpperBound, TopicPartition};
 use parking_lot::Mutex;
+use tokio::sync::Notify;
 use tracing::{info, warn};
 
 use crate::error_codes::{
@@ -105,13 +111,28 @@ struct Led {
     loaded: bool,
 }
 
-#[derive(Debug)]
 struct Loaded {
     load_id: u64,
     shard: ShareCoordinatorShard,
+    /// The log replayed and appended to (`None` before the first load).
+    log: Option<Arc<PartitionLog>>,
+    /// The offset after the last record folded into `shard`: answers wait for the high
+    /// watermark to reach it.
+    folded_end: i64,
     /// The high watermark when the previous prune round began: keys whose latest snapshot is
     /// below it get a fresh one in the next round.
     prune_mark: i64,
+}
+
+impl std::fmt::Debug for Loaded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Loaded")
+            .field("load_id", &self.load_id)
+            .field("shard", &self.shard)
+            .field("folded_end", &self.folded_end)
+            .field("prune_mark", &self.prune_mark)
+            .finish_non_exhaustive()
+    }
 }
 
 #[derive(Debug)]
@@ -171,6 +192,8 @@ impl ShareCoordinator {
                     inner: tokio::sync::Mutex::new(Loaded {
                         load_id: 0,
                         shard: ShareCoordinatorShard::new(self.updates_per_snapshot),
+                        log: None,
+                        folded_end: 0,
                         prune_mark: 0,
                     }),
                 })
@@ -193,9 +216,11 @@ impl ShareCoordinator {
         );
         let updates_per_snapshot = self.updates_per_snapshot;
         tokio::spawn(async move {
+            let replayed_log = Arc::clone(&log);
             let replayed =
-                tokio::task::spawn_blocking(move || replay(&log, updates_per_snapshot)).await;
-            let loaded = match replayed {
+                tokio::task::spawn_blocking(move || replay(&replayed_log, updates_per_snapshot))
+                    .await;
+            let (loaded, folded_end) = match replayed {
                 Ok(Ok(loaded)) => loaded,
                 Ok(Err(e)) => {
                     warn!(partition, error = %e, "{SHARE_GROUP_STATE_TOPIC} replay failed");
@@ -216,6 +241,8 @@ impl ShareCoordinator {
             *inner = Loaded {
                 load_id,
                 shard: loaded,
+                log: Some(log),
+                folded_end,
                 prune_mark: 0,
             };
             info!(
@@ -302,7 +329,7 @@ impl ShareCoordinator {
     }
 
     /// Decides on the shard of `partition` with `decide`, appends the record it returns (if
-    /// any) and folds it in once committed.
+    /// any) and folds it in, then answers once everything folded is committed (module comment).
     async fn run<R>(
         &self,
         partition: i32,
@@ -327,16 +354,43 @@ impl ShareCoordinator {
             return Err(loading());
         }
         let (result, record) = decide(&inner.shard)?;
-        let Some(record) = record else {
-            return Ok(result);
-        };
-        let offset = self.append(partition, led.leader_epoch, &record).await?;
+        if let Some(record) = record {
+            let (offset, wait) = self.append(partition, led.leader_epoch, &record)?;
+            inner.shard.replay_at(&record, offset);
+            inner.folded_end = inner.folded_end.max(offset + 1);
+            if let Some(wait) = wait {
+                wait.wait(self.commit_timeout).await.map_err(commit_error)?;
+            }
+        } else {
+            self.wait_committed(&inner).await?;
+        }
         if shard.led.lock().is_none_or(|l| l.load_id != led.load_id) {
-            // Committed, but this broker no longer leads: the next leader replays it.
+            // This broker no longer leads: the next leader replays its own log.
             return Err(not_coordinator());
         }
-        inner.shard.replay_at(&record, offset);
         Ok(result)
+    }
+
+    /// Waits, up to the commit timeout, for the high watermark to pass every record folded into
+    /// `inner` (only a write whose commit timed out, or the tail a new leader replayed, is not).
+    async fn wait_committed(&self, inner: &Loaded) -> Result<(), StateError> {
+        let Some(log) = inner.log.as_ref() else {
+            return Ok(());
+        };
+        let deadline = tokio::time::Instant::now() + self.commit_timeout;
+        loop {
+            let waiter = Arc::new(Notify::new());
+            log.watch_high_watermark(&waiter);
+            if log.high_watermark() >= inner.folded_end {
+                return Ok(());
+            }
+            if tokio::time::timeout_at(deadline, waiter.notified())
+                .await
+                .is_err()
+            {
+                return Err(commit_error(AckError::Timeout));
+            }
+        }
     }
 
     /// One prune round over the `__share_group_state` partitions led and loaded here: fresh
@@ -396,14 +450,14 @@ impl ShareCoordinator {
         deleted
     }
 
-    /// Appends `record` to `partition` acks=all in `leader_epoch`; resolves with its offset once
-    /// committed.
-    async fn append(
+    /// Appends `record` to `partition` acks=all in `leader_epoch`: its offset, and the wait for
+    /// its commit (`None` when it is committed already).
+    fn append(
         &self,
         partition: i32,
         leader_epoch: i32,
         record: &ShareStateRecord,
-    ) -> Result<i64, StateError> {
+    ) -> Result<(i64, Option<AckWait>), StateError> {
         let (key, value) =
             encode_record(record).map_err(|e| StateError::new(INVALID_REQUEST, e.to_string()))?;
         let now = now_ms();
@@ -443,24 +497,29 @@ impl ShareCoordinator {
                 }
                 other => StateError::new(UNKNOWN_SERVER_ERROR, other.to_string()),
             })?;
-        let Some(wait) = wait else {
-            return Ok(info.base_offset);
-        };
-        wait.wait(self.commit_timeout).await.map_err(|e| match e {
-            AckError::NotLeader => StateError::new(NOT_COORDINATOR, "leadership moved"),
-            AckError::NotEnoughReplicasAfterAppend | AckError::Timeout => StateError::new(
-                REQUEST_TIMED_OUT,
-                "the share state write did not commit in time",
-            ),
-            AckError::Storage => StateError::new(UNKNOWN_SERVER_ERROR, "the log went offline"),
-        })?;
-        Ok(info.base_offset)
+        Ok((info.base_offset, wait))
     }
 }
 
-/// Replays a `__share_group_state` partition into a shard. An unreadable record is skipped
-/// with a warning (its key keeps what came before), as the transaction coordinator does.
-fn replay(log: &PartitionLog, updates_per_snapshot: u32) -> Result<ShareCoordinatorShard, String> {
+/// Why a write, or the writes an answer waited for, did not commit.
+fn commit_error(e: AckError) -> StateError {
+    match e {
+        AckError::NotLeader => StateError::new(NOT_COORDINATOR, "leadership moved"),
+        AckError::NotEnoughReplicasAfterAppend | AckError::Timeout => StateError::new(
+            REQUEST_TIMED_OUT,
+            "the share state write did not commit in time",
+        ),
+        AckError::Storage => StateError::new(UNKNOWN_SERVER_ERROR, "the log went offline"),
+    }
+}
+
+/// Replays a `__share_group_state` partition into a shard, to its log end (returned with it).
+/// An unreadable record is skipped with a warning (its key keeps what came before), as the
+/// transaction coordinator does.
+fn replay(
+    log: &PartitionLog,
+    updates_per_snapshot: u32,
+) -> Result<(ShareCoordinatorShard, i64), String> {
     let mut shard = ShareCoordinatorShard::new(updates_per_snapshot);
     let mut offset = log.log_start_offset();
     let end = log.log_end_offset();
@@ -507,7 +566,7 @@ fn replay(log: &PartitionLog, updates_per_snapshot: u32) -> Result<ShareCoordina
             break;
         }
     }
-    Ok(shard)
+    Ok((shard, offset))
 }
 
 fn now_ms() -> i64 {
