@@ -454,19 +454,7 @@ async fn share_state_rpcs_answer_kafkas_error_codes() {
     let r = conn.request(0, &read(id, 3)).await;
     let p = &r.results[0].partitions[0];
     assert_eq!(p.start_offset, 7, "{r:?}");
-    let batches: Vec<_> = p
-        .state_batches
-        .iter()
-        .map(|b| {
-            (
-                b.first_offset,
-                b.last_offset,
-                b.delivery_state,
-                b.delivery_count,
-            )
-        })
-        .collect();
-    assert_eq!(batches, vec![(7, 7, 2, 1), (8, 9, 0, 2)]);
+    assert_eq!(read_batches(p), vec![(7, 7, 2, 1), (8, 9, 0, 2)]);
     let r = conn.request(1, &summary(id)).await;
     let p = &r.results[0].partitions[0];
     assert_eq!(
