@@ -105,6 +105,7 @@ SHARE_ANOMALIES = (
 # How many example operations an anomaly carries, and how many anomalies of a kind are printed.
 OPS_PER_ANOMALY_MAX = 6
 PRINTED_PER_KIND_MAX = 10
+FIRST_DETAIL_CHARS_MAX = 200  # of a failed check's first anomaly (count_detail)
 
 # Events that end a consumer's run of polls: after them, its position may legitimately move.
 ASSIGNMENT_EVENTS = ("assign", "revoke")
@@ -151,6 +152,17 @@ class Result:
 
     def valid(self) -> bool:
         return not any(self.anomalies.values())
+
+
+def count_detail(res: Any, kind: str) -> str:
+    """How many ``kind`` anomalies ``res`` (a ``Result`` or any result with ``anomalies``) found,
+    and the first one's detail (its ops left out) when there are any: a failed check's line is
+    all a CI excerpt shows of the run."""
+    found = res.anomalies[kind]
+    if not found:
+        return "0"
+    first = {k: v for k, v in found[0].items() if k != "ops"}
+    return f"{len(found)}; first {json.dumps(first, sort_keys=True)[:FIRST_DETAIL_CHARS_MAX]}"
 
 
 # Operations that belong to one topic's history. Records of the main topic carry no ``topic``

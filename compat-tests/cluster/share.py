@@ -31,7 +31,8 @@ History records (``checker.check_share`` reads them):
   record was no longer acquired by this member) or ``info`` (unknown). ``stalled`` marks a
   deliberate stall before it. Acknowledgements the client refused locally (the record was no
   longer in flight for it) are in ``dropped`` and never sent.
-- ``share-config``: the group config the harness set (``ok`` once the broker accepted it).
+- ``share-config``: the group config the harness set (``ok`` once a broker accepted it and every
+  broker's DescribeConfigs answers it).
 """
 
 from __future__ import annotations
@@ -72,8 +73,10 @@ INVALID_RECORD_STATE = 121
 ACK_TYPES = {"accept": AcknowledgeType.ACCEPT, "release": AcknowledgeType.RELEASE, "reject": AcknowledgeType.REJECT}
 # The group configs the harness sets before the members join (Kafka's names).
 GROUP_CONFIGS = {"share.auto.offset.reset": "earliest"}
+CONFIG_VISIBLE_POLL_S = 0.2  # between two rounds of DescribeConfigs waiting for GROUP_CONFIGS everywhere
 
 INCREMENTAL_ALTER_CONFIGS = 44  # API key
+DESCRIBE_CONFIGS = 32  # API key (v1: the lowest both systems serve)
 RESOURCE_GROUP = 32  # ConfigResource type GROUP
 OP_SET = 0
 
@@ -215,24 +218,95 @@ def alter_group_configs_at(addr: str, group: str, configs: Dict[str, str], timeo
     return error, message
 
 
+def describe_group_configs_at(addr: str, group: str, timeout: float) -> Dict[str, Optional[str]]:
+    """One DescribeConfigs v1 request to ``addr`` for the GROUP resource ``group``: the configs
+    that broker answers with (from its own metadata). Raises ValueError on an error code."""
+    correlation = 8
+    header = struct.pack(">hhi", DESCRIBE_CONFIGS, 1, correlation) + _string("harness-group-config")
+    body = struct.pack(">ib", 1, RESOURCE_GROUP) + _string(group) + struct.pack(">i", -1) + struct.pack(">b", 0)
+    request = header + body
+    with broker_socket(addr, timeout) as sock:
+        sock.sendall(struct.pack(">i", len(request)) + request)
+        size = struct.unpack(">i", recv_exact(sock, 4))[0]
+        resp = recv_exact(sock, size)
+    pos = 0
+
+    def take(fmt: str) -> tuple:
+        nonlocal pos
+        out = struct.unpack_from(fmt, resp, pos)
+        pos += struct.calcsize(fmt)
+        return out
+
+    def text() -> Optional[str]:
+        nonlocal pos
+        (n,) = take(">h")
+        if n < 0:
+            return None
+        pos += n
+        return resp[pos - n:pos].decode(errors="replace")
+
+    got_corr, _throttle, count = take(">iii")
+    if got_corr != correlation or count != 1:
+        raise ValueError(f"correlation id {got_corr}, {count} resources")
+    (error,) = take(">h")
+    message = text()
+    if error != 0:
+        raise ValueError(f"error code {error} {message}")
+    take(">b")
+    text()
+    (n_configs,) = take(">i")
+    configs: Dict[str, Optional[str]] = {}
+    for _ in range(max(0, n_configs)):
+        name, value = text(), text()
+        take(">bbb")  # read_only, config_source, is_sensitive
+        (n_synonyms,) = take(">i")
+        for _ in range(max(0, n_synonyms)):
+            text(), text(), take(">b")
+        configs[name or ""] = value
+    return configs
+
+
 def set_group_configs(history: History, bootstrap: str, deadline: float) -> bool:
-    """Sets ``GROUP_CONFIGS`` on the share group through any broker, retrying until ``deadline``."""
+    """Sets ``GROUP_CONFIGS`` on the share group through any broker, then waits until every
+    broker answers them (each broker starts a share partition it leads from its own metadata:
+    one that has not seen the config yet would start at ``latest``), retrying until
+    ``deadline``."""
     last = ""
-    while time.monotonic() < deadline:
-        for addr in bootstrap.split(","):
+    addrs = bootstrap.split(",")
+    set_on = None
+    while set_on is None and time.monotonic() < deadline:
+        for addr in addrs:
             try:
                 error, message = alter_group_configs_at(addr, GROUP, GROUP_CONFIGS, 10.0)
             except (OSError, ValueError, struct.error) as exc:
                 last = f"{addr}: {exc!r}"[:200]
                 continue
             if error == 0:
-                history.record("harness", "ok", "share-config", group=GROUP, configs=GROUP_CONFIGS,
-                               delivery_limit=DELIVERY_LIMIT)
-                return True
+                set_on = addr
+                break
             last = f"{addr}: error code {error} {message}"[:200]
-        time.sleep(2.0)
+        else:
+            time.sleep(2.0)
+    waiting = list(addrs) if set_on is not None else []
+    while waiting and time.monotonic() < deadline:
+        for addr in list(waiting):
+            try:
+                configs = describe_group_configs_at(addr, GROUP, 10.0)
+            except (OSError, ValueError, struct.error) as exc:
+                last = f"{addr}: describe: {exc!r}"[:200]
+                continue
+            if all(configs.get(k) == v for k, v in GROUP_CONFIGS.items()):
+                waiting.remove(addr)
+            else:
+                last = f"{addr}: describe: {({k: configs.get(k) for k in GROUP_CONFIGS})}"[:200]
+        if waiting:
+            time.sleep(CONFIG_VISIBLE_POLL_S)
+    if set_on is not None and not waiting:
+        history.record("harness", "ok", "share-config", group=GROUP, configs=GROUP_CONFIGS,
+                       delivery_limit=DELIVERY_LIMIT)
+        return True
     history.record("harness", "info", "share-config", group=GROUP, configs=GROUP_CONFIGS,
-                   delivery_limit=DELIVERY_LIMIT, error=last)
+                   delivery_limit=DELIVERY_LIMIT, error=last, set=set_on is not None, not_seen_by=waiting)
     return False
 
 

@@ -230,6 +230,17 @@ def test_report_prints_counts_and_the_operations():
     assert '"value": "p1-0"' in text
 
 
+def test_count_detail_names_the_first_anomaly_without_its_operations():
+    h = base()
+    h.poll("r1", {0: [(1, "p2-0"), (2, "p1-2")], 1: [(0, "p1-1"), (1, "p2-1")]})
+    res = h.result()
+    detail = checker.count_detail(res, "lost-write")
+    assert detail.startswith("1; first {")
+    first = json.loads(detail.split("first ", 1)[1])
+    assert first["value"] == "p1-0" and first["offset"] == 0 and "ops" not in first
+    assert checker.count_detail(res, "duplicate") == "0"
+
+
 def test_load_skips_a_torn_last_line(tmp_path):
     path = tmp_path / "h.jsonl"
     path.write_text(json.dumps({"i": 0, "process": "p1", "type": "invoke", "f": "send", "partition": 0, "value": "x"}) + "\n{\"i\": 1, \"pro")
