@@ -222,3 +222,46 @@ fn the_durable_listener_hears_each_flushed_partition() {
     assert_eq!(log.durable_offset(), 3);
     assert_eq!(log.high_watermark(), 0, "replication owns the HW here");
 }
+
+#[test]
+fn a_read_past_the_high_watermark_inside_the_log_is_empty_not_out_of_range() {
+    // A follower's (or a new leader's) high watermark trails its log end: a consumer may already
+    // have read past it from the old leader. Kafka answers such a fetch with no records.
+    let dir = tempfile::tempdir().expect("tmp");
+    let store = open(dir.path(), FlushPolicy::Never);
+    let leader = store
+        .create_partition(&tp("t", 0), LogConfig::default(), ID)
+        .expect("leader");
+    let follower = store
+        .create_partition(&tp("t", 1), LogConfig::default(), ID)
+        .expect("follower");
+    leader.append(batch(2, 1000), 1).expect("append");
+    leader.append(batch(3, 2000), 1).expect("append");
+    follower
+        .append_replicated(whole_log(&leader))
+        .expect("replicate");
+    follower.set_high_watermark(2);
+    assert_eq!(
+        (follower.high_watermark(), follower.log_end_offset()),
+        (2, 5)
+    );
+    for bound in [ReadUpperBound::HighWatermark, ReadUpperBound::LastStable] {
+        for offset in [2, 3, 5] {
+            let r = follower
+                .read(offset, 1 << 20, bound, true)
+                .unwrap_or_else(|e| panic!("{offset} ({bound:?}) is inside the log: {e}"));
+            assert!(r.records.is_empty(), "{offset} ({bound:?})");
+        }
+        assert!(
+            matches!(
+                follower.read(6, 1 << 20, bound, true),
+                Err(millrace_store::ReadError::OffsetOutOfRange { .. })
+            ),
+            "past the log end ({bound:?})"
+        );
+    }
+    let r = follower
+        .read(0, 1 << 20, ReadUpperBound::HighWatermark, true)
+        .expect("read");
+    assert!(!r.records.is_empty(), "below the high watermark");
+}

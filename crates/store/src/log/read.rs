@@ -132,12 +132,16 @@ impl PartitionLog {
                 let log_start = self.offsets.log_start();
                 let hwm = self.offsets.high_watermark();
                 let stable = self.last_stable_locked(&mut inner);
-                let (upper, in_range) = match bound {
-                    ReadUpperBound::HighWatermark => (hwm, hwm),
-                    ReadUpperBound::LogEnd => (leo, leo),
-                    ReadUpperBound::LastStable => (stable, hwm),
+                // Out of range is only outside the log (Kafka's `LocalLog.read`): an offset past
+                // the high watermark or the last stable offset but within the log reads nothing,
+                // as a new leader's or a follower's high watermark may be behind what a consumer
+                // has read already.
+                let upper = match bound {
+                    ReadUpperBound::HighWatermark => hwm,
+                    ReadUpperBound::LogEnd => leo,
+                    ReadUpperBound::LastStable => stable,
                 };
-                if fetch_offset < log_start || fetch_offset > in_range {
+                if fetch_offset < log_start || fetch_offset > leo {
                     return Err(ReadError::OffsetOutOfRange {
                         fetch_offset,
                         log_start_offset: log_start,
