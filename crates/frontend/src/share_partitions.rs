@@ -16,7 +16,9 @@
 //!
 //! Persistence (Kafka's rules): acknowledgements are answered only once their write is
 //! committed ([`ShareState::persist`]); a failed write fails the partition's acknowledgement and
-//! drops the share partition, which the next fetch loads again from what was committed.
+//! drops the share partition, which the next fetch loads again from what was committed, with the
+//! delivery counts it had reached carried over (a record is delivered no more often than the
+//! limit allows while writes fail).
 //! Releases, lock expiries and the log-start archive write without being waited for. Acquiring
 //! is never written, so what was in flight at a crash or leader change is delivered again.
 //!
@@ -36,8 +38,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use millrace_cluster::{GroupSettings, ShareAutoOffsetReset, ShareIsolationLevel};
+use millrace_share::limits::DELIVERY_COUNT_LIMIT_MIN;
 use millrace_share::{
-    PersistedState, SharePartition, SharePartitionConfig, StateChange, StateWrite,
+    DeliveredRange, PersistedState, SharePartition, SharePartitionConfig, StateChange, StateWrite,
 };
 use parking_lot::Mutex;
 use tokio::sync::Notify;
@@ -58,6 +61,9 @@ const LOAD_ATTEMPTS_MAX: u32 = 200;
 /// First and longest pause between two load attempts.
 const LOAD_BACKOFF_MIN: std::time::Duration = std::time::Duration::from_millis(20);
 const LOAD_BACKOFF_MAX: std::time::Duration = std::time::Duration::from_millis(500);
+/// Share partitions whose delivery counts are kept across a failed write at most; past it a
+/// reload starts from what was committed, as before.
+const CARRIED_PARTITIONS_MAX: usize = 10_000;
 
 /// A share group's configs as they are now (Kafka's `ShareGroupConfigProvider`): its GROUP
 /// resource configs over the broker's `group.share.*`, asked at every use.
@@ -157,6 +163,9 @@ pub struct ShareState {
     loading: Mutex<HashMap<ShareKey, Arc<tokio::sync::Mutex<()>>>>,
     /// `None`: in memory only (in-process tests).
     persister: Option<Arc<Persister>>,
+    /// Delivery counts of share partitions dropped after a failed write, by the leader epoch
+    /// they were loaded in: the next load in that epoch carries them over (see `persist`).
+    carried: Mutex<HashMap<ShareKey, (i32, Vec<DeliveredRange>)>>,
     /// Woken when records may have become available again (released, a lock ended, a partition
     /// started over): parked ShareFetches look again.
     released: Notify,
@@ -201,6 +210,7 @@ impl ShareState {
             settings,
             partitions: Mutex::new(HashMap::new()),
             loading: Mutex::new(HashMap::new()),
+            carried: Mutex::new(HashMap::new()),
             persister,
             released: Notify::new(),
             next_connection: AtomicU64::new(1),
@@ -250,13 +260,35 @@ impl ShareState {
         if self.is_loaded(key, leader_epoch) {
             return Ok(());
         }
-        let state = match &self.persister {
+        let mut state = match &self.persister {
             None => PersistedState::initial(0, start()),
             Some(persister) => read_or_initialize(persister, key, leader_epoch, &start).await?,
         };
         let config = self.settings.group(&key.group_id).partition;
+        let raised = match self.carried.lock().remove(key) {
+            Some((epoch, ranges)) if epoch == leader_epoch => {
+                let limit = config.delivery_count_limit.max(DELIVERY_COUNT_LIMIT_MIN);
+                state.carry_delivery_counts(&ranges, limit)
+            }
+            _ => Vec::new(),
+        };
+        let start_before = state.start_offset;
         let partition = SharePartition::new(state, config)
             .map_err(|e| StateError::new(UNKNOWN_SERVER_ERROR, e.to_string()))?;
+        if !raised.is_empty() {
+            // What the counts say now is written like a lock expiry: in the background.
+            let change = StateChange {
+                batches: raised,
+                start_offset: partition.start_offset(),
+                start_offset_moved: partition.start_offset() != start_before,
+                delivery_complete_count: partition.delivery_complete_count(),
+            };
+            let epochs = WriteEpochs {
+                state_epoch: partition.state_epoch(),
+                leader_epoch,
+            };
+            self.write_in_background(key, epochs, change);
+        }
         self.partitions.lock().insert(
             key.clone(),
             Arc::new(Mutex::new(Held {
@@ -270,14 +302,28 @@ impl ShareState {
     }
 
     /// Drops the share partition `key` if it is still the one loaded in `leader_epoch` (its
-    /// write failed: the next fetch loads it again from what was committed).
-    pub fn unload(&self, key: &ShareKey, leader_epoch: i32) {
+    /// write failed: the next fetch loads it again from what was committed), keeping the
+    /// delivery counts it had reached for that load: a record is not delivered more often than
+    /// the delivery-count limit allows because writes failed (Kafka rolls the failed transitions
+    /// back in memory and keeps counting; a new leader starts from what was committed, here as
+    /// there).
+    fn unload_after_failed_write(&self, key: &ShareKey, leader_epoch: i32) {
         let mut partitions = self.partitions.lock();
-        if partitions
-            .get(key)
-            .is_some_and(|h| h.lock().leader_epoch == leader_epoch)
-        {
-            partitions.remove(key);
+        let Some(held) = partitions.get(key) else {
+            return;
+        };
+        let ranges = {
+            let held = held.lock();
+            if held.leader_epoch != leader_epoch {
+                return;
+            }
+            held.partition.delivered_ranges()
+        };
+        partitions.remove(key);
+        drop(partitions);
+        let mut carried = self.carried.lock();
+        if carried.len() < CARRIED_PARTITIONS_MAX || carried.contains_key(key) {
+            carried.insert(key.clone(), (leader_epoch, ranges));
         }
     }
 
@@ -290,6 +336,7 @@ impl ShareState {
             return;
         }
         self.partitions.lock().remove(key);
+        self.carried.lock().remove(key);
     }
 
     /// Drops every share partition of `group_id` (Kafka's `onGroupEmpty`): its last share session
@@ -386,7 +433,7 @@ impl ShareState {
             .await;
         if let Err(e) = &written {
             warn!(group = %key.group_id, partition = key.partition, error = %e, "share state write failed; the share partition is reloaded");
-            self.unload(key, epochs.leader_epoch);
+            self.unload_after_failed_write(key, epochs.leader_epoch);
         }
         written
     }
@@ -639,4 +686,82 @@ async fn read_or_initialize(
         COORDINATOR_NOT_AVAILABLE,
         "the share partition's state could not be loaded in time",
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use millrace_share::{AcquireMode, LogBatch};
+
+    use super::*;
+
+    const NOW: i64 = 1_000_000;
+
+    fn shares(delivery_count_limit: i16) -> ShareState {
+        let mut settings = ShareSettings {
+            enabled: true,
+            ..Default::default()
+        };
+        settings.defaults.partition.delivery_count_limit = delivery_count_limit;
+        ShareState::new(settings, None)
+    }
+
+    /// What member `m` acquires of records 0..=9 now: (first, last, delivery count).
+    fn acquire(state: &ShareState, key: &ShareKey, m: &str) -> Vec<(i64, i64, i16)> {
+        state
+            .with_partition(key, 7, NOW, |p, _| {
+                let log = [LogBatch { first: 0, last: 9 }];
+                p.acquire(m, 0, &log, 500, 500, AcquireMode::BatchOptimized, &[], NOW)
+                    .expect("acquire")
+            })
+            .expect("loaded")
+            .into_iter()
+            .map(|r| (r.first, r.last, r.delivery_count))
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn a_failed_write_keeps_the_delivery_counts_for_the_reload() {
+        let state = shares(2);
+        let key = ShareKey {
+            group_id: Arc::from("g"),
+            topic_id: Uuid::new_v4(),
+            partition: 0,
+        };
+        for delivery in 1..=2 {
+            state.load(&key, 7, || 0).await.expect("load");
+            assert_eq!(
+                acquire(&state, &key, "m"),
+                vec![(0, 9, delivery)],
+                "delivery {delivery}"
+            );
+            // The acknowledgement's write fails: the share partition is dropped.
+            state.unload_after_failed_write(&key, 7);
+            assert!(!state.is_loaded(&key, 7));
+        }
+        // Delivered as often as the limit allows: the reload archives the records (it delivered
+        // them a third time, and for ever, when each reload started from what was committed).
+        state.load(&key, 7, || 0).await.expect("load");
+        assert_eq!(acquire(&state, &key, "m"), vec![]);
+
+        // A reload in another leader epoch starts from what was committed (nothing here).
+        state.unload_after_failed_write(&key, 7);
+        state.load(&key, 8, || 0).await.expect("load");
+        let fresh = state
+            .with_partition(&key, 8, NOW, |p, _| {
+                let log = [LogBatch { first: 0, last: 9 }];
+                p.acquire(
+                    "m",
+                    0,
+                    &log,
+                    500,
+                    500,
+                    AcquireMode::BatchOptimized,
+                    &[],
+                    NOW,
+                )
+                .expect("acquire")
+            })
+            .expect("loaded");
+        assert_eq!(fresh[0].delivery_count, 1);
+    }
 }

@@ -36,4 +36,4 @@ pub use partition::{
     AckBatch, AckType, AcquireMode, AcquiredRange, LogBatch, SharePartition, SharePartitionConfig,
     SharePartitionMetrics, StateChange,
 };
-pub use state::{combine, PersistedState, RecordState, StateBatch};
+pub use state::{combine, DeliveredRange, PersistedState, RecordState, StateBatch};

@@ -40,7 +40,7 @@ use crate::limits::{
     DELIVERY_COUNT_LIMIT_DEFAULT, DELIVERY_COUNT_LIMIT_MIN, MAX_RECORD_LOCKS_DEFAULT,
     RECORD_LOCK_DURATION_MS_DEFAULT,
 };
-use crate::state::{combine, PersistedState, RecordState, StateBatch};
+use crate::state::{combine, DeliveredRange, PersistedState, RecordState, StateBatch};
 
 /// The group configs a share partition obeys (Kafka's group `share.*` configs, falling back to
 /// the broker's `group.share.*`).
@@ -546,6 +546,30 @@ impl SharePartition {
             delivery_complete_count: self.delivery_complete_count(),
             batches: combine(&[], &batches, self.start_offset),
         }
+    }
+
+    /// Every run of records delivered at least once, with its delivery count, whatever its state
+    /// now: what a reload after a failed write carries over
+    /// ([`PersistedState::carry_delivery_counts`]).
+    pub fn delivered_ranges(&self) -> Vec<DeliveredRange> {
+        let mut out: Vec<DeliveredRange> = Vec::new();
+        for run in self.cache.values().flat_map(|b| &b.runs) {
+            let count = run.rec.delivery_count;
+            if count <= 0 {
+                continue;
+            }
+            match out.last_mut() {
+                Some(prev) if prev.delivery_count == count && prev.last + 1 == run.first => {
+                    prev.last = run.last;
+                }
+                _ => out.push(DeliveredRange {
+                    first: run.first,
+                    last: run.last,
+                    delivery_count: count,
+                }),
+            }
+        }
+        out
     }
 
     /// Counters for metrics.

@@ -118,6 +118,76 @@ impl PersistedState {
     }
 }
 
+/// Records a share partition delivered, with how often (any state): what a reload carries over
+/// when the share partition's writes failed ([`PersistedState::carry_delivery_counts`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeliveredRange {
+    pub first: i64,
+    pub last: i64,
+    pub delivery_count: i16,
+}
+
+impl PersistedState {
+    /// Carries into this state (just read back after a failed write) the delivery counts the
+    /// share partition had reached in memory, `carried`, as Kafka keeps them by rolling a failed
+    /// write back in memory instead of reloading: where this state is terminal (ACKNOWLEDGED,
+    /// ARCHIVED) it stays; elsewhere a record's count becomes the higher of the two, and a record
+    /// that reached `delivery_count_limit` is ARCHIVED, as its lock would have expired into.
+    /// Returns the ranges raised, to be written. Without it a share partition whose writes keep
+    /// failing (a share coordinator outage) delivers its records without bound: each reload
+    /// resets their counts to what was last committed.
+    pub fn carry_delivery_counts(
+        &mut self,
+        carried: &[DeliveredRange],
+        delivery_count_limit: i16,
+    ) -> Vec<StateBatch> {
+        let terminal: Vec<(i64, i64)> = self
+            .batches
+            .iter()
+            .filter(|b| {
+                RecordState::from_persisted_id(b.state).is_some_and(RecordState::is_terminal)
+            })
+            .map(|b| (b.first, b.last))
+            .collect();
+        let mut raised = Vec::new();
+        for c in carried.iter().filter(|c| c.delivery_count > 0) {
+            let first = c.first.max(self.start_offset);
+            if first > c.last {
+                continue;
+            }
+            let state = if c.delivery_count >= delivery_count_limit {
+                RecordState::Archived
+            } else {
+                RecordState::Available
+            };
+            // `c` less the terminal ranges (sorted, disjoint) that overlap it.
+            let mut from = first;
+            for &(t_first, t_last) in terminal.iter().filter(|t| t.1 >= first && t.0 <= c.last) {
+                if t_first > from {
+                    raised.push(StateBatch {
+                        first: from,
+                        last: t_first - 1,
+                        state: state.id(),
+                        delivery_count: c.delivery_count,
+                    });
+                }
+                from = t_last.saturating_add(1);
+            }
+            if from <= c.last {
+                raised.push(StateBatch {
+                    first: from,
+                    last: c.last,
+                    state: state.id(),
+                    delivery_count: c.delivery_count,
+                });
+            }
+        }
+        // Where this state already counts as many deliveries, combine keeps it.
+        self.batches = combine(&self.batches, &raised, self.start_offset);
+        raised
+    }
+}
+
 /// Merges `current` and `updates` into sorted, non-overlapping batches at or above
 /// `start_offset` (Kafka's `PersisterStateBatchCombiner`): where ranges overlap, the higher
 /// delivery count wins, then the higher state id; adjacent ranges with equal state and count
@@ -307,6 +377,57 @@ mod tests {
             vec![b(25, 27, 2, 1)],
             "batches below the new start are pruned"
         );
+    }
+
+    fn d(first: i64, last: i64, delivery_count: i16) -> DeliveredRange {
+        DeliveredRange {
+            first,
+            last,
+            delivery_count,
+        }
+    }
+
+    #[test]
+    fn carried_counts_raise_available_records_and_never_touch_terminal_ones() {
+        // 0-9 acknowledged, 10-19 available after one delivery, 30-39 archived; 20-29 and 40-49
+        // acquired and never written.
+        let mut s = PersistedState {
+            state_epoch: 1,
+            leader_epoch: 1,
+            start_offset: 0,
+            delivery_complete_count: 20,
+            batches: vec![b(0, 9, 2, 1), b(10, 19, 0, 1), b(30, 39, 4, 2)],
+        };
+        // In memory: everything 0-49 was delivered 3 times (the writes saying so failed).
+        let raised = s.carry_delivery_counts(&[d(0, 49, 3)], 5);
+        assert_eq!(raised, vec![b(10, 29, 0, 3), b(40, 49, 0, 3)]);
+        assert_eq!(
+            s.batches,
+            vec![
+                b(0, 9, 2, 1),
+                b(10, 29, 0, 3),
+                b(30, 39, 4, 2),
+                b(40, 49, 0, 3)
+            ]
+        );
+        // A lower count than persisted changes nothing.
+        let mut again = s.clone();
+        again.carry_delivery_counts(&[d(10, 19, 2)], 5);
+        assert_eq!(again.batches, s.batches);
+    }
+
+    #[test]
+    fn a_carried_count_at_the_limit_archives_and_below_the_start_is_ignored() {
+        let mut s = PersistedState {
+            state_epoch: 1,
+            leader_epoch: 1,
+            start_offset: 5,
+            delivery_complete_count: 0,
+            batches: vec![b(5, 9, 0, 2)],
+        };
+        let raised = s.carry_delivery_counts(&[d(0, 7, 5), d(8, 9, 4), d(10, 10, 0)], 5);
+        assert_eq!(raised, vec![b(5, 7, 4, 5), b(8, 9, 0, 4)]);
+        assert_eq!(s.batches, vec![b(5, 7, 4, 5), b(8, 9, 0, 4)]);
     }
 
     #[test]
