@@ -79,6 +79,19 @@ listener.security.protocol.map=PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_P
 log.dirs=$data_dir/logs
 PROPS
 for kv in "${sets[@]+"${sets[@]}"}"; do echo "$kv" >>"$props"; done
+# SCRAM on a SASL listener: Kafka wants a server-side JAAS entry per listener and mechanism and
+# does not start without one; SCRAM's takes no options (the credentials are in the metadata log).
+# Added as reference/kafka-shim.sh does, unless given.
+mechs="$(sed -n 's/^sasl\.enabled\.mechanisms=//p' "$props" | tail -1)"
+if [[ $listener_name == SASL_* ]]; then
+  IFS=, read -ra mech_list <<<"${mechs// /}"
+  for m in "${mech_list[@]+"${mech_list[@]}"}"; do
+    [[ $m == SCRAM-SHA-256 || $m == SCRAM-SHA-512 ]] || continue
+    key="listener.name.${listener_name,,}.${m,,}.sasl.jaas.config"
+    grep -qF "$key=" "$props" && continue
+    echo "$key=org.apache.kafka.common.security.scram.ScramLoginModule required;" >>"$props"
+  done
+fi
 
 if [[ ! -f "$data_dir/logs/meta.properties" ]]; then
   cluster_id="$(python3 -c 'import base64, hashlib, sys; print(base64.urlsafe_b64encode(hashlib.sha256(sys.argv[1].encode()).digest()[:16]).decode().rstrip("="))' "$voters")"
