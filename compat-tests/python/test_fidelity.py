@@ -13,6 +13,20 @@
   kafka-python stops at v9: a known id appends, an unknown id gets
   UNKNOWN_TOPIC_ID and appends nothing anywhere.
 
+What Kafka 4.4's newer versions mean (issue 36), byte for byte where no client sends them yet:
+
+- ApiVersions v5 (KIP-1242): a client names the cluster and node it means to reach, both or
+  neither (one alone: INVALID_REQUEST); a wrong one is REBOOTSTRAP_REQUIRED with no API table; the
+  connection stays open;
+- ListOffsets v11 (KIP-1023): EARLIEST_PENDING_UPLOAD (-6) finds nothing on a topic without
+  remote storage, as LATEST_TIERED does; v10 does not know it (UNSUPPORTED_VERSION);
+- DescribeGroups v6 (KIP-1043): an unknown group is GROUP_ID_NOT_FOUND "Group G not found."
+  ("Dead" with no error below v6);
+- DeleteGroups v3: a per-group error message, null for Kafka's own errors
+  (GROUP_ID_NOT_FOUND, NON_EMPTY_GROUP);
+- Metadata v13: a top-level error code, NONE;
+- DescribeCluster v2 (KIP-1073): IncludeFencedBrokers, and IsFenced per broker.
+
 Runs against Apache Kafka too (the reference broker, 4.4.0) (compat-tests/reference/kafka-shim.sh),
 with the same assertions.
 """
@@ -66,15 +80,13 @@ def broker_id(admin: KafkaAdminClient) -> int:
 ON_REFERENCE = os.environ.get("MILLRACE_BIN", "").endswith("kafka-shim.sh")
 
 # ------------------------------------------------------------ version inference
-def test_kafka_python_infers_kafka_4_1(broker):
-    # Millrace serves Kafka 4.1's versions: kafka-python infers (4, 1). The reference, Kafka 4.4,
-    # looks like (4, 3) to it (the newest it knows); both are a modern 4.x, never a fallback.
+def test_kafka_python_infers_kafka_4_3(broker):
+    # kafka-python 3.0.12 marks 4.3 by DescribeLogDirs v5 and 4.2 by ListOffsets v11, the newest it
+    # knows: both brokers serve them (Millrace gave (4, 1) while it served 4.1's versions).
     consumer = KafkaConsumer(bootstrap_servers=broker.bootstrap, api_version=None,
                              request_timeout_ms=OP_TIMEOUT_MS)
     try:
-        assert consumer.config["api_version"] >= (4, 1)
-        if not ON_REFERENCE:
-            assert consumer.config["api_version"] == (4, 1)
+        assert consumer.config["api_version"] == (4, 3)
     finally:
         consumer.close()
 
@@ -276,3 +288,213 @@ def test_produce_v13_by_topic_id(broker, admin):
         assert consumer.end_offsets([tp])[tp] == 2
     finally:
         consumer.close()
+
+
+# ------------------------------------------------------------ Kafka 4.4's newer versions, raw
+REBOOTSTRAP_REQUIRED = 129
+INVALID_REQUEST = 42
+UNSUPPORTED_VERSION = 35
+GROUP_ID_NOT_FOUND = 69
+NON_EMPTY_GROUP = 68
+
+
+def cstr(value: Optional[str]) -> bytes:
+    """A compact (nullable) string."""
+    if value is None:
+        return uvarint(0)
+    raw = value.encode()
+    return uvarint(len(raw) + 1) + raw
+
+
+class Conn:
+    """One connection speaking flexible request headers (v2) by hand."""
+
+    def __init__(self, bootstrap: str) -> None:
+        host, port = bootstrap.rsplit(":", 1)
+        self.sock = socket.create_connection((host, int(port)), timeout=OP_TIMEOUT_MS / 1000)
+        self.correlation = 0
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def call(self, key: int, version: int, body: bytes) -> Reader:
+        """The response body; ApiVersions answers with header v0, everything else v1."""
+        self.correlation += 1
+        client = b"fidelity"
+        header = struct.pack(">hhih", key, version, self.correlation, len(client)) + client + uvarint(0)
+        frame = header + body
+        self.sock.sendall(struct.pack(">i", len(frame)) + frame)
+        size = struct.unpack(">i", recv_exact(self.sock, 4))[0]
+        r = Reader(recv_exact(self.sock, size))
+        (correlation,) = r.unpack(">i")
+        assert correlation == self.correlation
+        if key != 18:
+            r.skip_tagged()
+        return r
+
+    def cstring(self, r: Reader) -> Optional[str]:
+        n = r.uvarint()
+        return None if n == 0 else r.take(n - 1).decode()
+
+
+def api_versions_v5(conn: Conn, cluster_id: Optional[str], node_id: int) -> Tuple[int, int]:
+    """(error code, number of API keys) of ApiVersions v5 naming CLUSTER_ID and NODE_ID."""
+    r = conn.call(18, 5, cstr("fidelity") + cstr("1.0") + cstr(cluster_id) + struct.pack(">i", node_id)
+                  + uvarint(0))
+    (error,) = r.unpack(">h")
+    return error, r.uvarint() - 1
+
+
+def identity(bootstrap: str) -> Tuple[str, int]:
+    """(cluster id, node id) of the one broker at BOOTSTRAP."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    cluster_id = admin.describe_cluster(request_timeout=15).result(timeout=15).cluster_id
+    node_id = admin.list_topics(timeout=15).orig_broker_id
+    return cluster_id, node_id
+
+
+def test_api_versions_v5_checks_the_cluster_and_node_meant(broker):
+    cluster_id, node_id = identity(broker.bootstrap)
+    conn = Conn(broker.bootstrap)
+    try:
+        error, keys = api_versions_v5(conn, None, -1)
+        assert error == NONE and keys > 50, (error, keys)
+        assert api_versions_v5(conn, cluster_id, node_id)[0] == NONE
+        # Another cluster, another node: look for the cluster again, and no table.
+        assert api_versions_v5(conn, "not-" + cluster_id, node_id) == (REBOOTSTRAP_REQUIRED, 0)
+        assert api_versions_v5(conn, cluster_id, node_id + 1) == (REBOOTSTRAP_REQUIRED, 0)
+        # One without the other.
+        assert api_versions_v5(conn, cluster_id, -1) == (INVALID_REQUEST, 0)
+        assert api_versions_v5(conn, None, node_id) == (INVALID_REQUEST, 0)
+        # The connection stays usable.
+        error, keys = api_versions_v5(conn, None, -1)
+        assert error == NONE and keys > 50
+    finally:
+        conn.close()
+
+
+def list_offsets(conn: Conn, version: int, topic: str, timestamp: int) -> Tuple[int, int, int, int]:
+    """(error, timestamp, offset, leader epoch) of partition 0 for TIMESTAMP (ListOffsets v10+)."""
+    partition = struct.pack(">iiq", 0, -1, timestamp) + uvarint(0)
+    body = struct.pack(">ib", -1, 0) + uvarint(2) + cstr(topic) + uvarint(2) + partition + uvarint(0) \
+        + struct.pack(">i", OP_TIMEOUT_MS) + uvarint(0)
+    r = conn.call(2, version, body)
+    r.unpack(">i")  # throttle
+    assert r.uvarint() == 2
+    assert conn.cstring(r) == topic
+    assert r.uvarint() == 2
+    _index, error, ts, offset, epoch = r.unpack(">ihqqi")
+    return error, ts, offset, epoch
+
+
+def test_list_offsets_v11_earliest_pending_upload(broker, admin):
+    topic = create_topic(admin)
+    producer = KafkaProducer(bootstrap_servers=broker.bootstrap, acks="all", request_timeout_ms=OP_TIMEOUT_MS)
+    try:
+        for i in range(3):
+            producer.send(topic, value=b"v%d" % i, partition=0)
+        producer.flush(timeout=OP_TIMEOUT_MS / 1000)
+    finally:
+        producer.close(timeout=5)
+    conn = Conn(broker.bootstrap)
+    try:
+        # No remote storage: nothing is pending upload, as nothing is tiered (-5).
+        assert list_offsets(conn, 11, topic, -6) == (NONE, -1, -1, -1)
+        assert list_offsets(conn, 11, topic, -5) == (NONE, -1, -1, -1)
+        assert list_offsets(conn, 11, topic, -1)[:3] == (NONE, -1, 3)
+        assert list_offsets(conn, 10, topic, -6)[0] == UNSUPPORTED_VERSION
+    finally:
+        conn.close()
+
+
+def describe_group_v6(conn: Conn, group: str) -> Tuple[int, Optional[str], Optional[str]]:
+    """(error, error message, state) of GROUP by DescribeGroups v6."""
+    r = conn.call(15, 6, uvarint(2) + cstr(group) + b"\x00" + uvarint(0))
+    r.unpack(">i")  # throttle
+    assert r.uvarint() == 2
+    (error,) = r.unpack(">h")
+    message = conn.cstring(r)
+    assert conn.cstring(r) == group
+    state = conn.cstring(r)
+    return error, message, state
+
+
+def delete_groups_v3(conn: Conn, groups: List[str]) -> List[Tuple[str, int, Optional[str]]]:
+    r = conn.call(42, 3, uvarint(len(groups) + 1) + b"".join(cstr(g) for g in groups) + uvarint(0))
+    r.unpack(">i")
+    out = []
+    for _ in range(r.uvarint() - 1):
+        group = conn.cstring(r)
+        (error,) = r.unpack(">h")
+        out.append((group, error, conn.cstring(r)))
+        r.skip_tagged()
+    return sorted(out)
+
+
+def test_describe_groups_v6_and_delete_groups_v3(broker, admin):
+    topic = create_topic(admin)
+    group = unique_topic("fidelity-group")
+    consumer = KafkaConsumer(topic, bootstrap_servers=broker.bootstrap, group_id=group,
+                             auto_offset_reset="earliest", request_timeout_ms=OP_TIMEOUT_MS)
+    conn = Conn(broker.bootstrap)
+    try:
+        wait_until(lambda: consumer.poll(timeout_ms=200) is not None and consumer.assignment(),
+                   timeout=30, what="the consumer to join its group")
+        error, message, state = describe_group_v6(conn, group)
+        assert (error, message, state) == (NONE, None, "Stable")
+        missing = unique_topic("no-such-group")
+        assert describe_group_v6(conn, missing) == (GROUP_ID_NOT_FOUND, f"Group {missing} not found.", "Dead")
+        assert delete_groups_v3(conn, [group, missing]) == sorted(
+            [(group, NON_EMPTY_GROUP, None), (missing, GROUP_ID_NOT_FOUND, None)])
+        consumer.close()
+        wait_until(lambda: describe_group_v6(conn, group)[2] == "Empty", timeout=30,
+                   what="the group to be empty once its member left")
+        assert delete_groups_v3(conn, [group]) == [(group, NONE, None)]
+        assert describe_group_v6(conn, group)[0] == GROUP_ID_NOT_FOUND
+    finally:
+        consumer.close()
+        conn.close()
+
+
+def test_metadata_v13_and_describe_cluster_v2(broker):
+    conn = Conn(broker.bootstrap)
+    try:
+        # Metadata v13, no topics: brokers, cluster id, controller, topics, then the top-level code.
+        r = conn.call(3, 13, uvarint(1) + b"\x00" + b"\x00" + uvarint(0))
+        r.unpack(">i")
+        brokers = []
+        for _ in range(r.uvarint() - 1):
+            (node,) = r.unpack(">i")
+            conn.cstring(r)
+            (port,) = r.unpack(">i")
+            conn.cstring(r)
+            r.skip_tagged()
+            brokers.append((node, port))
+        assert len(brokers) == 1 and brokers[0][1] == int(broker.bootstrap.rsplit(":", 1)[1]), brokers
+        conn.cstring(r)  # cluster id
+        r.unpack(">i")  # controller
+        assert r.uvarint() == 1, "no topics asked, none listed"
+        (error,) = r.unpack(">h")
+        assert error == NONE
+
+        # DescribeCluster v2 with IncludeFencedBrokers: the one broker, not fenced.
+        r = conn.call(60, 2, b"\x00" + b"\x01" + b"\x01" + uvarint(0))
+        r.unpack(">i")
+        (error,) = r.unpack(">h")
+        assert error == NONE
+        conn.cstring(r)  # error message
+        r.unpack(">b")  # endpoint type
+        conn.cstring(r)  # cluster id
+        r.unpack(">i")  # controller
+        listed = []
+        for _ in range(r.uvarint() - 1):
+            (node,) = r.unpack(">i")
+            conn.cstring(r)
+            (port,) = r.unpack(">i")
+            conn.cstring(r)
+            (fenced,) = r.unpack(">?")
+            r.skip_tagged()
+            listed.append((node, fenced))
+        assert listed == [(brokers[0][0], False)], listed
+    finally:
+        conn.close()

@@ -130,6 +130,16 @@ async fn tiered_offsets(addr: SocketAddr, topic: &str) -> (i64, i64, i64) {
 
 /// ListOffsets v9 of partition 0 for each of `timestamps`.
 async fn list_offsets(addr: SocketAddr, topic: &str, timestamps: &[i64]) -> Vec<i64> {
+    list_offsets_at(addr, topic, 9, timestamps).await
+}
+
+/// ListOffsets at `version` of partition 0 for each of `timestamps`.
+async fn list_offsets_at(
+    addr: SocketAddr,
+    topic: &str,
+    version: i16,
+    timestamps: &[i64],
+) -> Vec<i64> {
     let mut conn = RawConn::connect(addr).await;
     let mut out = Vec::new();
     for &timestamp in timestamps {
@@ -142,7 +152,7 @@ async fn list_offsets(addr: SocketAddr, topic: &str, timestamps: &[i64]) -> Vec<
                 .with_partitions(vec![ListOffsetsPartition::default()
                     .with_partition_index(0)
                     .with_timestamp(timestamp)])]);
-        let response = conn.request(9, &request).await;
+        let response = conn.request(version, &request).await;
         let p = &response.topics[0].partitions[0];
         assert_eq!(p.error_code, 0, "ListOffsets {timestamp} answers");
         out.push(p.offset);
@@ -270,6 +280,8 @@ async fn a_tiered_topic_keeps_a_small_local_tail_and_reads_everything_back() {
         segments.len()
     );
     let (earliest, earliest_local, latest_tiered) = tiered_offsets(broker.addr(), &topic).await;
+    // -6 (v11, KIP-1023) after -5: one past an uploaded segment's end, at or after -5's.
+    let pending = list_offsets_at(broker.addr(), &topic, 11, &[-6]).await[0];
     assert_eq!(earliest, 0, "EARLIEST (-2) is the remote log's start");
     assert!(
         earliest_local > 0,
@@ -289,6 +301,10 @@ async fn a_tiered_topic_keeps_a_small_local_tail_and_reads_everything_back() {
     assert!(
         latest_tiered + 1 >= earliest_local,
         "no gap between the remote and the local log"
+    );
+    assert!(
+        pending > latest_tiered && after.iter().any(|s| s.1 + 1 == pending),
+        "EARLIEST_PENDING_UPLOAD (-6) {pending} is one past an uploaded segment's end, after -5's {latest_tiered}"
     );
     // A lookup by timestamp finds the first record, which only the remote log holds.
     assert_eq!(

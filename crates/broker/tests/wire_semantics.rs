@@ -354,6 +354,27 @@ async fn fetch_fills_the_fields_clients_read_and_returns_whole_batches() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fetch_by_topic_id_up_to_v18() {
+    let broker = Broker::start();
+    let topic = unique_topic("fetch-v18");
+    let id = ensure_topics(broker.addr(), &[&topic]).await.topics[0].topic_id;
+    let mut conn = RawConn::connect(broker.addr()).await;
+    produce_batch(&mut conn, &topic, 0, encode_batch(&values(3, "v18"))).await;
+    // v13+ names the topic by id (KIP-516); v18 adds the follower's high watermark (KIP-1166,
+    // tagged, a replica's field: a consumer leaves it at its default).
+    for version in [13i16, 17, 18] {
+        let mut request = fetch_request(&topic, 0, 0, 0, 1);
+        request.topics[0].topic = Default::default();
+        request.topics[0].topic_id = id;
+        let response = conn.request(version, &request).await;
+        assert_eq!(response.responses[0].topic_id, id, "v{version}");
+        let p = only_partition(&response);
+        assert_eq!((p.error_code, p.high_watermark), (0, 3), "v{version}");
+        assert_eq!(decode_records(&p.records).len(), 3, "v{version}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn describe_cluster_agrees_with_metadata() {
     let broker = Broker::start();
     let mut conn = RawConn::connect(broker.addr()).await;

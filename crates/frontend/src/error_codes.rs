@@ -96,6 +96,7 @@ pub const UNRELEASED_INSTANCE_ID: i16 = 111;
 pub const UNSUPPORTED_ASSIGNOR: i16 = 112;
 pub const STALE_MEMBER_EPOCH: i16 = 113;
 pub const INVALID_REGULAR_EXPRESSION: i16 = 128;
+pub const REBOOTSTRAP_REQUIRED: i16 = 129;
 
 /// A Kafka error code with an optional message for the response's `error_message` and, for
 /// Produce, the records of the batch it refers to (`record_errors`, KIP-467).

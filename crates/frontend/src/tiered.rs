@@ -86,6 +86,23 @@ pub fn latest_tiered_offset(ctx: &BrokerContext, hosted: &HostedPartition) -> i6
         .unwrap_or(-1)
 }
 
+/// The first offset not in the object store yet (ListOffsets EARLIEST_PENDING_UPLOAD, KIP-1023,
+/// as Kafka's `UnifiedLog` answers it): one past the highest uploaded offset (at least the log
+/// start); the log start while nothing is uploaded; -1 for a topic without remote storage.
+pub fn earliest_pending_upload_offset(ctx: &BrokerContext, hosted: &HostedPartition) -> i64 {
+    if ctx.remote.is_none() || !hosted.log.config().remote_storage_enable {
+        return -1;
+    }
+    let log_start = log_start_offset(ctx, hosted);
+    match latest_tiered_offset(ctx, hosted) {
+        // Nothing uploaded: the whole log is pending, unless the local log starts above the log
+        // start (uploads this leader does not know of yet), where Kafka answers -1.
+        -1 if hosted.log.log_start_offset() == log_start => log_start,
+        -1 => -1,
+        highest => highest.saturating_add(1).max(log_start),
+    }
+}
+
 /// A consumer read that the object store must answer: the offset is below the local log start
 /// and inside a committed remote segment.
 #[derive(Debug, Clone)]

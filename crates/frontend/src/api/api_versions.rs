@@ -6,6 +6,11 @@
 //! range starting at 0), the finalized levels, and as their epoch the offset of the metadata image.
 //! A version above ours gets the v0 body with UNSUPPORTED_VERSION plus our list so that the client
 //! retries at a version we speak.
+//!
+//! v5 (KIP-1242) carries the cluster id and node id the client means to reach, both or neither
+//! (one alone: INVALID_REQUEST); a cluster id or node id that is not this broker's answers
+//! REBOOTSTRAP_REQUIRED with no API table, so the client looks for its cluster again — Kafka
+//! 4.4's answers, codes and empty table alike.
 
 use kafka_protocol::messages::api_versions_response::{
     ApiVersion, FinalizedFeatureKey, SupportedFeatureKey,
@@ -13,7 +18,7 @@ use kafka_protocol::messages::api_versions_response::{
 use kafka_protocol::messages::{ApiKey, ApiVersionsRequest, ApiVersionsResponse};
 
 use super::str_bytes;
-use crate::error_codes::UNSUPPORTED_VERSION;
+use crate::error_codes::{INVALID_REQUEST, REBOOTSTRAP_REQUIRED, UNSUPPORTED_VERSION};
 use crate::handler::{response_fields, ApiHandler, ApiRange, Call, Reply, Versions};
 
 /// ApiVersions: its key, versions, handler and error codes, for [`crate::registry`].
@@ -21,7 +26,7 @@ pub struct ApiVersions;
 
 impl ApiHandler for ApiVersions {
     const KEY: ApiKey = ApiKey::ApiVersions;
-    const VERSIONS: Versions = 0..=4;
+    const VERSIONS: Versions = 0..=5;
     const BEFORE_AUTHENTICATION: bool = true;
     const REQUEST_QUOTA_EXEMPT: bool = true;
     type Request = ApiVersionsRequest;
@@ -30,6 +35,10 @@ impl ApiHandler for ApiVersions {
     fn handle(call: Call<'_>, request: ApiVersionsRequest) -> Reply<ApiVersionsResponse> {
         let epoch = i64::try_from(call.ctx.cluster.image().offset).unwrap_or(i64::MAX);
         let share = call.ctx.shares.settings.enabled;
+        let identity = (call.ctx.cluster.cluster_id(), call.ctx.cluster.node_id());
+        if let Err(code) = check_expected_node(&request, call.version, &identity.0, identity.1) {
+            return Reply::Now(ApiVersionsResponse::default().with_error_code(code));
+        }
         Reply::Now(handle(request, call.version, epoch, call.advertised, share))
     }
 }
@@ -84,6 +93,35 @@ pub const SHARE_VERSION: Feature = Feature {
     max: 1,
     finalized: 1,
 };
+
+/// First version with the client's expected cluster id and node id (KIP-1242).
+const EXPECTED_NODE_VERSION_MIN: i16 = 5;
+/// `node_id` when the client names no node.
+const NO_NODE_ID: i32 = -1;
+
+/// KIP-1242's check of the node a v5+ client means to reach: both of `cluster_id` and `node_id`
+/// or neither (INVALID_REQUEST), and both this broker's (else REBOOTSTRAP_REQUIRED).
+pub fn check_expected_node(
+    request: &ApiVersionsRequest,
+    version: i16,
+    cluster_id: &str,
+    node_id: i32,
+) -> Result<(), i16> {
+    if version < EXPECTED_NODE_VERSION_MIN {
+        return Ok(());
+    }
+    match (&request.cluster_id, request.node_id) {
+        (None, NO_NODE_ID) => Ok(()),
+        (Some(expected), n) if n != NO_NODE_ID => {
+            if expected.as_str() == cluster_id && n == node_id {
+                Ok(())
+            } else {
+                Err(REBOOTSTRAP_REQUIRED)
+            }
+        }
+        _ => Err(INVALID_REQUEST),
+    }
+}
 
 fn api_keys(advertised: &[ApiRange]) -> Vec<ApiVersion> {
     advertised
@@ -173,6 +211,24 @@ mod tests {
                 .expect("group.version finalized");
             assert_eq!((group.min_version_level, group.max_version_level), (1, 1));
         }
+    }
+
+    #[test]
+    fn v5_checks_the_cluster_and_node_the_client_means_to_reach() {
+        let ask = |cluster: Option<&str>, node: i32| {
+            ApiVersionsRequest::default()
+                .with_cluster_id(cluster.map(str_bytes))
+                .with_node_id(node)
+        };
+        let check = |r: &ApiVersionsRequest, v| check_expected_node(r, v, "c1", 3);
+        assert_eq!(check(&ask(None, -1), 5), Ok(()));
+        assert_eq!(check(&ask(Some("c1"), 3), 5), Ok(()));
+        assert_eq!(check(&ask(Some("c2"), 3), 5), Err(REBOOTSTRAP_REQUIRED));
+        assert_eq!(check(&ask(Some("c1"), 4), 5), Err(REBOOTSTRAP_REQUIRED));
+        assert_eq!(check(&ask(Some("c1"), -1), 5), Err(INVALID_REQUEST));
+        assert_eq!(check(&ask(None, 3), 5), Err(INVALID_REQUEST));
+        // Below v5 the fields do not exist.
+        assert_eq!(check(&ask(Some("c2"), 4), 4), Ok(()));
     }
 
     #[test]

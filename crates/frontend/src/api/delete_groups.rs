@@ -27,7 +27,7 @@ use millrace_groups::ShareGroupDeletion;
 
 api_handler! {
     /// DeleteGroups: its key, versions, handler and error codes, for [`crate::registry`].
-    DeleteGroups, versions 0..=2, DeleteGroupsRequest,
+    DeleteGroups, versions 0..=3, DeleteGroupsRequest,
     |call, request| Reply::later(handle(call.ctx, &call.authz, request, call.version)),
 }
 

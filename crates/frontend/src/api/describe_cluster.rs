@@ -15,7 +15,7 @@ use crate::BrokerContext;
 
 api_handler! {
     /// DescribeCluster: its key, versions, handler and error codes, for [`crate::registry`].
-    DescribeCluster, versions 0..=1, DescribeClusterRequest,
+    DescribeCluster, versions 0..=2, DescribeClusterRequest,
     |call, request| {
         Reply::Now(handle(call.ctx, &call.authz, request, call.version, &call.session.listener))
     },
@@ -25,6 +25,8 @@ response_fields!(DescribeClusterResponse: errors[error_code], throttle_time_ms);
 
 /// Kafka's endpoint type for brokers (v1+); 2 = controllers, which Millrace does not expose.
 const ENDPOINT_TYPE_BROKERS: i8 = 1;
+/// First version that may list fenced brokers (KIP-1073).
+const INCLUDE_FENCED_VERSION_MIN: i16 = 2;
 /// UNSUPPORTED_ENDPOINT_TYPE.
 const UNSUPPORTED_ENDPOINT_TYPE: i16 = 119;
 
@@ -57,9 +59,13 @@ pub fn handle(
             return response;
         }
     }
-    response.brokers = cluster
-        .image()
-        .live_brokers()
+    // v2 (KIP-1073): fenced brokers too when asked, marked as such.
+    let with_fenced = version >= INCLUDE_FENCED_VERSION_MIN && request.include_fenced_brokers;
+    let image = cluster.image();
+    response.brokers = image
+        .brokers
+        .values()
+        .filter(|b| with_fenced || !b.fenced)
         .filter_map(|b| {
             let (host, port) = b.endpoint_for(listener)?;
             Some(
@@ -67,7 +73,8 @@ pub fn handle(
                     .with_broker_id(BrokerId(b.node_id))
                     .with_host(str_bytes(host))
                     .with_port(i32::from(port))
-                    .with_rack(b.rack.as_deref().map(str_bytes)),
+                    .with_rack(b.rack.as_deref().map(str_bytes))
+                    .with_is_fenced(b.fenced),
             )
         })
         .collect();

@@ -1,7 +1,8 @@
 //! DescribeGroups (key 15): state, protocol and members of each group. Members' metadata and
 //! assignments are shown only in Stable, as Kafka does; an unknown group is "Dead" with NONE, and
-//! so is a share or KIP-848 consumer group (Kafka answers "Dead" with NONE below v6,
-//! GROUP_ID_NOT_FOUND from v6).
+//! so is a share or KIP-848 consumer group — below v6. From v6 (KIP-1043) both are "Dead" with
+//! GROUP_ID_NOT_FOUND and Kafka 4.4's message ("Group G not found.", "Group G is not a classic
+//! group.").
 
 use std::sync::Arc;
 
@@ -10,14 +11,15 @@ use kafka_protocol::messages::{DescribeGroupsRequest, DescribeGroupsResponse};
 
 use super::str_bytes;
 use crate::authz::Authz;
-use crate::error_codes::GROUP_AUTHORIZATION_FAILED;
+use crate::error_codes::{GROUP_AUTHORIZATION_FAILED, GROUP_ID_NOT_FOUND};
 use crate::handler::{api_handler, response_fields, Reply};
 use millrace_cluster::acl::AclOperation;
 use millrace_cluster::acl::ResourceType;
+use millrace_groups::GroupState;
 
 api_handler! {
     /// DescribeGroups: its key, versions, handler and error codes, for [`crate::registry`].
-    DescribeGroups, versions 0..=5, DescribeGroupsRequest,
+    DescribeGroups, versions 0..=6, DescribeGroupsRequest,
     |call, request| Reply::Now(handle(call.ctx, &call.authz, request, call.version)),
 }
 
@@ -55,10 +57,25 @@ pub fn handle(
                     .with_group_id(id)
                     .with_group_state(str_bytes("Dead"))
             }
-            Err(e) => DescribedGroup::default()
-                .with_group_id(id)
-                .with_error_code(error_codes::from_group(&e, "DescribeGroups").code)
-                .with_group_state(str_bytes("Dead")),
+            Err(e) => {
+                let mut dead = DescribedGroup::default()
+                    .with_group_id(id)
+                    .with_error_code(error_codes::from_group(&e, "DescribeGroups").code)
+                    .with_group_state(str_bytes("Dead"));
+                if version >= DEAD_WITH_ERROR_VERSION_MIN {
+                    dead.error_message = Some(str_bytes(&e.to_string()));
+                }
+                dead
+            }
+            // No such group: v6 says so (Kafka's `GroupIdNotFoundException`).
+            Ok(d) if d.state == GroupState::Dead && version >= DEAD_WITH_ERROR_VERSION_MIN => {
+                let message = format!("Group {} not found.", id.0);
+                DescribedGroup::default()
+                    .with_group_id(id)
+                    .with_error_code(GROUP_ID_NOT_FOUND)
+                    .with_error_message(Some(str_bytes(&message)))
+                    .with_group_state(str_bytes("Dead"))
+            }
             Ok(d) => {
                 let members = d
                     .members

@@ -22,7 +22,7 @@ use crate::BrokerContext;
 
 api_handler! {
     /// DescribeLogDirs: its key, versions, handler and error codes, for [`crate::registry`].
-    DescribeLogDirs, versions 1..=4, DescribeLogDirsRequest,
+    DescribeLogDirs, versions 1..=5, DescribeLogDirsRequest,
     |call, request| Reply::Now(handle(call.ctx, &call.authz, request, call.version)),
 }
 

@@ -69,7 +69,7 @@ pub struct Fetch;
 
 impl ApiHandler for Fetch {
     const KEY: ApiKey = ApiKey::Fetch;
-    const VERSIONS: Versions = 4..=17;
+    const VERSIONS: Versions = 4..=18;
     type Request = FetchRequest;
     type Response = FetchResponse;
 

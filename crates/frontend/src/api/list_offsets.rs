@@ -1,10 +1,13 @@
 //! ListOffsets (key 2): earliest (-2), latest (-1), max timestamp (-3, v7+), earliest local (-4,
-//! v8+), latest tiered (-5, v9+), or the first offset whose timestamp is at or after a given time.
+//! v8+), latest tiered (-5, v9+), earliest pending upload (-6, v11+), or the first offset whose
+//! timestamp is at or after a given time.
 //!
 //! Tiered storage (KIP-405, decision 0073): "earliest" is the log start offset clients see (the
 //! remote log's start when the object store holds older data), "earliest local" the local log's
 //! start, "latest tiered" the highest offset in the object store (-1 when none, or for a topic
-//! without remote storage, as Kafka answers). A timestamp lookup on a tiered partition searches
+//! without remote storage, as Kafka answers), "earliest pending upload" the first offset not in the
+//! object store yet (KIP-1023: one past the highest uploaded offset, the log start while nothing
+//! is uploaded, -1 for a topic without remote storage). A timestamp lookup on a tiered partition searches
 //! the remote log first (its offsets precede the local ones) and is answered later, once the
 //! remote time index is read.
 //!
@@ -35,7 +38,7 @@ use millrace_cluster::acl::AclOperation;
 
 api_handler! {
     /// ListOffsets: its key, versions, handler and error codes, for [`crate::registry`].
-    ListOffsets, versions 1..=10, ListOffsetsRequest,
+    ListOffsets, versions 1..=11, ListOffsetsRequest,
     |call, request| {
         let (response, pending) = handle(call.ctx, &call.authz, request, call.version);
         if pending.is_empty() {
@@ -54,12 +57,15 @@ const EARLIEST: i64 = -2;
 const MAX_TIMESTAMP: i64 = -3;
 const EARLIEST_LOCAL_TIMESTAMP: i64 = -4;
 const LATEST_TIERED_TIMESTAMP: i64 = -5;
+const EARLIEST_PENDING_UPLOAD_TIMESTAMP: i64 = -6;
 /// First version that knows MAX_TIMESTAMP.
 const MAX_TIMESTAMP_VERSION_MIN: i16 = 7;
 /// First version that knows EARLIEST_LOCAL_TIMESTAMP (KIP-405).
 const EARLIEST_LOCAL_VERSION_MIN: i16 = 8;
 /// First version that knows LATEST_TIERED_TIMESTAMP (KIP-1005).
 const LATEST_TIERED_VERSION_MIN: i16 = 9;
+/// First version that knows EARLIEST_PENDING_UPLOAD_TIMESTAMP (KIP-1023).
+const EARLIEST_PENDING_UPLOAD_VERSION_MIN: i16 = 11;
 /// `isolation_level` of read_committed.
 const READ_COMMITTED: i8 = 1;
 /// First version with `leader_epoch` in the response.
@@ -248,6 +254,9 @@ fn lookup(
         }
         LATEST_TIERED_TIMESTAMP if version >= LATEST_TIERED_VERSION_MIN => {
             Ok((tiered::latest_tiered_offset(ctx, hosted), -1))
+        }
+        EARLIEST_PENDING_UPLOAD_TIMESTAMP if version >= EARLIEST_PENDING_UPLOAD_VERSION_MIN => {
+            Ok((tiered::earliest_pending_upload_offset(ctx, hosted), -1))
         }
         MAX_TIMESTAMP if version < MAX_TIMESTAMP_VERSION_MIN => Err(UNSUPPORTED_VERSION),
         MAX_TIMESTAMP => crate::blocking::run(|| log.max_timestamp())

@@ -41,7 +41,7 @@ use millrace_cluster::acl::{AclOperation, ResourceType, CLUSTER_RESOURCE_NAME};
 
 api_handler! {
     /// Metadata: its key, versions, handler and error codes, for [`crate::registry`].
-    Metadata, versions 0..=12, MetadataRequest,
+    Metadata, versions 0..=13, MetadataRequest,
     |call, request| {
         let listener = call.session.listener.clone();
         Reply::later(handle(call.ctx.clone(), call.authz, request, call.version, listener))
