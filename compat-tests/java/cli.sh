@@ -499,6 +499,16 @@ if ((cluster_up)); then
   fi
 
   printf '{"version":1,"partitions":[{"topic":"%s","partition":0,"replicas":[2,3]}]}\n' "$R" >"$WORK/plan.json"
+  # KIP-860 (AlterPartitionReassignments v1): --disallow-replication-factor-change refuses a plan
+  # that changes the size of R-0's assignment (1 replica to 2) with INVALID_REPLICATION_FACTOR.
+  if ! run reassign-disallow reassign --reassignment-json-file "$WORK/plan.json" --execute \
+    --disallow-replication-factor-change &&
+    grep -q "Error reassigning partition(s):" "$OUT" && grep -q "$R-0" "$OUT" &&
+    [[ "$(described "$R" 0)" =~ ^1\ 1\  ]]; then
+    pass "kafka-reassign-partitions --execute --disallow-replication-factor-change (1 to 2 replicas refused)"
+  else
+    fail "kafka-reassign-partitions --execute --disallow-replication-factor-change (1 to 2 replicas refused)" "want 'Error reassigning partition(s):' naming $R-0, R-0 still on 1; got '$(described "$R" 0)'" "$OUT"
+  fi
   # --throttle sets the KIP-73 throttles (the brokers' leader/follower rates, the topic's
   # throttled-replica lists) with IncrementalAlterConfigs; 50 MB/s does not slow this small move.
   if run reassign-execute reassign --reassignment-json-file "$WORK/plan.json" --execute --throttle 50000000 &&

@@ -33,6 +33,8 @@ from millrace import REPO_ROOT, Broker, free_ports, unique_topic, wait_until
 from tls_material import TlsMaterial, make_material
 
 OP_TIMEOUT = 15.0     # seconds, for every single client operation that should succeed
+LOGIN_SETTLE_TIMEOUT = 30.0  # seconds for a credential change to take effect (a metadata log)
+LOGIN_PROBE_TIMEOUT = 3.0    # seconds one login probe waits for metadata
 REFUSE_TIMEOUT = 5.0  # seconds a client refused its login gets to (not) fetch metadata
 RAW_TIMEOUT = 5.0     # seconds for one raw-socket read
 N = 100               # records per round trip
@@ -267,6 +269,27 @@ def still_served(suite: str, listeners: Iterable[Tuple[str, Dict[str, object], i
     topic = unique_topic(f"{suite}-still")
     for name, conf, port in listeners:
         serves(conf, port, f"{name} listener after the refusal", topic)
+
+
+# ------------------------------------------------------------------ logins
+def logs_in(conf: Dict[str, object]) -> bool:
+    """One bounded attempt: does CONF's client get metadata within LOGIN_PROBE_TIMEOUT?"""
+    adm = AdminClient({**conf, "log_level": 0, "reconnect.backoff.ms": 200})
+    try:
+        adm.list_topics(timeout=LOGIN_PROBE_TIMEOUT)
+        return True
+    except KafkaException:
+        return False
+    finally:
+        del adm
+
+
+def await_login(conf: Dict[str, object], ok: bool) -> None:
+    """Wait (bounded) until CONF's client logs in (OK) or is refused (not OK): a credential change
+    reaches Kafka's authenticator through the metadata log, after the admin call returns."""
+    who = f"{conf['sasl.username']} with {conf['sasl.mechanisms']} on {conf['bootstrap.servers']}"
+    wait_until(lambda: logs_in(conf) == ok, timeout=LOGIN_SETTLE_TIMEOUT, interval=0.2,
+               what=f"{who} to {'log in' if ok else 'be refused'}")
 
 
 # ------------------------------------------------------------------ refused clients

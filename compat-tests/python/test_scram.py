@@ -62,12 +62,10 @@ from confluent_kafka.admin import (AdminClient, ScramCredentialInfo, ScramMechan
                                    UserScramCredentialUpsertion)
 
 from millrace import Broker, wait_until
-from secure_clients import (OP_TIMEOUT, SaslBroker, admin, java_console_roundtrip, java_tool, only_broker,
-                            pem_truststore, plain_conf, refused_login, roundtrip, sasl_broker, sasl_client,
-                            serves, wire)
+from secure_clients import (OP_TIMEOUT, SaslBroker, admin, await_login, java_console_roundtrip, java_tool,
+                            logs_in, only_broker, pem_truststore, plain_conf, refused_login, roundtrip,
+                            sasl_broker, sasl_client, serves, wire)
 
-SETTLE_TIMEOUT = 30.0    # seconds for a credential change to take effect on the broker
-PROBE_TIMEOUT = 3.0      # seconds one login probe waits for metadata
 
 ALICE = ("alice", "alice-secret", "SCRAM-SHA-256", 8192)
 BOB = ("bob", "bob-secret", "SCRAM-SHA-512", 16384)
@@ -162,26 +160,6 @@ def described(s: Scram, user: Optional[str] = None) -> Dict[str, Dict[str, int]]
 
 
 # ------------------------------------------------------------------ login helpers
-def logs_in(conf: Dict[str, object]) -> bool:
-    """One bounded attempt: does CONF's client get metadata within PROBE_TIMEOUT?"""
-    adm = AdminClient({**conf, "log_level": 0, "reconnect.backoff.ms": 200})
-    try:
-        adm.list_topics(timeout=PROBE_TIMEOUT)
-        return True
-    except KafkaException:
-        return False
-    finally:
-        del adm
-
-
-def await_login(conf: Dict[str, object], ok: bool) -> None:
-    """Wait (bounded) until CONF's client logs in (OK) or is refused (not OK): a credential change
-    reaches Kafka's authenticator through the metadata log, after the admin call returns."""
-    who = f"{conf['sasl.username']} with {conf['sasl.mechanisms']} on {conf['bootstrap.servers']}"
-    wait_until(lambda: logs_in(conf) == ok, timeout=SETTLE_TIMEOUT, interval=0.2,
-               what=f"{who} to {'log in' if ok else 'be refused'}")
-
-
 def alice_still_works(s: Scram) -> None:
     serves(sasl_conf(s, "alice"), s.sasl_port, "alice over SASL_PLAINTEXT after the refusal")
 

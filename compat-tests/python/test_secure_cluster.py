@@ -54,7 +54,7 @@ from confluent_kafka.admin import (AclBinding, AclBindingFilter, AclOperation, A
                                    ScramMechanism, UserScramCredentialDeletion, UserScramCredentialUpsertion)
 
 from millrace import Cluster, ClusterNode, unique_topic, wait_until
-from secure_clients import java_tool, pem_truststore, refused_connection, refused_login
+from secure_clients import await_login, java_tool, logs_in, pem_truststore, refused_connection, refused_login
 from tls_material import TlsMaterial, make_material, write_server_cert
 
 OP_TIMEOUT = 30.0
@@ -238,7 +238,6 @@ def test_the_authorizer_knows_the_brokers_and_refuses_bob(secure):
 
 # ------------------------------------------------------------------ the security suite, per node
 SETTLE_TIMEOUT = 30.0  # a credential or ACL change reaching every node (Kafka: the metadata log)
-PROBE_TIMEOUT = 3.0    # one login probe
 TLS_REFUSE_TIMEOUT = 2.0  # a client refused at the TLS handshake (it never gets metadata)
 TLS_REFUSED = {KafkaError._TRANSPORT, KafkaError._SSL, KafkaError._ALL_BROKERS_DOWN}
 PLAIN_REFUSED = r": SASL authentication error: Authentication failed: Invalid username or password$"
@@ -260,23 +259,6 @@ def on_node(conf: Dict[str, object], node: ClusterNode) -> Dict[str, object]:
 
 def as_user(conf: Dict[str, object], user: str, password: str, mechanism: str = "PLAIN") -> Dict[str, object]:
     return {**conf, "sasl.mechanisms": mechanism, "sasl.username": user, "sasl.password": password}
-
-
-def logs_in(conf: Dict[str, object]) -> bool:
-    adm = AdminClient({**conf, "log_level": 0, "reconnect.backoff.ms": 200})
-    try:
-        adm.list_topics(timeout=PROBE_TIMEOUT)
-        return True
-    except KafkaException:
-        return False
-    finally:
-        del adm
-
-
-def await_login(conf: Dict[str, object], ok: bool) -> None:
-    who = f"{conf['sasl.username']} with {conf['sasl.mechanisms']} on {conf['bootstrap.servers']}"
-    wait_until(lambda: logs_in(conf) == ok, timeout=SETTLE_TIMEOUT, interval=0.2,
-               what=f"{who} to {'log in' if ok else 'be refused'}")
 
 
 def java_client_config(tmp: Path, conf: Dict[str, object], name: str) -> Path:

@@ -478,9 +478,10 @@ impl Controller {
                 election,
                 partitions,
             } => self.elect_leaders(image, election, partitions),
-            ControllerRequest::AlterPartitionReassignments { topics } => {
-                self.alter_partition_reassignments(image, topics)
-            }
+            ControllerRequest::AlterPartitionReassignments {
+                topics,
+                allow_replication_factor_change,
+            } => self.alter_partition_reassignments(image, topics, allow_replication_factor_change),
             ControllerRequest::ListPartitionReassignments { topics } => {
                 Decision::answer(ControllerResponse::ListPartitionReassignments {
                     topics: list_partition_reassignments(image, topics),
@@ -1461,6 +1462,7 @@ impl Controller {
         &mut self,
         image: &MetadataImage,
         topics: Vec<ReassignTopicSpec>,
+        allow_rf_change: bool,
     ) -> Decision {
         let mut records = Vec::new();
         let mut results = Vec::with_capacity(topics.len());
@@ -1470,9 +1472,9 @@ impl Controller {
             for (index, target) in spec.partitions {
                 let result = self.alter_partition_reassignment(
                     image,
-                    &spec.name,
-                    index,
+                    (&spec.name, index),
                     target.as_deref(),
+                    allow_rf_change,
                     &mut touched,
                     &mut records,
                 );
@@ -1495,9 +1497,9 @@ impl Controller {
     fn alter_partition_reassignment(
         &self,
         image: &MetadataImage,
-        name: &str,
-        index: i32,
+        (name, index): (&str, i32),
         target: Option<&[i32]>,
+        allow_rf_change: bool,
         touched: &mut BTreeSet<(Uuid, i32)>,
         records: &mut Vec<MetadataRecord>,
     ) -> Result<(), ControllerError> {
@@ -1544,6 +1546,14 @@ impl Controller {
             }
             Some(target) => {
                 check_reassignment_target(image, target)?;
+                // KIP-860: the size of the assignment before any reassignment in progress.
+                let current = p.replicas.len().saturating_sub(p.adding_replicas.len());
+                if !allow_rf_change && target.len() != current {
+                    return Err(ControllerError::InvalidReplicationFactor(format!(
+                        "The replication factor of {name}:{index} would change from {current} to {} but allowReplicationFactorChange is false.",
+                        target.len()
+                    )));
+                }
                 change.reassign(target)
             }
         };

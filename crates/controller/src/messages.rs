@@ -17,6 +17,12 @@ use millrace_cluster::records::EncodeError;
 use millrace_cluster::remote_log::RemoteSegment;
 use serde::{Deserialize, Serialize};
 
+/// AlterPartitionReassignments' `allow_replication_factor_change` when a request leaves it out
+/// (v0, and senders from before KIP-860): allowed, as Kafka's default.
+fn allowed_by_default() -> bool {
+    true
+}
+
 use crate::quorum::QuorumDescription;
 use uuid::Uuid;
 
@@ -153,8 +159,13 @@ pub enum ControllerRequest {
         election: ElectionType,
         partitions: Option<Vec<(String, i32)>>,
     },
-    /// \[AlterPartitionReassignments\] (KIP-455) Start, replace or cancel reassignments.
-    AlterPartitionReassignments { topics: Vec<ReassignTopicSpec> },
+    /// \[AlterPartitionReassignments\] (KIP-455) Start, replace or cancel reassignments;
+    /// `allow_replication_factor_change` false (v1, KIP-860) refuses a target of another size.
+    AlterPartitionReassignments {
+        topics: Vec<ReassignTopicSpec>,
+        #[serde(default = "allowed_by_default")]
+        allow_replication_factor_change: bool,
+    },
     /// \[DescribeQuorum\] The quorum leader's view of every voter and observer; answered by the
     /// service of the node that leads, from its quorum, not by the decision loop.
     DescribeQuorum,
@@ -549,6 +560,7 @@ mod tests {
                 name: "t".into(),
                 partitions: vec![(0, Some(vec![2, 3])), (1, None)],
             }],
+            allow_replication_factor_change: false,
         });
         check_round_trip(ControllerRequest::ListPartitionReassignments {
             topics: Some(vec![("t".into(), vec![0, 9])]),

@@ -598,6 +598,7 @@ async fn a_preferred_election_of_thousands_of_partitions_commits_in_several_entr
                 name: "big".into(),
                 partitions: rotated,
             }],
+            allow_replication_factor_change: true,
         })
         .await;
     assert!(matches!(
@@ -657,6 +658,7 @@ async fn reassigning_thousands_of_partitions_commits_in_several_entries() {
                 name: "big".into(),
                 partitions: targets,
             }],
+            allow_replication_factor_change: true,
         })
         .await;
     assert!(

@@ -195,6 +195,15 @@ impl Harness {
         topic: &str,
         targets: &[(i32, Option<&[i32]>)],
     ) -> Vec<(i32, Result<(), ControllerError>)> {
+        self.reassign_allowing(topic, targets, true)
+    }
+
+    fn reassign_allowing(
+        &mut self,
+        topic: &str,
+        targets: &[(i32, Option<&[i32]>)],
+        allow_replication_factor_change: bool,
+    ) -> Vec<(i32, Result<(), ControllerError>)> {
         let r = self.request(ControllerRequest::AlterPartitionReassignments {
             topics: vec![crate::messages::ReassignTopicSpec {
                 name: topic.into(),
@@ -203,6 +212,7 @@ impl Harness {
                     .map(|(p, t)| (*p, t.map(<[i32]>::to_vec)))
                     .collect(),
             }],
+            allow_replication_factor_change,
         });
         let ControllerResponse::AlterPartitionReassignments { mut results } = r else {
             panic!("{r:?}")
@@ -1239,6 +1249,56 @@ fn a_reassignment_that_only_reorders_or_shrinks_completes_at_once() {
     let r = h.elect(ElectionType::Preferred, Some(vec![("t", 0)]));
     assert_eq!(r[0].1, Ok(()));
     assert_eq!(h.partition("t", 0).leader, 3);
+}
+
+#[test]
+fn without_allow_replication_factor_change_a_target_of_another_size_is_refused() {
+    let mut h = Harness::new(&[]);
+    h.start(&[1, 2, 3, 4]);
+    h.create_assigned("t", &[&[1, 2, 3], &[1, 2, 3], &[1, 2, 3]], &[]);
+    let r = h.reassign_allowing(
+        "t",
+        &[
+            (0, Some(&[2, 3, 4])),
+            (1, Some(&[1, 2])),
+            (2, Some(&[1, 2, 3, 4])),
+        ],
+        false,
+    );
+    assert_eq!(r[0], (0, Ok(())), "same size, other brokers");
+    assert!(
+        matches!(&r[1], (1, Err(ControllerError::InvalidReplicationFactor(m))) if m.contains("from 3 to 2")),
+        "{:?}",
+        r[1]
+    );
+    assert!(
+        matches!(
+            &r[2],
+            (2, Err(ControllerError::InvalidReplicationFactor(_)))
+        ),
+        "{:?}",
+        r[2]
+    );
+    assert_eq!(
+        h.partition("t", 1).replicas,
+        vec![1, 2, 3],
+        "refused: unchanged"
+    );
+    // While 0 moves (replicas 2, 3, 4, 1 with 4 adding), its size is still 3: another target of
+    // three is accepted, one of four refused.
+    let r = h.reassign_allowing("t", &[(0, Some(&[1, 2, 3, 4]))], false);
+    assert!(
+        matches!(
+            &r[0],
+            (0, Err(ControllerError::InvalidReplicationFactor(_)))
+        ),
+        "{r:?}"
+    );
+    let r = h.reassign_allowing("t", &[(0, Some(&[3, 4, 1]))], false);
+    assert_eq!(r, vec![(0, Ok(()))]);
+    // Allowed (v0, the default): the size may change.
+    let r = h.reassign("t", &[(1, Some(&[1, 2]))]);
+    assert_eq!(r, vec![(1, Ok(()))]);
 }
 
 #[test]

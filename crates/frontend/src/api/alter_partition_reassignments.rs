@@ -1,9 +1,13 @@
-//! AlterPartitionReassignments (key 45, v0; KIP-455): start, replace or cancel (null replicas)
+//! AlterPartitionReassignments (key 45, v0-1; KIP-455): start, replace or cancel (null replicas)
 //! partition reassignments, forwarded to the active controller (`kafka-reassign-partitions
 //! --execute` / `--cancel`). The controller decides per partition (decision 0046); this module
 //! translates, answers per topic and partition in request order, and waits (bounded) until this
 //! broker's image shows every accepted change, so a `--verify` or a describe right after it here
 //! sees the reassignment.
+//!
+//! v1 (KIP-860): with `allow_replication_factor_change` false, a partition whose target has
+//! another size than its current assignment gets INVALID_REPLICATION_FACTOR, decided by the
+//! controller against the committed registration; the response echoes the flag.
 //!
 //! A request the controller refuses as a whole gets its error at the top level and on every
 //! partition (Kafka's `getErrorResponse`).
@@ -30,7 +34,7 @@ use crate::BrokerContext;
 
 api_handler! {
     /// AlterPartitionReassignments: its key, versions, handler and error codes, for [`crate::registry`].
-    AlterPartitionReassignments, versions 0..=0, AlterPartitionReassignmentsRequest,
+    AlterPartitionReassignments, versions 0..=1, AlterPartitionReassignmentsRequest,
     |call, request| Reply::later(handle(call.ctx.clone(), call.authz, request, call.version)),
 }
 
@@ -40,11 +44,19 @@ response_fields!(
     throttle_time_ms
 );
 
+/// First version with `allow_replication_factor_change` (KIP-860).
+const ALLOW_RF_CHANGE_VERSION_MIN: i16 = 1;
+
+/// The request's `allow_replication_factor_change`; v0 allows (Kafka's default).
+fn allows_rf_change(request: &AlterPartitionReassignmentsRequest, version: i16) -> bool {
+    version < ALLOW_RF_CHANGE_VERSION_MIN || request.allow_replication_factor_change
+}
+
 pub async fn handle(
     ctx: Arc<BrokerContext>,
     authz: Authz,
     request: AlterPartitionReassignmentsRequest,
-    _version: i16,
+    version: i16,
 ) -> AlterPartitionReassignmentsResponse {
     if !authz.cluster(AclOperation::Alter) {
         return refused(&request, &KafkaError::code(CLUSTER_AUTHORIZATION_FAILED));
@@ -71,6 +83,7 @@ pub async fn handle(
         &ctx,
         ControllerRequest::AlterPartitionReassignments {
             topics: specs.clone(),
+            allow_replication_factor_change: allows_rf_change(&request, version),
         },
         forward::timeout(request.timeout_ms),
     )
@@ -122,7 +135,9 @@ pub async fn handle(
                 .with_partitions(partition_responses(answers))
         })
         .collect();
-    AlterPartitionReassignmentsResponse::default().with_responses(responses)
+    AlterPartitionReassignmentsResponse::default()
+        .with_allow_replication_factor_change(allows_rf_change(&request, version))
+        .with_responses(responses)
 }
 
 fn from(e: &ControllerError) -> KafkaError {
@@ -168,6 +183,7 @@ fn refused(
         })
         .collect();
     AlterPartitionReassignmentsResponse::default()
+        .with_allow_replication_factor_change(request.allow_replication_factor_change)
         .with_error_code(err.code)
         .with_error_message(err.message.as_deref().map(str_bytes))
         .with_responses(responses)
