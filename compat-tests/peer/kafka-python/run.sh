@@ -8,7 +8,9 @@
 # (so that `test` is this package, not the standard library's) and service.py from this folder
 # (kafka-python's fixtures then only ever use an external broker), and conftest.py from this
 # folder (a shorter metadata_max_age_ms for every client: a client race, see the file). Runs the tests named in
-# ALLOWLIST with KAFKA_URI=<broker> KAFKA_VERSION=4.1.1. The broker listens on a port chosen
+# ALLOWLIST with KAFKA_URI=<broker> KAFKA_VERSION=4.4.0 (the version Millrace's API ranges match:
+# kafka-python infers (4, 3), its newest, from them as from Kafka 4.4; test_kafka_version_infer
+# checks that). The broker listens on a port chosen
 # here and advertises it (advertised.listeners), as a Kafka started from server.properties does;
 # num.partitions=4 and group.min.session.timeout.ms=1000 as the tests expect (test_group uses
 # 3-second sessions, below Kafka's 6-second minimum).
@@ -84,7 +86,7 @@ echo "kafka-python: broker pid $MILLRACE_PID at $MILLRACE_ADDR; ${#tests[@]} all
 
 rc=0
 (cd "$SRC" &&
-  PYTHONPATH="$SRC" KAFKA_URI="PLAINTEXT://$MILLRACE_ADDR" KAFKA_VERSION=4.1.1 \
+  PYTHONPATH="$SRC" KAFKA_URI="PLAINTEXT://$MILLRACE_ADDR" KAFKA_VERSION=4.4.0 \
     KAFKA_ROOT="$SRC/servers/kafka-bin" \
     timeout --kill-after=20 "${PEER_KPY_TIMEOUT:-360}" "$VENV/bin/python" -m pytest -p no:cacheprovider \
     -q -rfE -o log_level=WARNING --timeout=120 --junitxml="$WORK/junit.xml" "${tests[@]}" "$@") 2>&1 |
