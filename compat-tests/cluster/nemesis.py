@@ -17,8 +17,9 @@ routes healed) before the next starts. Every fault is recorded as a ``nemesis`` 
 starts and ``ok`` (or ``info`` with the error) when it is healed.
 
 Millrace also gets a storage lane: flip a byte inside a batch of a closed segment of one
-replica (``flip-bytes``), never in more than RF-1 replicas' copies of any batch, so one good copy
-remains; its scrubber must find the damage and repair it from a replica (issue 30). The final
+replica (``flip-bytes``), never in more than RF-1 replicas' copies of any batch, and only while
+another replica holds a whole copy of it (a replica that is behind may not hold it at all), so one
+good copy remains; its scrubber must find the damage and repair it from a replica (issue 30). The final
 replica comparison and the consumers' read-back check that nothing damaged was served and that
 every replica is whole again. Apache Kafka does not repair damaged batches, so its runs have no
 storage lane.
@@ -370,8 +371,8 @@ class Nemesis:
 
     def _flip_target(self, fault: dict, rf: int):
         """(node, segment file, batch position, batch base offset, byte position) or None. Prefers
-        the seeded node; moves to another when its copy of that batch was damaged before, and gives
-        up once RF-1 copies of the batch were."""
+        the seeded node; moves to another when its copy of that batch was damaged before, or when
+        no other replica holds a whole copy of it, and gives up once RF-1 copies of the batch were."""
         p = fault["partition"]
         nodes = [fault["node"]] + [n for n in self.cluster.ids if n != fault["node"]]
         for node in nodes:
@@ -388,9 +389,28 @@ class Nemesis:
             damaged = self.flipped.get((p, base), set())
             if node in damaged or len(damaged) >= rf - 1:
                 continue
+            # A replica that is behind may not hold the batch at all, so counting damaged copies
+            # is not enough: another replica must hold a whole copy of it right now.
+            copy = segment.read_bytes()[pos:pos + total]
+            if not any(self._holds_copy(other, p, base, copy) for other in self.cluster.ids
+                       if other != node and other not in damaged):
+                continue
             at = pos + CRC_COVERED_FROM + int(fault["byte"] * (total - CRC_COVERED_FROM))
             return node, segment, pos, base, at
         return None
+
+    def _holds_copy(self, node: int, partition: int, base: int, copy: bytes) -> bool:
+        """Whether ``node``'s replica of ``partition`` holds the batch at ``base`` byte for byte."""
+        pdir = self.cluster.data_dirs()[node] / f"{self.topic}-{partition}"
+        segments = sorted(pdir.glob("*.log")) if pdir.is_dir() else []
+        holding = [s for s in segments if s.stem.isdigit() and int(s.stem) <= base]
+        if not holding:
+            return False
+        try:
+            data = holding[-1].read_bytes()
+        except OSError:  # deleted or rolled under us: not a copy to count on
+            return False
+        return any(b == base and data[pos:pos + total] == copy for pos, b, total in _batch_positions(data))
 
     def _wait_upload_lag(self, node: int) -> Optional[float]:
         """Polls ``node``'s upload lag (closed segments not yet in the object store) until it is

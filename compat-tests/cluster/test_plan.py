@@ -150,6 +150,34 @@ def test_flip_bytes_damages_at_most_rf_minus_one_copies_of_a_batch(tmp_path: Pat
     assert chosen == [2, 1]
 
 
+def test_flip_bytes_leaves_a_whole_copy_when_a_replica_is_behind(tmp_path: Path):
+    """Seed 1868716910: node 2 was behind at offset 524 (it never held the batch), node 1's copy
+    was damaged and not yet repaired (node 3 was down), and then node 3's copy was damaged too:
+    no copy was left. A batch only one other replica holds whole is damaged at most once."""
+    chaos = FakeChaos()
+    cluster = systems.MillraceCluster(tmp_path, chaos, 3, False, Path("/bin/millrace"))
+    whole = _batch(0, b"a" * 30) + _batch(1, b"b" * 30)
+    for node, d in cluster.data_dirs().items():
+        pdir = d / "t-0"
+        pdir.mkdir(parents=True)
+        # Node 2 is behind: its log ends after batch 0.
+        (pdir / f"{0:020}.log").write_bytes(whole if node != 2 else _batch(0, b"a" * 30))
+        (pdir / f"{2:020}.log").write_bytes(b"")
+    nem = nemesis.Nemesis.__new__(nemesis.Nemesis)
+    nem.cluster, nem.topic, nem.flipped = cluster, "t", {}
+    fault = dict(partition=0, node=1, segment=0.0, batch=0.9, byte=0.5)
+    node, seg, pos, base, at = nem._flip_target(fault, rf=3)
+    assert (node, base) == (1, 1)
+    data = bytearray(seg.read_bytes())
+    data[at] ^= 0x5A
+    seg.write_bytes(bytes(data))
+    nem.flipped.setdefault((0, base), set()).add(node)
+    # Node 3 holds the only whole copy of batch 1 now; the fault moves on to node 2's last batch.
+    fault = dict(partition=0, node=3, segment=0.0, batch=0.9, byte=0.5)
+    node, seg, pos, base, at = nem._flip_target(fault, rf=3)
+    assert (node, base) == (2, 0)
+
+
 def test_kafka_runs_have_no_storage_lane():
     assert "flip-bytes" not in systems.PROCESS_KINDS + systems.CLIENT_NETWORK_KINDS + systems.PEER_NETWORK_KINDS
 
