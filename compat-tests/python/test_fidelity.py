@@ -25,7 +25,10 @@ What Kafka 4.4's newer versions mean (issue 36), byte for byte where no client s
 - DeleteGroups v3: a per-group error message, null for Kafka's own errors
   (GROUP_ID_NOT_FOUND, NON_EMPTY_GROUP);
 - Metadata v13: a top-level error code, NONE;
-- DescribeCluster v2 (KIP-1073): IncludeFencedBrokers, and IsFenced per broker.
+- DescribeCluster v2 (KIP-1073): IncludeFencedBrokers, and IsFenced per broker;
+- OffsetCommit v10 and OffsetFetch v10 (KIP-848) name topics by id alone: an unknown (or zero)
+  id is UNKNOWN_TOPIC_ID on each partition, and "every topic" leaves out a deleted topic's
+  offsets (the Java client 4.4 sends v10 whenever it knows every topic's id).
 
 Runs against Apache Kafka too (the reference broker, 4.4.0) (compat-tests/reference/kafka-shim.sh),
 with the same assertions.
@@ -496,5 +499,99 @@ def test_metadata_v13_and_describe_cluster_v2(broker):
             r.skip_tagged()
             listed.append((node, fenced))
         assert listed == [(brokers[0][0], False)], listed
+    finally:
+        conn.close()
+
+
+# ------------------------------------------------------------ OffsetCommit / OffsetFetch v10
+COORDINATOR_WAIT = (14, 15, 16)  # COORDINATOR_LOAD_IN_PROGRESS, _NOT_AVAILABLE, NOT_COORDINATOR
+UNKNOWN_TOPIC_OR_PARTITION = 3
+
+
+def find_coordinator(conn: Conn, group: str) -> None:
+    """FindCoordinator v4 for GROUP: Kafka makes `__consumer_offsets` on the first one."""
+    conn.call(10, 4, b"\x00" + uvarint(2) + cstr(group) + uvarint(0))
+
+
+def commit_v10(conn: Conn, group: str, topics: List[Tuple[uuid.UUID, List[Tuple[int, int]]]],
+               generation: int = -1, member: str = "") -> List[Tuple[uuid.UUID, List[Tuple[int, int]]]]:
+    """OffsetCommit v10: [(topic id, [(partition, error)])], partitions sorted."""
+    body = cstr(group) + struct.pack(">i", generation) + cstr(member) + cstr(None) + uvarint(len(topics) + 1)
+    for tid, partitions in topics:
+        body += tid.bytes + uvarint(len(partitions) + 1)
+        body += b"".join(struct.pack(">iqi", p, offset, -1) + cstr("md") + uvarint(0) for p, offset in partitions)
+        body += uvarint(0)
+    r = conn.call(8, 10, body + uvarint(0))
+    r.unpack(">i")
+    out = []
+    for _ in range(r.uvarint() - 1):
+        tid = uuid.UUID(bytes=r.take(16))
+        answered = []
+        for _ in range(r.uvarint() - 1):
+            answered.append(r.unpack(">ih"))
+            r.skip_tagged()
+        r.skip_tagged()
+        out.append((tid, sorted(answered)))
+    return out
+
+
+def fetch_v10(conn: Conn, group: str, topics: Optional[List[Tuple[uuid.UUID, List[int]]]]):
+    """OffsetFetch v10 for one group: (group error, {topic id: [(partition, offset, metadata, error)]})."""
+    body = uvarint(2) + cstr(group) + cstr(None) + struct.pack(">i", -1)
+    if topics is None:
+        body += uvarint(0)
+    else:
+        body += uvarint(len(topics) + 1)
+        for tid, partitions in topics:
+            body += tid.bytes + uvarint(len(partitions) + 1) + b"".join(struct.pack(">i", p) for p in partitions)
+            body += uvarint(0)
+    r = conn.call(9, 10, body + uvarint(0) + b"\x00" + uvarint(0))
+    r.unpack(">i")
+    assert r.uvarint() == 2
+    assert conn.cstring(r) == group
+    found = {}
+    for _ in range(r.uvarint() - 1):
+        tid = uuid.UUID(bytes=r.take(16))
+        partitions = []
+        for _ in range(r.uvarint() - 1):
+            index, offset, _epoch = r.unpack(">iqi")
+            metadata = conn.cstring(r)
+            (error,) = r.unpack(">h")
+            r.skip_tagged()
+            partitions.append((index, offset, metadata, error))
+        r.skip_tagged()
+        found[tid] = sorted(partitions)
+    (error,) = r.unpack(">h")
+    return error, found
+
+
+def test_offset_commit_and_fetch_v10_by_topic_id(broker, admin):
+    topic = create_topic(admin, partitions=2)
+    tid = topic_id_of(broker.bootstrap, topic)
+    group = unique_topic("fidelity-v10")
+    unknown, zero = uuid.uuid4(), uuid.UUID(int=0)
+    conn = Conn(broker.bootstrap)
+    try:
+        find_coordinator(conn, group)
+        answers: list = []
+        wait_until(lambda: answers.append(commit_v10(conn, group, [(tid, [(0, 5), (1, 7), (9, 1)])]))
+                   or all(e not in COORDINATOR_WAIT for _, ps in answers[-1] for _, e in ps),
+                   timeout=60, what="the group coordinator to take a commit")
+        assert answers[-1] == [(tid, [(0, NONE), (1, NONE), (9, UNKNOWN_TOPIC_OR_PARTITION)])]
+        assert commit_v10(conn, group, [(unknown, [(0, 1)]), (zero, [(0, 1)])]) == [
+            (unknown, [(0, UNKNOWN_TOPIC_ID)]), (zero, [(0, UNKNOWN_TOPIC_ID)])]
+
+        asked = fetch_v10(conn, group, [(tid, [0, 1, 9]), (unknown, [0])])
+        assert asked == (NONE, {
+            tid: [(0, 5, "md", NONE), (1, 7, "md", NONE), (9, -1, "", NONE)],
+            unknown: [(0, -1, "", UNKNOWN_TOPIC_ID)],
+        })
+        assert fetch_v10(conn, group, None) == (NONE, {tid: [(0, 5, "md", NONE), (1, 7, "md", NONE)]})
+
+        # A deleted topic has no id: "every topic" leaves it out, its old id is unknown.
+        admin.delete_topics([topic], timeout_ms=OP_TIMEOUT_MS)
+        wait_until(lambda: fetch_v10(conn, group, None) == (NONE, {}), timeout=30,
+                   what="the deleted topic's offsets to leave the answer")
+        assert fetch_v10(conn, group, [(tid, [0])]) == (NONE, {tid: [(0, -1, "", UNKNOWN_TOPIC_ID)]})
     finally:
         conn.close()

@@ -29,7 +29,9 @@ Checks:
 - send_offsets_to_transaction (AddOffsetsToTxn + TxnOffsetCommit): the group's offset is committed
   by the transaction's commit only, not by an abort.
 - Kafka's TransactionsCommand (kafka-transactions.sh) list / describe / describe-producers: an open
-  transaction is Ongoing with its partitions, CompleteCommit after the commit; an unknown id fails.
+  transaction is Ongoing with its partitions, CompleteCommit after the commit; an unknown id fails;
+  `list --transactional-id-pattern` (ListTransactions v2, KIP-1152) keeps the ids the pattern
+  matches as a whole, and an invalid pattern fails with INVALID_REGULAR_EXPRESSION.
 - raw FindCoordinator (key_type 1), InitProducerId and EndTxn edge cases, with Kafka's error codes.
 
 What Apache Kafka 4.1.1 does (asserted):
@@ -617,6 +619,16 @@ def test_transactions_command_lists_and_describes(broker, java_cp):
     listed = [r for r in transactions_tool(java_cp, broker, "list") if r["TransactionalId"] == tid]
     assert listed == [{"TransactionalId": tid, "Coordinator": bid, "ProducerId": pid,
                        "TransactionState": "Ongoing"}], listed
+    # ListTransactions v2 (KIP-1152): the pattern matches a whole transactional id, Java-style.
+    suffix = tid.rsplit("-", 1)[1]
+    for pattern, expected in ((f"txn-tool-id-{suffix}", [tid]), (f"(?i)TXN-TOOL-ID-{suffix}", [tid]),
+                              (f".*-{suffix}", [tid]), (suffix, []), ("txn-tool-id", [])):
+        listed = transactions_tool(java_cp, broker, "list", "--transactional-id-pattern", pattern)
+        assert [r["TransactionalId"] for r in listed] == expected, (pattern, listed)
+    r = java_tool(java_cp, TRANSACTIONS_COMMAND, ["--bootstrap-server", broker.bootstrap, "list",
+                                                  "--transactional-id-pattern", "txn-tool-id-["])
+    assert r.returncode == 1 and "INVALID_REGULAR_EXPRESSION" in r.stderr, \
+        f"list with an invalid pattern: exit {r.returncode}, stderr {r.stderr[-2000:]!r}"
 
     producers = transactions_tool(java_cp, broker, "describe-producers", "--topic", topic, "--partition", "0")
     mine = [r for r in producers if r["ProducerId"] == pid]

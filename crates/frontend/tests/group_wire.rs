@@ -34,6 +34,15 @@ fn s(v: &str) -> StrBytes {
     StrBytes::from_string(v.to_string())
 }
 
+/// An OffsetFetch partition as (index, offset, metadata), null metadata read as empty.
+fn fetched(index: i32, offset: i64, metadata: Option<&StrBytes>) -> (i32, i64, String) {
+    (
+        index,
+        offset,
+        metadata.map(|m| m.to_string()).unwrap_or_default(),
+    )
+}
+
 struct Harness {
     ctx: Arc<BrokerContext>,
     _dir: tempfile::TempDir,
@@ -187,6 +196,7 @@ impl Harness {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_group_api_version_round_trips() {
     let mut h = Harness::new();
+    let topic_id = h.ctx.cluster.topic(TOPIC).expect("the test topic").topic_id;
     for join_v in 0..=9i16 {
         let group = format!("group-v{join_v}");
         let (member, generation) = h.join(&group, join_v).await;
@@ -224,7 +234,9 @@ async fn every_group_api_version_round_trips() {
         let r: HeartbeatResponse = h.call(ApiKey::Heartbeat, hb_v, &hb(generation - 1)).await;
         assert_eq!(r.error_code, 22, "ILLEGAL_GENERATION");
 
-        let commit_v = 2 + join_v % 8;
+        // v10 names topics by id alone: an id nobody knows is UNKNOWN_TOPIC_ID (100).
+        let commit_v = 2 + join_v % 9;
+        let missing_id = uuid::Uuid::from_u128(0x5eed);
         let mut commit = OffsetCommitRequest::default()
             .with_group_id(GroupId(s(&group)))
             .with_generation_id_or_member_epoch(generation)
@@ -232,12 +244,14 @@ async fn every_group_api_version_round_trips() {
             .with_topics(vec![
                 OffsetCommitRequestTopic::default()
                     .with_name(TopicName(s(TOPIC)))
+                    .with_topic_id(topic_id)
                     .with_partitions(vec![OffsetCommitRequestPartition::default()
                         .with_partition_index(1)
                         .with_committed_offset(42)
                         .with_committed_metadata(Some(s("md")))]),
                 OffsetCommitRequestTopic::default()
                     .with_name(TopicName(s("missing")))
+                    .with_topic_id(missing_id)
                     .with_partitions(vec![
                         OffsetCommitRequestPartition::default().with_partition_index(0)
                     ]),
@@ -247,29 +261,48 @@ async fn every_group_api_version_round_trips() {
         }
         let r: OffsetCommitResponse = h.call(ApiKey::OffsetCommit, commit_v, &commit).await;
         assert_eq!(r.topics[0].partitions[0].error_code, 0, "v{commit_v}");
-        assert_eq!(r.topics[1].partitions[0].error_code, 3, "unknown topic");
+        let unknown = if commit_v >= 10 { 100 } else { 3 };
+        assert_eq!(
+            r.topics[1].partitions[0].error_code, unknown,
+            "unknown topic"
+        );
+        if commit_v >= 10 {
+            assert_eq!(
+                (r.topics[0].topic_id, r.topics[1].topic_id),
+                (topic_id, missing_id)
+            );
+        }
 
-        let fetch_v = 1 + join_v % 9;
+        let fetch_v = 1 + join_v % 10;
         let fetched: Vec<(i32, i64, String)> = if fetch_v >= 8 {
             let req =
                 OffsetFetchRequest::default().with_groups(vec![OffsetFetchRequestGroup::default()
                     .with_group_id(GroupId(s(&group)))
-                    .with_topics(Some(vec![OffsetFetchRequestTopics::default()
-                        .with_name(TopicName(s(TOPIC)))
-                        .with_partition_indexes(vec![0, 1])]))]);
+                    .with_topics(Some(vec![
+                        OffsetFetchRequestTopics::default()
+                            .with_name(TopicName(s(TOPIC)))
+                            .with_topic_id(topic_id)
+                            .with_partition_indexes(vec![0, 1]),
+                        OffsetFetchRequestTopics::default()
+                            .with_name(TopicName(s("missing")))
+                            .with_topic_id(missing_id)
+                            .with_partition_indexes(vec![0]),
+                    ]))]);
             let r: OffsetFetchResponse = h.call(ApiKey::OffsetFetch, fetch_v, &req).await;
             assert_eq!(r.groups[0].error_code, 0);
+            let missing = &r.groups[0].topics[1];
+            assert_eq!(missing.partitions[0].committed_offset, -1);
+            if fetch_v >= 10 {
+                assert_eq!(r.groups[0].topics[0].topic_id, topic_id);
+                assert_eq!(
+                    (missing.topic_id, missing.partitions[0].error_code),
+                    (missing_id, 100)
+                );
+            }
             r.groups[0].topics[0]
                 .partitions
                 .iter()
-                .map(|p| {
-                    let md = p
-                        .metadata
-                        .as_deref()
-                        .map(|m| m.to_string())
-                        .unwrap_or_default();
-                    (p.partition_index, p.committed_offset, md)
-                })
+                .map(|p| fetched(p.partition_index, p.committed_offset, p.metadata.as_ref()))
                 .collect()
         } else {
             let req = OffsetFetchRequest::default()
@@ -282,14 +315,7 @@ async fn every_group_api_version_round_trips() {
             r.topics[0]
                 .partitions
                 .iter()
-                .map(|p| {
-                    let md = p
-                        .metadata
-                        .as_deref()
-                        .map(|m| m.to_string())
-                        .unwrap_or_default();
-                    (p.partition_index, p.committed_offset, md)
-                })
+                .map(|p| fetched(p.partition_index, p.committed_offset, p.metadata.as_ref()))
                 .collect()
         };
         assert_eq!(

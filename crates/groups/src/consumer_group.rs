@@ -355,22 +355,25 @@ impl ConsumerMember {
     }
 }
 
-/// Compiles a subscription regex: checked alone first (so that a source such as `a)|(.*` cannot
-/// escape the anchors), then anchored — a topic matches only as a whole, as Java's `matches`.
+/// Compiles a subscription regex that a topic name must match as a whole.
 fn compile_subscription(source: &str) -> Result<regex::Regex, GroupError> {
-    let invalid = |e: regex::Error| {
+    whole_match_regex(source, SUBSCRIPTION_REGEX_COMPILED_BYTES_MAX).map_err(|e| {
         GroupError::InvalidRegularExpression(format!(
             "SubscribedTopicRegex `{source}` is not a valid regular expression: {e}"
         ))
-    };
+    })
+}
+
+/// Compiles a regex that matches a name only as a whole, as Java's `Matcher.matches` (Kafka's
+/// topic subscriptions, its transactional-id patterns): checked alone first, so that a source
+/// such as `a)|(.*` cannot escape the anchors, then anchored; at most `size_limit` bytes compiled.
+pub fn whole_match_regex(source: &str, size_limit: usize) -> Result<regex::Regex, regex::Error> {
     regex::RegexBuilder::new(source)
-        .size_limit(SUBSCRIPTION_REGEX_COMPILED_BYTES_MAX)
-        .build()
-        .map_err(invalid)?;
+        .size_limit(size_limit)
+        .build()?;
     regex::RegexBuilder::new(&format!("^(?:{source})$"))
-        .size_limit(SUBSCRIPTION_REGEX_COMPILED_BYTES_MAX)
+        .size_limit(size_limit)
         .build()
-        .map_err(invalid)
 }
 
 /// FNV-1a over the topics' names, ids and partition counts, in order: stable across runs and

@@ -38,9 +38,10 @@ mod txn_offsets;
 
 pub use assignor::{Assignment, Assignor};
 pub use consumer_group::{
-    ConsumerGroupConfig, ConsumerGroupDescription, ConsumerGroupState, ConsumerMember,
-    ConsumerMemberDescription, GroupTimeouts, HeartbeatRequest as ConsumerHeartbeatRequest,
-    HeartbeatResponse as ConsumerHeartbeatResponse, TopicInfo, TopicsView,
+    whole_match_regex, ConsumerGroupConfig, ConsumerGroupDescription, ConsumerGroupState,
+    ConsumerMember, ConsumerMemberDescription, GroupTimeouts,
+    HeartbeatRequest as ConsumerHeartbeatRequest, HeartbeatResponse as ConsumerHeartbeatResponse,
+    TopicInfo, TopicsView,
 };
 pub use coordinator::{
     partition_for, CommitPartition, CommitRequest, CoordinatorConfig, CoordinatorSnapshot,

@@ -3,7 +3,9 @@
 //! UNKNOWN_TOPIC_OR_PARTITION, as in Kafka, and are not written.
 //!
 //! Served from v2 (Kafka 4's minimum). v2-4 carry `retention_time_ms`, v6+ the leader epoch, v7+
-//! the group.instance.id. Generation -1 commits while the group is Empty (standalone consumers,
+//! the group.instance.id, v10 names topics by id alone (KIP-848): an id the image does not know
+//! (the zero id too) is UNKNOWN_TOPIC_ID for each of its partitions, as Kafka 4.4 answers, and the
+//! response names topics by id. Generation -1 commits while the group is Empty (standalone consumers,
 //! admin clients) and creates the group if needed; a generation ≥ 0 for an unknown group gets
 //! GROUP_ID_NOT_FOUND from v9 and ILLEGAL_GENERATION before, as in Kafka.
 
@@ -19,10 +21,13 @@ use kafka_protocol::messages::txn_offset_commit_response::{
     TxnOffsetCommitResponsePartition, TxnOffsetCommitResponseTopic,
 };
 use kafka_protocol::messages::{OffsetCommitRequest, OffsetCommitResponse, TopicName};
+use kafka_protocol::protocol::StrBytes;
 use millrace_groups::{CommitPartition, CommitRequest, GroupError};
 
 use crate::authz::Authz;
-use crate::error_codes::{self, ILLEGAL_GENERATION, NONE, UNKNOWN_TOPIC_OR_PARTITION};
+use crate::error_codes::{
+    self, ILLEGAL_GENERATION, NONE, UNKNOWN_TOPIC_ID, UNKNOWN_TOPIC_OR_PARTITION,
+};
 use crate::error_codes::{GROUP_AUTHORIZATION_FAILED, TOPIC_AUTHORIZATION_FAILED};
 use crate::handler::{api_handler, response_fields, Reply};
 use crate::BrokerContext;
@@ -30,7 +35,7 @@ use millrace_cluster::acl::AclOperation;
 
 api_handler! {
     /// OffsetCommit: its key, versions, handler and error codes, for [`crate::registry`].
-    OffsetCommit, versions 2..=9, OffsetCommitRequest,
+    OffsetCommit, versions 2..=10, OffsetCommitRequest,
     |call, request| Reply::later(handle(call.ctx, &call.authz, request, call.version)),
 }
 
@@ -38,6 +43,9 @@ response_fields!(OffsetCommitResponse: errors[topics[partitions[error_code]]], t
 
 /// A partition of the request: its index, and the error it gets without being committed.
 pub(crate) type Slot = (i32, Option<i16>);
+
+/// The first version that names topics by id alone (KIP-848).
+const TOPIC_ID_VERSION_MIN: i16 = 10;
 
 /// A partition of an OffsetCommit or TxnOffsetCommit request, whose fields are named alike.
 pub(crate) trait RequestPartition {
@@ -71,20 +79,21 @@ request_partition!(
 );
 
 /// Walks a commit's partitions in request order: the code each gets without being committed
-/// (`refusal`, the whole request's, for every one; else TOPIC_AUTHORIZATION_FAILED without Read
-/// on the topic; else UNKNOWN_TOPIC_OR_PARTITION where the image lacks the partition), and the
-/// partitions to commit.
+/// (`refusal`, the whole request's, for every one; else the topic's own, for an id the image
+/// does not know; else TOPIC_AUTHORIZATION_FAILED without Read on the topic; else
+/// UNKNOWN_TOPIC_OR_PARTITION where the image lacks the partition), and the partitions to commit.
 pub(crate) fn check_partitions<P: RequestPartition>(
     ctx: &BrokerContext,
     authz: &Authz,
     refusal: Option<i16>,
     with_leader_epoch: bool,
-    topics: impl Iterator<Item = (TopicName, Vec<P>)>,
+    topics: impl Iterator<Item = (TopicName, Option<i16>, Vec<P>)>,
 ) -> (Vec<(TopicName, Vec<Slot>)>, Vec<CommitPartition>) {
     let mut layout = Vec::new();
     let mut partitions = Vec::new();
-    for (topic, requested) in topics {
+    for (topic, topic_refusal, requested) in topics {
         let name = topic.0.to_string();
+        let refusal = refusal.or(topic_refusal);
         let topic_allowed = refusal.is_none() && authz.topic(AclOperation::Read, &name);
         let mut slots = Vec::with_capacity(requested.len());
         for p in requested {
@@ -120,7 +129,23 @@ pub fn handle(
 ) -> impl Future<Output = OffsetCommitResponse> + Send + 'static {
     // Committing needs Read on the group, then Read on each topic (Kafka's order).
     let group_allowed = authz.group(AclOperation::Read, &request.group_id.0);
-    let topics = request.topics.into_iter().map(|t| (t.name, t.partitions));
+    let by_id = version >= TOPIC_ID_VERSION_MIN;
+    // v10: each topic by its id; the response names it by the same id.
+    let mut ids = Vec::with_capacity(request.topics.len());
+    let topics = request.topics.into_iter().map(|t| {
+        ids.push(t.topic_id);
+        if !by_id {
+            return (t.name, None, t.partitions);
+        }
+        match ctx.cluster.topic_by_id(t.topic_id) {
+            Some(topic) => (super::topic_name(&topic.name), None, t.partitions),
+            None => (
+                TopicName(StrBytes::default()),
+                Some(UNKNOWN_TOPIC_ID),
+                t.partitions,
+            ),
+        }
+    });
     let refusal = (!group_allowed).then_some(GROUP_AUTHORIZATION_FAILED);
     let (layout, partitions) = check_partitions(ctx, authz, refusal, version >= 6, topics);
     let commit = CommitRequest {
@@ -144,12 +169,17 @@ pub fn handle(
             Some(reply) => reply.await,
             None => Vec::new(),
         };
-        let topics = answer(layout, results, |e| match e {
+        let mut topics: Vec<OffsetCommitResponseTopic> = answer(layout, results, |e| match e {
             // A missing group only: a share group id gets GROUP_ID_NOT_FOUND at every version,
             // as Kafka's `ShareGroup.validateOffsetCommit` throws it whatever the version.
             GroupError::GroupIdNotFound if version < 9 => ILLEGAL_GENERATION,
             e => error_codes::from_group(e, "OffsetCommit").code,
         });
+        if by_id {
+            for (topic, id) in topics.iter_mut().zip(ids) {
+                topic.topic_id = id;
+            }
+        }
         OffsetCommitResponse::default().with_topics(topics)
     }
 }

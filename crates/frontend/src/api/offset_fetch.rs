@@ -5,8 +5,11 @@
 //! and offset -1, as Kafka's (the coordinator checks and reads in one look at the group's shard);
 //! without it the committed offset is answered. v9 requests from members of a KIP-848 consumer
 //! group carry the member id and epoch, which must be current (UNKNOWN_MEMBER_ID,
-//! STALE_MEMBER_EPOCH).
+//! STALE_MEMBER_EPOCH). v10 names topics by id alone (KIP-848), as Kafka 4.4 answers it: an id the
+//! image does not know is UNKNOWN_TOPIC_ID on each partition asked for, and "every topic" leaves
+//! out offsets of topics the image no longer has (they have no id to name them by).
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use kafka_protocol::messages::offset_fetch_response::{
@@ -15,18 +18,19 @@ use kafka_protocol::messages::offset_fetch_response::{
 };
 use kafka_protocol::messages::{GroupId, OffsetFetchRequest, OffsetFetchResponse};
 use millrace_groups::{FetchTopics, FetchedOffset, GroupError};
+use uuid::Uuid;
 
 use super::{str_bytes, topic_name};
 use crate::authz::Authz;
-use crate::error_codes::UNSTABLE_OFFSET_COMMIT;
 use crate::error_codes::{self, GROUP_AUTHORIZATION_FAILED, NONE, TOPIC_AUTHORIZATION_FAILED};
+use crate::error_codes::{UNKNOWN_TOPIC_ID, UNSTABLE_OFFSET_COMMIT};
 use crate::handler::{api_handler, response_fields, Reply};
 use crate::BrokerContext;
 use millrace_cluster::acl::AclOperation;
 
 api_handler! {
     /// OffsetFetch: its key, versions, handler and error codes, for [`crate::registry`].
-    OffsetFetch, versions 1..=9, OffsetFetchRequest,
+    OffsetFetch, versions 1..=10, OffsetFetchRequest,
     |call, request| Reply::Now(handle(call.ctx, &call.authz, request, call.version)),
 }
 
@@ -41,6 +45,9 @@ response_fields!(
     ],
     throttle_time_ms
 );
+
+/// The first version that names topics by id alone (KIP-848).
+const TOPIC_ID_VERSION_MIN: i16 = 10;
 
 /// Committed offsets per topic, and the topics named but not authorized (their partitions); or
 /// the group's error code.
@@ -120,9 +127,27 @@ pub fn handle(
             .groups
             .into_iter()
             .map(|g| {
+                let by_id = version >= TOPIC_ID_VERSION_MIN;
+                // v10: the ids asked for, by the name the image gives them; and those it lacks.
+                let mut ids: HashMap<String, Uuid> = HashMap::new();
+                let mut unknown_ids: Vec<(Uuid, Vec<i32>)> = Vec::new();
                 let topics: FetchTopics = g.topics.map(|ts| {
                     ts.into_iter()
-                        .map(|t| (t.name.0.to_string(), t.partition_indexes))
+                        .filter_map(|t| {
+                            if !by_id {
+                                return Some((t.name.0.to_string(), t.partition_indexes));
+                            }
+                            match ctx.cluster.topic_by_id(t.topic_id) {
+                                Some(topic) => {
+                                    ids.insert(topic.name.clone(), t.topic_id);
+                                    Some((topic.name.clone(), t.partition_indexes))
+                                }
+                                None => {
+                                    unknown_ids.push((t.topic_id, t.partition_indexes));
+                                    None
+                                }
+                            }
+                        })
                         .collect()
                 });
                 // v9: a consumer-group member names itself and its epoch (KIP-848).
@@ -136,7 +161,11 @@ pub fn handle(
                         topics,
                     )
                 });
-                group_v8(fetched, g.group_id.clone())
+                let mut group = group_v8(fetched, g.group_id.clone());
+                if by_id && group.error_code == NONE {
+                    name_topics_by_id(ctx, &mut group, ids, unknown_ids);
+                }
+                group
             })
             .collect();
         return OffsetFetchResponse::default().with_groups(groups);
@@ -200,6 +229,52 @@ pub fn handle(
     }
 }
 
+/// v10: gives each topic of a group's answer its id (the one asked for, else the image's), leaves
+/// out topics the image no longer has, and adds the ids it does not know, each partition
+/// UNKNOWN_TOPIC_ID.
+fn name_topics_by_id(
+    ctx: &BrokerContext,
+    group: &mut OffsetFetchResponseGroup,
+    asked: HashMap<String, Uuid>,
+    unknown: Vec<(Uuid, Vec<i32>)>,
+) {
+    group.topics.retain_mut(|topic| {
+        let id = asked
+            .get(topic.name.0.as_str())
+            .copied()
+            .or_else(|| ctx.cluster.topic(&topic.name.0).map(|t| t.topic_id));
+        match id {
+            Some(id) => {
+                topic.topic_id = id;
+                true
+            }
+            None => false,
+        }
+    });
+    group
+        .topics
+        .extend(unknown.into_iter().map(|(id, partitions)| {
+            OffsetFetchResponseTopics::default()
+                .with_topic_id(id)
+                .with_partitions(refused_partitions(partitions, UNKNOWN_TOPIC_ID))
+        }));
+}
+
+/// v8+ partitions that each get `code` and no offset.
+fn refused_partitions(partitions: Vec<i32>, code: i16) -> Vec<OffsetFetchResponsePartitions> {
+    partitions
+        .into_iter()
+        .map(|index| {
+            OffsetFetchResponsePartitions::default()
+                .with_partition_index(index)
+                .with_committed_offset(-1)
+                .with_committed_leader_epoch(-1)
+                .with_metadata(Some(str_bytes("")))
+                .with_error_code(code)
+        })
+        .collect()
+}
+
 /// One group's answer (v8+).
 fn group_v8(fetched: Fetched, group_id: GroupId) -> OffsetFetchResponseGroup {
     match fetched {
@@ -210,19 +285,7 @@ fn group_v8(fetched: Fetched, group_id: GroupId) -> OffsetFetchResponseGroup {
             let denied = denied.into_iter().map(|(topic, partitions)| {
                 OffsetFetchResponseTopics::default()
                     .with_name(topic_name(&topic))
-                    .with_partitions(
-                        partitions
-                            .into_iter()
-                            .map(|index| {
-                                OffsetFetchResponsePartitions::default()
-                                    .with_partition_index(index)
-                                    .with_committed_offset(-1)
-                                    .with_committed_leader_epoch(-1)
-                                    .with_metadata(Some(str_bytes("")))
-                                    .with_error_code(TOPIC_AUTHORIZATION_FAILED)
-                            })
-                            .collect(),
-                    )
+                    .with_partitions(refused_partitions(partitions, TOPIC_AUTHORIZATION_FAILED))
             });
             let topics = found
                 .into_iter()

@@ -1,7 +1,8 @@
 //! The transaction coordinator's client APIs: AddPartitionsToTxn (key 24, v0–3: one
 //! transaction per request, as clients send it), AddOffsetsToTxn (25, v0–4: the group's
 //! `__consumer_offsets` partition joins the transaction), EndTxn (26, v0–4),
-//! DescribeTransactions (65, v0) and ListTransactions (66, v0–1), over
+//! DescribeTransactions (65, v0) and ListTransactions (66, v0–2; v2 filters by a transactional-id
+//! pattern, KIP-1152: a whole-name match, as Kafka's Java `matches`), over
 //! `millrace_transactions::TransactionCoordinator`; InitProducerId with a transactional id is in
 //! `init_producer_id`, TxnOffsetCommit in `txn_offset_commit`.
 //!
@@ -26,7 +27,7 @@ use kafka_protocol::messages::{
     TransactionalId,
 };
 use millrace_cluster::acl::AclOperation;
-use millrace_groups::{partition_for, OFFSETS_TOPIC};
+use millrace_groups::{partition_for, whole_match_regex, OFFSETS_TOPIC};
 use millrace_transactions::{TxnError, TxnStatus};
 
 use super::{str_bytes, topic_name};
@@ -34,8 +35,8 @@ use crate::authz::Authz;
 use crate::error_codes::{
     CONCURRENT_TRANSACTIONS, COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE,
     GROUP_AUTHORIZATION_FAILED, INVALID_PRODUCER_EPOCH, INVALID_PRODUCER_ID_MAPPING,
-    INVALID_REQUEST, INVALID_TRANSACTION_TIMEOUT, INVALID_TXN_STATE, NONE, NOT_COORDINATOR,
-    NOT_ENOUGH_REPLICAS, PRODUCER_FENCED, TOPIC_AUTHORIZATION_FAILED,
+    INVALID_REGULAR_EXPRESSION, INVALID_REQUEST, INVALID_TRANSACTION_TIMEOUT, INVALID_TXN_STATE,
+    NONE, NOT_COORDINATOR, NOT_ENOUGH_REPLICAS, PRODUCER_FENCED, TOPIC_AUTHORIZATION_FAILED,
     TRANSACTIONAL_ID_AUTHORIZATION_FAILED, TRANSACTIONAL_ID_NOT_FOUND, UNKNOWN_SERVER_ERROR,
     UNKNOWN_TOPIC_OR_PARTITION,
 };
@@ -88,7 +89,7 @@ response_fields!(
 
 api_handler! {
     /// ListTransactions: its key, versions, handler and error codes, for [`crate::registry`].
-    ListTransactions, versions 0..=1, ListTransactionsRequest,
+    ListTransactions, versions 0..=2, ListTransactionsRequest,
     |call, request| Reply::Now(list_transactions(call.ctx, &call.authz, request, call.version)),
 }
 
@@ -128,6 +129,10 @@ pub(crate) fn fenced_code(version: i16, first_version: i16) -> i16 {
 
 /// First AddPartitionsToTxn / AddOffsetsToTxn / EndTxn version that hears PRODUCER_FENCED.
 const FENCED_VERSION_MIN: i16 = 2;
+/// The first ListTransactions version with a transactional-id pattern (KIP-1152).
+const PATTERN_VERSION_MIN: i16 = 2;
+/// The most bytes a ListTransactions pattern may compile to (the `regex` crate's own default).
+const PATTERN_COMPILED_BYTES_MAX: usize = 10 * 1024 * 1024;
 
 pub async fn add_partitions_to_txn(
     ctx: Arc<BrokerContext>,
@@ -332,6 +337,19 @@ pub fn list_transactions(
         // Only unknown states: nothing can match.
         return response;
     }
+    // v2: a pattern the whole id must match; null or empty lists every id. One that does not
+    // compile is INVALID_REGULAR_EXPRESSION, as Kafka answers a bad Java pattern.
+    let pattern = match request
+        .transactional_id_pattern
+        .as_ref()
+        .filter(|p| version >= PATTERN_VERSION_MIN && !p.is_empty())
+    {
+        None => None,
+        Some(source) => match whole_match_regex(source, PATTERN_COMPILED_BYTES_MAX) {
+            Ok(pattern) => Some(pattern),
+            Err(_) => return response.with_error_code(INVALID_REGULAR_EXPRESSION),
+        },
+    };
     let producer_ids: BTreeSet<i64> = request.producer_id_filters.iter().map(|p| p.0).collect();
     let min_duration = if version >= 1 {
         request.duration_filter
@@ -342,6 +360,7 @@ pub fn list_transactions(
         .transactions
         .list(&states, &producer_ids, min_duration)
         .into_iter()
+        .filter(|(id, _, _)| pattern.as_ref().is_none_or(|p| p.is_match(id)))
         .filter(|(id, _, _)| authz.transactional_id(AclOperation::Describe, id))
         .map(|(id, pid, status)| {
             ListedTransaction::default()

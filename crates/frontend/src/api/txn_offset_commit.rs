@@ -75,7 +75,10 @@ pub fn handle(
                 e => transactions::error_code(e, INVALID_PRODUCER_EPOCH),
             })
     };
-    let topics = request.topics.into_iter().map(|t| (t.name, t.partitions));
+    let topics = request
+        .topics
+        .into_iter()
+        .map(|t| (t.name, None, t.partitions));
     let with_leader_epoch = version >= LEADER_EPOCH_VERSION_MIN;
     let (layout, partitions) = check_partitions(ctx, authz, whole, with_leader_epoch, topics);
     let members = version >= MEMBER_VERSION_MIN;
