@@ -1,6 +1,6 @@
 //! `SeaweedFs`: a real S3 server (SeaweedFS's `weed mini`: master, volume server, filer and S3
 //! gateway in one process) started for a test, with its data in a tempdir, on free loopback
-//! ports, with one S3 identity so credentials are checked. `weed mini` rather than
+//! ports below the ephemeral range, with one S3 identity so credentials are checked. `weed mini` rather than
 //! `weed server -s3`: its single-node filer skips the 10 s wait for peer filers, so it is ready
 //! in about 4 s, also when restarted on old data (with a 1 s master election timeout).
 //! Always compiled so that other crates' integration tests (the broker's tiered-storage tests)
@@ -17,6 +17,7 @@
 //!
 //! Not done here: TLS, several servers, anything but the S3 API the broker uses.
 
+use std::hash::{BuildHasher, Hasher};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
@@ -40,6 +41,14 @@ const VOLUMES_MAX: u32 = 8;
 const ELECTION_TIMEOUT: &str = "1s";
 /// Bytes of the log shown when a start fails.
 const LOG_TAIL_BYTES: usize = 4096;
+/// The lowest port `free_ports` picks (above the well-known and most registered services).
+const FIXED_PORTS_MIN: u16 = 20_000;
+/// The fewest ports `free_ports` picks among, should the ephemeral range start low.
+const FIXED_PORTS_SPAN_MIN: u16 = 4_096;
+/// Candidate ports `free_ports` tries before it gives up.
+const FREE_PORT_TRIES: usize = 200;
+/// Linux's default first ephemeral port, when `ip_local_port_range` cannot be read.
+const EPHEMERAL_FLOOR_DEFAULT: u16 = 32_768;
 
 const ACCESS_KEY: &str = "millrace-test";
 const SECRET_KEY: &str = "millrace-test-secret";
@@ -328,12 +337,39 @@ fn weed_binary() -> Result<PathBuf, String> {
     Ok(PathBuf::from(path.trim()))
 }
 
-/// Ten distinct free loopback ports (held together while chosen, so they differ).
+/// Ten distinct free loopback ports below the ephemeral range, held together while chosen so
+/// that they differ. Below it because the kernel hands ephemeral ports to outbound connections
+/// and to other processes' `bind(0)`: a port from `bind(0)` released for SeaweedFS to bind a
+/// few seconds later could be taken meanwhile (a filer gRPC port was, once, by a test alongside;
+/// `weed mini` itself warns about such ports). Chosen at random, so that tests alongside rarely
+/// pick the same ones (and `weed mini` moves off one that is taken when it starts).
 fn free_ports() -> Result<Ports, String> {
-    let listeners = (0..10)
-        .map(|_| TcpListener::bind("127.0.0.1:0"))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| format!("free ports: {e}"))?;
+    let floor = ephemeral_floor();
+    let low = FIXED_PORTS_MIN.min(floor.saturating_sub(FIXED_PORTS_SPAN_MIN));
+    let span = u64::from(floor - low);
+    let mut seed = std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish();
+    let mut listeners: Vec<TcpListener> = Vec::with_capacity(10);
+    for _ in 0..FREE_PORT_TRIES {
+        if listeners.len() == 10 {
+            break;
+        }
+        // xorshift: enough to spread the candidates over the range.
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        let port = low + u16::try_from(seed % span).unwrap_or(0);
+        if let Ok(listener) = TcpListener::bind(("127.0.0.1", port)) {
+            listeners.push(listener);
+        }
+    }
+    if listeners.len() < 10 {
+        return Err(format!(
+            "free ports: found {} of 10 free below {floor} in {FREE_PORT_TRIES} tries",
+            listeners.len()
+        ));
+    }
     let ports = listeners
         .iter()
         .map(|l| l.local_addr().map(|a| a.port()))
@@ -358,6 +394,15 @@ fn free_ports() -> Result<Ports, String> {
     })
 }
 
+/// The first port of the kernel's ephemeral range (`net.ipv4.ip_local_port_range`).
+fn ephemeral_floor() -> u16 {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse().ok())
+        .filter(|&floor: &u16| floor > FIXED_PORTS_SPAN_MIN)
+        .unwrap_or(EPHEMERAL_FLOOR_DEFAULT)
+}
+
 /// True when an HTTP server answers `GET /` on 127.0.0.1:`port` (any status).
 fn http_answers(port: u16) -> bool {
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
@@ -371,4 +416,30 @@ fn http_answers(port: u16) -> bool {
         && stream.write_all(request.as_bytes()).is_ok()
         && stream.read_exact(&mut head).is_ok()
         && &head == b"HTTP/"
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn free_ports_are_ten_distinct_ones_below_the_ephemeral_range() {
+        let p = free_ports().expect("free ports");
+        let mut all = vec![
+            p.master,
+            p.master_grpc,
+            p.volume,
+            p.volume_grpc,
+            p.filer,
+            p.filer_grpc,
+            p.s3,
+            p.s3_grpc,
+            p.admin,
+            p.admin_grpc,
+        ];
+        assert!(all.iter().all(|&port| port < ephemeral_floor()), "{all:?}");
+        all.sort_unstable();
+        all.dedup();
+        assert_eq!(all.len(), 10);
+    }
 }
