@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Java compatibility suite: Apache Kafka 4.1 Java clients, CLI tools and Kafka Connect against
+# Java compatibility suite: Apache Kafka 4.4 Java clients and Streams, 4.1 CLI tools and Kafka Connect against
 # Millrace. Resolves everything with Maven (Maven Central; default local repo ~/.m2, or
 # MAVEN_REPO_LOCAL), uses/builds the broker, then runs
 #   1. the JUnit 5 tests (Surefire; src/test/java: idempotent producer across a broker kill,
