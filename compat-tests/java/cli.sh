@@ -13,7 +13,8 @@
 # Then, on a 3-node Millrace cluster: kafka-leader-election
 # (LeaderElectionCommand) preferred and unclean, by --all-topic-partitions and --topic/--partition;
 # kafka-reassign-partitions (ReassignPartitionsCommand) --generate/--execute/--verify, with the
-# records read back from the new replicas.
+# records read back from the new replicas; kafka-cluster unregister (ClusterTool, UnregisterBroker)
+# of the broker stopped last, then again (BROKER_ID_NOT_REGISTERED).
 #
 # Env: MILLRACE_BIN, TOOL_TIMEOUT (seconds per tool run, default 90), KEEP_WORK=1.
 # Last line printed: "N passed, M failed".
@@ -543,6 +544,22 @@ if ((cluster_up)); then
   else
     fail "cluster: the 1000 lines read back from node $first, then from node $other alone" \
       "got $(wc -l <"$WORK/read-new-leader.txt" 2>/dev/null || echo 0) and $(wc -l <"$WORK/read-other-replica.txt" 2>/dev/null || echo 0) lines; partition '$(described "$R" 0)'" "$WORK/read-other-replica.err"
+  fi
+
+  # --- kafka-cluster unregister (UnregisterBroker): node $first stays stopped, taken out
+  if run unregister tool org.apache.kafka.tools.ClusterTool unregister --bootstrap-server "$CB" --id "$first" &&
+    grep -q "Broker $first is no longer registered" "$OUT" &&
+    run unregister-brokers tool org.apache.kafka.tools.BrokerApiVersionsCommand --bootstrap-server "$CB" &&
+    ! grep -q "(id: $first rack" "$OUT"; then
+    pass "kafka-cluster unregister --id $first (a stopped broker, no longer listed)"
+  else
+    fail "kafka-cluster unregister --id $first (a stopped broker, no longer listed)" "want 'Broker $first is no longer registered' and no id $first in kafka-broker-api-versions" "$OUT"
+  fi
+  if ! run unregister-again tool org.apache.kafka.tools.ClusterTool unregister --bootstrap-server "$CB" --id "$first" &&
+    grep -q "BrokerIdNotRegisteredException" "$OUT"; then
+    pass "kafka-cluster unregister --id $first again (BROKER_ID_NOT_REGISTERED)"
+  else
+    fail "kafka-cluster unregister --id $first again (BROKER_ID_NOT_REGISTERED)" "want a non-zero exit with BrokerIdNotRegisteredException" "$OUT"
   fi
 fi
 cluster_stop

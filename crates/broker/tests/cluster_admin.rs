@@ -27,6 +27,7 @@ use kafka_protocol::messages::{
     AlterPartitionReassignmentsRequest, AlterPartitionReassignmentsResponse, BrokerId,
     CreateTopicsRequest, CreateTopicsResponse, ElectLeadersRequest, ElectLeadersResponse,
     FetchResponse, ListPartitionReassignmentsRequest, ListPartitionReassignmentsResponse,
+    UnregisterBrokerRequest, UnregisterBrokerResponse,
 };
 
 /// Kafka error codes the tests expect.
@@ -36,6 +37,7 @@ const INVALID_REPLICA_ASSIGNMENT: i16 = 39;
 const INVALID_REQUEST: i16 = 42;
 const ELECTION_NOT_NEEDED: i16 = 84;
 const NO_REASSIGNMENT_IN_PROGRESS: i16 = 85;
+const BROKER_ID_NOT_REGISTERED: i16 = 102;
 
 /// ElectLeaders election types.
 const PREFERRED: i8 = 0;
@@ -638,4 +640,84 @@ async fn followers_replicate_through_incremental_fetch_sessions() {
             v.leader
         );
     }
+}
+
+/// UnregisterBroker (key 64, v0) of broker `id`, sent to `addr`.
+async fn unregister(addr: SocketAddr, id: i32) -> UnregisterBrokerResponse {
+    let mut conn = RawConn::connect(addr).await;
+    conn.request(
+        0,
+        &UnregisterBrokerRequest::default().with_broker_id(BrokerId(id)),
+    )
+    .await
+}
+
+/// The broker ids Metadata from `addr` lists.
+async fn brokers(addr: SocketAddr) -> Vec<i32> {
+    let mut conn = RawConn::connect(addr).await;
+    let mut ids: Vec<i32> = metadata(&mut conn, Some(&[]), false)
+        .await
+        .brokers
+        .iter()
+        .map(|b| b.node_id.0)
+        .collect();
+    ids.sort_unstable();
+    ids
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unregistered_broker_leaves_the_cluster_until_it_registers_again() {
+    let mut cluster = TestCluster::start(3, SETTINGS);
+    let (a1, a2) = (cluster.addr(1), cluster.addr(2));
+    let topic = unique_topic("unregister");
+    create_topic(a1, &topic, &[&[3, 1, 2]]).await;
+    wait_view(a1, &topic, 0, "led by 3, all in sync", |v| {
+        v.leader == 3 && v.isr.len() == 3
+    })
+    .await;
+
+    // A broker taken out of the cluster: stopped, then unregistered through another node.
+    cluster.stop(3);
+    let r = unregister(a1, 3).await;
+    assert_eq!((r.error_code, r.error_message), (NONE, None));
+    assert_eq!(
+        brokers(a1).await,
+        vec![1, 2],
+        "answered once node 1's image dropped it"
+    );
+    eventually("node 2 to drop broker 3", CHANGE_TIMEOUT, || async {
+        (brokers(a2).await == vec![1, 2]).then_some(())
+    })
+    .await;
+    let v = wait_view(a2, &topic, 0, "a leader and ISR without 3", |v| {
+        v.leader != 3 && !v.isr.contains(&3)
+    })
+    .await;
+    assert_eq!(v.replicas, vec![3, 1, 2], "its replica stays assigned");
+
+    // Kafka's refusal for an id with no registration.
+    let r = unregister(a2, 3).await;
+    assert_eq!(r.error_code, BROKER_ID_NOT_REGISTERED);
+    assert_eq!(
+        r.error_message.as_deref().map(|m| m.to_string()),
+        Some("Broker ID 3 is not currently registered".to_string())
+    );
+    assert_eq!(unregister(a1, 9).await.error_code, BROKER_ID_NOT_REGISTERED);
+
+    // Started again, it registers as new and catches up.
+    cluster.restart(3);
+    eventually("broker 3 to register again", CHANGE_TIMEOUT, || async {
+        (brokers(a1).await == vec![1, 2, 3]).then_some(())
+    })
+    .await;
+    wait_view(a1, &topic, 0, "3 back in the ISR", |v| v.isr.contains(&3)).await;
+
+    // A live broker unregistered registers again at its next heartbeat.
+    assert_eq!(unregister(a1, 2).await.error_code, NONE);
+    eventually(
+        "live broker 2 to register again",
+        CHANGE_TIMEOUT,
+        || async { (brokers(a1).await == vec![1, 2, 3]).then_some(()) },
+    )
+    .await;
 }

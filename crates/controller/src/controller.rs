@@ -487,6 +487,9 @@ impl Controller {
                     topics: list_partition_reassignments(image, topics),
                 })
             }
+            ControllerRequest::UnregisterBroker { node_id } => {
+                self.unregister_broker(image, node_id)
+            }
             // Answered by the service from the quorum, never queued here.
             ControllerRequest::DescribeQuorum => Decision::answer(ControllerResponse::Error {
                 error: ControllerError::InvalidRequest(
@@ -534,6 +537,31 @@ impl Controller {
             records = self.maybe_rebalance_leaders(image, now_ms);
         }
         records
+    }
+
+    /// UnregisterBroker: the broker leaves every ISR and leadership as if fenced, then its
+    /// registration goes (Kafka's `handleBrokerUnregistered`); its replicas stay assigned, offline
+    /// until it registers again or a reassignment moves them. Unknown → BROKER_ID_NOT_REGISTERED.
+    fn unregister_broker(&mut self, image: &MetadataImage, node_id: i32) -> Decision {
+        let Some(broker) = image.broker(node_id) else {
+            return Decision::error(ControllerError::BrokerIdNotRegistered(node_id));
+        };
+        info!(
+            broker = node_id,
+            broker_epoch = broker.broker_epoch,
+            "unregistering broker"
+        );
+        let leaving = BTreeSet::from([node_id]);
+        let mut records = self.partition_changes(image, &leaving, &[], |_| true);
+        records.push(MetadataRecord::UnregisterBroker {
+            node_id,
+            broker_epoch: broker.broker_epoch,
+        });
+        self.sessions.remove(&node_id);
+        Decision {
+            records,
+            response: ControllerResponse::Unregistered,
+        }
     }
 
     /// The automatic preferred-leader rebalance, when enabled and due.

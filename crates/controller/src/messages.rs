@@ -169,6 +169,9 @@ pub enum ControllerRequest {
     /// \[DescribeQuorum\] The quorum leader's view of every voter and observer; answered by the
     /// service of the node that leads, from its quorum, not by the decision loop.
     DescribeQuorum,
+    /// \[UnregisterBroker\] Removes a broker's registration (a broker taken out of the cluster);
+    /// a live one registers again at its next heartbeat.
+    UnregisterBroker { node_id: i32 },
     /// \[ListPartitionReassignments\] `None` = every reassignment in progress; otherwise the given
     /// partitions of the given topics (unknown ones are left out, as Kafka does).
     ListPartitionReassignments {
@@ -317,6 +320,8 @@ pub enum ControllerResponse {
     AlterPartitionReassignments {
         results: Vec<(String, PartitionResults)>,
     },
+    /// UnregisterBroker's answer: the registration is gone from the committed image.
+    Unregistered,
     /// DescribeQuorum's answer.
     Quorum {
         description: QuorumDescription,
@@ -410,6 +415,9 @@ pub enum ControllerError {
     /// DUPLICATE_BROKER_REGISTRATION (101)
     #[error("{0}")]
     DuplicateBrokerRegistration(String),
+    /// BROKER_ID_NOT_REGISTERED (102)
+    #[error("Broker ID {0} is not currently registered")]
+    BrokerIdNotRegistered(i32),
     /// FENCED_LEADER_EPOCH (74)
     #[error("fenced leader epoch")]
     FencedLeaderEpoch,

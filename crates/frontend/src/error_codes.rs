@@ -77,6 +77,7 @@ pub const INVALID_UPDATE_VERSION: i16 = 95;
 pub const STALE_BROKER_EPOCH: i16 = 77;
 pub const INELIGIBLE_REPLICA: i16 = 107;
 pub const DUPLICATE_BROKER_REGISTRATION: i16 = 101;
+pub const BROKER_ID_NOT_REGISTERED: i16 = 102;
 pub const UNSUPPORTED_COMPRESSION_TYPE: i16 = 76;
 pub const INVALID_RECORD: i16 = 87;
 pub const INVALID_TIMESTAMP: i16 = 32;
@@ -224,6 +225,7 @@ pub fn from_controller(err: &ControllerError, context: &str) -> KafkaError {
         ControllerError::TopicDeletionDisabled => TOPIC_DELETION_DISABLED,
         ControllerError::StaleBrokerEpoch => STALE_BROKER_EPOCH,
         ControllerError::DuplicateBrokerRegistration(_) => DUPLICATE_BROKER_REGISTRATION,
+        ControllerError::BrokerIdNotRegistered(_) => BROKER_ID_NOT_REGISTERED,
         ControllerError::FencedLeaderEpoch => FENCED_LEADER_EPOCH,
         ControllerError::InvalidUpdateVersion => INVALID_UPDATE_VERSION,
         ControllerError::IneligibleReplica(_) => INELIGIBLE_REPLICA,

@@ -23,7 +23,7 @@ use crate::api::{
     list_partition_reassignments, metadata, offset_commit, offset_delete, offset_fetch,
     offset_for_leader_epoch, produce, sasl, share_acknowledge, share_fetch, share_group_describe,
     share_group_heartbeat, share_group_state, sync_group, transactions, txn_offset_commit,
-    user_scram_credentials, write_txn_markers,
+    unregister_broker, user_scram_credentials, write_txn_markers,
 };
 use crate::handler::{ApiHandler, Call};
 use crate::respond::{self, Pending, RequestCharge, Route};
@@ -117,6 +117,7 @@ pub const APIS: &[ApiEntry] = &[
     api::<describe_topic_partitions::DescribeTopicPartitions>(),
     api::<describe_cluster::DescribeCluster>(),
     api::<describe_quorum::DescribeQuorum>(),
+    api::<unregister_broker::UnregisterBroker>(),
     api::<offset_commit::OffsetCommit>(),
     api::<offset_fetch::OffsetFetch>(),
     api::<join_group::JoinGroup>(),

@@ -1802,3 +1802,50 @@ fn dynamic_broker_configs_are_checked_stored_and_in_force_for_elections() {
     h.run(SESSION_MS + 2_000, &[1]);
     assert_eq!(h.partition("t", 0).leader, 2);
 }
+
+#[test]
+fn unregistering_a_broker_takes_it_out_of_every_isr_and_the_image() {
+    let mut h = Harness::new(&[]);
+    h.start(&[1, 2, 3]);
+    h.create_assigned("t", &[&[3, 1, 2], &[1, 2, 3]], &[]);
+    assert_eq!(h.partition("t", 0).leader, 3);
+
+    let r = h.request(ControllerRequest::UnregisterBroker { node_id: 3 });
+    assert!(matches!(r, ControllerResponse::Unregistered), "{r:?}");
+    assert!(h.image.broker(3).is_none(), "the registration is gone");
+    let p0 = h.partition("t", 0);
+    assert_eq!(
+        (p0.leader, p0.isr.clone()),
+        (1, vec![1, 2]),
+        "a new leader without 3"
+    );
+    assert_eq!(p0.replicas, vec![3, 1, 2], "its replica stays assigned");
+    assert_eq!(h.partition("t", 1).isr, vec![1, 2]);
+
+    // Gone: a second unregister is refused, and its heartbeat tells it to register again.
+    let r = h.request(ControllerRequest::UnregisterBroker { node_id: 3 });
+    assert!(
+        matches!(
+            r,
+            ControllerResponse::Error {
+                error: ControllerError::BrokerIdNotRegistered(3)
+            }
+        ),
+        "{r:?}"
+    );
+    let r = h.heartbeat(3, false);
+    assert!(
+        matches!(
+            r,
+            ControllerResponse::Error {
+                error: ControllerError::StaleBrokerEpoch
+            }
+        ),
+        "{r:?}"
+    );
+    assert!(matches!(
+        h.register(3, 3001, true),
+        ControllerResponse::Registered { .. }
+    ));
+    assert!(h.image.broker(3).is_some(), "registered again");
+}

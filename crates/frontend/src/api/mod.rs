@@ -57,6 +57,7 @@ pub mod share_group_state;
 pub mod sync_group;
 pub mod transactions;
 pub mod txn_offset_commit;
+pub mod unregister_broker;
 pub mod user_scram_credentials;
 pub mod write_txn_markers;
 
