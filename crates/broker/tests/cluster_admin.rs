@@ -25,9 +25,9 @@ use kafka_protocol::messages::elect_leaders_request::TopicPartitions;
 use kafka_protocol::messages::list_partition_reassignments_request::ListPartitionReassignmentsTopics;
 use kafka_protocol::messages::{
     AlterPartitionReassignmentsRequest, AlterPartitionReassignmentsResponse, BrokerId,
-    CreateTopicsRequest, CreateTopicsResponse, ElectLeadersRequest, ElectLeadersResponse,
-    FetchResponse, ListPartitionReassignmentsRequest, ListPartitionReassignmentsResponse,
-    UnregisterBrokerRequest, UnregisterBrokerResponse,
+    CreateTopicsRequest, CreateTopicsResponse, DescribeClusterRequest, ElectLeadersRequest,
+    ElectLeadersResponse, FetchResponse, ListPartitionReassignmentsRequest,
+    ListPartitionReassignmentsResponse, UnregisterBrokerRequest, UnregisterBrokerResponse,
 };
 
 /// Kafka error codes the tests expect.
@@ -652,6 +652,23 @@ async fn unregister(addr: SocketAddr, id: i32) -> UnregisterBrokerResponse {
     .await
 }
 
+/// (broker id, fenced) of each broker DescribeCluster v2 from `addr` lists.
+async fn described_brokers(addr: SocketAddr, include_fenced: bool) -> Vec<(i32, bool)> {
+    let mut conn = RawConn::connect(addr).await;
+    let request = DescribeClusterRequest::default()
+        .with_endpoint_type(1)
+        .with_include_fenced_brokers(include_fenced);
+    let mut listed: Vec<(i32, bool)> = conn
+        .request(2, &request)
+        .await
+        .brokers
+        .iter()
+        .map(|b| (b.broker_id.0, b.is_fenced))
+        .collect();
+    listed.sort_unstable();
+    listed
+}
+
 /// The broker ids Metadata from `addr` lists.
 async fn brokers(addr: SocketAddr) -> Vec<i32> {
     let mut conn = RawConn::connect(addr).await;
@@ -676,14 +693,28 @@ async fn an_unregistered_broker_leaves_the_cluster_until_it_registers_again() {
     })
     .await;
 
-    // A broker taken out of the cluster: stopped, then unregistered through another node.
+    // A broker taken out of the cluster: stopped (fenced: DescribeCluster v2 lists it only when
+    // asked to include fenced brokers, KIP-1073), then unregistered through another node.
     cluster.stop(3);
+    eventually("broker 3 fenced", CHANGE_TIMEOUT, || async {
+        (described_brokers(a1, true).await == vec![(1, false), (2, false), (3, true)]).then_some(())
+    })
+    .await;
+    assert_eq!(
+        described_brokers(a1, false).await,
+        vec![(1, false), (2, false)]
+    );
     let r = unregister(a1, 3).await;
     assert_eq!((r.error_code, r.error_message), (NONE, None));
     assert_eq!(
         brokers(a1).await,
         vec![1, 2],
         "answered once node 1's image dropped it"
+    );
+    assert_eq!(
+        described_brokers(a1, true).await,
+        vec![(1, false), (2, false)],
+        "no longer registered, not even fenced"
     );
     eventually("node 2 to drop broker 3", CHANGE_TIMEOUT, || async {
         (brokers(a2).await == vec![1, 2]).then_some(())
