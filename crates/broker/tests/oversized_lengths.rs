@@ -185,6 +185,8 @@ fn oversized_body(key: ApiKey, v: i16) -> Option<Oversized> {
         ),
         // Booleans and an int8 only: the header's client id carries the oversized length.
         ApiKey::DescribeCluster => None,
+        // One int32 (the broker id): the header's client id, as above.
+        ApiKey::UnregisterBroker => None,
         ApiKey::DescribeQuorum => array(v, f, "topics", |r: &mut DescribeQuorumRequest, x| {
             r.topics = x
         }),
@@ -523,7 +525,7 @@ async fn an_oversized_length_for_every_advertised_key_and_version_closes_only_it
     // Only bodies without any length-prefixed field fall back to the header's client id, and
     // Produce v0-2, which the codec cannot encode (the broker refuses them on the version).
     let no_length_field = |key: ApiKey, version: i16| match key {
-        ApiKey::DescribeCluster => true,
+        ApiKey::DescribeCluster | ApiKey::UnregisterBroker => true,
         ApiKey::ListConfigResources => version < 1,
         ApiKey::ListGroups => version < 4,
         ApiKey::ApiVersions | ApiKey::Produce => version < 3,
